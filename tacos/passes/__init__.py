@@ -1,0 +1,1 @@
+"""Middle-layer passes: plain functions from one typed value to the next."""

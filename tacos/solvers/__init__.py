@@ -1,0 +1,1 @@
+"""Solvers: each turns a topology and a collective into a Schedule."""

@@ -1,0 +1,254 @@
+"""Topology IR: NPUs, switches and directed links.
+
+Node ids share one integer namespace: NPUs are ``0 .. n_npus-1`` and switches follow them
+(``n_npus .. n_npus+n_switches-1``).  Links are directed; a two-way link is two ``Link``s.  A
+``Link`` with ``multiplicity`` m stands for m parallel physical links, each of ``bandwidth``.
+Failed NPUs keep their id (so numbering stays stable) but have no links; failed links are kept
+in ``failed_links`` for reporting only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+
+from tacos.errors import Span
+
+UNWIND_POLICIES = ("ring", "biring", "degree", "full")
+
+
+@dataclass(frozen=True)
+class Npu:
+    """A compute node (GPU/TPU/...)."""
+
+    id: int
+    name: str
+    failed: bool = False
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A switch node and how the middle layer unwinds it into NPU-to-NPU links.
+
+    ``policy`` is one of :data:`UNWIND_POLICIES`; ``degree`` is used by ``policy='degree'``
+    (NPU i gets virtual links to the next ``degree`` attached NPUs, bandwidth split by degree).
+    """
+
+    id: int
+    name: str
+    policy: str = "full"
+    degree: int | None = None
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed link: latency ``alpha`` in seconds, ``bandwidth`` in bytes/s per parallel link.
+
+    ``via`` is set on virtual links produced by switch unwinding: the switch node the transfer
+    really passes through.  ``dim`` and ``tag`` are free metadata (dimension index of a
+    multi-dimensional topology, ``'nvlink'``, ``'nic'``, ...).
+    """
+
+    src: int
+    dst: int
+    alpha: float
+    bandwidth: float
+    multiplicity: int = 1
+    dim: int | None = None
+    tag: str = ""
+    via: int | None = None
+    span: Span | None = field(default=None, compare=False)
+
+    def time(self, nbytes: float) -> float:
+        """α-β time to move ``nbytes`` over one of the parallel links."""
+        return self.alpha + nbytes / self.bandwidth
+
+    @property
+    def total_bandwidth(self) -> float:
+        """Bandwidth of all parallel links together."""
+        return self.bandwidth * self.multiplicity
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A network of NPUs and switches joined by directed links."""
+
+    npus: tuple[Npu, ...]
+    switches: tuple[Switch, ...] = ()
+    links: tuple[Link, ...] = ()
+    name: str = ""
+    failed_links: tuple[Link, ...] = ()
+    span: Span | None = field(default=None, compare=False)
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def n_npus(self) -> int:
+        """Number of NPU ids (failed NPUs included)."""
+        return len(self.npus)
+
+    @property
+    def n_nodes(self) -> int:
+        """NPUs plus switches."""
+        return len(self.npus) + len(self.switches)
+
+    @cached_property
+    def live_npus(self) -> tuple[int, ...]:
+        """Ids of NPUs that have not failed."""
+        return tuple(n.id for n in self.npus if not n.failed)
+
+    def is_switch(self, node: int) -> bool:
+        """True when ``node`` is a switch id."""
+        return node >= len(self.npus)
+
+    def node_name(self, node: int) -> str:
+        """The declared name of an NPU or switch id."""
+        if node < len(self.npus):
+            return self.npus[node].name
+        return self.switches[node - len(self.npus)].name
+
+    # -- adjacency ---------------------------------------------------------------------------
+    @cached_property
+    def out_links(self) -> tuple[tuple[int, ...], ...]:
+        """``out_links[v]``: indices into ``links`` of the links leaving ``v``."""
+        out: list[list[int]] = [[] for _ in range(self.n_nodes)]
+        for i, link in enumerate(self.links):
+            out[link.src].append(i)
+        return tuple(tuple(x) for x in out)
+
+    @cached_property
+    def in_links(self) -> tuple[tuple[int, ...], ...]:
+        """``in_links[v]``: indices into ``links`` of the links entering ``v``."""
+        inc: list[list[int]] = [[] for _ in range(self.n_nodes)]
+        for i, link in enumerate(self.links):
+            inc[link.dst].append(i)
+        return tuple(tuple(x) for x in inc)
+
+    def link_index(self, src: int, dst: int) -> int | None:
+        """Index of the (first) link ``src -> dst``, or None."""
+        for i in self.out_links[src]:
+            if self.links[i].dst == dst:
+                return i
+        return None
+
+    def ingress_bandwidth(self, node: int) -> float:
+        """Sum of bandwidth (all parallel links) entering ``node``, bytes/s."""
+        return sum(self.links[i].total_bandwidth for i in self.in_links[node])
+
+    def egress_bandwidth(self, node: int) -> float:
+        """Sum of bandwidth (all parallel links) leaving ``node``, bytes/s."""
+        return sum(self.links[i].total_bandwidth for i in self.out_links[node])
+
+    def out_degree(self, node: int) -> int:
+        """Number of physical links leaving ``node`` (multiplicity counted)."""
+        return sum(self.links[i].multiplicity for i in self.out_links[node])
+
+    def in_degree(self, node: int) -> int:
+        """Number of physical links entering ``node`` (multiplicity counted)."""
+        return sum(self.links[i].multiplicity for i in self.in_links[node])
+
+    # -- graph views -------------------------------------------------------------------------
+    def to_networkx(self) -> nx.MultiDiGraph:
+        """A MultiDiGraph with node attributes ``kind``/``name`` and link attributes."""
+        g = nx.MultiDiGraph(name=self.name)
+        for n in self.npus:
+            g.add_node(n.id, kind="npu", name=n.name, failed=n.failed)
+        for s in self.switches:
+            g.add_node(s.id, kind="switch", name=s.name, policy=s.policy, degree=s.degree)
+        for i, link in enumerate(self.links):
+            g.add_edge(
+                link.src,
+                link.dst,
+                key=i,
+                alpha=link.alpha,
+                bandwidth=link.bandwidth,
+                multiplicity=link.multiplicity,
+                dim=link.dim,
+                tag=link.tag,
+                via=link.via,
+            )
+        return g
+
+    def to_digraph(self) -> nx.DiGraph:
+        """A simple DiGraph; parallel ``Link`` entries merge (bandwidth adds, α is the min)."""
+        g = nx.DiGraph()
+        g.add_nodes_from(range(self.n_nodes))
+        for link in self.links:
+            if g.has_edge(link.src, link.dst):
+                e = g.edges[link.src, link.dst]
+                e["bandwidth"] += link.total_bandwidth
+                e["alpha"] = min(e["alpha"], link.alpha)
+            else:
+                g.add_edge(link.src, link.dst, bandwidth=link.total_bandwidth, alpha=link.alpha)
+        return g
+
+    @classmethod
+    def from_networkx(cls, g: nx.DiGraph | nx.MultiDiGraph, name: str = "") -> Topology:
+        """Build a topology from a graph whose nodes are ``0..n-1``.
+
+        Nodes with ``kind='switch'`` become switches (they must come after all NPUs); edges need
+        ``bandwidth`` (bytes/s) and may carry ``alpha`` (s, default 0) and ``multiplicity``.
+        """
+        nodes = sorted(g.nodes)
+        if nodes != list(range(len(nodes))):
+            raise ValueError("graph nodes must be the integers 0..n-1")
+        npus, switches = [], []
+        for v in nodes:
+            data = g.nodes[v]
+            if data.get("kind") == "switch":
+                switches.append(
+                    Switch(v, data.get("name", f"sw{v}"), data.get("policy", "full"),
+                           data.get("degree"))
+                )
+            else:
+                if switches:
+                    raise ValueError("switch nodes must come after all NPU nodes")
+                npus.append(Npu(v, data.get("name", f"npu{v}"), bool(data.get("failed", False))))
+        edges: Iterable = (
+            g.edges(keys=False, data=True) if isinstance(g, nx.MultiDiGraph) else g.edges(data=True)
+        )
+        links = tuple(
+            Link(u, v, float(d.get("alpha", 0.0)), float(d["bandwidth"]),
+                 int(d.get("multiplicity", 1)), d.get("dim"), d.get("tag", ""), d.get("via"))
+            for u, v, d in edges
+        )
+        return cls(tuple(npus), tuple(switches), links, name=name)
+
+    # -- metrics -----------------------------------------------------------------------------
+    @cached_property
+    def hop_distances(self) -> dict[int, dict[int, int]]:
+        """All-pairs hop distances between nodes (switches counted as hops)."""
+        return dict(nx.all_pairs_shortest_path_length(self.to_digraph()))
+
+    def diameter(self, among: Iterable[int] | None = None) -> int | None:
+        """Largest hop distance between live NPUs (or ``among``); None if some pair is cut off."""
+        nodes = list(self.live_npus if among is None else among)
+        dist = self.hop_distances
+        best = 0
+        for u in nodes:
+            du = dist.get(u, {})
+            for v in nodes:
+                if u == v:
+                    continue
+                if v not in du:
+                    return None
+                best = max(best, du[v])
+        return best
+
+    def with_links(self, links: Iterable[Link]) -> Topology:
+        """A copy with another link set (used by passes such as switch unwinding)."""
+        return Topology(self.npus, self.switches, tuple(links), self.name, self.failed_links,
+                        self.span)
+
+    def reversed(self) -> Topology:
+        """The transposed topology: every link flipped (used to synthesize reductions)."""
+        flipped = tuple(
+            Link(lk.dst, lk.src, lk.alpha, lk.bandwidth, lk.multiplicity, lk.dim, lk.tag, lk.via,
+                 lk.span)
+            for lk in self.links
+        )
+        return self.with_links(flipped)
