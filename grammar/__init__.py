@@ -1,0 +1,1 @@
+"""tacos.grammar package."""

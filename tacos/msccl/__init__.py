@@ -1,0 +1,1 @@
+"""MSCCL program model, lowering and verification."""

@@ -1,0 +1,85 @@
+"""Solver interface and registry.
+
+A solver turns a :class:`Problem` into a :class:`SolveResult`.  Solvers are registered by name
+as ``"module:attr"`` strings and imported lazily, so a missing optional dependency only matters
+when that solver is asked for.
+
+Contract: unless a solver class sets ``supports_combining = True``, it is only given
+non-combining collectives (no chunk with ``reduce``) on switch-free topologies;
+:func:`tacos.synthesize` unwinds switches and derives reductions by inversion.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tacos.collective import Collective
+from tacos.errors import UsageError
+from tacos.schedule import Schedule
+from tacos.topology import Topology
+
+STATUSES = ("optimal", "feasible", "time_limit", "infeasible")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a solver is asked: a topology, a collective and options.
+
+    ``options`` carries solver-specific settings (``seed``, ``trials``, ``time_limit``,
+    ``backend``, ``max_merge`` ...); solvers ignore keys they do not know.
+    """
+
+    topology: Topology
+    collective: Collective
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """A solver's answer.  ``schedule`` is None only when ``status == 'infeasible'``."""
+
+    status: str
+    schedule: Schedule | None
+    lower_bound: float | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Solver(Protocol):
+    """Anything with a ``name`` and a ``solve`` method."""
+
+    name: str
+    supports_combining: bool
+
+    def solve(self, problem: Problem) -> SolveResult:
+        """Synthesize a schedule for ``problem``."""
+        ...
+
+
+SOLVERS: dict[str, str] = {
+    "greedy": "tacos.solvers.greedy:GreedySolver",
+    "ilp": "tacos.solvers.ilp:IlpSolver",
+    "taccl": "tacos.solvers.taccl_like:TacclLikeSolver",
+    "ring": "tacos.solvers.baselines:RingSolver",
+    "biring": "tacos.solvers.baselines:BiRingSolver",
+    "direct": "tacos.solvers.baselines:DirectSolver",
+    "rhd": "tacos.solvers.baselines:HalvingDoublingSolver",
+    "dbtree": "tacos.solvers.baselines:DoubleBinaryTreeSolver",
+    "hierarchical": "tacos.solvers.baselines:HierarchicalSolver",
+}
+
+
+def get_solver(name: str) -> Solver:
+    """Instantiate the solver registered as ``name`` (with a "did you mean" on typos)."""
+    if name not in SOLVERS:
+        close = difflib.get_close_matches(name, SOLVERS, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(SOLVERS)}"
+        raise UsageError(f"unknown solver {name!r}", hint=hint)
+    module, attr = SOLVERS[name].split(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"solver {name!r} is not available in this build ({exc})") from exc
+    return cls()
