@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tacos.collective import Collective
 from tacos.topology import Link, Topology
+
+if TYPE_CHECKING:
+    from tacos.verify import VerifyReport
 
 OPS = ("copy", "reduce")
 
@@ -78,3 +81,19 @@ class Schedule:
             out[t.src]["send"].append(t)
             out[t.dst]["recv"].append(t)
         return dict(out)
+
+    def verify(self) -> VerifyReport:
+        """Check the schedule with :func:`tacos.verify.verify_schedule`.
+
+        Returns the :class:`~tacos.verify.VerifyReport`; raises
+        :class:`~tacos.errors.VerificationError` listing the first violations when it fails.
+        """
+        from tacos.verify import verify_schedule
+
+        return verify_schedule(self).raise_if_failed()
+
+    def to_json(self) -> str:
+        """The schedule as deterministic JSON (schema ``tacos.schedule/1``)."""
+        from tacos.backends.json_schedule import dumps
+
+        return dumps(self)

@@ -1,0 +1,343 @@
+"""Independent schedule verifier.
+
+:func:`verify_schedule` checks a :class:`~tacos.schedule.Schedule` against the α-β
+store-and-forward model without trusting any solver.  Each problem found is a
+:class:`Violation` tagged with one of these rules (the names are part of the API):
+
+``link``
+    the link index exists, the transfer's ``src``/``dst`` equal the link's, endpoints are live
+    NPUs (switches must be unwound) and a ``via`` switch link passes through a real switch.
+``duration``
+    ``end - start >= alpha + bytes/bandwidth`` (relative tolerance 1e-9), ``start >= 0``, finite
+    times; chunk lists non-empty, valid, without duplicates; ``op`` in ``{copy, reduce}`` and
+    ``reduce`` only on reduction chunks.
+``overlap``
+    at no instant more than ``link.multiplicity`` transfers are active on one link (intervals
+    are half-open ``[start, end)``).
+``causality``
+    the sender holds (a value of) every chunk it sends when the transfer starts.
+``postcondition``
+    at the end every post NPU holds every chunk (for a reduction chunk: holds some value).
+``contribution``
+    for reduction chunks, values are symbolic multisets of contributions: every ``pre`` NPU
+    starts with ``{itself: 1}``, a copy sets the destination's value to the sender's value at the
+    transfer start, a reduce adds that snapshot to the destination's value.  At the end every
+    post NPU must hold exactly ``pre``, each contribution once.
+
+Events at the same instant: arrivals are applied before sends (a chunk may leave the instant it
+arrives).  Times are compared with a tolerance of 1e-12 × makespan.  A reduce into an NPU that
+holds no value of the chunk yet treats the missing value as empty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tacos.errors import VerificationError
+from tacos.schedule import OPS, Schedule, Transfer
+
+RULES = ("link", "duration", "overlap", "causality", "postcondition", "contribution")
+DURATION_RTOL = 1e-9
+TIME_RTOL = 1e-12
+MAX_PER_RULE = 200
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule; ``transfer`` indexes ``schedule.transfers``."""
+
+    rule: str
+    message: str
+    transfer: int | None = None
+    chunk: int | None = None
+    npu: int | None = None
+
+    def text(self) -> str:
+        """One line: ``[rule] message``."""
+        return f"[{self.rule}] {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return {"rule": self.rule, "message": self.message, "transfer": self.transfer,
+                "chunk": self.chunk, "npu": self.npu}
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Outcome of :func:`verify_schedule`.
+
+    ``omitted`` counts violations dropped after the first ``MAX_PER_RULE`` of a rule.
+    """
+
+    ok: bool
+    violations: tuple[Violation, ...] = ()
+    omitted: int = 0
+
+    def rules(self) -> set[str]:
+        """The set of rule names violated."""
+        return {v.rule for v in self.violations}
+
+    def text(self, limit: int | None = None) -> str:
+        """Human-readable summary, one violation per line (first ``limit`` if given)."""
+        if self.ok:
+            return "schedule verified: no violations"
+        shown = self.violations if limit is None else self.violations[:limit]
+        total = len(self.violations) + self.omitted
+        lines = [f"schedule has {total} violation{'s' if total != 1 else ''}:"]
+        lines += [f"  {v.text()}" for v in shown]
+        rest = total - len(shown)
+        if rest > 0:
+            lines.append(f"  ... and {rest} more")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe dict ``{ok, violations: [...], omitted}``."""
+        return {"ok": self.ok, "violations": [v.as_dict() for v in self.violations],
+                "omitted": self.omitted}
+
+    def raise_if_failed(self, limit: int = 10) -> VerifyReport:
+        """Raise :class:`~tacos.errors.VerificationError` listing the first violations."""
+        if not self.ok:
+            raise VerificationError(
+                self.text(limit),
+                hint="the schedule is wrong; report it with the solver name and seed",
+            )
+        return self
+
+
+@dataclass
+class _Collector:
+    items: list[Violation] = field(default_factory=list)
+    per_rule: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    omitted: int = 0
+
+    def add(self, rule: str, message: str, *, transfer: int | None = None,
+            chunk: int | None = None, npu: int | None = None) -> None:
+        if self.per_rule[rule] >= MAX_PER_RULE:
+            self.omitted += 1
+            return
+        self.per_rule[rule] += 1
+        self.items.append(Violation(rule, message, transfer, chunk, npu))
+
+
+def verify_schedule(schedule: Schedule) -> VerifyReport:
+    """Check every correctness rule of ``schedule``; never raises for a bad schedule."""
+    out = _Collector()
+    transfers = schedule.transfers
+    finite_ends = [t.end for t in transfers if _finite(t.end)]
+    makespan = max((abs(e) for e in finite_ends), default=0.0)
+    tol = TIME_RTOL * makespan
+    usable = _check_transfers(schedule, out)
+    _check_overlap(schedule, usable, tol, out)
+    _check_data(schedule, usable, tol, out)
+    return VerifyReport(not out.items and not out.omitted, tuple(out.items), out.omitted)
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _check_transfers(schedule: Schedule, out: _Collector) -> list[bool]:
+    """Per-transfer rules (link, duration); returns which transfers are usable downstream."""
+    topo, coll = schedule.topology, schedule.collective
+    n_chunks = coll.n_chunks
+    usable: list[bool] = []
+    for i, t in enumerate(schedule.transfers):
+        good = True
+        link = None
+        if not isinstance(t.link, int) or not 0 <= t.link < len(topo.links):
+            out.add("link", f"transfer {i}: link index {t.link!r} does not exist "
+                    f"(topology has {len(topo.links)} links)", transfer=i)
+            good = False
+        else:
+            link = topo.links[t.link]
+            if (t.src, t.dst) != (link.src, link.dst):
+                out.add("link", f"transfer {i}: goes {t.src}->{t.dst} but link {t.link} is "
+                        f"{link.src}->{link.dst}", transfer=i, npu=t.src)
+                good = False
+            if link.via is not None and not (
+                topo.is_switch(link.via) and link.via < topo.n_nodes
+            ):
+                out.add("link", f"transfer {i}: link {t.link} passes via node {link.via}, "
+                        "which is not a switch", transfer=i)
+            for end in (t.src, t.dst):
+                if not isinstance(end, int) or not 0 <= end < topo.n_nodes:
+                    out.add("link", f"transfer {i}: node {end!r} does not exist", transfer=i)
+                    good = False
+                elif topo.is_switch(end):
+                    out.add("link", f"transfer {i}: endpoint {topo.node_name(end)} is a switch; "
+                            "switches must be unwound into virtual links", transfer=i, npu=end)
+                    good = False
+                elif topo.npus[end].failed:
+                    out.add("link", f"transfer {i}: NPU {topo.node_name(end)} has failed",
+                            transfer=i, npu=end)
+        chunks_ok = True
+        if not t.chunks:
+            out.add("duration", f"transfer {i}: carries no chunk", transfer=i)
+            chunks_ok = False
+        if len(set(t.chunks)) != len(t.chunks):
+            out.add("duration", f"transfer {i}: carries a chunk twice: {list(t.chunks)}",
+                    transfer=i)
+        for c in t.chunks:
+            if not isinstance(c, int) or not 0 <= c < n_chunks:
+                out.add("duration", f"transfer {i}: chunk {c!r} does not exist", transfer=i)
+                chunks_ok = False
+        if t.op not in OPS:
+            out.add("duration", f"transfer {i}: unknown op {t.op!r} (expected copy or reduce)",
+                    transfer=i)
+            good = False
+        elif t.op == "reduce" and chunks_ok:
+            for c in t.chunks:
+                if not coll.chunks[c].reduce:
+                    out.add("duration", f"transfer {i}: reduces chunk {c}, which is not a "
+                            "reduction chunk", transfer=i, chunk=c)
+        if not (_finite(t.start) and _finite(t.end)):
+            out.add("duration", f"transfer {i}: non-finite time [{t.start}, {t.end}]",
+                    transfer=i)
+            usable.append(False)
+            continue
+        if t.start < 0:
+            out.add("duration", f"transfer {i}: starts at negative time {t.start!r}",
+                    transfer=i)
+        if link is not None and chunks_ok:
+            need = link.time(sum(coll.chunks[c].size for c in t.chunks))
+            if t.end - t.start < need * (1 - DURATION_RTOL):
+                out.add("duration", f"transfer {i}: lasts {t.end - t.start:.6g} s but link "
+                        f"{t.link} needs {need:.6g} s (alpha + bytes/bandwidth)", transfer=i)
+        usable.append(good and chunks_ok)
+    return usable
+
+
+def _check_overlap(schedule: Schedule, usable: list[bool], tol: float, out: _Collector) -> None:
+    """No more than ``multiplicity`` transfers active at once on any link."""
+    per_link: dict[int, list[int]] = defaultdict(list)
+    for i, t in enumerate(schedule.transfers):
+        if usable[i]:
+            per_link[t.link].append(i)
+    for li, idxs in sorted(per_link.items()):
+        cap = schedule.topology.links[li].multiplicity
+        events: list[tuple[float, int, int]] = []
+        for i in idxs:
+            t = schedule.transfers[i]
+            if t.end - t.start <= tol:
+                continue
+            events.append((t.start, 1, i))
+            events.append((t.end - tol, 0, i))
+        events.sort()
+        active: set[int] = set()
+        for _, kind, i in events:
+            if kind == 0:
+                active.discard(i)
+                continue
+            if len(active) >= cap:
+                others = sorted(active)[:3]
+                out.add("overlap", f"transfer {i} overlaps transfer(s) {others} on link {li} "
+                        f"(capacity {cap})", transfer=i, npu=schedule.transfers[i].src)
+            active.add(i)
+
+
+def _check_data(schedule: Schedule, usable: list[bool], tol: float, out: _Collector) -> None:
+    """Causality, postconditions and reduction contributions, one chunk at a time."""
+    coll = schedule.collective
+    by_chunk: dict[int, list[int]] = defaultdict(list)
+    for i, t in enumerate(schedule.transfers):
+        if usable[i]:
+            for c in t.chunks:
+                by_chunk[c].append(i)
+    for chunk in coll.chunks:
+        idxs = by_chunk.get(chunk.id, [])
+        events = _events(schedule.transfers, idxs, tol)
+        if chunk.reduce:
+            _replay_reduce(chunk, schedule.transfers, events, out)
+        else:
+            _replay_copy(chunk, schedule.transfers, events, out)
+
+
+def _events(transfers: tuple[Transfer, ...], idxs: list[int],
+            tol: float) -> list[tuple[float, int, float, int]]:
+    """Sends at ``start`` and arrivals at ``end``; arrivals within ``tol`` come first."""
+    ev: list[tuple[float, int, float, int]] = []
+    for i in idxs:
+        t = transfers[i]
+        ev.append((t.start, 1, t.start, i))
+        ev.append((t.end - tol, 0, t.start, i))
+    ev.sort()
+    return ev
+
+
+def _replay_copy(chunk, transfers, events, out: _Collector) -> None:
+    held = set(chunk.pre)
+    sent: dict[int, bool] = {}
+    for _, kind, _, i in events:
+        t = transfers[i]
+        if kind == 1:
+            ok = t.src in held
+            sent[i] = ok
+            if not ok:
+                out.add("causality", f"transfer {i}: NPU {t.src} sends chunk {chunk.id} at "
+                        f"t={t.start:.6g} s before holding it", transfer=i, chunk=chunk.id,
+                        npu=t.src)
+        elif sent.get(i):
+            held.add(t.dst)
+    for v in sorted(chunk.post - held):
+        out.add("postcondition", f"NPU {v} never receives chunk {chunk.id}", chunk=chunk.id,
+                npu=v)
+
+
+def _replay_reduce(chunk, transfers, events, out: _Collector) -> None:
+    contributors = sorted(chunk.pre)
+    pos = {v: k for k, v in enumerate(contributors)}
+    n = len(contributors)
+    value: dict[int, np.ndarray] = {}
+    for v in contributors:
+        vec = np.zeros(n, dtype=np.int64)
+        vec[pos[v]] = 1
+        value[v] = vec
+    snap: dict[int, np.ndarray | None] = {}
+    for _, kind, _, i in events:
+        t = transfers[i]
+        if kind == 1:
+            cur = value.get(t.src)
+            snap[i] = cur
+            if cur is None:
+                out.add("causality", f"transfer {i}: NPU {t.src} sends chunk {chunk.id} at "
+                        f"t={t.start:.6g} s before holding any value of it", transfer=i,
+                        chunk=chunk.id, npu=t.src)
+            continue
+        got = snap.get(i)
+        if got is None:
+            continue
+        if t.op == "reduce":
+            prev = value.get(t.dst)
+            value[t.dst] = got.copy() if prev is None else prev + got
+        else:
+            value[t.dst] = got  # values are never mutated in place, so sharing is safe
+    expected = np.ones(n, dtype=np.int64)
+    for v in sorted(chunk.post):
+        vec = value.get(v)
+        if vec is None:
+            out.add("postcondition", f"NPU {v} never receives reduction chunk {chunk.id}",
+                    chunk=chunk.id, npu=v)
+            continue
+        if np.array_equal(vec, expected):
+            continue
+        missing = [contributors[k] for k in np.flatnonzero(vec == 0)]
+        extra = [(contributors[k], int(vec[k])) for k in np.flatnonzero(vec > 1)]
+        parts = []
+        if missing:
+            parts.append(f"missing contribution(s) of NPU {_short(missing)}")
+        if extra:
+            parts.append("contribution(s) counted more than once: " + ", ".join(
+                f"NPU {u} x{c}" for u, c in extra[:8]) + (" ..." if len(extra) > 8 else ""))
+        out.add("contribution", f"NPU {v} ends with chunk {chunk.id} " + "; ".join(parts),
+                chunk=chunk.id, npu=v)
+
+
+def _short(items: list[int], limit: int = 8) -> str:
+    text = ", ".join(str(x) for x in items[:limit])
+    return text + (f", ... ({len(items)} in all)" if len(items) > limit else "")
