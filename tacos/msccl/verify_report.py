@@ -1,0 +1,138 @@
+"""Violations and the report of the MSCCL XML verifier.
+
+A :class:`Violation` names the rule broken and the place: rank (GPU id), thread block, step and
+source line, whichever apply.  ``severity`` is ``"error"`` (the runtime rejects the file, hangs
+or computes a wrong result) or ``"warning"`` (accepted but dubious: ignored elements, unused
+flags, resource limits that depend on the deployment).  :class:`MscclReport` is ``ok`` when
+there is no error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("error", "warning")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule at one place (``None`` for the parts of the place that do not apply)."""
+
+    rule: str
+    message: str
+    rank: int | None = None
+    tb: int | None = None
+    step: int | None = None
+    line: int | None = None
+    col: int | None = None
+    severity: str = "error"
+    hint: str | None = None
+
+    def place(self) -> str:
+        """``rank R tb T step S`` (only the known parts), or ``algo`` for file-level rules."""
+        parts = []
+        if self.rank is not None:
+            parts.append(f"rank {self.rank}")
+        if self.tb is not None:
+            parts.append(f"tb {self.tb}")
+        if self.step is not None:
+            parts.append(f"step {self.step}")
+        return " ".join(parts) if parts else "algo"
+
+    def text(self, source: str | None = None) -> str:
+        """``file:line: rank R tb T step S: [rule] message`` (warnings say ``warning:``)."""
+        prefix = ""
+        if source is not None and self.line is not None:
+            prefix = f"{source}:{self.line}: "
+        elif self.line is not None:
+            prefix = f"line {self.line}: "
+        kind = "warning: " if self.severity == "warning" else ""
+        out = f"{prefix}{kind}{self.place()}: [{self.rule}] {self.message}"
+        if self.hint:
+            out += f" (hint: {self.hint})"
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping of every field."""
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "rank": self.rank,
+            "tb": self.tb,
+            "step": self.step,
+            "line": self.line,
+            "col": self.col,
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
+class MscclReport:
+    """Outcome of verifying one MSCCL program.
+
+    ``violations`` holds errors, ``warnings`` the rest; ``summary`` describes the program
+    (collective, ranks, channels, thread blocks, steps, protocol, in-place modes, size window);
+    ``checks`` maps each analysis to ``"passed"``, ``"failed"``, ``"skipped: why"`` or
+    ``"not checked: why"``; ``time`` is the α-β time in seconds on a given topology (else None)
+    and ``timing`` its details.
+    """
+
+    source: str
+    violations: tuple[Violation, ...]
+    warnings: tuple[Violation, ...] = ()
+    summary: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, str] = field(default_factory=dict)
+    time: float | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when no rule is violated (warnings allowed)."""
+        return not self.violations
+
+    def text(self, *, warnings: bool = True) -> str:
+        """Human-readable report: a summary line, one line per violation, then a verdict."""
+        s = self.summary
+        lines = []
+        if s:
+            tbs = s.get("tbs_per_gpu")
+            tb_text = (
+                f"{tbs} tbs/gpu"
+                if isinstance(tbs, int)
+                else f"{s.get('tbs_min')}-{s.get('tbs_max')} tbs/gpu"
+            )
+            lines.append(
+                f"{self.source}: coll={s.get('coll')} ngpus={s.get('ngpus')} "
+                f"nchannels={s.get('nchannels')} {tb_text} ({s.get('tbs_total')} total) "
+                f"steps={s.get('steps_total')} proto={s.get('proto')} "
+                f"inplace={s.get('inplace')} outofplace={s.get('outofplace')} "
+                f"bytes=[{s.get('minBytes')}, {s.get('maxBytes')}]"
+            )
+        for v in self.violations:
+            lines.append(v.text(self.source))
+        if warnings:
+            for v in self.warnings:
+                lines.append(v.text(self.source))
+        for name, state in self.checks.items():
+            if state.startswith(("skipped", "not checked")):
+                lines.append(f"note: {name} {state}")
+        if self.time is not None:
+            lines.append(f"time: {self.time:.6g} s ({self.timing.get('model', 'alpha-beta')})")
+        n = len(self.violations)
+        lines.append("OK" if n == 0 else f"FAILED: {n} violation{'s' if n != 1 else ''}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping (for CI): verdict, summary, checks, violations, warnings, time."""
+        return {
+            "source": self.source,
+            "ok": self.ok,
+            "summary": dict(self.summary),
+            "checks": dict(self.checks),
+            "violations": [v.as_dict() for v in self.violations],
+            "warnings": [v.as_dict() for v in self.warnings],
+            "time": self.time,
+            "timing": dict(self.timing),
+        }
