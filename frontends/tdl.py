@@ -1,0 +1,105 @@
+"""The TDL frontend: text or file → :class:`tacos.spec.Spec`."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from frontends.tdl_builder import State, evaluate
+from frontends.tdl_parser import read_source
+from tacos import patterns
+from tacos.collective import Collective
+from tacos.errors import TdlSemanticError
+from tacos.spec import Spec
+from tacos.topology import Link, Npu, Switch, Topology
+
+DEFAULT_COLLECTIVE_SIZE = 1 << 20
+
+
+def parse_tdl(text: str, source: str = "<string>", params: dict[str, Any] | None = None) -> Spec:
+    """Parse TDL text into a Spec (raises :class:`tacos.errors.TacosError` on bad input)."""
+    return build_spec(evaluate(text, source, params), source)
+
+
+def load_tdl(path: str | Path, params: dict[str, Any] | None = None) -> Spec:
+    """Read and parse a TDL file."""
+    return parse_tdl(read_source(path), str(path), params)
+
+
+def _error(state: State, message: str, span: Any, hint: str | None = None) -> TdlSemanticError:
+    line = None
+    if span is not None and span.file in state.texts:
+        lines = state.texts[span.file].splitlines()
+        line = lines[span.line - 1] if span.line <= len(lines) else None
+    return TdlSemanticError(message, span=span, hint=hint, source_line=line)
+
+
+def build_spec(state: State, source: str) -> Spec:
+    """Number the nodes (NPUs first, then switches) and build the IR."""
+    n = len(state.npus)
+    if n == 0:
+        raise TdlSemanticError(f"{source} declares no NPU",
+                               hint="declare some, e.g.  npu gpu[8]  or  ring r[8] 50GB/s 1us")
+
+    def node_id(key: int) -> int:
+        return key if key >= 0 else n + (-key - 1)
+
+    npus = tuple(Npu(i, name, i in state.failed_npus, span)
+                 for i, (name, span) in enumerate(state.npus))
+    switches = tuple(Switch(n + j, name, policy, degree, span)
+                     for j, (name, span, policy, degree) in enumerate(state.switches))
+    links, failed = [], []
+    for (s, d), decl in state.links.items():
+        p = decl.props
+        link = Link(node_id(s), node_id(d), float(p.latency or 0.0), float(p.bandwidth),
+                    p.multiplicity, p.dim, p.tag, None, decl.span)
+        if (s, d) in state.failed_links or s in state.failed_npus or d in state.failed_npus:
+            failed.append(link)
+        else:
+            links.append(link)
+    topology = Topology(npus, switches, tuple(links), state.name, tuple(failed))
+    collectives = tuple(_collective(state, decl, topology, i)
+                        for i, decl in enumerate(state.collectives))
+    return Spec(topology, collectives, source, dict(state.params))
+
+
+def _collective(state: State, decl: Any, topology: Topology, index: int) -> Collective:
+    failed = set(state.failed_npus)
+
+    def check_alive(keys: list[int], what: str) -> None:
+        for k in keys:
+            if k in failed:
+                raise _error(state, f"{state.npus[k][0]} has failed; it cannot be {what}",
+                             decl.span, "remove it from the collective or remove the failure")
+
+    if decl.kind == "custom":
+        chunks = []
+        for pre, post, reduce, size, _span in decl.custom:
+            check_alive(pre + post, "part of a chunk's pre- or postcondition")
+            chunks.append((pre, post, reduce, size))
+        return patterns.custom(chunks, name=decl.name or f"custom{index}")
+    if decl.kind not in patterns.STANDARD_COLLECTIVES:
+        close = difflib.get_close_matches(decl.kind, patterns.STANDARD_COLLECTIVES, n=1)
+        raise _error(state, f"unknown collective {decl.kind!r}", decl.span,
+                     f"did you mean '{close[0]}'?" if close
+                     else f"use one of {', '.join(patterns.STANDARD_COLLECTIVES)} or custom")
+    group = decl.group if decl.group is not None else list(topology.live_npus)
+    check_alive(group, "in the group")
+    if decl.kind in patterns.ROOTED_COLLECTIVES:
+        if decl.root is None:
+            raise _error(state, f"{decl.kind} needs a root", decl.span,
+                         f"add  root NPU, e.g.  collective {decl.kind} root 0")
+        check_alive([decl.root], "the root")
+        if decl.root not in group:
+            raise _error(state, f"root {state.npus[decl.root][0]} is not in the group",
+                         decl.span)
+    elif decl.root is not None:
+        raise _error(state, f"{decl.kind} takes no root", decl.span)
+    if len(group) < 2 and decl.kind != "custom":
+        raise _error(state, f"{decl.kind} needs at least 2 NPUs in its group", decl.span)
+    coll = patterns.build(decl.kind, group, size=decl.size or DEFAULT_COLLECTIVE_SIZE,
+                          chunks_per_npu=decl.chunks, root=decl.root,
+                          name=decl.name or decl.kind)
+    return replace(coll, span=decl.span)

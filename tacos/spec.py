@@ -1,0 +1,25 @@
+"""The frontend's result: a topology plus the collectives declared with it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tacos.collective import Collective, combine
+from tacos.topology import Topology
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed TDL file: its topology, declared collectives and parameter values."""
+
+    topology: Topology
+    collectives: tuple[Collective, ...] = ()
+    source: str = "<string>"
+    params: dict[str, object] = field(default_factory=dict, compare=False)
+
+    @property
+    def collective(self) -> Collective | None:
+        """The declared collectives as one (multi-tenant when several), or None."""
+        if not self.collectives:
+            return None
+        return combine(self.collectives)
