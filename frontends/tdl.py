@@ -7,8 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from frontends.tdl_builder import State, evaluate
-from frontends.tdl_parser import read_source
+from tacos.frontends.tdl_builder import State, evaluate
+from tacos.frontends.tdl_parser import read_source
+
 from tacos import patterns
 from tacos.collective import Collective
 from tacos.errors import TdlSemanticError

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from lark import Token, Tree
-
-from frontends import tdl_generators as gen
-from frontends.tdl_names import Group, Namespace, flat_indices, index_label
-from frontends.tdl_parser import parse_tree, read_source
-from frontends.tdl_values import (
+from tacos.frontends import tdl_generators as gen
+from tacos.frontends.tdl_names import Group, Namespace, flat_indices, index_label
+from tacos.frontends.tdl_parser import parse_tree, read_source
+from tacos.frontends.tdl_values import (
     LinkProps,
     Quantity,
     ValueError_,
@@ -24,6 +23,7 @@ from frontends.tdl_values import (
     link_props,
     quantity,
 )
+
 from tacos.errors import Span, TacosError, TdlSemanticError
 from tacos.topology import UNWIND_POLICIES
 
@@ -600,7 +600,7 @@ STATEMENT_HINT: dict[str, str] = {}
 
 
 def _init_hints() -> None:
-    from frontends.tdl_parser import STATEMENT_FORMS
+    from tacos.frontends.tdl_parser import STATEMENT_FORMS
 
     STATEMENT_HINT.update(STATEMENT_FORMS)
 

@@ -172,16 +172,26 @@ def _syntax_error(exc: UnexpectedInput, text: str, source: str) -> TdlSyntaxErro
         elif ch in "<-" :
             hint = "links use '->' (one-way) or '<->' (two-way)"
         return TdlSyntaxError(msg, span=Span(source, line, col), source_line=src_line, hint=hint)
-    assert isinstance(exc, UnexpectedToken)
-    tok = exc.token
+    tok = exc.token  # UnexpectedToken
     expected = set(exc.expected)
+    parser = getattr(exc, "interactive_parser", None)
+    if parser is not None:
+        try:
+            expected = set(parser.accepts()) or expected
+        except Exception:  # noqa: BLE001 - fall back to the coarser LALR set
+            pass
+    if str(tok) == "=" and text[tok.end_pos: tok.end_pos + 1] == ">":
+        return TdlSyntaxError("'=>' is not an arrow", span=Span(source, line, col, line, col + 2),
+                              source_line=src_line,
+                              hint="write '->' for a one-way link, '<->' for two-way")
     if tok.type == "_NL":
         msg = f"line ends too early; expected {_expected(expected)}"
         col = len(src_line.rstrip()) + 1
         return TdlSyntaxError(msg, span=Span(source, line, col), source_line=src_line, hint=hint)
     end_col = col + len(str(tok))
     msg = f"unexpected {_describe(tok)}; expected {_expected(expected)}"
-    if tok.type == "NAME" and "UNIT" in expected:
+    glued = tok.start_pos is not None and tok.start_pos > 0 and text[tok.start_pos - 1].isdigit()
+    if tok.type == "NAME" and ("UNIT" in expected or glued):
         msg = f"unknown unit {str(tok)!r}"
         hint = UNIT_HINT
     elif tok.type == "NUMBER" and expected <= {"_NL", "SEMICOLON", "$END", "RBRACE"}:
