@@ -1,0 +1,304 @@
+"""One trial of TACOS-Greedy: event-driven link-chunk matching over chunk bitsets.
+
+State per NPU ``v`` (Python-int bitsets over local chunk ids): ``held[v]`` (arrived),
+``claimed[v]`` (held or in flight towards ``v``), ``need[v]`` (postcondition).  Time advances to
+the next transfer completion (exact integer ticks).  At each event only the links it touched are
+looked at: links that just freed, and free out-links of NPUs that just received chunks.  For each
+destination ``d`` with such free in-links, the wanted chunks ``need[d] & ~claimed[d]`` (plus
+chunks ``d`` may relay towards far targets) are matched to the links whose source holds them:
+
+* ``cap == 1`` (TACOS): most constrained link first, a random chunk each;
+* ``cap > 1``: :func:`tacos.solvers.merge.split_batches` balances batches over the links.
+
+Heterogeneous links: a chunk goes where it arrives first; a free link whose source holds a chunk
+already in flight to ``d`` on a slower transfer may send it again (speculation), and when the
+slow transfer lands its now-duplicate chunk is *replaced* by another chunk ``d`` still wants that
+the source held **when the transfer started** (causality), or dropped (the transfer shrinks).
+Every NPU receives every chunk at most once, which the reduction-by-inversion relies on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from tacos.solvers.greedy_instance import Instance, iter_bits
+from tacos.solvers.merge import split_batches
+
+
+@dataclass
+class TrialResult:
+    """A finished trial: makespan in ticks and the transfers as parallel lists."""
+
+    makespan: int
+    trial: int
+    cap: int
+    start: list[int]
+    end: list[int]
+    link: list[int]
+    bits: list[int]
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+class Stuck(Exception):
+    """No transfer can make progress (some postcondition is unreachable)."""
+
+
+def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool = True
+              ) -> TrialResult:
+    """Run one randomized trial; deterministic in ``(seed, trial, cap)``."""
+    rng = random.Random(f"tacos-greedy:{seed}:{trial}")
+    randrange = rng.randrange
+    nb = max(1, inst.n_chunks)
+
+    def pick(x: int) -> int:
+        r = randrange(nb)
+        y = x >> r
+        if y:
+            return (y & -y) << r
+        return x & -x
+
+    def take(x: int, q: int) -> int:
+        pc = x.bit_count()
+        if pc <= q:
+            return x
+        if q * 2 <= pc:
+            out = 0
+            for _ in range(q):
+                b = pick(x)
+                out |= b
+                x ^= b
+            return out
+        for _ in range(pc - q):
+            x ^= pick(x)
+        return x
+
+    src, dst, out_links, in_links = inst.src, inst.dst, inst.out_links, inst.in_links
+    need = inst.need
+    held = list(inst.pre)
+    claimed = list(inst.pre)
+    dupped = [0] * inst.n_nodes
+    lane_free = list(inst.mult)
+    active: list[list[int]] = [[] for _ in src]
+    uniform = inst.uniform_size
+    duration = inst.duration
+    relay_mask = inst.relay_mask
+    relay_targets, dist_to = inst.relay_targets, inst.dist_to
+    best = {c: dict(b) for c, b in inst.relay_best0.items()}
+    T_start: list[int] = []
+    T_end: list[int] = []
+    T_link: list[int] = []
+    T_bits: list[int] = []
+    T_snap: list[int] = []
+    pending: dict[int, list[int]] = {}
+    heap: list[int] = []
+    remaining = inst.total_need
+    stats = {"replaced": 0, "dropped": 0, "speculative": 0}
+
+    def nbytes(bits: int) -> int:
+        if uniform is not None:
+            return uniform * bits.bit_count()
+        return sum(inst.sizes[c] for c in iter_bits(bits))
+
+    def launch(t: int, lk: int, d: int, bits: int) -> None:
+        e = t + duration(lk, nbytes(bits))
+        tr = len(T_start)
+        T_start.append(t)
+        T_end.append(e)
+        T_link.append(lk)
+        T_bits.append(bits)
+        T_snap.append(held[src[lk]])
+        lane_free[lk] -= 1
+        claimed[d] |= bits
+        active[lk].append(tr)
+        lst = pending.get(e)
+        if lst is None:
+            pending[e] = [tr]
+            heapq.heappush(heap, e)
+        else:
+            lst.append(tr)
+        if relay_mask and bits & relay_mask:
+            for c in iter_bits(bits & relay_mask):
+                bc = best[c]
+                for p in relay_targets[c]:
+                    dd = dist_to[p][d]
+                    if dd < bc[p]:
+                        bc[p] = dd
+
+    def relay_wanted(d: int, offered: int) -> int:
+        cand = offered & relay_mask & ~claimed[d] & ~need[d]
+        useful = 0
+        for c in iter_bits(cand):
+            bc = best[c]
+            for p in relay_targets[c]:
+                if not (claimed[p] >> c) & 1 and dist_to[p][d] < bc[p]:
+                    useful |= 1 << c
+                    break
+        return useful
+
+    def speculate_on(t: int, lk: int, d: int) -> bool:
+        """Resend a chunk in flight to ``d`` on ``lk`` if it lands strictly earlier."""
+        have = held[src[lk]] & ~held[d] & ~dupped[d]
+        best_gain, best_bit = 0, 0
+        for l2 in in_links[d]:
+            for tr in active[l2]:
+                cand = T_bits[tr] & have
+                if not cand:
+                    continue
+                bit = pick(cand)
+                gain = T_end[tr] - (t + duration(lk, nbytes(bit)))
+                if gain > best_gain:
+                    best_gain, best_bit = gain, bit
+        if not best_bit:
+            return False
+        dupped[d] |= best_bit
+        stats["speculative"] += 1
+        launch(t, lk, d, best_bit)
+        return True
+
+    def land(tr: int) -> int:
+        """Bits that really arrive with transfer ``tr`` after duplicate replacement."""
+        lk = T_link[tr]
+        d = dst[lk]
+        bits = T_bits[tr]
+        dup = bits & held[d]
+        if not dup:
+            return bits
+        dropped = False
+        for c in iter_bits(dup):
+            bit = 1 << c
+            bits ^= bit
+            cand = T_snap[tr] & need[d] & ~claimed[d]
+            if uniform is None and cand:
+                cand = sum(1 << x for x in iter_bits(cand) if inst.sizes[x] == inst.sizes[c])
+            if cand:
+                new = pick(cand)
+                bits |= new
+                claimed[d] |= new
+                stats["replaced"] += 1
+            else:
+                dropped = True
+                stats["dropped"] += 1
+        T_bits[tr] = bits
+        if dropped:
+            T_end[tr] = T_start[tr] + duration(lk, nbytes(bits)) if bits else T_start[tr]
+        return bits
+
+    t = 0
+    dirty: dict[int, set[int]] = {d: set(in_links[d]) for d in range(inst.n_nodes)
+                                  if in_links[d] and (need[d] or relay_mask)}
+    while remaining > 0:
+        # ---- link-chunk matching for every destination touched by the last event
+        for d, lset in dirty.items():
+            want = need[d] & ~claimed[d]
+            if relay_mask:
+                offered = 0
+                for lk in lset:
+                    if lane_free[lk]:
+                        offered |= held[src[lk]]
+                want |= relay_wanted(d, offered)
+            slots: list[tuple[int, int]] = []
+            idle: list[int] = []
+            for lk in sorted(lset):
+                f = lane_free[lk]
+                if not f:
+                    continue
+                a = held[src[lk]] & want if want else 0
+                if a:
+                    slots.extend([(lk, a)] * f)
+                elif speculate:
+                    idle.extend([lk] * f)
+            if slots:
+                if len(slots) == 1:
+                    lk, a = slots[0]
+                    launch(t, lk, d, pick(a) if cap == 1 else take(a, cap))
+                elif cap == 1:
+                    rng.shuffle(slots)
+                    slots.sort(key=lambda s: s[1].bit_count())
+                    taken = 0
+                    for lk, a in slots:
+                        a &= ~taken
+                        if a:
+                            b = pick(a)
+                            taken |= b
+                            launch(t, lk, d, b)
+                        elif speculate:
+                            idle.append(lk)
+                else:
+                    rng.shuffle(slots)
+                    for (lk, _), b in zip(slots, split_batches(inst, slots, cap, take),
+                                          strict=True):
+                        if b:
+                            launch(t, lk, d, b)
+                        elif speculate:
+                            idle.append(lk)
+            if idle and claimed[d] & ~held[d]:
+                for lk in idle:
+                    if lane_free[lk] and not speculate_on(t, lk, d):
+                        break
+        # ---- advance to the next completion
+        if not heap:
+            raise Stuck(f"no transfer can progress at tick {t}; {remaining} requests left")
+        t = heapq.heappop(heap)
+        dirty = {}
+        for tr in pending.pop(t):
+            lk = T_link[tr]
+            d = dst[lk]
+            lane_free[lk] += 1
+            active[lk].remove(tr)
+            bits = land(tr)
+            s = dirty.get(d)
+            if s is None:
+                dirty[d] = {lk}
+            else:
+                s.add(lk)
+            if not bits:
+                continue
+            held[d] |= bits
+            remaining -= (bits & need[d]).bit_count()
+            for l2 in out_links[d]:
+                if lane_free[l2]:
+                    e = dst[l2]
+                    s = dirty.get(e)
+                    if s is None:
+                        dirty[e] = {l2}
+                    else:
+                        s.add(l2)
+    # transfers still in flight carry nothing anyone needs any more
+    for trs in pending.values():
+        for tr in trs:
+            T_bits[tr] = 0
+    if relay_mask:
+        _prune_relays(inst, T_start, T_end, T_link, T_bits)
+    keep = [i for i, b in enumerate(T_bits) if b]
+    stats["transfers"] = len(keep)
+    return TrialResult(
+        makespan=t, trial=trial, cap=cap,
+        start=[T_start[i] for i in keep], end=[T_end[i] for i in keep],
+        link=[T_link[i] for i in keep], bits=[T_bits[i] for i in keep], stats=stats,
+    )
+
+
+def _prune_relays(inst: Instance, start: list[int], end: list[int], link: list[int],
+                  bits: list[int]) -> None:
+    """Drop relay deliveries that feed no target (latest first), shrinking their transfers."""
+    by_chunk: dict[int, list[int]] = {}
+    for i, b in enumerate(bits):
+        rb = b & inst.relay_mask
+        if rb:
+            for c in iter_bits(rb):
+                by_chunk.setdefault(c, []).append(i)
+    touched: set[int] = set()
+    for c, trs in by_chunk.items():
+        useful = set(inst.relay_targets[c])
+        for i in sorted(trs, key=lambda i: (start[i], i), reverse=True):
+            if inst.dst[link[i]] in useful:
+                useful.add(inst.src[link[i]])
+            else:
+                bits[i] &= ~(1 << c)
+                touched.add(i)
+    for i in touched:
+        if bits[i]:
+            size = sum(inst.sizes[c] for c in iter_bits(bits[i]))
+            end[i] = start[i] + inst.duration(link[i], size)

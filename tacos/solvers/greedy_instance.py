@@ -1,0 +1,159 @@
+"""The greedy solver's prepared problem: flat arrays and chunk bitsets, built once per solve.
+
+An :class:`Instance` is what every trial of :mod:`tacos.solvers.greedy_core` reads.  It is a
+plain picklable object (so worker processes get it once) with:
+
+* per link: source, destination, α, bandwidth, multiplicity, and a cache of transfer durations in
+  integer *ticks* (:data:`TICK` seconds; durations are rounded up, so no transfer is ever shorter
+  than its α-β time);
+* per NPU: the chunks it holds at the start (``pre``) and must receive (``need``), as Python-int
+  bitsets (bit ``i`` = local chunk ``i``);
+* relay data for chunks that may have to pass through NPUs outside their pre/post sets
+  (alltoall, scatter, broadcast over a sub-group...): for each such chunk its targets and, for
+  each target, hop distances towards it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from tacos.collective import Collective
+from tacos.topology import Topology
+
+TICK = 1e-15
+"""Internal time unit (seconds).  Event times are exact integers, so ties are exact."""
+
+
+@dataclass
+class Instance:
+    """Flat, picklable view of a non-combining collective on a switch-free topology."""
+
+    n_nodes: int
+    src: list[int]
+    dst: list[int]
+    alpha: list[float]
+    bw: list[float]
+    mult: list[int]
+    in_links: list[list[int]]
+    out_links: list[list[int]]
+    sizes: list[int]
+    pre: list[int]
+    need: list[int]
+    total_need: int
+    relay_mask: int = 0
+    relay_targets: dict[int, list[int]] = field(default_factory=dict)
+    dist_to: dict[int, list[int]] = field(default_factory=dict)
+    relay_best0: dict[int, dict[int, int]] = field(default_factory=dict)
+    uniform_size: int | None = None
+    _dur: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_chunks(self) -> int:
+        """Number of (local) chunks."""
+        return len(self.sizes)
+
+    def duration(self, link: int, nbytes: int) -> int:
+        """Ticks a transfer of ``nbytes`` takes on ``link`` (α paid once), rounded up."""
+        key = (link, nbytes)
+        d = self._dur.get(key)
+        if d is None:
+            secs = self.alpha[link] + nbytes / self.bw[link]
+            d = max(1, math.ceil(secs / TICK - 1e-6))
+            self._dur[key] = d
+        return d
+
+    def bits_bytes(self, bits: int) -> int:
+        """Total size of the chunks in a bitset."""
+        if self.uniform_size is not None:
+            return self.uniform_size * bits.bit_count()
+        return sum(self.sizes[c] for c in iter_bits(bits))
+
+    @property
+    def heterogeneous(self) -> bool:
+        """True when links differ in α, bandwidth, or chunks differ in size."""
+        return (len(set(zip(self.alpha, self.bw, strict=True))) > 1
+                or self.uniform_size is None)
+
+
+def iter_bits(x: int):
+    """Yield the positions of the set bits of ``x`` in increasing order."""
+    while x:
+        low = x & -x
+        yield low.bit_length() - 1
+        x ^= low
+
+
+def bits_to_tuple(x: int) -> tuple[int, ...]:
+    """Positions of the set bits of ``x`` as a sorted tuple."""
+    if x.bit_count() > 64:
+        s = bin(x)[:1:-1]
+        return tuple(i for i, ch in enumerate(s) if ch == "1")
+    return tuple(iter_bits(x))
+
+
+def _bfs_to(target: int, in_links: list[list[int]], src: list[int], n: int) -> list[int]:
+    """Hop distance from every node to ``target`` (n+1 meaning unreachable)."""
+    inf = n + 1
+    dist = [inf] * n
+    dist[target] = 0
+    q = deque([target])
+    while q:
+        v = q.popleft()
+        dv = dist[v] + 1
+        for li in in_links[v]:
+            u = src[li]
+            if dist[u] > dv:
+                dist[u] = dv
+                q.append(u)
+    return dist
+
+
+def build_instance(topology: Topology, collective: Collective) -> Instance:
+    """Flatten ``topology`` (switch-free) and ``collective`` (non-combining) into an Instance.
+
+    Local chunk ``i`` is ``collective.chunks[i]``.
+    """
+    n = topology.n_nodes
+    links = topology.links
+    src = [lk.src for lk in links]
+    dst = [lk.dst for lk in links]
+    in_links = [list(x) for x in topology.in_links]
+    out_links = [list(x) for x in topology.out_links]
+    sizes = [c.size for c in collective.chunks]
+    pre = [0] * n
+    need = [0] * n
+    live = set(topology.live_npus)
+    relay_mask = 0
+    relay_targets: dict[int, list[int]] = {}
+    total = 0
+    for i, c in enumerate(collective.chunks):
+        bit = 1 << i
+        for v in c.pre:
+            pre[v] |= bit
+        targets = sorted(c.post - c.pre)
+        for v in targets:
+            need[v] |= bit
+        total += len(targets)
+        if targets and live - (c.pre | c.post):
+            relay_mask |= bit
+            relay_targets[i] = targets
+    dist_to: dict[int, list[int]] = {}
+    for targets in relay_targets.values():
+        for p in targets:
+            if p not in dist_to:
+                dist_to[p] = _bfs_to(p, in_links, src, n)
+    relay_best0 = {
+        i: {p: min(dist_to[p][v] for v in collective.chunks[i].pre) for p in targets}
+        for i, targets in relay_targets.items()
+    }
+    uniform = sizes[0] if sizes and all(s == sizes[0] for s in sizes) else None
+    return Instance(
+        n_nodes=n, src=src, dst=dst,
+        alpha=[lk.alpha for lk in links], bw=[lk.bandwidth for lk in links],
+        mult=[lk.multiplicity for lk in links], in_links=in_links, out_links=out_links,
+        sizes=sizes, pre=pre, need=need, total_need=total, relay_mask=relay_mask,
+        relay_targets=relay_targets, dist_to=dist_to, relay_best0=relay_best0,
+        uniform_size=uniform,
+    )
