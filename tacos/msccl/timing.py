@@ -1,0 +1,146 @@
+"""α-β time of an MSCCL program on a topology.
+
+Model (an estimate for comparing plans, not a cycle-accurate GPU model):
+
+* Rank ``r`` runs on NPU ``r`` of the topology (which must have exactly ``ngpus`` NPUs;
+  switches are allowed).
+* One MSCCL chunk is ``nbytes / nchunksperloop`` bytes, where ``nbytes`` is the total message
+  size of §1.1 (``count × typesize × sizeMultiplier``); by default the top of the file's size
+  window (``maxBytes``, or ``max(minBytes, 1 MiB)`` when unlimited).
+* Each connection ``A -> B`` is routed once over the path minimising ``Σ (α + chunk/β)``
+  (Dijkstra over the links, through switches if any).  A transfer of ``cnt`` chunks is
+  cut-through: ``Σ α + cnt·chunk / min β`` along the path, holding one of the ``multiplicity``
+  parallel lanes of every link on the path for that time; lanes are granted in order of request.
+* A transmission starts when all its happens-before predecessors have finished (program order,
+  dependency waits, and for receives the arrival of the matching send); fused ops forward after
+  the whole receive (no slice pipelining).  Local ops (``cpy``, ``re``) take no time; FIFO
+  capacity is ignored.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from tacos.errors import TacosError
+from tacos.msccl.program import Program
+from tacos.msccl.verify_deps import HappensBefore, build_hb
+from tacos.msccl.verify_model import Model, build_model
+from tacos.topology import Topology
+
+DEFAULT_NBYTES = 1 << 20
+
+
+@dataclass
+class TimingResult:
+    """Makespan in seconds and how it was obtained."""
+
+    time: float
+    nbytes: int
+    chunk_bytes: float
+    rank_finish: list[float] = field(default_factory=list)
+    routes: dict[str, list[int]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready details."""
+        return {
+            "model": "alpha-beta, cut-through routes, lanes per link, no slice pipelining",
+            "time": self.time,
+            "nbytes": self.nbytes,
+            "chunk_bytes": self.chunk_bytes,
+            "rank_finish": self.rank_finish,
+            "routes": self.routes,
+        }
+
+
+def default_nbytes(program: Program) -> int:
+    """The message size timed by default: the top of the size window."""
+    if program.maxBytes:
+        return program.maxBytes
+    return max(program.minBytes or 0, DEFAULT_NBYTES)
+
+
+def _graph(topology: Topology, chunk: float) -> nx.DiGraph:
+    """Best parallel link per node pair, weighted by the α-β time of one chunk."""
+    g = nx.DiGraph()
+    for i, link in enumerate(topology.links):
+        w = link.alpha + chunk / link.bandwidth
+        if not g.has_edge(link.src, link.dst) or g.edges[link.src, link.dst]["w"] > w:
+            g.add_edge(link.src, link.dst, w=w, link=i)
+    return g
+
+
+def _route(g: nx.DiGraph, src: int, dst: int) -> list[int]:
+    try:
+        path = nx.dijkstra_path(g, src, dst, weight="w")
+    except (nx.NetworkXNoPath, nx.NodeNotFound):
+        raise TacosError(f"the topology has no path from NPU {src} to NPU {dst}, but the "
+                         f"program sends from rank {src} to rank {dst}",
+                         hint="check the topology matches the ranks of the XML") from None
+    return [g.edges[u, v]["link"] for u, v in zip(path, path[1:], strict=False)]
+
+
+def alpha_beta_time(program: Program, topology: Topology, *, nbytes: int | None = None,
+                    model: Model | None = None, hb: HappensBefore | None = None
+                    ) -> TimingResult:
+    """Estimate the run time of ``program`` on ``topology`` (see the module docstring).
+
+    Raises ``TacosError`` when the topology does not have ``ngpus`` NPUs, a connection has no
+    route, or the program deadlocks (happens-before cycle).
+    """
+    if topology.n_npus != program.ngpus:
+        raise TacosError(f"the topology has {topology.n_npus} NPUs but the program is for "
+                         f"ngpus={program.ngpus}", hint="time the XML on a matching topology")
+    model = model or build_model(program)
+    hb = hb or build_hb(model)
+    if not hb.acyclic:
+        raise TacosError("cannot time a program whose happens-before graph has a cycle")
+    nbytes = default_nbytes(program) if nbytes is None else nbytes
+    chunk = nbytes / program.nchunksperloop
+    routes: dict[tuple[int, int], list[int]] = {}
+    graph = _graph(topology, chunk)
+    for a, b, _c in model.sender:
+        if (a, b) not in routes:
+            routes[(a, b)] = _route(graph, a, b)
+    lanes = [[0.0] * max(1, link.multiplicity) for link in topology.links]
+    n = len(model.txs)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [len(p) for p in hb.preds]
+    for v, ps in enumerate(hb.preds):
+        for u in ps:
+            succs[u].append(v)
+    ready = [0.0] * n
+    finish = [0.0] * n
+    heap = [(0.0, v) for v in range(n) if indeg[v] == 0]
+    heapq.heapify(heap)
+    while heap:
+        t, v = heapq.heappop(heap)
+        tx = model.txs[v]
+        end = t
+        if tx.step.sends:
+            tb = model.tbs[tx.key]
+            path = routes[(tx.rank, tb.send)]
+            if path:
+                links = [topology.links[i] for i in path]
+                dur = sum(lk.alpha for lk in links) + \
+                    tx.step.cnt * chunk / min(lk.bandwidth for lk in links)
+                picks = [min(range(len(lanes[i])), key=lanes[i].__getitem__) for i in path]
+                start = max([t] + [lanes[i][k] for i, k in zip(path, picks, strict=True)])
+                end = start + dur
+                for i, k in zip(path, picks, strict=True):
+                    lanes[i][k] = end
+        finish[v] = end
+        for w in succs[v]:
+            ready[w] = max(ready[w], end)
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (ready[w], w))
+    rank_finish = [0.0] * program.ngpus
+    for tx in model.txs:
+        if 0 <= tx.rank < program.ngpus:
+            rank_finish[tx.rank] = max(rank_finish[tx.rank], finish[tx.gid])
+    return TimingResult(max(finish, default=0.0), nbytes, chunk, rank_finish,
+                        {f"{a}->{b}": p for (a, b), p in sorted(routes.items())})

@@ -1,0 +1,196 @@
+"""MSCCL XML verifier: every rule of ``docs/msccl-xml.md`` §2, as one report.
+
+Passes, in order (a pass is skipped, and says why in ``report.checks``, when an earlier one
+found the program too broken for it to mean anything):
+
+1. ``parse`` - the runtime's lexical rules and required attributes
+   (:mod:`tacos.frontends.msccl_xml`);
+2. ``structure`` - values, numbering, peers, channels, ownership, bounds
+   (:mod:`~tacos.msccl.verify_structure`);
+3. ``connections`` - symmetry and k-th send/k-th receive pairing
+   (:mod:`~tacos.msccl.verify_connections`);
+4. ``dependencies`` - depid/deps/hasdep, nops, ``re`` fusion (:mod:`~tacos.msccl.verify_deps`);
+5. ``happens-before`` - acyclicity;
+6. ``races`` - unordered conflicting accesses within a GPU, in-place aliasing applied
+   (:mod:`~tacos.msccl.verify_races`);
+7. ``fifo`` - capacity-1 execution, deadlocks (:mod:`~tacos.msccl.verify_fifo`);
+8. ``symbolic`` - final buffers against the collective's postcondition, once per in-place mode
+   the file declares (:mod:`~tacos.msccl.verify_symbolic`);
+9. ``timing`` - α-β time when a topology is given (:mod:`~tacos.msccl.timing`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tacos.errors import TacosError
+from tacos.frontends.msccl_xml import ParseOutcome, load_xml_collect, parse_xml_collect
+from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
+from tacos.msccl.timing import alpha_beta_time
+from tacos.msccl.verify_connections import check_connections
+from tacos.msccl.verify_deps import build_hb, check_cycles, check_dependencies
+from tacos.msccl.verify_fifo import check_deadlock, run_fifo
+from tacos.msccl.verify_model import build_model
+from tacos.msccl.verify_races import check_races
+from tacos.msccl.verify_report import MscclReport, Violation
+from tacos.msccl.verify_structure import check_structure
+from tacos.msccl.verify_symbolic import check_symbolic
+from tacos.topology import Topology
+
+__all__ = ["MscclReport", "Violation", "summarize", "verify_program", "verify_xml",
+           "verify_xml_file"]
+
+
+def summarize(program: Program) -> dict:
+    """Facts about a program for the report header."""
+    per_gpu = [len(g.tbs) for g in program.gpus]
+    uniform = len(set(per_gpu)) <= 1
+    return {
+        "name": program.name,
+        "coll": program.coll,
+        "ngpus": program.ngpus,
+        "nchannels": program.nchannels,
+        "channels_used": len({tb.chan for g in program.gpus for tb in g.tbs}),
+        "nchunksperloop": program.nchunksperloop,
+        "tbs_per_gpu": per_gpu[0] if uniform and per_gpu else per_gpu,
+        "tbs_min": min(per_gpu, default=0),
+        "tbs_max": max(per_gpu, default=0),
+        "tbs_total": program.num_tbs,
+        "steps_total": program.num_steps,
+        "max_steps_per_tb": max((len(tb.steps) for g in program.gpus for tb in g.tbs),
+                                default=0),
+        "proto": program.proto,
+        "inplace": program.inplace,
+        "outofplace": program.outofplace,
+        "minBytes": program.minBytes,
+        "maxBytes": program.maxBytes,
+    }
+
+
+def _modes(p: Program) -> list[bool]:
+    """In-place aliasing modes the program must be correct under (True = aliased)."""
+    modes = []
+    if p.inplace == 1:
+        modes.append(True)
+    if p.outofplace == 1 or p.inplace != 1:
+        modes.append(False)
+    return modes
+
+
+def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
+             topology: Topology | None, max_steps: int, sms: int, capacity: int,
+             nbytes: int | None) -> tuple[float | None, dict]:
+    def record(name: str, found: list[Violation]) -> None:
+        out.extend(found)
+        checks[name] = "failed" if any(v.severity == "error" for v in found) else "passed"
+
+    found, integrity = check_structure(program, max_steps=max_steps, sms=sms)
+    record("structure", found)
+    later = ("connections", "dependencies", "happens-before", "races", "fifo", "symbolic")
+    if not integrity:
+        for name in later:
+            checks[name] = "skipped: fix the structural errors first"
+        return None, {}
+    model = build_model(program)
+    record("connections", check_connections(model))
+    found, refs_ok = check_dependencies(model)
+    record("dependencies", found)
+    hb = build_hb(model)
+    record("happens-before", check_cycles(model, hb))
+    modes = _modes(program)
+    if refs_ok:
+        record("races", check_races(model, hb, aliased=bool(modes) and modes[0]))
+    else:
+        checks["races"] = "skipped: dependencies point to missing steps"
+    run = run_fifo(model, capacity=capacity)
+    record("fifo", check_deadlock(model, run))
+    for aliased in modes:
+        name = "symbolic" + ("" if len(modes) == 1 else
+                             (" (in-place)" if aliased else " (out-of-place)"))
+        found, status, info = check_symbolic(model, run, aliased=aliased)
+        out.extend(found)
+        checks[name] = status
+        if info:
+            checks[name] += f" (root {info['root']})" if status == "passed" else ""
+    if topology is None:
+        return None, {}
+    if not hb.acyclic:
+        checks["timing"] = "skipped: the program deadlocks"
+        return None, {}
+    try:
+        res = alpha_beta_time(program, topology, nbytes=nbytes, model=model, hb=hb)
+    except TacosError as exc:
+        out.append(Violation("topology", exc.message, hint=exc.hint))
+        checks["timing"] = "failed"
+        return None, {}
+    checks["timing"] = "passed"
+    return res.time, res.as_dict()
+
+
+def _report(source: str, program: Program | None, parse: ParseOutcome | None, *,
+            topology: Topology | None, max_steps: int, sms: int, capacity: int,
+            nbytes: int | None) -> MscclReport:
+    found: list[Violation] = list(parse.problems) if parse else []
+    checks: dict[str, str] = {}
+    if parse is not None:
+        checks["parse"] = "failed" if parse.errors else "passed"
+    time, timing = None, {}
+    if program is not None and (parse is None or not parse.damaged):
+        time, timing = _analyse(program, found, checks, topology=topology,
+                                max_steps=max_steps, sms=sms, capacity=capacity, nbytes=nbytes)
+    else:
+        checks["structure"] = "skipped: the file has missing or unreadable values"
+    errors = tuple(v for v in found if v.severity == "error")
+    warnings = tuple(v for v in found if v.severity != "error")
+    return MscclReport(source, errors, warnings, summarize(program) if program else {},
+                       checks, time, timing)
+
+
+def verify_program(program: Program, *, topology: Topology | None = None,
+                   max_steps: int = DEFAULT_MAX_STEPS, sms: int = DEFAULT_SMS,
+                   capacity: int = 1, nbytes: int | None = None,
+                   source: str = "<program>") -> MscclReport:
+    """Verify an in-memory program (e.g. before emitting it).
+
+    ``max_steps`` is the runtime's MSCCL_MAX_NUM_STEPS (steps per tb, nops included);
+    ``sms`` the SM count for the co-residency warning; ``capacity`` the messages per connection
+    in the FIFO execution; ``topology`` (NPU r = rank r) and ``nbytes`` enable the α-β time.
+    The runtime-required ``outofplace``/``minBytes``/``maxBytes`` must be set (None is an
+    error here, since only files from older tools lack them).
+    """
+    report = _report(source, program, None, topology=topology, max_steps=max_steps, sms=sms,
+                     capacity=capacity, nbytes=nbytes)
+    missing = [k for k in ("outofplace", "minBytes", "maxBytes") if getattr(program, k) is None]
+    if missing:
+        v = Violation("missing-attribute", f"<algo> lacks {', '.join(missing)}, which the "
+                      "runtime requires", line=program.line or None)
+        report = MscclReport(report.source, (v,) + report.violations, report.warnings,
+                             report.summary, report.checks, report.time, report.timing)
+    return report
+
+
+def verify_xml(text: str, *, source: str = "<string>", topology: Topology | None = None,
+               strict: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
+               sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None
+               ) -> MscclReport:
+    """Verify MSCCL XML text; parse problems become violations (nothing is raised).
+
+    ``strict`` makes a missing ``outofplace``/``minBytes``/``maxBytes`` (older msccl-tools and
+    TACCL output, which the runtime refuses to load) an error instead of a warning.
+    """
+    parse = parse_xml_collect(text, source=source, strict=strict)
+    return _report(source, parse.program, parse, topology=topology, max_steps=max_steps,
+                   sms=sms, capacity=capacity, nbytes=nbytes)
+
+
+def verify_xml_file(path: str | Path, *, topology: Topology | None = None,
+                    strict: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
+                    sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None
+                    ) -> MscclReport:
+    """Verify an MSCCL XML file (see :func:`verify_xml`).
+
+    Raises ``InputFileError`` only when the file cannot be read as text.
+    """
+    parse = load_xml_collect(path, strict=strict)
+    return _report(str(path), parse.program, parse, topology=topology, max_steps=max_steps,
+                   sms=sms, capacity=capacity, nbytes=nbytes)

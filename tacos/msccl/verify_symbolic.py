@@ -1,0 +1,212 @@
+"""Symbolic data flow (``docs/msccl-xml.md`` §2.1 rule 17, §2.2 step 6).
+
+Every input chunk starts with a label ``(rank, chunk)``; a chunk's value is a multiset of labels
+(label -> multiplicity).  Copies and messages carry values, reductions add multisets.  Replaying
+the bounded-FIFO execution order, the check flags reads of chunks that hold no data yet and, at
+the end, compares every output chunk with the collective's postcondition: each contribution
+exactly once (double counting is reported as such).
+
+Postconditions (N ranks, C = nchunksperloop, m = C/N): allgather ``o[j] = {(j//m, j%m)}``;
+allreduce ``o[k] = {(q, k) for all q}``; reducescatter ``o[k]`` of rank r ``= {(q, r*m+k)}``;
+alltoall ``o[j]`` of rank r ``= {(j//m, r*m + j%m)}``; broadcast ``o[k] = {(root, k)}`` on every
+rank; reduce ``o[k] = {(q, k)}`` on the root.  The root of broadcast/reduce is not in the XML and
+is inferred from the result.  Other collectives are reported as not checked.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+from tacos.msccl.program import inplace_alias, needs_multiple_of_ngpus
+from tacos.msccl.verify_fifo import FifoRun
+from tacos.msccl.verify_model import Model, Tx
+from tacos.msccl.verify_report import Violation
+
+Label = tuple[int, int]
+Value = dict[Label, int] | None
+CHECKED = ("allgather", "allreduce", "reducescatter", "alltoall", "broadcast", "reduce")
+
+
+def _merge(a: Value, b: Value) -> Value:
+    if a is None or b is None:
+        return None
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+class _Replay:
+    def __init__(self, model: Model, aliased: bool, limit: int) -> None:
+        self.model = model
+        p = model.program
+        self.p = p
+        self.aliased = aliased
+        self.limit = limit
+        self.mem: dict[tuple[int, str, int], Value] = {}
+        self.writer: dict[tuple[int, str, int], Tx] = {}
+        self.fifo: dict[tuple[int, int, int], deque[list[Value]]] = defaultdict(deque)
+        self.carry: dict[int, list[Value]] = {}
+        self.out: list[Violation] = []
+        self.bad_reads = 0
+
+    def loc(self, rank: int, buf: str, idx: int) -> tuple[int, str, int]:
+        if self.aliased:
+            buf, idx = inplace_alias(self.p.coll, self.p.ngpus, self.p.nchunksperloop, rank,
+                                     buf, idx)
+        return (rank, buf, idx)
+
+    def read(self, tx: Tx, buf: str, off: int, cnt: int) -> list[Value]:
+        vals = [self.mem.get(self.loc(tx.rank, buf, off + j)) for j in range(cnt)]
+        missing = [off + j for j, v in enumerate(vals) if v is None]
+        if missing:
+            self.bad_reads += 1
+            if self.bad_reads <= self.limit:
+                self.out.append(Violation(
+                    "uninitialized-read", f"{tx.type} reads {buf}[{missing[0]}], which holds "
+                    "no data at that point of the execution", hint="make it wait for the step "
+                    "that fills the chunk", **tx.where()))
+        return vals
+
+    def write(self, tx: Tx, buf: str, off: int, vals: list[Value]) -> None:
+        for j, v in enumerate(vals):
+            key = self.loc(tx.rank, buf, off + j)
+            self.mem[key] = v
+            self.writer[key] = tx
+
+    def run(self, fifo_run: FifoRun) -> None:
+        m = self.model
+        for gid, what in fifo_run.order:
+            tx = m.txs[gid]
+            st = tx.step
+            if what == "send" and gid in self.carry:
+                self.fifo[m.send_conn(tx)].append(self.carry.pop(gid))
+            elif what == "send":
+                self.fifo[m.send_conn(tx)].append(self.read(tx, st.srcbuf, st.srcoff, st.cnt))
+            elif what == "recv":
+                got = list(self.fifo[m.recv_conn(tx)].popleft())
+                got = (got + [None] * st.cnt)[:st.cnt]
+                if st.type in ("rrs", "rrc", "rrcs"):
+                    local = self.read(tx, st.srcbuf, st.srcoff, st.cnt)
+                    got = [_merge(a, b) for a, b in zip(got, local, strict=True)]
+                if st.type in ("r", "rcs", "rrc", "rrcs"):
+                    self.write(tx, st.dstbuf, st.dstoff, got)
+                if st.sends:
+                    self.carry[gid] = got
+            elif st.type == "cpy":
+                self.write(tx, st.dstbuf, st.dstoff, self.read(tx, st.srcbuf, st.srcoff, st.cnt))
+            elif st.type == "re":
+                cnt = tx.steps[-1].cnt  # the runtime keeps the last cnt of a fused chain
+                acc = self.read(tx, st.dstbuf, st.dstoff, cnt)
+                srcs = [self.read(tx, s.srcbuf, s.srcoff, cnt) for s in tx.steps]
+                for vals in srcs:
+                    acc = [_merge(a, b) for a, b in zip(acc, vals, strict=True)]
+                self.write(tx, st.dstbuf, st.dstoff, acc)
+
+    def initial(self) -> None:
+        p = self.p
+        n, c = p.ngpus, p.nchunksperloop
+        count = c // n if p.coll == "allgather" else c
+        for r in range(n):
+            for k in range(count):
+                self.mem[self.loc(r, "i", k)] = {(r, k): 1}
+
+
+def _fmt(labels: list[Label]) -> str:
+    shown = ", ".join(f"(rank {r}, chunk {k})" for r, k in labels[:4])
+    return shown + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+
+
+def _expected(p, rank: int, k: int, root: int) -> dict[Label, int] | None:
+    n, c = p.ngpus, p.nchunksperloop
+    m = c // n
+    coll = p.coll
+    if coll == "allgather":
+        return {(k // m, k % m): 1}
+    if coll == "allreduce":
+        return {(q, k): 1 for q in range(n)}
+    if coll == "reducescatter":
+        return {(q, rank * m + k): 1 for q in range(n)}
+    if coll == "alltoall":
+        return {(k // m, rank * m + k % m): 1}
+    if coll == "broadcast":
+        return {(root, k): 1}
+    if coll == "reduce":
+        return {(q, k): 1 for q in range(n)} if rank == root else None
+    return None
+
+
+def _root(rep: _Replay) -> int:
+    p = rep.p
+    if p.coll == "broadcast":
+        v = rep.mem.get(rep.loc(0, "o", 0)) or {}
+        if len(v) == 1:
+            return next(iter(v))[0]
+        return 0
+    best, root = -1, 0
+    for r in range(p.ngpus):
+        v = rep.mem.get(rep.loc(r, "o", 0)) or {}
+        if len(v) > best:
+            best, root = len(v), r
+    return root
+
+
+def check_symbolic(model: Model, run: FifoRun, *, aliased: bool, limit: int = 10
+                   ) -> tuple[list[Violation], str, dict]:
+    """Replay ``run`` symbolically and check the postcondition.
+
+    Returns ``(violations, status, info)``; ``status`` is ``"passed"``, ``"failed"`` or
+    ``"not checked: ..."``; ``info`` holds the inferred ``root`` for broadcast/reduce.
+    """
+    p = model.program
+    if p.coll not in CHECKED:
+        return [], f"not checked: no fixed postcondition for coll={p.coll!r}", {}
+    if p.ngpus < 1 or (needs_multiple_of_ngpus(p.coll) and p.nchunksperloop % p.ngpus):
+        return [], "skipped: chunk geometry is invalid", {}
+    rep = _Replay(model, aliased, limit)
+    rep.initial()
+    rep.run(run)
+    if not run.completed:
+        return rep.out, "failed" if rep.out else "skipped: execution deadlocks", {}
+    root = _root(rep) if p.coll in ("broadcast", "reduce") else 0
+    info = {"root": root} if p.coll in ("broadcast", "reduce") else {}
+    n_out = p.nchunksperloop // p.ngpus if p.coll == "reducescatter" else p.nchunksperloop
+    wrong = 0
+    for r in range(p.ngpus):
+        for k in range(n_out):
+            want = _expected(p, r, k, root)
+            if want is None:
+                continue
+            key = rep.loc(r, "o", k)
+            got = rep.mem.get(key)
+            if got == want:
+                continue
+            wrong += 1
+            if wrong > limit:
+                continue
+            w = rep.writer.get(key)
+            where = w.where() if w else {"rank": r}
+            where["rank"] = r
+            name = f"o[{k}]" + (f" (stored as {key[1]}[{key[2]}])" if key[1:] != ("o", k) else "")
+            if got is None:
+                out = Violation("postcondition", f"output {name} of rank {r} is never written; "
+                                f"it must hold {_fmt(sorted(want))}", **where)
+            elif set(got) == set(want):
+                twice = sorted(lbl for lbl, cnt in got.items() if cnt > 1)
+                out = Violation("double-count", f"output {name} of rank {r} counts "
+                                f"{_fmt(twice)} more than once", **where)
+            else:
+                miss = sorted(set(want) - set(got))
+                extra = sorted(set(got) - set(want))
+                parts = []
+                if miss:
+                    parts.append(f"lacks {_fmt(miss)}")
+                if extra:
+                    parts.append(f"wrongly holds {_fmt(extra)}")
+                out = Violation("postcondition", f"output {name} of rank {r} " +
+                                " and ".join(parts), **where)
+            rep.out.append(out)
+    if wrong > limit:
+        rep.out.append(Violation("postcondition", f"... and {wrong - limit} more wrong output "
+                                 "chunks"))
+    return rep.out, "failed" if rep.out else "passed", info
