@@ -1,0 +1,108 @@
+"""Feasibility: can every postcondition be met over the live links at all?
+
+A copy chunk is feasible when every post NPU is reachable from some pre NPU; a reduction chunk
+when every pre NPU reaches every post NPU (each contribution must get to each output).  Paths
+may pass through switches and through NPUs outside the chunk's sets.  Reachability is computed
+once on the condensation (strongly connected components) of the topology, so a strongly
+connected network costs one SCC pass whatever the collective.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from tacos.collective import Chunk, Collective
+from tacos.errors import InfeasibleError
+from tacos.topology import Topology
+
+
+def describe_npu(topology: Topology, v: int) -> str:
+    """``npu 7`` or ``npu 7 (gpu7)`` when the declared name says more than the id."""
+    if 0 <= v < topology.n_npus:
+        name = topology.npus[v].name
+        if name not in (str(v), f"npu{v}", f"n{v}", f"npu {v}"):
+            return f"npu {v} ({name})"
+    return f"npu {v}"
+
+
+class _Reach:
+    """Reachability between nodes via the SCC condensation."""
+
+    def __init__(self, topology: Topology) -> None:
+        g = nx.DiGraph()
+        g.add_nodes_from(range(topology.n_nodes))
+        g.add_edges_from((lk.src, lk.dst) for lk in topology.links)
+        cond = nx.condensation(g)
+        self.comp = cond.graph["mapping"]
+        self.reach: dict[int, set[int]] = {}
+        for c in reversed(list(nx.topological_sort(cond))):
+            r = {c}
+            for s in cond.successors(c):
+                r |= self.reach[s]
+            self.reach[c] = r
+
+    def __call__(self, u: int, v: int) -> bool:
+        return self.comp[v] in self.reach[self.comp[u]]
+
+
+def _hint(topology: Topology, target: int) -> str:
+    if topology.failed_links or any(n.failed for n in topology.npus):
+        return (f"remove the failure or add a link toward {describe_npu(topology, target)}")
+    return f"add a link toward {describe_npu(topology, target)}, or drop it from the collective"
+
+
+def _check_names(topology: Topology, chunk: Chunk) -> None:
+    for role, nodes in (("precondition", chunk.pre), ("postcondition", chunk.post)):
+        for v in sorted(nodes):
+            if not 0 <= v < topology.n_npus:
+                raise InfeasibleError(
+                    f"chunk {chunk.id} names node {v} in its {role}, which is not an NPU "
+                    f"of the topology (it has {topology.n_npus} NPUs)",
+                    hint="collectives run between NPUs; check the group or the custom chunks",
+                )
+            if topology.npus[v].failed:
+                raise InfeasibleError(
+                    f"chunk {chunk.id} names failed {describe_npu(topology, v)} in its {role}",
+                    hint=f"leave {describe_npu(topology, v)} out of the collective's group, "
+                         "or remove the failure",
+                )
+    if chunk.post and not chunk.pre:
+        raise InfeasibleError(
+            f"chunk {chunk.id} has no precondition: no NPU holds it at the start",
+            hint="give the chunk at least one source NPU",
+        )
+
+
+def check_feasible(topology: Topology, collective: Collective) -> None:
+    """Raise :class:`~tacos.errors.InfeasibleError` if some postcondition cannot be met.
+
+    The message names the NPU, the chunk and why, e.g.
+    ``npu 7 cannot receive chunk 3 (no path from npu 2)``.
+    """
+    reach: _Reach | None = None
+    for chunk in collective.chunks:
+        _check_names(topology, chunk)
+        targets = sorted(chunk.post if chunk.reduce else chunk.post - chunk.pre)
+        if not targets:
+            continue
+        if reach is None:
+            reach = _Reach(topology)
+        sources = sorted(chunk.pre)
+        for p in targets:
+            if chunk.reduce:
+                for s in sources:
+                    if s != p and not reach(s, p):
+                        raise InfeasibleError(
+                            f"{describe_npu(topology, p)} cannot receive chunk {chunk.id}: "
+                            f"the contribution of {describe_npu(topology, s)} cannot reach it "
+                            f"(no path from npu {s})",
+                            hint=_hint(topology, p),
+                        )
+            elif not any(reach(s, p) for s in sources):
+                origin = (f"npu {sources[0]}" if len(sources) == 1
+                          else "any of npus " + ", ".join(map(str, sources)))
+                raise InfeasibleError(
+                    f"{describe_npu(topology, p)} cannot receive chunk {chunk.id} "
+                    f"(no path from {origin})",
+                    hint=_hint(topology, p),
+                )

@@ -1,0 +1,156 @@
+"""Combining collectives by inversion (SCCL's non-combining dual, TACOS §VII-A).
+
+A reduction chunk with a single output NPU ``r`` (reduce-scatter, reduce, custom) is solved as
+its *dual* on the reversed topology: dual pre = {r}, dual post = primal pre.  The dual schedule
+is a set of copies in which every NPU receives the chunk at most once, i.e. a tree rooted at
+``r``; reversing it in time and direction gives a reduction tree: each dual copy u→v over
+``[s, e]`` on (reversed) link ``i`` becomes a reduce v→u over ``[T−e, T−s]`` on link ``i``
+(reversed topologies keep link indices).  Every contribution then reaches ``r`` exactly once.
+
+A reduction chunk with several outputs (all-reduce) is reduced to one *owner* in ``post`` first
+and then copied from the owner to the rest of ``post`` (reduce-scatter then all-gather).  The
+second phase also carries every non-reduction chunk, so mixed collectives work; phase-2
+transfers are shifted to start when phase 1 ends.
+
+:func:`plan_inversion` returns the two sub-collectives and the chunk-id maps;
+:func:`assemble` turns their schedules back into one schedule of the original collective.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from tacos.collective import Chunk, Collective
+from tacos.schedule import Schedule, Transfer
+from tacos.topology import Topology
+
+
+@dataclass(frozen=True)
+class InversionPlan:
+    """The dual (reduction) phase and the forward (copy) phase of a combining collective.
+
+    ``dual_ids[i]`` / ``forward_ids[i]`` is the original chunk id of local chunk ``i``;
+    ``owner`` maps each reduction chunk id to the NPU that collects its full value.
+    Either phase may be None when it has no chunk.
+    """
+
+    dual: Collective | None
+    dual_ids: tuple[int, ...]
+    forward: Collective | None
+    forward_ids: tuple[int, ...]
+    owner: dict[int, int]
+
+
+def _group_order(collective: Collective, chunk: Chunk) -> list[int]:
+    if collective.tenants and chunk.tenant < len(collective.tenants):
+        return list(collective.tenants[chunk.tenant].group)
+    return list(collective.group)
+
+
+def _chunks_per_npu(collective: Collective, chunk: Chunk) -> int:
+    if collective.tenants and chunk.tenant < len(collective.tenants):
+        return max(1, collective.tenants[chunk.tenant].chunks_per_npu)
+    return max(1, collective.chunks_per_npu)
+
+
+def choose_owners(collective: Collective) -> dict[int, int]:
+    """Owner NPU for every reduction chunk.
+
+    A single-output chunk's owner is its output.  For several outputs, owners are balanced:
+    the output NPU with the fewest owned chunks so far, ties broken starting from the group
+    position ``index // chunks_per_npu`` (so all-reduce chunk ``c`` goes to group member
+    ``c // k``, matching reduce-scatter's layout).
+    """
+    owned: dict[int, int] = defaultdict(int)
+    owner: dict[int, int] = {}
+    for c in collective.chunks:
+        if c.reduce and len(c.post) == 1:
+            (r,) = tuple(c.post)
+            owner[c.id] = r
+            owned[r] += 1
+    for c in collective.chunks:
+        if not c.reduce or len(c.post) <= 1:
+            continue
+        order = [v for v in _group_order(collective, c) if v in c.post]
+        order += sorted(c.post - set(order))
+        pref = (c.index // _chunks_per_npu(collective, c)) % len(order)
+        r = min(range(len(order)), key=lambda i: (owned[order[i]], (i - pref) % len(order)))
+        owner[c.id] = order[r]
+        owned[order[r]] += 1
+    return owner
+
+
+def _collective(kind: str, chunks: list[Chunk], name: str) -> Collective | None:
+    if not chunks:
+        return None
+    group: list[int] = []
+    seen: set[int] = set()
+    for c in chunks:
+        for v in sorted(c.pre | c.post):
+            if v not in seen:
+                seen.add(v)
+                group.append(v)
+    return Collective(kind, tuple(chunks), tuple(group), sum(c.size for c in chunks), 1, None,
+                      name)
+
+
+def plan_inversion(collective: Collective) -> InversionPlan:
+    """Split ``collective`` into its dual reduction phase and its forward copy phase."""
+    owner = choose_owners(collective)
+    dual: list[Chunk] = []
+    dual_ids: list[int] = []
+    fwd: list[Chunk] = []
+    fwd_ids: list[int] = []
+    for c in collective.chunks:
+        if c.reduce:
+            r = owner[c.id]
+            if c.pre - {r}:
+                dual.append(Chunk(len(dual), c.size, frozenset({r}), c.pre, False, c.index,
+                                  c.tenant))
+                dual_ids.append(c.id)
+            if c.post - {r}:
+                fwd.append(Chunk(len(fwd), c.size, frozenset({r}), c.post, False, c.index,
+                                 c.tenant))
+                fwd_ids.append(c.id)
+        elif c.post - c.pre:
+            fwd.append(Chunk(len(fwd), c.size, c.pre, c.post, False, c.index, c.tenant))
+            fwd_ids.append(c.id)
+    name = collective.name or collective.kind
+    return InversionPlan(
+        _collective("dual", dual, f"dual of {name}"), tuple(dual_ids),
+        _collective("forward", fwd, f"copy phase of {name}"), tuple(fwd_ids), owner,
+    )
+
+
+def invert_transfers(dual: Schedule, ids: tuple[int, ...]) -> list[Transfer]:
+    """Time- and edge-reverse a dual schedule's copies into reduces of the original chunks."""
+    horizon = dual.makespan
+    return [
+        Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.link,
+                 tuple(sorted(ids[c] for c in t.chunks)), "reduce")
+        for t in dual.transfers
+    ]
+
+
+def shift_transfers(forward: Schedule, ids: tuple[int, ...], offset: float) -> list[Transfer]:
+    """Forward-phase copies mapped to original chunk ids and delayed by ``offset`` seconds."""
+    return [
+        Transfer(t.start + offset, t.end + offset, t.src, t.dst, t.link,
+                 tuple(sorted(ids[c] for c in t.chunks)), "copy")
+        for t in forward.transfers
+    ]
+
+
+def assemble(topology: Topology, collective: Collective, plan: InversionPlan,
+             dual: Schedule | None, forward: Schedule | None) -> Schedule:
+    """One schedule of ``collective``: the inverted dual phase, then the forward phase."""
+    transfers: list[Transfer] = []
+    offset = 0.0
+    if dual is not None:
+        transfers += invert_transfers(dual, plan.dual_ids)
+        offset = dual.makespan
+    if forward is not None:
+        transfers += shift_transfers(forward, plan.forward_ids, offset)
+    transfers.sort()
+    return Schedule(topology, collective, tuple(transfers), {})

@@ -1,0 +1,145 @@
+"""The public entry point: from a topology and a collective to a verified-shape schedule.
+
+Pipeline: unwind switches → feasibility → (reductions by inversion) → solver → one schedule of
+the original collective (chunk ids preserved) on the unwound topology.
+
+>>> from tacos.topology import Link, Npu, Topology
+>>> from tacos.patterns import build
+>>> ring = Topology(tuple(Npu(i, f"n{i}") for i in range(4)),
+...                 links=tuple(Link(i, (i + 1) % 4, 1e-6, 1e9) for i in range(4)))
+>>> s = synthesize(ring, build("allgather", range(4), size=4096), trials=2, workers=1)
+>>> round(s.makespan * 1e6, 3)   # N-1 = 3 steps of 1 µs + 1024 B / 1 GB/s
+6.072
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tacos.collective import Collective
+from tacos.errors import InfeasibleError
+from tacos.passes.feasibility import check_feasible
+from tacos.passes.inversion import assemble, plan_inversion
+from tacos.passes.unwind import unwind_switches
+from tacos.schedule import Schedule
+from tacos.solvers.registry import Problem, SolveResult, get_solver
+from tacos.topology import Topology
+
+
+def _phase_progress(progress: Callable[[int, int], None] | None, phase: int, phases: int
+                    ) -> Callable[[int, int], None] | None:
+    if progress is None or phases == 1:
+        return progress
+
+    def report(done: int, total: int) -> None:
+        progress(phase * total + done, phases * total)
+
+    return report
+
+
+def _combine_status(statuses: list[str]) -> str:
+    if "infeasible" in statuses:
+        return "infeasible"
+    if "time_limit" in statuses:
+        return "time_limit"
+    if len(statuses) == 1:
+        return statuses[0]
+    return "feasible"  # optimal phases need not compose into an optimal whole
+
+
+def _lower_bound(topology: Topology, collective: Collective) -> float | None:
+    try:
+        from tacos.bounds import lower_bound
+    except ImportError:  # pragma: no cover - bounds module is optional
+        return None
+    return lower_bound(topology, collective).value
+
+
+def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
+          **options: Any) -> SolveResult:
+    """Synthesize and return the :class:`~tacos.solvers.registry.SolveResult` (with status).
+
+    ``options`` go to the solver (``seed``, ``trials``, ``workers``, ``max_merge``,
+    ``progress``, ...).  ``bound=False`` skips the lower-bound computation.  Raises
+    :class:`~tacos.errors.InfeasibleError` when some postcondition cannot be met.
+    """
+    t0 = time.perf_counter()
+    want_bound = bool(options.pop("bound", True))
+    unwound = unwind_switches(topology)
+    check_feasible(unwound, collective)
+    impl = get_solver(solver)
+    progress = options.get("progress")
+    if not collective.combining or getattr(impl, "supports_combining", False):
+        res = impl.solve(Problem(unwound, collective, dict(options)))
+        results = [res]
+        schedule = res.schedule
+        if schedule is not None and schedule.collective is not collective:
+            schedule = Schedule(schedule.topology, collective, schedule.transfers,
+                                dict(schedule.meta))
+    else:
+        plan = plan_inversion(collective)
+        phases = [p for p in (plan.dual, plan.forward) if p is not None]
+        results = []
+        parts: list[Schedule | None] = []
+        for sub, topo in ((plan.dual, unwound.reversed()), (plan.forward, unwound)):
+            if sub is None:
+                parts.append(None)
+                continue
+            opts = dict(options)
+            opts["progress"] = _phase_progress(progress, len(results), len(phases))
+            r = impl.solve(Problem(topo, sub, opts))
+            results.append(r)
+            parts.append(r.schedule)
+            if r.schedule is None:
+                break
+        schedule = None
+        if all(r.schedule is not None for r in results):
+            schedule = assemble(unwound, collective, plan, parts[0], parts[1])
+            names = [n for n, p in (("reduce", plan.dual), ("copy", plan.forward)) if p]
+            schedule.meta["phases"] = {n: r.schedule.makespan
+                                       for n, r in zip(names, results, strict=True)}
+            schedule.meta["owners"] = dict(plan.owner)
+    status = _combine_status([r.status for r in results])
+    stats = {k: v for r in results for k, v in r.stats.items()}
+    if schedule is None:
+        reason = next((r.stats.get("reason") for r in results if r.stats.get("reason")), "")
+        return SolveResult(status if status != "feasible" else "infeasible", None, None,
+                           dict(stats, reason=reason))
+    bound = _lower_bound(topology, collective) if want_bound else None
+    first = results[0].schedule.meta if results and results[0].schedule is not None else {}
+    schedule.meta.update(
+        solver=solver,
+        seed=options.get("seed", first.get("seed", 0)),
+        trials=options.get("trials", first.get("trials")),
+        status=status,
+        synthesis_time=time.perf_counter() - t0,
+    )
+    for key in ("max_merge", "best_trial", "best_cap"):
+        if key in first:
+            schedule.meta[key] = first[key]
+    if bound is not None:
+        schedule.meta["lower_bound"] = bound
+        if bound > 0:
+            schedule.meta["gap"] = schedule.makespan / bound
+    return SolveResult(status, schedule, bound, stats)
+
+
+def synthesize(topology: Topology, collective: Collective, *, solver: str = "greedy",
+               **options: Any) -> Schedule:
+    """Synthesize a schedule for ``collective`` on ``topology``.
+
+    Returns a :class:`~tacos.schedule.Schedule` whose ``collective`` is the one given (chunk ids
+    preserved) and whose ``topology`` is the switch-unwound one; ``meta`` holds ``solver``,
+    ``seed``, ``trials``, ``status``, ``synthesis_time`` (s) and ``lower_bound``/``gap``.
+    Raises :class:`~tacos.errors.InfeasibleError` if no schedule exists.
+    """
+    res = solve(topology, collective, solver=solver, **options)
+    if res.schedule is None:
+        raise InfeasibleError(
+            f"solver {solver!r} found no schedule ({res.status})"
+            + (f": {res.stats['reason']}" if res.stats.get("reason") else ""),
+            hint="try another solver, more trials, or a longer time limit",
+        )
+    return res.schedule
