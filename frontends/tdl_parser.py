@@ -198,7 +198,7 @@ def _syntax_error(exc: UnexpectedInput, text: str, source: str) -> TdlSyntaxErro
         msg = f"unexpected number {str(tok)!r} at the end of the statement"
     elif tok.type == "ARROW" and "ARROW" not in expected:
         hint = hint or STATEMENT_FORMS["link"]
-    elif tok.type in ("NAME", "GENERATOR") and line > 1 and {"_NL", "SEMICOLON"} & expected:
+    elif str(tok) in STATEMENT_FORMS and {"_NL", "SEMICOLON"} & expected:
         msg = f"unexpected {_describe(tok)}: two statements on one line?"
         hint = "put each statement on its own line, or separate them with ';'"
     return TdlSyntaxError(

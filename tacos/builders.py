@@ -1,0 +1,125 @@
+"""Build topologies from Python without writing TDL.
+
+>>> from tacos.builders import TopologyBuilder, mesh
+>>> mesh(4, 4, bandwidth=50e9, latency=0.5e-6).n_npus
+16
+>>> b = TopologyBuilder("pair")
+>>> a, c = b.npus(2)
+>>> b.link(a, c, bandwidth=25e9, latency=1e-6, both=True)
+>>> len(b.build().links)
+2
+"""
+
+from __future__ import annotations
+
+from tacos.frontends import tdl_generators as gen
+from tacos.topology import Link, Npu, Switch, Topology
+
+
+class TopologyBuilder:
+    """Incremental topology construction: NPUs, switches and links by integer handle.
+
+    Handles returned by :meth:`npus` and :meth:`switch` are final NPU ids for NPUs; switches
+    get their ids (after all NPUs) when :meth:`build` runs.
+    """
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self._npus: list[str] = []
+        self._switches: list[tuple[str, str, int | None]] = []
+        self._links: list[tuple[int, int, float, float, int, int | None, str]] = []
+        self._failed: set[int] = set()
+
+    def npus(self, count: int, prefix: str = "npu") -> list[int]:
+        """Add ``count`` NPUs named ``prefix[i]``; returns their ids."""
+        start = len(self._npus)
+        self._npus.extend(f"{prefix}[{start + i}]" for i in range(count))
+        return list(range(start, start + count))
+
+    def switch(self, name: str, policy: str = "full", degree: int | None = None) -> int:
+        """Add a switch; returns a handle (negative until :meth:`build` numbers it)."""
+        self._switches.append((name, policy, degree))
+        return -len(self._switches)
+
+    def link(self, src: int, dst: int, *, bandwidth: float, latency: float = 0.0,
+             multiplicity: int = 1, both: bool = False, dim: int | None = None,
+             tag: str = "") -> None:
+        """Add ``src -> dst`` (and back when ``both``); bandwidth in B/s, latency in s."""
+        if src == dst:
+            raise ValueError("self link")
+        if bandwidth <= 0:
+            raise ValueError("bandwidth must be positive")
+        self._links.append((src, dst, latency, bandwidth, multiplicity, dim, tag))
+        if both:
+            self._links.append((dst, src, latency, bandwidth, multiplicity, dim, tag))
+
+    def fail(self, npu: int) -> None:
+        """Mark an NPU failed (its links are dropped)."""
+        self._failed.add(npu)
+
+    def build(self) -> Topology:
+        """The frozen :class:`Topology`."""
+        n = len(self._npus)
+
+        def node(h: int) -> int:
+            return h if h >= 0 else n + (-h - 1)
+
+        npus = tuple(Npu(i, name, i in self._failed) for i, name in enumerate(self._npus))
+        switches = tuple(Switch(n + j, name, pol, deg)
+                         for j, (name, pol, deg) in enumerate(self._switches))
+        live, dead = [], []
+        for s, d, lat, bw, m, dim, tag in self._links:
+            lk = Link(node(s), node(d), lat, bw, m, dim, tag)
+            (dead if s in self._failed or d in self._failed else live).append(lk)
+        return Topology(npus, switches, tuple(live), self.name, tuple(dead))
+
+
+def _from_pattern(p: gen.Pattern, name: str, props: dict[str, tuple[float, float]],
+                  policy: str = "full", degree: int | None = None) -> Topology:
+    b = TopologyBuilder(name)
+    ids = b.npus(p.n_npus)
+    for suffix, count in p.switch_groups:
+        ids.extend(b.switch(f"{suffix}[{i}]", policy, degree) for i in range(count))
+    for u, v, label, dim in p.links:
+        bw, lat = props.get(label) or props["*"]
+        b.link(ids[u], ids[v], bandwidth=bw, latency=lat, dim=dim, tag=label)
+    return b.build()
+
+
+def ring(n: int, *, bandwidth: float, latency: float = 0.0,
+         bidirectional: bool = True) -> Topology:
+    """A ring of ``n`` NPUs."""
+    return _from_pattern(gen.ring(n, bidirectional), f"ring {n}", {"*": (bandwidth, latency)})
+
+
+def mesh(*dims: int, bandwidth: float, latency: float = 0.0) -> Topology:
+    """A 2D/3D mesh."""
+    return _from_pattern(gen.grid(tuple(dims), False), "mesh", {"*": (bandwidth, latency)})
+
+
+def torus(*dims: int, bandwidth: float, latency: float = 0.0) -> Topology:
+    """A 2D/3D torus."""
+    return _from_pattern(gen.grid(tuple(dims), True), "torus", {"*": (bandwidth, latency)})
+
+
+def fully_connected(n: int, *, bandwidth: float, latency: float = 0.0) -> Topology:
+    """``n`` NPUs linked all to all."""
+    return _from_pattern(gen.fully_connected(n), "fully connected", {"*": (bandwidth, latency)})
+
+
+def hypercube(n: int, *, bandwidth: float, latency: float = 0.0) -> Topology:
+    """A binary hypercube of ``n`` = 2^d NPUs."""
+    return _from_pattern(gen.hypercube(n), "hypercube", {"*": (bandwidth, latency)})
+
+
+def star(n: int, *, bandwidth: float, latency: float = 0.0, policy: str = "full",
+         degree: int | None = None) -> Topology:
+    """``n`` NPUs on one switch with the given unwinding policy."""
+    return _from_pattern(gen.star(n), "star", {"*": (bandwidth, latency)}, policy, degree)
+
+
+def multi_dim(dims: list[tuple[str, int]], bandwidths: list[float],
+              latencies: list[float]) -> Topology:
+    """``multi_dim([("Ring", 2), ("FullyConnected", 4), ("Switch", 8)], bws, lats)``."""
+    props = {f"d{k}": (bandwidths[k], latencies[k]) for k in range(len(dims))}
+    return _from_pattern(gen.multi_dim(dims), "multi-dimensional", props)
