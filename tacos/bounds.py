@@ -1,0 +1,446 @@
+"""Lower bounds on the collective time under the α-β store-and-forward model.
+
+Every bound here is in seconds.  A chunk crosses each hop whole (a transfer moves whole chunks
+over one of a link's parallel copies), links with ``multiplicity`` m carry m transfers at once.
+
+* :func:`latency_bound` — the slowest chunk's fastest path (edge weight α + size/bw).
+* :func:`ingress_egress_bound` — bytes an NPU must receive (send) over its ingress (egress)
+  bandwidth.
+* :func:`cut_bound` — ForestColl's min-cut bound for all-gather (every group NPU sources a shard
+  that every other one needs), computed with networkx max-flows on the super-source
+  construction; reduce-scatter uses the reversed topology; all-reduce adds the two (the
+  *composition* bound: valid for reduce-scatter followed by all-gather, the shape every tacos
+  all-reduce has); broadcast/reduce use the root's max-flow to every NPU.
+* :func:`chunk_granular_bound` — on homogeneous links, the number of whole-chunk steps
+  ``max(ceil(recv/in_degree), ceil(send/out_degree), hops)`` × (α + chunk/B).  It holds for
+  schedules that move one chunk per transfer (the TACOS model); a transfer carrying several
+  chunks pays α once and can beat it, so :func:`lower_bound` reports it but does not use it.
+* :func:`lower_bound` combines them into a :class:`Bound`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import networkx as nx
+from networkx.algorithms.flow import build_residual_network, preflow_push
+
+from tacos.collective import Collective
+from tacos.topology import Topology
+
+_SIGMA = "sigma"
+_FLOW_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A lower bound: ``value = max(latency, bandwidth)``; ``kind`` names the binding term.
+
+    ``parts`` holds every computed term (``latency``, ``ingress_egress``, ``cut``,
+    ``chunk_granular``; None when not applicable).
+    """
+
+    latency: float
+    bandwidth: float
+    value: float
+    kind: str
+    parts: dict[str, float | None] = field(default_factory=dict, compare=False)
+
+
+# -- chunk classes ---------------------------------------------------------------------------
+def _classes(collective: Collective) -> dict[tuple, int]:
+    """Distinct (pre, post, reduce, size) → how many chunks share it."""
+    out: dict[tuple, int] = defaultdict(int)
+    for c in collective.chunks:
+        out[(c.pre, c.post, c.reduce, c.size)] += 1
+    return out
+
+
+def _needs(pre: frozenset[int], post: frozenset[int], reduce: bool) -> tuple[set, set]:
+    """(NPUs that must receive the chunk, NPUs that must send it)."""
+    if reduce:
+        recv = {v for v in post if pre - {v}}
+        send = {u for u in pre if post - {u}}
+    else:
+        recv = set(post - pre)
+        send = set(pre) if len(pre) == 1 and recv else set()
+    return recv, send
+
+
+# -- latency ---------------------------------------------------------------------------------
+class _Paths:
+    """Fastest times for one chunk of ``size`` (or hop counts when ``hops``) between nodes.
+
+    A hop costs α + size/bw of the best parallel link; a hop into a switch costs only α (a
+    switch cuts through, the bytes are paid leaving it).  When every hop costs the same the
+    distances are BFS layers times that cost, shared through ``cache`` across sizes.
+    """
+
+    def __init__(self, topology: Topology, size: float, *, hops: bool, cache: dict) -> None:
+        def cost(lk) -> float:
+            if topology.is_switch(lk.dst):
+                return 0.0 if hops else lk.alpha
+            return 1.0 if hops else lk.alpha + size / lk.bandwidth
+
+        costs = {cost(lk) for lk in topology.links}
+        self.cache = cache
+        self.scale = costs.pop() if len(costs) == 1 and not topology.switches else None
+        if self.scale is not None:
+            if "plain" not in cache:
+                cache["plain"] = topology.to_digraph()
+            self.g = cache["plain"]
+        else:
+            g = nx.DiGraph()
+            g.add_nodes_from(range(topology.n_nodes))
+            for lk in topology.links:
+                w = cost(lk)
+                if not g.has_edge(lk.src, lk.dst) or g.edges[lk.src, lk.dst]["w"] > w:
+                    g.add_edge(lk.src, lk.dst, w=w)
+            self.g = g
+        self.rev: nx.DiGraph | None = None
+        self.memo: dict[tuple, dict] = {}
+
+    def dist(self, sources: frozenset[int], reverse: bool = False) -> tuple[dict, float]:
+        """``(distances, scale)``: time from ``sources`` (to them when ``reverse``) = d × scale."""
+        key = (sources, reverse)
+        if self.scale is not None:
+            layers = self.cache.get(("bfs", key))
+            if layers is None:
+                g = self.g.reverse(copy=False) if reverse else self.g
+                layers = {v: i for i, layer in enumerate(nx.bfs_layers(g, set(sources)))
+                          for v in layer}
+                self.cache[("bfs", key)] = layers
+            return layers, self.scale
+        if key not in self.memo:
+            if reverse and self.rev is None:
+                self.rev = self.g.reverse(copy=False)
+            g = self.rev if reverse else self.g
+            self.memo[key] = nx.multi_source_dijkstra_path_length(g, set(sources), weight="w")
+        return self.memo[key], 1.0
+
+
+def _latency(topology: Topology, collective: Collective, *, hops: bool,
+             cache: dict | None = None) -> float:
+    cache = {} if cache is None else cache
+    best = 0.0
+    by_size: dict[float, list[tuple]] = defaultdict(list)
+    for key in _classes(collective):
+        by_size[key[3]].append(key)
+    for size, keys in sorted(by_size.items()):
+        paths = _Paths(topology, size, hops=hops, cache=cache)
+        for pre, post, reduce, _ in keys:
+            if not reduce:
+                targets = post - pre
+                if not targets or not pre:
+                    continue
+                d, scale = paths.dist(pre)
+                best = max(best, scale * max(d.get(v, math.inf) for v in targets))
+                continue
+            for v in post:
+                if not pre - {v}:
+                    continue
+                d, scale = paths.dist(frozenset((v,)), reverse=True)
+                best = max(best, scale * max(d.get(u, math.inf) for u in pre if u != v))
+    return best
+
+
+def latency_bound(topology: Topology, collective: Collective) -> float:
+    """Max over chunks and NPUs that need them of the fastest path time (α + size/bw per hop).
+
+    A copy chunk may come from the nearest ``pre`` NPU; a reduction chunk needs every
+    contribution, so the farthest ``pre`` NPU counts.  ``inf`` when some NPU is unreachable.
+    """
+    return _latency(topology, collective, hops=False)
+
+
+# -- ingress / egress ------------------------------------------------------------------------
+def _ingress_egress(topology: Topology, collective: Collective) -> tuple[float, float]:
+    recv_bytes: dict[int, float] = defaultdict(float)
+    send_bytes: dict[int, float] = defaultdict(float)
+    for (pre, post, reduce, size), count in _classes(collective).items():
+        recv, send = _needs(pre, post, reduce)
+        for v in recv:
+            recv_bytes[v] += size * count
+        for u in send:
+            send_bytes[u] += size * count
+    ing = max((_div(b, topology.ingress_bandwidth(v)) for v, b in recv_bytes.items()),
+              default=0.0)
+    egr = max((_div(b, topology.egress_bandwidth(u)) for u, b in send_bytes.items()),
+              default=0.0)
+    return ing, egr
+
+
+def _div(nbytes: float, bw: float) -> float:
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / bw if bw > 0 else math.inf
+
+
+def ingress_egress_bound(topology: Topology, collective: Collective) -> float:
+    """Max over NPUs of bytes to receive / ingress bw and bytes to send / egress bw.
+
+    An NPU must receive every copy chunk it needs but lacks, and every reduction chunk it must
+    hold unless it is the only contributor; it must send every copy chunk only it holds that
+    others need, and its contribution to every reduction chunk some other NPU must hold.
+    """
+    return max(_ingress_egress(topology, collective))
+
+
+# -- min-cut ---------------------------------------------------------------------------------
+def min_cut_ratio(topology: Topology, group: tuple[int, ...] | list[int]
+                  ) -> tuple[float, frozenset[int]]:
+    """ForestColl's ``x* = max_S |S ∩ group| / B⁺(S)`` over cuts ``S`` missing a group NPU.
+
+    ``B⁺(S)`` is the total bandwidth (bytes/s) of links leaving ``S``; switches and NPUs outside
+    ``group`` are relay nodes.  An all-gather in which every group NPU sources ``shard`` bytes
+    takes at least ``shard · x*`` seconds.  Returns ``(x*, S)`` for a binding cut.
+
+    Computed on the super-source graph (σ → v capacity 1 for v in ``group``, link capacity
+    x · bandwidth): x is feasible iff every max-flow σ → v reaches |group|.  The max-flows run
+    on networkx (preflow-push), or on OR-Tools' C++ max-flow when it is installed (about 80x
+    faster, which matters from a few hundred nodes on).  Instead of bisecting
+    on x, each failed check yields its min cut S whose ratio is strictly larger, and x jumps to
+    it (Dinkelbach's method); it stops at an exact cut ratio once all N max-flows pass.
+    """
+    vc = list(dict.fromkeys(group))
+    n = len(vc)
+    if n <= 1:
+        return 0.0, frozenset()
+    base = topology.to_digraph()
+    nodes = set(base.nodes)
+
+    def ratio(s: frozenset[int]) -> float:
+        out_bw = sum(d["bandwidth"] for u, w, d in base.edges(data=True)
+                     if u in s and w not in s)
+        inside = sum(1 for v in vc if v in s)
+        return math.inf if out_bw <= 0 else inside / out_bw
+
+    best_s = frozenset()
+    x = 0.0
+    for v in vc:  # S = everything but v: N-1 shards enter v
+        in_bw = base.in_degree(v, weight="bandwidth")
+        r = math.inf if in_bw <= 0 else (n - 1) / in_bw
+        if r > x:
+            x, best_s = r, frozenset(nodes - {v})
+    if math.isinf(x):
+        return x, best_s
+    oracle = _OrToolsOracle(base, vc) if _has_ortools() else _NetworkxOracle(base, vc)
+    oracle.set_x(x)
+    i, passed = 0, 0
+    while passed < n:
+        side = oracle.violating_cut(vc[i % n])
+        r = ratio(side) if side is not None else 0.0
+        if not r > x * (1 + _FLOW_RTOL):  # feasible (or numerical noise): next sink
+            passed += 1
+            i += 1
+            continue
+        x, best_s, passed = r, side, 0
+        if math.isinf(x):
+            break
+        oracle.set_x(x)
+    return x, best_s
+
+
+def _has_ortools() -> bool:
+    try:
+        return importlib.util.find_spec("ortools.graph.python.max_flow") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+class _NetworkxOracle:
+    """Super-source max-flows with networkx (preflow-push, residual network reused)."""
+
+    def __init__(self, base: nx.DiGraph, vc: list[int]) -> None:
+        self.base, self.vc, self.n = base, vc, len(vc)
+
+    def set_x(self, x: float) -> None:
+        h = nx.DiGraph()
+        for u, w, d in self.base.edges(data=True):
+            h.add_edge(u, w, capacity=x * d["bandwidth"])
+        for u in self.vc:
+            h.add_edge(_SIGMA, u, capacity=1.0)
+        self.h = h
+        self.residual = build_residual_network(h, "capacity")
+
+    def violating_cut(self, v: int) -> frozenset[int] | None:
+        value = nx.maximum_flow_value(self.h, _SIGMA, v, flow_func=preflow_push,
+                                      residual=self.residual)
+        if value >= self.n * (1 - _FLOW_RTOL):
+            return None
+        _, (side, _) = nx.minimum_cut(self.h, _SIGMA, v, flow_func=preflow_push)
+        return frozenset(side - {_SIGMA})
+
+
+class _OrToolsOracle:
+    """The same max-flows with OR-Tools' SimpleMaxFlow (integer capacities, scaled by 2^30).
+
+    Capacities are rounded down, so a cut may look violated by rounding; the caller keeps the
+    exact ratio of each cut found, so the result is always the ratio of a real cut.
+    """
+
+    SCALE = 1 << 30
+
+    def __init__(self, base: nx.DiGraph, vc: list[int]) -> None:
+        from ortools.graph.python import max_flow
+
+        self.smf = max_flow.SimpleMaxFlow()
+        self.edges = [(u, w, d["bandwidth"]) for u, w, d in base.edges(data=True)]
+        self.sigma = max(base.nodes, default=-1) + 1
+        self.n = len(vc)
+        self.fallback = _NetworkxOracle(base, vc)
+        for u, w, _ in self.edges:
+            self.smf.add_arc_with_capacity(u, w, 0)
+        for u in vc:
+            self.smf.add_arc_with_capacity(self.sigma, u, self.SCALE)
+
+    def set_x(self, x: float) -> None:
+        self.x = x
+        for arc, (_, _, bw) in enumerate(self.edges):
+            self.smf.set_arc_capacity(arc, min(int(x * bw * self.SCALE), 1 << 62))
+
+    def violating_cut(self, v: int) -> frozenset[int] | None:
+        if self.smf.solve(self.sigma, v) != self.smf.OPTIMAL:  # e.g. capacity overflow
+            self.fallback.set_x(self.x)
+            return self.fallback.violating_cut(v)
+        need = self.n * self.SCALE - len(self.edges) - 1
+        if self.smf.optimal_flow() >= need:
+            return None
+        side = set(self.smf.get_source_side_min_cut())
+        side.discard(self.sigma)
+        return frozenset(side)
+
+
+def _shard(collective: Collective, key) -> float:
+    totals: dict[int, float] = defaultdict(float)
+    for c in collective.chunks:
+        v = key(c)
+        if v is not None:
+            totals[v] += c.size
+    return min((totals.get(v, 0.0) for v in collective.group), default=0.0)
+
+
+def _single(s: frozenset[int]) -> int | None:
+    return next(iter(s)) if len(s) == 1 else None
+
+
+def _ag_cut(topology: Topology, collective: Collective, shard_of) -> float:
+    shard = _shard(collective, shard_of)
+    if shard <= 0:
+        return 0.0
+    x, _ = min_cut_ratio(topology, collective.group)
+    return shard * x
+
+
+def _broadcast_cut(topology: Topology, root: int, targets, total: float) -> float:
+    g = topology.to_digraph()
+    worst = 0.0
+    for v in targets:
+        if v == root:
+            continue
+        flow = nx.maximum_flow_value(g, root, v, capacity="bandwidth")
+        worst = max(worst, math.inf if flow <= 0 else total / flow)
+    return worst
+
+
+def cut_bound(topology: Topology, collective: Collective) -> float | None:
+    """ForestColl min-cut bandwidth bound, or None for collectives it does not cover.
+
+    all-gather: shard × x* (:func:`min_cut_ratio`); reduce-scatter: the same on the reversed
+    topology; all-reduce: reduce-scatter bound + all-gather bound (composition bound, valid for
+    schedules that reduce-scatter then all-gather); broadcast (reduce): buffer / max-flow from
+    (to) the root, minimized over NPUs.
+    """
+    kind = collective.kind
+    if kind == "allgather":
+        return _ag_cut(topology, collective, lambda c: _single(c.pre))
+    if kind == "reducescatter":
+        return _ag_cut(topology.reversed(), collective, lambda c: _single(c.post))
+    if kind == "allreduce":
+        n = len(collective.group)
+        share = sum(c.size for c in collective.chunks) / max(1, n)
+        if share <= 0 or n <= 1:
+            return 0.0
+        rs, _ = min_cut_ratio(topology.reversed(), collective.group)
+        ag, _ = min_cut_ratio(topology, collective.group)
+        return share * (rs + ag)
+    if kind in ("broadcast", "reduce") and collective.root is not None:
+        total = float(sum(c.size for c in collective.chunks))
+        topo = topology if kind == "broadcast" else topology.reversed()
+        return _broadcast_cut(topo, collective.root, collective.group, total)
+    return None
+
+
+# -- chunk-granular --------------------------------------------------------------------------
+def chunk_granular_bound(topology: Topology, collective: Collective, *,
+                         _cache: dict | None = None) -> float | None:
+    """Whole-chunk step bound on homogeneous topologies, None when links or chunks differ.
+
+    ``max(max_v ceil(recv_v / in_degree_v), max_v ceil(send_v / out_degree_v), hops)`` steps of
+    ``α + chunk/B``; for an all-gather that is ``max(ceil((N-1)k/d_min), diameter)``.  Valid for
+    schedules moving one chunk per transfer.
+    """
+    cache = {} if _cache is None else _cache
+    links = topology.links
+    if not links or topology.switches or not collective.chunks:
+        return None
+    if len({(lk.alpha, lk.bandwidth) for lk in links}) != 1:
+        return None
+    sizes = {c.size for c in collective.chunks}
+    if len(sizes) != 1:
+        return None
+    step = links[0].time(sizes.pop())
+    recv: dict[int, int] = defaultdict(int)
+    send: dict[int, int] = defaultdict(int)
+    for (pre, post, reduce, _), count in _classes(collective).items():
+        r, s = _needs(pre, post, reduce)
+        for v in r:
+            recv[v] += count
+        for u in s:
+            send[u] += count
+    steps = 0.0
+    for v, cnt in recv.items():
+        deg = topology.in_degree(v)
+        steps = max(steps, math.inf if deg == 0 else math.ceil(Fraction(cnt, deg)))
+    for u, cnt in send.items():
+        deg = topology.out_degree(u)
+        steps = max(steps, math.inf if deg == 0 else math.ceil(Fraction(cnt, deg)))
+    steps = max(steps, _latency(topology, collective, hops=True, cache=cache))
+    return steps * step
+
+
+# -- combined --------------------------------------------------------------------------------
+def lower_bound(topology: Topology, collective: Collective) -> Bound:
+    """All bounds together: ``value = max(latency, max(ingress_egress, cut))``."""
+    cache: dict = {}
+    lat = _latency(topology, collective, hops=False, cache=cache)
+    ie = ingress_egress_bound(topology, collective)
+    cut = cut_bound(topology, collective)
+    cg = chunk_granular_bound(topology, collective, _cache=cache)
+    bw = max(ie, cut if cut is not None else 0.0)
+    value = max(lat, bw)
+    if value <= 0:
+        kind = "none"
+    elif lat >= bw:
+        kind = "latency"
+    elif cut is not None and cut >= ie:
+        kind = "composition" if collective.kind == "allreduce" and cut > ie else "cut"
+    else:
+        kind = "ingress_egress"
+    parts = {"latency": lat, "ingress_egress": ie, "cut": cut, "chunk_granular": cg}
+    return Bound(lat, bw, value, kind, parts)
+
+
+__all__ = [
+    "Bound",
+    "chunk_granular_bound",
+    "cut_bound",
+    "ingress_egress_bound",
+    "latency_bound",
+    "lower_bound",
+    "min_cut_ratio",
+]
