@@ -57,27 +57,32 @@ def _chunks_per_npu(collective: Collective, chunk: Chunk) -> int:
 def choose_owners(collective: Collective) -> dict[int, int]:
     """Owner NPU for every reduction chunk.
 
-    A single-output chunk's owner is its output.  For several outputs, owners are balanced:
-    the output NPU with the fewest owned chunks so far, ties broken starting from the group
-    position ``index // chunks_per_npu`` (so all-reduce chunk ``c`` goes to group member
-    ``c // k``, matching reduce-scatter's layout).
+    A single-output chunk's owner is its output.  Chunks sharing a set of several outputs are
+    spread evenly over it (at most ``ceil(chunks / outputs)`` each): chunk ``c`` goes to the
+    group position ``index // chunks_per_npu`` or the next one with room, so all-reduce chunk
+    ``c`` is owned by group member ``c // k``, matching reduce-scatter's layout.
     """
-    owned: dict[int, int] = defaultdict(int)
     owner: dict[int, int] = {}
     for c in collective.chunks:
         if c.reduce and len(c.post) == 1:
             (r,) = tuple(c.post)
             owner[c.id] = r
-            owned[r] += 1
+    multi: dict[frozenset[int], list[Chunk]] = defaultdict(list)
     for c in collective.chunks:
-        if not c.reduce or len(c.post) <= 1:
-            continue
-        order = [v for v in _group_order(collective, c) if v in c.post]
-        order += sorted(c.post - set(order))
-        pref = (c.index // _chunks_per_npu(collective, c)) % len(order)
-        r = min(range(len(order)), key=lambda i: (owned[order[i]], (i - pref) % len(order)))
-        owner[c.id] = order[r]
-        owned[order[r]] += 1
+        if c.reduce and len(c.post) > 1:
+            multi[c.post].append(c)
+    for post, chunks in multi.items():
+        order = [v for v in _group_order(collective, chunks[0]) if v in post]
+        order += sorted(post - set(order))
+        n = len(order)
+        quota = -(-len(chunks) // n)
+        local: dict[int, int] = defaultdict(int)
+        for c in chunks:
+            i = (c.index // _chunks_per_npu(collective, c)) % n
+            while local[order[i]] >= quota:
+                i = (i + 1) % n
+            local[order[i]] += 1
+            owner[c.id] = order[i]
     return owner
 
 
