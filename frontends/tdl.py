@@ -12,7 +12,8 @@ from tacos.frontends.tdl_parser import read_source
 
 from tacos import patterns
 from tacos.collective import Collective
-from tacos.errors import TdlSemanticError
+from tacos.errors import InfeasibleError, TdlSemanticError
+from tacos.passes.feasibility import check_feasible
 from tacos.spec import Spec
 from tacos.topology import Link, Npu, Switch, Topology
 
@@ -63,6 +64,11 @@ def build_spec(state: State, source: str) -> Spec:
     topology = Topology(npus, switches, tuple(links), state.name, tuple(failed))
     collectives = tuple(_collective(state, decl, topology, i)
                         for i, decl in enumerate(state.collectives))
+    for decl, coll in zip(state.collectives, collectives, strict=True):
+        try:
+            check_feasible(topology, coll)
+        except InfeasibleError as exc:
+            raise _error(state, f"{coll.name}: {exc.message}", decl.span, exc.hint) from None
     return Spec(topology, collectives, source, dict(state.params))
 
 
