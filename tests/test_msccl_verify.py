@@ -5,6 +5,7 @@ postconditions) and the α-β timing."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -295,3 +296,31 @@ def test_text_report_lines() -> None:
     line = 1 + text.splitlines().index('    <tb id="0" send="3" recv="2" chan="0">')
     (self_peer,) = [ln for ln in lines if "[self-peer]" in ln]
     assert self_peer.startswith(f"ring.xml:{line}: rank 3 tb 0: [self-peer]")
+
+
+def test_both_inplace_flags_are_checked_in_both_modes() -> None:
+    p = alltoall2()
+    both = verify_program(Program(**{**p.__dict__, "inplace": 1, "outofplace": 1}))
+    assert "symbolic (in-place)" in both.checks and "symbolic (out-of-place)" in both.checks
+    assert both.checks["symbolic (out-of-place)"] == "passed"
+    assert any(v.rule == "race" for v in both.violations)
+
+
+def test_random_attribute_edits_never_crash() -> None:
+    rng = random.Random(7)
+    texts = [(FIXTURES / n).read_text() for n in (
+        "mscclang_allgather_ring_4gpu_1ch.xml", "mscclang_allgather_ring_4gpu_oop.xml",
+        "mscclang_allreduce_ring_4gpu.xml")]
+    values = ["-1", "0", "1", "3", "99", "x", "", "01", "s", "i", "nop", "re", "rrc", "rcs"]
+    rejected = 0
+    for _ in range(300):
+        text = rng.choice(texts)
+        for _ in range(rng.randint(1, 3)):
+            m = rng.choice(list(re.finditer(r'="([^"]*)"', text)))
+            text = text[:m.start(1)] + rng.choice(values) + text[m.end(1):]
+        report = verify_xml(text)
+        assert report.ok == (not report.violations)
+        assert all(v.severity == "error" for v in report.violations)
+        report.text()
+        rejected += not report.ok
+    assert rejected > 200  # most random edits break a rule
