@@ -1,0 +1,228 @@
+"""NPU-level view of a topology for the baseline algorithms: hops, routes and ring orders.
+
+Baselines think in logical sends ``u -> v`` between NPUs.  This module says how such a send
+travels physically:
+
+* an NPU-to-NPU link is one *hop*;
+* a path ``u -> switch(es) -> v`` is one *cut-through hop*: it occupies every physical link on
+  the way at the same time and runs at the slowest of their bandwidths (a switch port is shared
+  by whatever goes through it, so there is no static bandwidth split as in switch unwinding);
+* NPUs without a hop between them are joined by the shortest chain of hops (store-and-forward
+  at the relay NPUs), fewest hops first, then fastest.
+
+:func:`ring_order` picks the order in which a ring algorithm visits NPUs: a Hamiltonian cycle
+over hops when one is found, else a Hamiltonian path whose ends are close, else NPU order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+
+from tacos.topology import Topology
+
+HAMILTON_BUDGET = 200_000
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One way to go from NPU ``src`` to NPU ``dst`` in a single transfer.
+
+    ``links`` are indices into the original topology's links (one for a direct link, the
+    whole up/down path for a cut-through switch hop); ``via`` is the first switch passed.
+    """
+
+    src: int
+    dst: int
+    links: tuple[int, ...]
+    alpha: float
+    bandwidth: float
+    multiplicity: int
+    via: int | None = None
+
+    def time(self, nbytes: float) -> float:
+        """α-β time of ``nbytes`` over this hop."""
+        return self.alpha + nbytes / self.bandwidth
+
+
+class NpuGraph:
+    """Hops between the live NPUs of ``topology`` and shortest routes over them."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.hops: dict[int, dict[int, list[Hop]]] = {v: {} for v in range(topology.n_npus)}
+        self._routes: dict[int, dict[int, int]] = {}
+        self._build()
+
+    def _build(self) -> None:
+        topo = self.topology
+        for i, lk in enumerate(topo.links):
+            if not topo.is_switch(lk.src) and not topo.is_switch(lk.dst):
+                self._add(Hop(lk.src, lk.dst, (i,), lk.alpha, lk.bandwidth, lk.multiplicity))
+        if not topo.switches:
+            return
+        for u in range(topo.n_npus):
+            for first in topo.out_links[u]:
+                sw = topo.links[first].dst
+                if topo.is_switch(sw):
+                    self._switch_hops(u, first, sw)
+
+    def _switch_hops(self, u: int, first: int, sw: int) -> None:
+        """Cut-through hops from ``u`` entering switch ``sw`` by link ``first`` (BFS over
+        switches: each NPU is reached through the fewest switches)."""
+        topo = self.topology
+        seen = {sw}
+        queue: deque[tuple[int, tuple[int, ...]]] = deque([(sw, (first,))])
+        while queue:
+            node, path = queue.popleft()
+            for li in topo.out_links[node]:
+                nxt = topo.links[li].dst
+                if nxt in seen:
+                    continue
+                links = path + (li,)
+                if topo.is_switch(nxt):
+                    seen.add(nxt)
+                    queue.append((nxt, links))
+                elif nxt != u:
+                    seen.add(nxt)
+                    lks = [topo.links[x] for x in links]
+                    self._add(Hop(u, nxt, links, sum(lk.alpha for lk in lks),
+                                  min(lk.bandwidth for lk in lks),
+                                  min(lk.multiplicity for lk in lks), sw))
+
+    def _add(self, hop: Hop) -> None:
+        topo = self.topology
+        if topo.npus[hop.src].failed or topo.npus[hop.dst].failed:
+            return
+        self.hops[hop.src].setdefault(hop.dst, []).append(hop)
+
+    # -- queries ---------------------------------------------------------------------------
+    def neighbours(self, u: int) -> list[int]:
+        """NPUs one hop away from ``u`` (sorted)."""
+        return sorted(self.hops[u])
+
+    def has_hop(self, u: int, v: int) -> bool:
+        """True when ``u -> v`` is a single hop."""
+        return v in self.hops[u]
+
+    def route(self, u: int, v: int) -> list[int] | None:
+        """NPUs on the chosen shortest route ``u .. v`` (both ends included), or None.
+
+        Fewest hops; among equally short routes each NPU is entered by its fastest hop from
+        the previous BFS layer (ties by NPU id), so routes are deterministic.
+        """
+        if u == v:
+            return [u]
+        if v in self.hops[u]:
+            return [u, v]
+        parent = self._routes.get(u)
+        if parent is None:
+            parent = self._routes[u] = self._bfs_parents(u)
+        if v not in parent:
+            return None
+        path = [v]
+        while path[-1] != u:
+            path.append(parent[path[-1]])
+        return path[::-1]
+
+    def _bfs_parents(self, u: int) -> dict[int, int]:
+        dist = {u: 0}
+        parent: dict[int, int] = {}
+        best: dict[int, float] = {}
+        layer = [u]
+        while layer:
+            nxt: list[int] = []
+            for x in layer:
+                for y, hs in sorted(self.hops[x].items()):
+                    if y in dist and dist[y] <= dist[x]:
+                        continue
+                    bw = max(h.bandwidth * h.multiplicity for h in hs)
+                    if y not in dist:
+                        dist[y] = dist[x] + 1
+                        nxt.append(y)
+                    if bw > best.get(y, 0.0):
+                        best[y] = bw
+                        parent[y] = x
+            layer = nxt
+        return parent
+
+    def hop_distance(self, u: int) -> dict[int, int]:
+        """Hop counts from ``u`` to every reachable NPU (BFS)."""
+        dist = {u: 0}
+        queue = deque([u])
+        while queue:
+            x = queue.popleft()
+            for y in self.hops[x]:
+                if y not in dist:
+                    dist[y] = dist[x] + 1
+                    queue.append(y)
+        return dist
+
+
+def ring_order(graph: NpuGraph, members: Sequence[int],
+               budget: int = HAMILTON_BUDGET) -> tuple[list[int], str]:
+    """An order of ``members`` for a ring algorithm and how it was found.
+
+    Returns ``(order, kind)`` with kind ``'cycle'`` (every consecutive pair, the last back to
+    the first, is one hop), ``'path'`` (one hop between consecutive members; the closing edge
+    is routed) or ``'npu-order'`` (members sorted by id).
+    """
+    nodes = sorted(members)
+    if len(nodes) <= 2:
+        return nodes, "cycle" if all(graph.has_hop(a, b) for a, b in _pairs(nodes)) else "path"
+    succ = {v: [w for w in graph.neighbours(v) if w in set(nodes)] for v in nodes}
+    und = nx.Graph((v, w) for v in nodes for w in succ[v] if v in succ[w])
+    und.add_nodes_from(nodes)
+    balanced = True
+    if nx.is_connected(und) and nx.is_bipartite(und):
+        left, right = nx.bipartite.sets(und)
+        balanced = len(left) == len(right)
+    start = nodes[0]
+    if balanced:
+        found = _hamilton(nodes, succ, start, lambda last: start in succ[last], budget)
+        if found:
+            return found, "cycle"
+    dist = graph.hop_distance(start)
+    for limit in (2, 3, 4):
+        found = _hamilton(nodes, succ, start,
+                          lambda last, lim=limit: dist.get(last, lim + 1) <= lim, budget // 3)
+        if found:
+            return found, "path"
+    return nodes, "npu-order"
+
+
+def _pairs(order: Sequence[int]) -> list[tuple[int, int]]:
+    return [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))]
+
+
+def _hamilton(nodes: list[int], succ: dict[int, list[int]], start: int, close, budget: int):
+    """Depth-first search for a Hamiltonian path from ``start`` whose last node satisfies
+    ``close`` (Warnsdorff order: fewest onward options first); None when the budget runs out."""
+    n = len(nodes)
+    on_path = {start}
+    path = [start]
+
+    def options(v: int) -> list[int]:
+        cand = [w for w in succ[v] if w not in on_path]
+        return sorted(cand, key=lambda w: (sum(1 for x in succ[w] if x not in on_path), w))
+
+    stack = [iter(options(start))]
+    steps = 0
+    while stack:
+        if len(path) == n and close(path[-1]):
+            return list(path)
+        nxt = next(stack[-1], None) if len(path) < n else None
+        if nxt is None:
+            stack.pop()
+            on_path.discard(path.pop())
+            continue
+        steps += 1
+        if steps > budget:
+            return None
+        path.append(nxt)
+        on_path.add(nxt)
+        stack.append(iter(options(nxt)))
+    return None
