@@ -4,7 +4,8 @@ A connection is ``(A -> B, channel c)``: the tb on A with ``send=B chan=c`` push
 with ``recv=A chan=c`` pops, purely in order.  Both ends must be declared, and the k-th sending
 step must match the k-th receiving step in ``cnt`` (both sides split large counts identically
 only then).  The informational fields (sender's ``dst``, receiver's ``src``) should mirror each
-other; the runtime ignores them, so a mismatch is a warning.
+other for a plain ``s``/``r`` pair (fused ops use the fields for their local operands); the
+runtime ignores them, so a mismatch is a warning.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _pair(model: Model, conn: tuple[int, int, int]) -> list[Violation]:
                 "the k-th receive of a connection must have the same cnt", **r.where()))
             continue
         ss, rs = s.step, r.step
-        if (ss.srcbuf, ss.srcoff, ss.dstbuf, ss.dstoff) != \
+        if (ss.type, rs.type) == ("s", "r") and (ss.srcbuf, ss.srcoff, ss.dstbuf, ss.dstoff) != \
                 (rs.srcbuf, rs.srcoff, rs.dstbuf, rs.dstoff):
             out.append(Violation(
                 "mirror", f"transfer #{k} on {name}: the receive describes "
