@@ -5,7 +5,8 @@ that is much stricter than XML (``docs/msccl-xml.md`` §1.2): no ``<?xml?>`` pro
 double-quoted and separated by spaces on one line, no tabs between elements, no text, numbers
 read with ``strtol(…, 0)`` (a leading 0 means octal), every required attribute present.  This
 module re-implements those lexical rules on the raw text (a general XML parser would accept
-files the runtime rejects) and builds the program model with line numbers.
+files the runtime rejects; see :mod:`.msccl_xml_lex`) and builds the program model with line
+numbers.
 
 It never expands entities: DOCTYPE/ENTITY/CDATA sections are rejected outright, and attribute
 values are taken verbatim (like the runtime, which does not decode ``&amp;``).
@@ -17,8 +18,6 @@ verifier turns them into violations).
 
 from __future__ import annotations
 
-import re
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,10 +26,8 @@ from tacos.msccl.program import (
     ALGO_ATTRS,
     ALGO_OPTIONAL,
     GPU_ATTRS,
-    MAX_ATTRS,
     MAX_CHILDREN,
     MAX_NODES,
-    MAX_STR_LEN,
     STEP_ATTRS,
     TB_ATTRS,
     Gpu,
@@ -39,6 +36,8 @@ from tacos.msccl.program import (
     Threadblock,
 )
 from tacos.msccl.verify_report import Violation
+
+from .msccl_xml_lex import DECIMAL, Element, Reader, strtol
 
 __all__ = [
     "MscclXmlError",
@@ -51,15 +50,6 @@ __all__ = [
 
 #: ``<algo>`` attributes older msccl-tools/TACCL omit although the runtime requires them.
 SELECTION_ATTRS = ("outofplace", "minBytes", "maxBytes")
-
-_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
-_NAME = r"[A-Za-z_][A-Za-z0-9_.:-]*"
-_TAG = re.compile(r'<(' + _NAME + r')((?: +[^ \t\n\r=/>"]+="[^"\t\n\r]*")*)( *)(/?)>')
-_ATTR = re.compile(r'( +)([^ \t\n\r=/>"]+)="([^"\t\n\r]*)"')
-_CLOSE = re.compile(r"</(" + _NAME + r")>")
-_LOOSE_NAME = re.compile(r"<\s*/?\s*([^\s/>]+)")
-_LOOSE_ATTR = re.compile(r"""([^\s=/>"']+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s/>"']+))""")
-_BAD_SPACE = re.compile(r"[^ \n\r]")
 
 
 class MscclXmlError(TacosError):
@@ -88,239 +78,14 @@ class ParseOutcome:
         return [p for p in self.problems if p.severity == "error"]
 
 
-@dataclass
-class _Elem:
-    name: str
-    attrs: dict[str, str]
-    cols: dict[str, int]
-    line: int
-    col: int
-    children: list[_Elem] = field(default_factory=list)
-
-
-def _strtol(text: str) -> int | None:
-    """C ``strtol(text, NULL, 0)``: the longest valid prefix (None when there is none)."""
-    m = re.match(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", text)
-    if not m:
-        return None
-    sign = -1 if m.group(1) == "-" else 1
-    digits = m.group(2)
-    if digits[:2] in ("0x", "0X"):
-        return sign * int(digits[2:], 16)
-    if digits.startswith("0") and len(digits) > 1:
-        return sign * int(digits[1:], 8)
-    return sign * int(digits)
-
-
-class _Reader:
-    """Lexer + tree builder; collects problems instead of raising."""
-
-    def __init__(self, text: str, source: str, strict: bool) -> None:
-        self.text = text
-        self.source = source
-        self.strict = strict
-        self.problems: list[Violation] = []
-        self.damaged = False
-        self.fatal = False
-        self.starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
-        self.unknown: dict[tuple[str, str], tuple[int, int]] = {}
-
-    # -- positions and problems ---------------------------------------------------------------
-    def pos(self, offset: int) -> tuple[int, int]:
-        i = bisect_right(self.starts, offset) - 1
-        return i + 1, offset - self.starts[i] + 1
-
-    def problem(self, rule: str, message: str, line: int | None, col: int | None = None,
-                *, severity: str = "error", hint: str | None = None, rank: int | None = None,
-                tb: int | None = None, step: int | None = None) -> None:
-        self.problems.append(Violation(rule, message, rank, tb, step, line, col, severity, hint))
-
-    # -- lexing ---------------------------------------------------------------------------------
-    def lex(self) -> list[_Elem]:
-        """Build the element forest; returns the top-level elements."""
-        text, n = self.text, len(self.text)
-        top: list[_Elem] = []
-        stack: list[_Elem] = []
-        pos = 0
-        if text.startswith("\ufeff"):
-            self.problem("xml-syntax", "file starts with a byte-order mark", 1, 1,
-                         hint="save the file as plain ASCII/UTF-8 without BOM")
-            pos = 1
-        while pos < n:
-            lt = text.find("<", pos)
-            end = n if lt < 0 else lt
-            if _BAD_SPACE.search(text, pos, end):
-                self._bad_text(pos, end)
-            if lt < 0:
-                break
-            if text.startswith("<!--", lt):
-                close = text.find("-->", lt + 4)
-                if close < 0:
-                    self._fatal("xml-syntax", "unterminated comment", lt)
-                    break
-                pos = close + 3
-                continue
-            if text.startswith("<?", lt):
-                line, col = self.pos(lt)
-                self.problem("xml-prolog", "XML prolog/processing instruction "
-                             f"{text[lt:lt + 5]!r}...: the runtime reads it as an element named "
-                             "'?xml' and fails to load the file", line, col,
-                             hint="delete the '<?xml ...?>' line; the file must start with "
-                                  "<algo (comments may precede it)")
-                close = text.find("?>", lt)
-                if close < 0:
-                    self._fatal("xml-syntax", "unterminated processing instruction", lt)
-                    break
-                pos = close + 2
-                continue
-            if text.startswith("<!", lt):
-                kind = re.match(r"<!(\[CDATA\[|[A-Za-z]*)", text[lt:lt + 12]).group(1)
-                self._fatal("xml-doctype", f"'<!{kind}' is not allowed: DOCTYPE, ENTITY and "
-                            "CDATA are never read (entities are not expanded)", lt,
-                            hint="remove the declaration; MSCCL files are plain elements")
-                break
-            if text.startswith("</", lt):
-                m = _CLOSE.match(text, lt)
-                if m:
-                    name, pos = m.group(1), m.end()
-                else:
-                    gt = text.find(">", lt)
-                    if gt < 0:
-                        self._fatal("xml-syntax", "unterminated closing tag", lt)
-                        break
-                    lm = _LOOSE_NAME.match(text, lt)
-                    name = lm.group(1) if lm else ""
-                    line, col = self.pos(lt)
-                    self.problem("xml-syntax", f"malformed closing tag {text[lt:gt + 1]!r}",
-                                 line, col, hint=f"write '</{name}>' with no spaces")
-                    pos = gt + 1
-                if not stack or stack[-1].name != name:
-                    line, col = self.pos(lt)
-                    expected = f"</{stack[-1].name}>" if stack else "nothing"
-                    self._fatal("xml-syntax", f"closing tag </{name}> does not match "
-                                f"(expected {expected})", lt)
-                    break
-                stack.pop()
-                continue
-            elem, selfclose, pos = self._start_tag(lt)
-            if elem is None:
-                break
-            (stack[-1].children if stack else top).append(elem)
-            if not selfclose:
-                stack.append(elem)
-        if stack and not self.fatal:
-            e = stack[-1]
-            self.problem("xml-syntax", f"<{e.name}> is never closed", e.line, e.col,
-                         hint=f"add </{e.name}> or self-close the element with '/>'")
-            self.damaged = True
-        return top
-
-    def _fatal(self, rule: str, message: str, offset: int, hint: str | None = None) -> None:
-        line, col = self.pos(offset)
-        self.problem(rule, message, line, col, hint=hint)
-        self.fatal = self.damaged = True
-
-    def _bad_text(self, start: int, end: int) -> None:
-        seg = self.text[start:end]
-        m = _BAD_SPACE.search(seg)
-        line, col = self.pos(start + m.start())
-        if seg.strip(" \n\r\t") == "":
-            self.problem("xml-tab", "tab between elements: the runtime only skips spaces and "
-                         "newlines and fails with \"expecting '<'\"", line, col,
-                         hint="indent with spaces")
-        else:
-            snippet = seg.strip()[:20]
-            self.problem("xml-text", f"text {snippet!r} between elements: the runtime fails "
-                         "with \"expecting '<'\"", line, col, hint="remove the text")
-
-    def _start_tag(self, lt: int) -> tuple[_Elem | None, bool, int]:
-        text = self.text
-        m = _TAG.match(text, lt)
-        line, col = self.pos(lt)
-        attrs: dict[str, str] = {}
-        cols: dict[str, int] = {}
-        if m:
-            name, selfclose, end = m.group(1), m.group(4) == "/", m.end()
-            nattrs = len(m.group(3))  # trailing spaces make empty attributes
-            base = m.start(2)
-            for am in _ATTR.finditer(m.group(2)):
-                nattrs += len(am.group(1))  # one per space: extra spaces are empty attributes
-                self._add_attr(attrs, cols, name, am.group(2), am.group(3),
-                               base + am.start(2), line)
-        else:
-            gt = text.find(">", lt)
-            if gt < 0:
-                self._fatal("xml-syntax", "unterminated tag", lt)
-                return None, False, len(text)
-            end = gt + 1
-            tag = text[lt:end]
-            lm = _LOOSE_NAME.match(tag)
-            name = lm.group(1) if lm else ""
-            selfclose = tag[:-1].rstrip().endswith("/")
-            self._diagnose_tag(tag, lt)
-            nattrs = 0
-            for am in _LOOSE_ATTR.finditer(tag, lm.end() if lm else 1):
-                nattrs += 1
-                value = next(g for g in am.group(2, 3, 4) if g is not None)
-                self._add_attr(attrs, cols, name, am.group(1), value, lt + am.start(), line)
-        if nattrs > MAX_ATTRS:
-            self.problem("too-many-attributes", f"<{name}> has {nattrs} attributes (counting "
-                         f"empty ones made by extra spaces); the runtime keeps only "
-                         f"{MAX_ATTRS} and drops the rest silently", line, col,
-                         hint="separate attributes with single spaces and drop unused ones")
-        if len(name) > MAX_STR_LEN - 1:
-            self.problem("string-length", f"element name longer than {MAX_STR_LEN - 1}", line, col)
-        return _Elem(name, attrs, cols, line, col), selfclose, end
-
-    def _add_attr(self, attrs: dict[str, str], cols: dict[str, int], elem: str, key: str,
-                  value: str, offset: int, line: int) -> None:
-        _, col = self.pos(offset)
-        if key in attrs:
-            self.problem("duplicate-attribute", f"<{elem}> repeats attribute {key!r}; the "
-                         "runtime uses the first one", line, col)
-            return
-        if len(key) > MAX_STR_LEN - 1 or len(value) > MAX_STR_LEN - 1:
-            self.problem("string-length", f"attribute {key!r} of <{elem}>: names and values "
-                         f"are limited to {MAX_STR_LEN - 1} characters", line, col)
-        if "&" in value:
-            self.problem("xml-entity", f"attribute {key!r} contains '&': the runtime does not "
-                         "decode entities", line, col, severity="warning")
-        attrs[key] = value
-        cols[key] = col
-
-    def _diagnose_tag(self, tag: str, offset: int) -> None:
-        line, col = self.pos(offset)
-        found = False
-        if "\n" in tag or "\r" in tag:
-            found = True
-            self.problem("xml-multiline-tag", "element spans several lines: the runtime needs "
-                         "all attributes of an element on one line (\"expected >\")", line, col,
-                         hint="join the attributes into one line separated by single spaces")
-        if "\t" in tag:
-            found = True
-            self.problem("xml-tab", "tab inside a tag: the runtime separates attributes only "
-                         "with spaces", line, col, hint="use single spaces")
-        if re.search(r"\s=|=\s", tag):
-            found = True
-            self.problem("xml-syntax", "space around '=' in an attribute", line, col,
-                         hint='write name="value" with no spaces')
-        if re.search(r"='|=[^\s\"']", tag):
-            found = True
-            self.problem("xml-quote", "attribute value not in double quotes", line, col,
-                         hint='write name="value"')
-        if not found:
-            self.problem("xml-syntax", f"malformed tag {tag[:60]!r}", line, col,
-                         hint='write <name attr="value" .../> with single spaces on one line')
-
-
 # -- tree -> program ------------------------------------------------------------------------
 
 
 class _Builder:
-    def __init__(self, reader: _Reader) -> None:
+    def __init__(self, reader: Reader) -> None:
         self.r = reader
 
-    def int_attr(self, e: _Elem, key: str, where: dict, default: int = -1,
+    def int_attr(self, e: Element, key: str, where: dict, default: int = -1,
                  required: bool = True) -> int | None:
         raw = e.attrs.get(key)
         if raw is None:
@@ -330,9 +95,9 @@ class _Builder:
                 self.r.damaged = True
                 return default
             return None
-        if _DECIMAL.match(raw):
+        if DECIMAL.match(raw):
             return int(raw)
-        value = _strtol(raw)
+        value = strtol(raw)
         col = e.cols.get(key, e.col)
         if value is None:
             self.r.problem("number-format", f"{key}={raw!r} is not a number (the runtime "
@@ -347,7 +112,7 @@ class _Builder:
                        **where)
         return value
 
-    def str_attr(self, e: _Elem, key: str, where: dict) -> str:
+    def str_attr(self, e: Element, key: str, where: dict) -> str:
         raw = e.attrs.get(key)
         if raw is None:
             self.r.problem("missing-attribute", f"<{e.name}> lacks required attribute {key!r}",
@@ -356,19 +121,19 @@ class _Builder:
             return ""
         return raw
 
-    def unknown_attrs(self, e: _Elem, known: tuple[str, ...], where: dict) -> None:
+    def unknown_attrs(self, e: Element, known: tuple[str, ...], where: dict) -> None:
         for key in e.attrs:
             if key not in known:
                 self.r.problem("unknown-attribute", f"<{e.name}> attribute {key!r} is "
                                "ignored by the runtime", e.line, e.cols.get(key, e.col),
                                severity="warning", **where)
 
-    def unknown_child(self, parent: str, child: _Elem) -> None:
+    def unknown_child(self, parent: str, child: Element) -> None:
         key = (parent, child.name)
         first, count = self.r.unknown.get(key, (child.line, 0))
         self.r.unknown[key] = (first, count + 1)
 
-    def program(self, top: list[_Elem]) -> Program | None:
+    def program(self, top: list[Element]) -> Program | None:
         r = self.r
         algos = [e for e in top if e.name == "algo"]
         if not algos:
@@ -430,7 +195,7 @@ class _Builder:
             line=algo.line,
         )
 
-    def gpu(self, ge: _Elem, ngpu_elems: int) -> Gpu:
+    def gpu(self, ge: Element, ngpu_elems: int) -> Gpu:
         gid = self.int_attr(ge, "id", {})
         where = {"rank": gid}
         vals = [self.int_attr(ge, k, where) for k in GPU_ATTRS[1:]]
@@ -453,7 +218,7 @@ class _Builder:
                            **where)
         return Gpu(gid, vals[0], vals[1], vals[2], tuple(tbs), ge.line)
 
-    def tb(self, te: _Elem, rank: int) -> Threadblock:
+    def tb(self, te: Element, rank: int) -> Threadblock:
         tid = self.int_attr(te, "id", {"rank": rank})
         where = {"rank": rank, "tb": tid}
         send, recv, chan = (self.int_attr(te, k, where) for k in TB_ATTRS[1:])
@@ -470,7 +235,7 @@ class _Builder:
             steps.append(self.step(se, rank, tid, len(steps)))
         return Threadblock(tid, send, recv, chan, tuple(steps), te.line)
 
-    def step(self, se: _Elem, rank: int, tb: int, index: int) -> Step:
+    def step(self, se: Element, rank: int, tb: int, index: int) -> Step:
         where = {"rank": rank, "tb": tb, "step": index}
         s = self.int_attr(se, "s", where, default=index)
         st = self.str_attr(se, "type", where)
@@ -494,7 +259,7 @@ def parse_xml_collect(text: str, *, source: str = "<string>", strict: bool = Fal
     """Parse MSCCL XML text and return the program with *every* problem found (never raises
     for content problems).  ``strict`` makes the missing ``outofplace``/``minBytes``/
     ``maxBytes`` of older tools an error instead of a warning."""
-    reader = _Reader(text, source, strict)
+    reader = Reader(text, source, strict)
     top = reader.lex()
     program = None
     if top:
