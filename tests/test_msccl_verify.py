@@ -324,3 +324,24 @@ def test_random_attribute_edits_never_crash() -> None:
         report.text()
         rejected += not report.ok
     assert rejected > 200  # most random edits break a rule
+
+
+def _both(p: Program) -> Program:
+    return Program(**{**p.__dict__, "inplace": 1, "outofplace": 1})
+
+
+def test_self_copy_under_aliasing_is_not_a_race() -> None:
+    # cpy i0 -> o[r] is the same chunk when in-place: no write, so no race with the send of i0
+    for build in (allgather2, broadcast3, reducescatter2):
+        report = verify_program(_both(build()))
+        assert report.ok, report.text()
+        assert report.checks["symbolic (in-place)"].startswith("passed")
+
+
+def test_inplace_only_program_declared_out_of_place_too_fails() -> None:
+    report = verify_program(_both(allreduce2()))
+    assert report.checks["symbolic (in-place)"] == "passed"
+    assert report.checks["symbolic (out-of-place)"] == "failed"
+    assert all(v.rule == "postcondition" and "never written" in v.message
+               for v in report.violations)
+    assert all(v.line is None for v in report.violations)

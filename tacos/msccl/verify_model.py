@@ -56,7 +56,8 @@ class Tx:
 
     def where(self) -> dict:
         """Keyword arguments locating this transmission in a :class:`Violation`."""
-        return {"rank": self.rank, "tb": self.tb, "step": self.first, "line": self.step.line}
+        return {"rank": self.rank, "tb": self.tb, "step": self.first,
+                "line": self.step.line or None}
 
     def label(self) -> str:
         """``rank R tb T step S (type)`` for messages."""

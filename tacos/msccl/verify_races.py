@@ -4,14 +4,15 @@ Two accesses to the same physical chunk from different tbs of one GPU, at least 
 must be ordered by happens-before (program order, dependency waits, send -> receive).  Buffer
 capacity never orders anything here.  Under in-place the input and output buffers alias
 (:func:`tacos.msccl.program.inplace_alias`), so ``i[k]`` and ``o[r*C/N+k]`` are one chunk for
-allgather.  Ancestor sets are Python integers used as bitsets over the topological order.
+allgather; a ``cpy`` of a chunk onto itself under aliasing is not a write.  Ancestor sets are
+Python integers used as bitsets over the topological order.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from tacos.msccl.program import READS_DST, READS_SRC, WRITES_DST, inplace_alias
+from tacos.msccl.program import READS_DST, READS_SRC, WRITES_DST, Program, inplace_alias
 from tacos.msccl.verify_deps import HappensBefore
 from tacos.msccl.verify_model import Model, Tx
 from tacos.msccl.verify_report import Violation
@@ -53,10 +54,14 @@ def check_races(model: Model, hb: HappensBefore, *, aliased: bool, limit: int = 
     for tx in model.txs:
         if tx.gid not in anc:
             continue  # behind a cycle, already reported
+        st = tx.step
+        self_copy = aliased and st.type == "cpy" and _phys(p, tx.rank, st.srcbuf, st.srcoff) \
+            == _phys(p, tx.rank, st.dstbuf, st.dstoff)
         for buf, off, cnt, write in accesses(tx):
+            if write and self_copy:
+                continue  # copies a chunk onto itself (in-place): nothing changes
             for j in range(off, off + cnt):
-                phys = inplace_alias(p.coll, p.ngpus, p.nchunksperloop, tx.rank, buf, j) \
-                    if aliased else (buf, j)
+                phys = _phys(p, tx.rank, buf, j) if aliased else (buf, j)
                 table[(tx.rank, phys[0], phys[1])].append((tx.gid, tx.tb, write, f"{buf}[{j}]"))
     found: dict[tuple[int, int], tuple[Access, Access]] = {}
     for accs in table.values():
@@ -85,6 +90,10 @@ def check_races(model: Model, hb: HappensBefore, *, aliased: bool, limit: int = 
         out.append(Violation("race", f"... and {len(found) - limit} more unordered access "
                              "pairs", rank=None))
     return out
+
+
+def _phys(p: Program, rank: int, buf: str, off: int) -> tuple[str, int]:
+    return inplace_alias(p.coll, p.ngpus, p.nchunksperloop, rank, buf, off)
 
 
 def _verb(a: Access) -> str:
