@@ -1,0 +1,131 @@
+"""MSCCL XML backend: :class:`~tacos.msccl.program.Program` -> the text msccl-executor-nccl reads.
+
+The runtime's parser is hand-written and stricter than XML (``docs/msccl-xml.md`` §1.2, §6), so
+the output is fixed byte for byte:
+
+* no ``<?xml?>`` prolog and no comments; ``<algo>`` is the first element;
+* one element per line, indented by two spaces per level, ``\\n`` line ends, a final newline;
+* each element's attributes on its line, in a fixed order (``algo``: name, proto, nchannels,
+  nchunksperloop, ngpus, coll, inplace, outofplace, minBytes, maxBytes, then ``redop`` and any
+  extra attributes kept from a read-back; ``gpu``: id, i_chunks, o_chunks, s_chunks; ``tb``: id,
+  send, recv, chan; ``step``: s, type, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps,
+  hasdep), double-quoted, separated by one space;
+* integers in plain decimal (no leading zeros, ``-1`` allowed);
+* ``<step .../>`` self-closes without a space before ``/>`` (the production files' style; the
+  msccl-tools output in §3.1 has ``" />"``, which the runtime also accepts).
+
+:func:`emit_xml` never changes its input and is deterministic.  :func:`schedule_to_xml` lowers a
+schedule, verifies the program with :func:`tacos.msccl.verify.verify_program` and only then
+returns the text.
+"""
+
+from __future__ import annotations
+
+from tacos.errors import TacosError, VerificationError
+from tacos.msccl.program import (
+    ALGO_ATTRS,
+    ALGO_REQUIRED,
+    BUFFERS,
+    COLLS,
+    GPU_ATTRS,
+    MAX_ATTRS,
+    MAX_STR_LEN,
+    PROTOS,
+    STEP_ATTRS,
+    STEP_TYPES,
+    TB_ATTRS,
+    Program,
+)
+from tacos.schedule import Schedule
+
+__all__ = ["emit_xml", "schedule_to_xml", "write_xml"]
+
+
+def _text(value: object, what: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TacosError(f"MSCCL attribute {what} has the non-integer value {value!r}")
+    text = str(value)
+    bad = [ch for ch in text if not (32 <= ord(ch) < 127) or ch in '"<>&']
+    if bad or len(text) > MAX_STR_LEN:
+        raise TacosError(f"MSCCL attribute {what}={text!r} cannot be written: the runtime reads "
+                         f"at most {MAX_STR_LEN} plain ASCII characters without quotes, '<', "
+                         "'>' or '&' (it does not decode XML entities)")
+    return text
+
+
+def _attrs(pairs: list[tuple[str, object]], element: str) -> str:
+    if len(pairs) > MAX_ATTRS:
+        raise TacosError(f"<{element}> would get {len(pairs)} attributes; the runtime keeps "
+                         f"only the first {MAX_ATTRS}")
+    return " ".join(f'{k}="{_text(v, f"{element}@{k}")}"' for k, v in pairs)
+
+
+def _algo_attrs(p: Program) -> list[tuple[str, object]]:
+    missing = [a for a in ALGO_REQUIRED if getattr(p, a) is None]
+    if missing:
+        raise TacosError(f"<algo> lacks {', '.join(missing)}, which the runtime requires",
+                         hint="set them (outofplace=0/1, minBytes/maxBytes in bytes, "
+                              "maxBytes=0 for no limit) before emitting")
+    if p.proto not in PROTOS:
+        raise TacosError(f"proto={p.proto!r} is not one of {', '.join(PROTOS)}")
+    if p.coll not in COLLS:
+        raise TacosError(f"coll={p.coll!r} is not a collective the runtime accepts")
+    pairs: list[tuple[str, object]] = [(a, getattr(p, a)) for a in ALGO_ATTRS]
+    if p.redop is not None:
+        pairs.append(("redop", p.redop))
+    taken = {k for k, _ in pairs}
+    pairs.extend((k, v) for k, v in p.extra if k not in taken)
+    return pairs
+
+
+def emit_xml(program: Program) -> str:
+    """The MSCCL XML text of ``program`` (see the module docstring for the exact format).
+
+    Raises :class:`~tacos.errors.TacosError` if a required attribute is missing or a value
+    cannot be written in a form the runtime parses.
+    """
+    lines = [f"<algo {_attrs(_algo_attrs(program), 'algo')}>"]
+    for g in program.gpus:
+        lines.append(f"  <gpu {_attrs([(a, getattr(g, a)) for a in GPU_ATTRS], 'gpu')}>")
+        for tb in g.tbs:
+            lines.append(f"    <tb {_attrs([(a, getattr(tb, a)) for a in TB_ATTRS], 'tb')}>")
+            for st in tb.steps:
+                if st.type not in STEP_TYPES or st.srcbuf not in BUFFERS \
+                        or st.dstbuf not in BUFFERS:
+                    raise TacosError(f"rank {g.id} tb {tb.id} step {st.s}: type {st.type!r} or "
+                                     f"buffers {st.srcbuf!r}/{st.dstbuf!r} are not MSCCL's")
+                attrs = _attrs([(a, getattr(st, a)) for a in STEP_ATTRS], "step")
+                lines.append(f"      <step {attrs}/>")
+            lines.append("    </tb>")
+        lines.append("  </gpu>")
+    lines.append("</algo>")
+    return "\n".join(lines) + "\n"
+
+
+def schedule_to_xml(schedule: Schedule, options=None) -> str:
+    """Lower ``schedule``, verify the emitted XML, and return it.
+
+    ``options`` is a :class:`tacos.msccl.lower.MscclOptions` (defaults: out-of-place, Simple,
+    no size window).  The text is parsed back and checked with
+    :func:`tacos.msccl.verify.verify_xml` (strict parse, same step limit); any violation raises
+    :class:`~tacos.errors.VerificationError` with the verifier's report, so no unverified XML is
+    ever returned.
+    """
+    from tacos.msccl.lower import MscclOptions, lower
+    from tacos.msccl.verify import verify_xml
+
+    opts = options or MscclOptions()
+    text = emit_xml(lower(schedule, options=opts))
+    report = verify_xml(text, source="<lowered plan>", strict=True,
+                        max_steps=opts.max_steps_per_tb)
+    if not report.ok:
+        raise VerificationError(
+            "the lowered MSCCL program fails verification:\n" + report.text(warnings=False),
+            hint="this is a bug in the lowering; please report it with the schedule")
+    return text
+
+
+def write_xml(program: Program, path) -> None:
+    """Write :func:`emit_xml` output to ``path`` (UTF-8, ``\\n`` line ends)."""
+    with open(path, "w", encoding="ascii", newline="\n") as fh:
+        fh.write(emit_xml(program))

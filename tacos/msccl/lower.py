@@ -1,0 +1,167 @@
+"""Lowering: :class:`~tacos.schedule.Schedule` -> MSCCL :class:`~tacos.msccl.program.Program`.
+
+The pipeline (each stage in its own module):
+
+1. :mod:`~tacos.msccl.lower_layout` checks the collective and computes the per-rank input,
+   output and scratch layout and the chunk geometry (``nchunksperloop``, ``i_chunks`` ...).
+2. :mod:`~tacos.msccl.lower_flow` puts every send, receive and local copy into one global order,
+   tracks each chunk's versions on each rank, places them in buffers (output slot when the rank
+   needs the chunk, scratch when it only passes through) and splits transfers into contiguous
+   runs.
+3. :mod:`~tacos.msccl.lower_channels` assigns channels and thread blocks (one tb per channel,
+   direction and peer) and decides which receives fuse with the send they feed.
+4. :mod:`~tacos.msccl.lower_steps` builds the steps with their cross-tb dependencies and nops.
+
+If a tb would exceed the step limit, the FIFO lanes it owns are cut and the later part moves to
+another channel; if a fused step could deadlock (see :mod:`~tacos.msccl.lower_steps`) the fusion
+is dropped.  Both repeat until the program fits.  See ``docs/msccl.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tacos.errors import TacosError
+from tacos.msccl.lower_channels import assign_channels, plan_tbs
+from tacos.msccl.lower_flow import Flow, build_flow
+from tacos.msccl.lower_layout import build_layout
+from tacos.msccl.lower_steps import build_steps
+from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
+from tacos.schedule import Schedule
+
+REDOPS = ("sum", "prod", "min", "max")
+MAX_ROUNDS = 200
+
+
+@dataclass(frozen=True)
+class MscclOptions:
+    """How to lower and label an MSCCL program.
+
+    ``inplace`` chooses the buffer model the program is written for (input and output aliased);
+    ``outofplace`` defaults to ``not inplace`` and must differ from it (one file cannot be right
+    for both aliasings in general: emit two files).  ``min_bytes``/``max_bytes`` are the
+    runtime's selection window in total bytes (``max_bytes=0``: unlimited).  ``instances``
+    splits every chunk into that many pieces that travel on separate channels and tbs.
+    ``max_steps_per_tb`` is the runtime's ``MSCCL_MAX_NUM_STEPS`` (steps per tb, nops included);
+    ``max_channels`` caps ``nchannels``.  ``redop`` is written as a label only (the runtime
+    takes the operator from the API call).
+    """
+
+    name: str = ""
+    proto: str = "Simple"
+    inplace: bool = False
+    outofplace: bool | None = None
+    min_bytes: int = 0
+    max_bytes: int = 0
+    instances: int = 1
+    max_steps_per_tb: int = DEFAULT_MAX_STEPS
+    max_channels: int = MAX_CHANNELS
+    redop: str = "sum"
+
+    @property
+    def out_of_place(self) -> bool:
+        """The effective ``outofplace`` flag."""
+        return (not self.inplace) if self.outofplace is None else bool(self.outofplace)
+
+    def validate(self) -> None:
+        """Raise :class:`~tacos.errors.TacosError` for an impossible combination."""
+        if self.proto not in PROTOS:
+            raise TacosError(f"unknown MSCCL protocol {self.proto!r}",
+                             hint=f"use one of {', '.join(PROTOS)}")
+        if bool(self.inplace) == self.out_of_place:
+            raise TacosError("an MSCCL program is lowered either in-place or out-of-place, "
+                             f"not {'both' if self.inplace else 'neither'}",
+                             hint="emit one file per mode")
+        if self.min_bytes < 0 or self.max_bytes < 0:
+            raise TacosError("min_bytes and max_bytes must be >= 0 (max_bytes=0: unlimited)")
+        if self.max_bytes and self.max_bytes < self.min_bytes:
+            raise TacosError(f"max_bytes={self.max_bytes} is below min_bytes={self.min_bytes}")
+        if self.instances < 1:
+            raise TacosError(f"instances must be >= 1, not {self.instances}")
+        if self.max_steps_per_tb < 2:
+            raise TacosError(f"max_steps_per_tb must be >= 2, not {self.max_steps_per_tb}")
+        if not 1 <= self.max_channels <= MAX_CHANNELS:
+            raise TacosError(f"max_channels must be in 1..{MAX_CHANNELS}, "
+                             f"not {self.max_channels}")
+        if self.redop not in REDOPS:
+            raise TacosError(f"unknown reduction operator {self.redop!r}",
+                             hint=f"use one of {', '.join(REDOPS)}")
+        check_name(self.name)
+
+
+def check_name(name: str) -> None:
+    """The runtime does not decode XML entities: names must be plain printable ASCII."""
+    bad = [ch for ch in name if not (32 <= ord(ch) < 127) or ch in '"<>&']
+    if bad or len(name) > MAX_STR_LEN:
+        raise TacosError(f"MSCCL algorithm name {name!r} is not usable",
+                         hint=f"use at most {MAX_STR_LEN} printable ASCII characters without "
+                              "quotes, '<', '>' or '&'")
+
+
+def lower(schedule: Schedule, *, options: MscclOptions | None = None) -> Program:
+    """Lower a (verified) schedule to an MSCCL program.
+
+    The schedule must be one the runtime can run: a standard allgather, reducescatter,
+    allreduce, alltoall, broadcast or reduce whose transfers only use ranks of the collective's
+    group.  Raises :class:`~tacos.errors.TacosError` otherwise, or when the limits in
+    ``options`` cannot be met.  Never mutates its input.
+    """
+    opts = options or MscclOptions()
+    opts.validate()
+    layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
+    flow = build_flow(schedule, layout)
+    cuts: dict[tuple[int, int, int, int], list[int]] = {}
+    forbidden: set[tuple[int, int]] = set()
+    for _ in range(MAX_ROUNDS):
+        chan, _n = assign_channels(flow, cuts, opts.max_channels)
+        plan = plan_tbs(flow, chan, forbidden)
+        built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb)
+        if built.unsafe:
+            forbidden |= built.unsafe
+            continue
+        if built.oversize:
+            if not _cut(flow, built.oversize, cuts):
+                rank, tb = built.oversize[0]
+                raise TacosError(f"rank {rank}: a thread block needs {len(tb.steps)} steps, "
+                                 f"more than the limit {opts.max_steps_per_tb}, and cannot be "
+                                 "split further", hint="raise max_steps_per_tb")
+            continue
+        program = built.program
+        assert program is not None
+        name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
+        combining = layout.coll in ("allreduce", "reducescatter", "reduce")
+        return replace(program, name=name, proto=opts.proto, inplace=int(opts.inplace),
+                       outofplace=int(opts.out_of_place), minBytes=int(opts.min_bytes),
+                       maxBytes=int(opts.max_bytes), redop=opts.redop if combining else None)
+    raise TacosError("could not fit the plan into the MSCCL limits",
+                     hint="raise max_steps_per_tb or max_channels")
+
+
+def _cut(flow: Flow, oversize: list, cuts: dict[tuple[int, int, int, int], list[int]]) -> bool:
+    """Cut the FIFO lanes of every oversized tb at its midpoint; False if nothing can be cut."""
+    runs = flow.runs
+    changed = False
+    for _rank, tb in oversize:
+        total = sum(n for _, n in tb.units)
+        cum, mid = 0, len(tb.units)
+        for k, (_, n) in enumerate(tb.units):
+            cum += n
+            if 2 * cum >= total:
+                mid = k + 1
+                break
+        seen: dict[tuple[int, int, int, int], list[int]] = {}
+        later: dict[tuple[int, int, int, int], int] = {}
+        for k, (ids, _) in enumerate(tb.units):
+            for rid in ids:
+                r = runs[rid]
+                seen.setdefault(r.conn, []).append(r.conn_index)
+                if k >= mid:
+                    later.setdefault(r.conn, r.conn_index)
+        want = {conn: idx for conn, idx in later.items() if idx > seen[conn][0]}
+        if not want:  # the halves hold different lanes: halve every lane instead
+            want = {conn: idxs[len(idxs) // 2] for conn, idxs in seen.items() if len(idxs) > 1}
+        for conn, idx in want.items():
+            if idx not in cuts.get(conn, []):
+                cuts[conn] = sorted(cuts.get(conn, []) + [idx])
+                changed = True
+    return changed

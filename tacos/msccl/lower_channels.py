@@ -1,0 +1,141 @@
+"""Channels, thread blocks and fused operations of a lowered schedule.
+
+* **Channels.**  Every run travels on a FIFO lane ``(src, dst, piece, lane)`` (lanes separate
+  transfers that overlap in time on parallel links).  Its channel key is ``(piece, group,
+  segment, lane)``: ``group`` spreads the peers of a rank so that no channel has more than 32
+  send (receive) peers; ``segment`` counts the cuts the step limit put on the lane.  Keys are
+  numbered densely in sorted order, so a plain ring uses channel 0 only.
+* **Thread blocks.**  One tb owns each ``(channel, direction, peer)`` connection.  On every rank
+  and channel, receive peers are paired with send peers by a maximum-weight matching whose
+  weights count the receives that directly feed a send (candidates for ``rcs``/``rrs``/
+  ``rrcs``); a paired tb has ``send=w recv=x``, the rest are single-direction tbs.
+* **Fusion.**  A receive and the next step of its tb fuse when that step sends exactly the
+  values just received (same versions, same chunks).  A fused reduce whose result nobody else
+  reads and that is not the rank's final value becomes ``rrs`` (nothing stored).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass
+
+import networkx as nx
+
+from tacos.errors import TacosError
+from tacos.msccl.lower_flow import Flow, Run
+from tacos.msccl.program import MAX_TBS_PER_CHANNEL
+
+TbKey = tuple[int, int, int]  # (chan, send peer, recv peer); -1 = none
+
+
+def channel_keys(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]]
+                 ) -> list[tuple[int, int, int, int]]:
+    """The channel key ``(piece, group, segment, lane)`` of every run."""
+    pairs = sorted({(r.src, r.dst) for r in flow.runs})
+    out_n: dict[tuple[int, int], int] = defaultdict(int)
+    in_n: dict[tuple[int, int], int] = defaultdict(int)
+    group: dict[tuple[int, int], int] = {}
+    for u, v in pairs:
+        g = 0
+        while out_n[(u, g)] >= MAX_TBS_PER_CHANNEL or in_n[(v, g)] >= MAX_TBS_PER_CHANNEL:
+            g += 1
+        group[(u, v)] = g
+        out_n[(u, g)] += 1
+        in_n[(v, g)] += 1
+    keys = []
+    for r in flow.runs:
+        seg = bisect_right(cuts.get(r.conn, []), r.conn_index)
+        keys.append((r.piece, group[(r.src, r.dst)], seg, r.lane))
+    return keys
+
+
+def assign_channels(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]],
+                    max_channels: int) -> tuple[list[int], int]:
+    """Channel of every run and the channel count; raises if more than ``max_channels``."""
+    keys = channel_keys(flow, cuts)
+    dense = {k: n for n, k in enumerate(sorted(set(keys)))}
+    if len(dense) > max_channels:
+        raise TacosError(
+            f"the plan needs {len(dense)} channels but at most {max_channels} are allowed",
+            hint="raise the step limit (max_steps_per_tb) if your MSCCL build allows it, use "
+                 "fewer chunks per NPU or instances, or raise max_channels (hard limit 32)")
+    return [dense[k] for k in keys], max(1, len(dense))
+
+
+@dataclass
+class TbPlan:
+    """Which tb every run's sending and receiving step belongs to, and the fused pairs."""
+
+    send_tb: dict[int, TbKey]
+    recv_tb: dict[int, TbKey]
+    fused: dict[int, int]
+    absorbed: frozenset[int]
+    unstored: frozenset[int]
+    sequence: dict[tuple[int, TbKey], list[tuple[str, int]]]
+
+
+def _feeder(flow: Flow, made: dict[tuple[tuple[int, ...], int], int], s: Run) -> Run | None:
+    rid = made.get((s.reads, s.piece))
+    return flow.runs[rid] if rid is not None else None
+
+
+def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]]) -> TbPlan:
+    """Pair peers into tbs per rank and channel, then decide which steps fuse."""
+    runs = flow.runs
+    made = {(r.creates, r.piece): r.id for r in runs}
+    weight: dict[tuple[int, int], dict[tuple[int, int], int]] = defaultdict(
+        lambda: defaultdict(int))
+    recv_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
+    send_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for r in runs:
+        recv_peers[(r.dst, chan[r.id])].add(r.src)
+        send_peers[(r.src, chan[r.id])].add(r.dst)
+        f = _feeder(flow, made, r)
+        if f is not None and f.dst == r.src and chan[f.id] == chan[r.id]:
+            weight[(r.src, chan[r.id])][(f.src, r.dst)] += 1
+    tb_of_recv: dict[tuple[int, int, int], TbKey] = {}
+    tb_of_send: dict[tuple[int, int, int], TbKey] = {}
+    for rank, ch in sorted(set(recv_peers) | set(send_peers)):
+        g = nx.Graph()
+        for (x, w), wt in sorted(weight.get((rank, ch), {}).items()):
+            g.add_edge(("r", x), ("s", w), weight=wt)
+        pairs = nx.max_weight_matching(g) if g.number_of_edges() else set()
+        matched_r: dict[int, int] = {}
+        for a, b in pairs:
+            (_, x), (_, w) = (a, b) if a[0] == "r" else (b, a)
+            matched_r[x] = w
+        matched_s = {w: x for x, w in matched_r.items()}
+        for x in sorted(recv_peers.get((rank, ch), ())):
+            tb_of_recv[(rank, ch, x)] = (ch, matched_r.get(x, -1), x)
+        for w in sorted(send_peers.get((rank, ch), ())):
+            tb_of_send[(rank, ch, w)] = (ch, w, matched_s.get(w, -1))
+    send_tb = {r.id: tb_of_send[(r.src, chan[r.id], r.dst)] for r in runs}
+    recv_tb = {r.id: tb_of_recv[(r.dst, chan[r.id], r.src)] for r in runs}
+    sequence: dict[tuple[int, TbKey], list[tuple[str, int]]] = defaultdict(list)
+    for kind, idx in flow.order:
+        if kind == "send":
+            sequence[(runs[idx].src, send_tb[idx])].append((kind, idx))
+        elif kind == "recv":
+            sequence[(runs[idx].dst, recv_tb[idx])].append((kind, idx))
+    fused: dict[int, int] = {}
+    for seq in sequence.values():
+        k = 0
+        while k + 1 < len(seq):
+            (k1, a), (k2, b) = seq[k], seq[k + 1]
+            if (k1 == "recv" and k2 == "send" and runs[b].reads == runs[a].creates
+                    and runs[b].piece == runs[a].piece and (a, b) not in forbidden):
+                fused[a] = b
+                k += 2
+            else:
+                k += 1
+    unstored = set()
+    for a, b in fused.items():
+        r = runs[a]
+        if r.prevs is None:
+            continue
+        if all(flow.readers.get((vid, r.piece), []) == [("send", b)] and vid not in flow.final
+               for vid in r.creates):
+            unstored.add(a)
+    return TbPlan(send_tb, recv_tb, fused, frozenset(fused.values()), frozenset(unstored),
+                  dict(sequence))

@@ -1,0 +1,301 @@
+"""Buffer locations and runs of a schedule in MSCCL terms, on top of the global event order of
+:mod:`tacos.msccl.lower_order`.
+
+Each version of a chunk is placed in the rank's output slot when the rank needs the chunk at
+the end (unless an in-place alias still holds another chunk that will be read later; then in
+scratch, copied into place after that read), and in a scratch slot when the chunk only passes
+through.  Every ordering edge the later stages add (program order, dependencies, FIFO slots)
+points forward in the global order, which is what makes the lowered program deadlock-free.
+
+A transfer whose chunks are not contiguous on both sides becomes several *runs* (one MSCCL
+step pair each).  Run ``k >= 1`` of a transfer is sent right after run ``k-1`` is received, so a
+capacity-1 FIFO never blocks the sender on data the order has not produced yet.  Final ``cpy``
+steps move values that did not land in their output slot (out-of-place local shares, in-place
+alltoall slots that were busy).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from tacos.errors import TacosError
+from tacos.msccl.lower_layout import Layout, Loc
+from tacos.msccl.lower_order import Version, lanes, order_transfers, replay_versions
+from tacos.msccl.program import MAX_COUNT
+from tacos.schedule import Schedule
+
+TIME_RTOL = 1e-12
+Key = tuple[int, int, int, int, int]
+
+
+@dataclass
+class Run:
+    """Contiguous chunks of one transfer piece: one sending step and one receiving step."""
+
+    id: int
+    transfer: int
+    piece: int
+    part: int
+    src: int
+    dst: int
+    lane: int
+    chunks: tuple[int, ...]
+    reads: tuple[int, ...]
+    creates: tuple[int, ...]
+    prevs: tuple[int, ...] | None
+    sloc: Loc
+    rsrc: Loc | None
+    rdst: Loc
+    send_key: Key = (0, 0, 0, 0, 0)
+    recv_key: Key = (0, 0, 0, 0, 0)
+    send_pos: int = 0
+    recv_pos: int = 0
+    conn_index: int = 0
+
+    @property
+    def cnt(self) -> int:
+        """Number of MSCCL chunks the run moves."""
+        return len(self.chunks)
+
+    @property
+    def conn(self) -> tuple[int, int, int, int]:
+        """``(src, dst, piece, lane)``: the FIFO lane the run travels on (before channels)."""
+        return (self.src, self.dst, self.piece, self.lane)
+
+
+@dataclass
+class Copy:
+    """A local ``cpy`` that moves a final value into its output slot."""
+
+    id: int
+    rank: int
+    src: Loc
+    dst: Loc
+    cnt: int
+    reads: tuple[tuple[int, int], ...]
+    key: Key = (0, 0, 0, 0, 0)
+    pos: int = 0
+
+
+@dataclass
+class Flow:
+    """Everything the thread-block assignment needs, independent of channels."""
+
+    layout: Layout
+    runs: list[Run]
+    copies: list[Copy]
+    order: list[tuple[str, int]]
+    versions: list[Version]
+    readers: dict[tuple[int, int], list[tuple[str, int]]]
+    final: frozenset[int]
+    loc: dict[tuple[int, int], Loc]
+
+    def rank_events(self) -> dict[int, list[tuple[str, int]]]:
+        """Per rank, its events (``send``/``recv``/``cpy``) in global order."""
+        out: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for kind, idx in self.order:
+            if kind == "cpy":
+                out[self.copies[idx].rank].append((kind, idx))
+            elif kind == "send":
+                out[self.runs[idx].src].append((kind, idx))
+            else:
+                out[self.runs[idx].dst].append((kind, idx))
+        return out
+
+
+def _split(entries: list[tuple], limit: int = MAX_COUNT) -> list[list[tuple]]:
+    """Split entries ``(chunk, sloc, rsrc, rdst)`` (sorted) into contiguous runs."""
+    def nxt(a: Loc | None, b: Loc | None) -> bool:
+        if a is None or b is None:
+            return a is None and b is None
+        return a[0] == b[0] and b[1] == a[1] + 1
+
+    runs: list[list[tuple]] = []
+    for e in entries:
+        if runs:
+            last = runs[-1][-1]
+            if (len(runs[-1]) < limit and nxt(last[1], e[1]) and nxt(last[2], e[2])
+                    and nxt(last[3], e[3])):
+                runs[-1].append(e)
+                continue
+        runs.append([e])
+    return runs
+
+
+def build_flow(schedule: Schedule, layout: Layout) -> Flow:
+    """Order, version, place and split the schedule's transfers (see the module docstring)."""
+    ts = schedule.transfers
+    members = set(layout.group)
+    for i, t in enumerate(ts):
+        for end in (t.src, t.dst):
+            if end not in members:
+                raise TacosError(f"transfer {i} passes through NPU {end}, which is not a rank of "
+                                 f"the {layout.coll} group; MSCCL can only use the ranks of "
+                                 "the communicator")
+    makespan = max((abs(t.end) for t in ts), default=0.0)
+    tol = TIME_RTOL * makespan
+    lane, prev_on_lane = lanes(schedule, tol)
+    versions, read, created, cur = replay_versions(schedule, layout, tol)
+    pos_s, pos_r = order_transfers(schedule, versions, prev_on_lane, tol)
+    pieces = layout.instances
+
+    def last_use(vid: int) -> int:
+        return max((pos_r[i] for _, i in versions[vid].readers), default=-1)
+
+    loc: dict[tuple[int, int], Loc] = {}
+    hist: dict[tuple[int, Loc], list[int]] = defaultdict(list)
+    occ: dict[tuple[int, Loc], int] = {}
+    scratch: dict[tuple[int, int, int], Loc] = {}
+    nscratch: dict[int, int] = defaultdict(int)
+    for x in versions:
+        if x.creator is None:
+            for p in range(pieces):
+                where = layout.input_loc(x.rank, x.chunk, p)
+                loc[(x.id, p)] = where
+                occ[(x.rank, where)] = x.id
+                hist[(x.rank, where)].append(x.id)
+
+    runs: list[Run] = []
+    runs_of: dict[tuple[int, int], list[int]] = {}
+    for i in sorted(range(len(ts)), key=lambda i: pos_r[i]):
+        t = ts[i]
+        u, v = layout.rank_of(t.src), layout.rank_of(t.dst)
+        for p in range(pieces):
+            order = sorted(t.chunks, key=lambda c: (loc[(read[i][c], p)], c))
+            entries = []
+            for c in order:
+                x = versions[created[i][c]]
+                target = None
+                if v in layout.post[c]:
+                    want = layout.output_loc(v, c, p)
+                    o = occ.get((v, want))
+                    if o is None or versions[o].chunk == c or last_use(o) <= pos_r[i]:
+                        target = want
+                if target is None:
+                    if (v, c, p) not in scratch:
+                        scratch[(v, c, p)] = ("s", nscratch[v])
+                        nscratch[v] += 1
+                    target = scratch[(v, c, p)]
+                else:
+                    occ[(v, target)] = x.id
+                hist[(v, target)].append(x.id)
+                loc[(x.id, p)] = target
+                rsrc = loc[(x.prev, p)] if x.prev is not None else None
+                entries.append((c, loc[(read[i][c], p)], rsrc, target))
+            ids = []
+            for part, group in enumerate(_split(entries)):
+                cs = tuple(e[0] for e in group)
+                prevs = tuple(versions[created[i][c]].prev for c in cs)
+                run = Run(len(runs), i, p, part, u, v, lane[i], cs,
+                          tuple(read[i][c] for c in cs), tuple(created[i][c] for c in cs),
+                          None if group[0][2] is None else prevs,
+                          group[0][1], group[0][2], group[0][3])
+                k = part
+                run.send_key = ((pos_s[i], 0, p, 0, 0) if k == 0
+                                else (pos_r[i], 0, p, 2 * k - 1, 0))
+                run.recv_key = (pos_r[i], 0, p, 2 * k, 0)
+                runs.append(run)
+                ids.append(run.id)
+            runs_of[(i, p)] = ids
+
+    readers: dict[tuple[int, int], list[tuple[str, int]]] = defaultdict(list)
+    made_by: dict[tuple[int, int], int] = {}
+    for run in runs:
+        for vid in run.reads:
+            readers[(vid, run.piece)].append(("send", run.id))
+        for vid in run.prevs or ():
+            readers[(vid, run.piece)].append(("prev", run.id))
+        for vid in run.creates:
+            made_by[(vid, run.piece)] = run.id
+    for run in runs:
+        if run.part == 0:
+            continue
+        for vid in run.reads:
+            nxt = versions[vid].next
+            if nxt is not None and runs[made_by[(nxt, run.piece)]].recv_key < run.send_key:
+                raise TacosError(
+                    f"transfer {run.transfer} carries chunks that are not contiguous in the "
+                    f"MSCCL buffers and rank {run.src} overwrites one of them before the last "
+                    "piece can leave; split the transfer in the schedule")
+
+    copies = _final_copies(layout, versions, cur, loc, hist, runs, readers, made_by)
+    for cp in copies:
+        for vid, p in cp.reads:
+            readers[(vid, p)].append(("cpy", cp.id))
+    keyed: list[tuple[Key, str, int]] = []
+    for run in runs:
+        keyed.append((run.send_key, "send", run.id))
+        keyed.append((run.recv_key, "recv", run.id))
+    for cp in copies:
+        keyed.append((cp.key, "cpy", cp.id))
+    keyed.sort()
+    order: list[tuple[str, int]] = []
+    for n, (_, kind, idx) in enumerate(keyed):
+        order.append((kind, idx))
+        if kind == "send":
+            runs[idx].send_pos = n
+        elif kind == "recv":
+            runs[idx].recv_pos = n
+        else:
+            copies[idx].pos = n
+    per_conn: dict[tuple[int, int, int, int], list[Run]] = defaultdict(list)
+    for run in sorted(runs, key=lambda r: r.send_pos):
+        per_conn[run.conn].append(run)
+    for seq in per_conn.values():
+        for n, run in enumerate(seq):
+            run.conn_index = n
+    final = frozenset(vid for (r, c), vid in cur.items() if r in layout.post[c])
+    return Flow(layout, runs, copies, order, versions, dict(readers), final, loc)
+
+
+def _final_copies(layout: Layout, versions: list[Version], cur: dict[tuple[int, int], int],
+                  loc: dict[tuple[int, int], Loc], hist: dict[tuple[int, Loc], list[int]],
+                  runs: list[Run], readers: dict[tuple[int, int], list[tuple[str, int]]],
+                  made_by: dict[tuple[int, int], int]) -> list[Copy]:
+    """``cpy`` steps for ranks whose final value is not in its output slot yet."""
+    start: Key = (-1, 0, 0, 0, 0)
+    pending: dict[tuple[int, Key], list[tuple[Loc, Loc, tuple[int, int]]]] = defaultdict(list)
+    for c in range(len(layout.post)):
+        for v in sorted(layout.post[c]):
+            vid = cur.get((v, c))
+            if vid is None:
+                raise TacosError(f"rank {v} (NPU {layout.group[v]}) never receives chunk {c}",
+                                 hint="verify the schedule first (tacos.verify.verify_schedule)")
+            for p in range(layout.instances):
+                want = layout.output_loc(v, c, p)
+                have = loc[(vid, p)]
+                if have == want:
+                    continue
+                anchor = start
+                if versions[vid].creator is not None:
+                    anchor = max(anchor, runs[made_by[(vid, p)]].recv_key)
+                for other in hist.get((v, want), ()):
+                    if versions[other].chunk == c:
+                        continue
+                    if versions[other].creator is not None:
+                        anchor = max(anchor, runs[made_by[(other, p)]].recv_key)
+                    for kind, rid in readers.get((other, p), ()):
+                        r = runs[rid]
+                        anchor = max(anchor, r.send_key if kind == "send" else r.recv_key)
+                pending[(v, anchor)].append((have, want, (vid, p)))
+    copies: list[Copy] = []
+    seq = 0
+    for (v, anchor), items in sorted(pending.items()):
+        items.sort()
+        groups: list[list[tuple[Loc, Loc, tuple[int, int]]]] = []
+        for it in items:
+            if groups:
+                a = groups[-1][-1]
+                if (len(groups[-1]) < MAX_COUNT and a[0][0] == it[0][0]
+                        and it[0][1] == a[0][1] + 1 and a[1][0] == it[1][0]
+                        and it[1][1] == a[1][1] + 1):
+                    groups[-1].append(it)
+                    continue
+            groups.append([it])
+        for g in groups:
+            seq += 1
+            key = anchor[:4] + (seq,)
+            copies.append(Copy(len(copies), v, g[0][0], g[0][1], len(g),
+                               tuple(it[2] for it in g), key))
+    return copies

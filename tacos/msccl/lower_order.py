@@ -1,0 +1,152 @@
+"""Global event order of a schedule's transfers and the versions of every chunk.
+
+Time semantics follow :mod:`tacos.verify`: a transfer snapshots the sender's value when it
+starts and lands when it ends (arrivals at an instant come before sends).  Each landing creates
+a new :class:`Version` of the chunk on the receiver (for ``op='reduce'`` it also reads the
+receiver's previous version).  :func:`order_transfers` then gives every send (node ``2i``) and
+receive (node ``2i+1``) a position in one topological order of
+
+* a transfer's send before its receive,
+* the previous transfer on the same lane (FIFO) received before the next one is sent,
+* a version created before it is read, and read before the next version of the same chunk on the
+  same rank is created,
+
+with ties broken by time.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tacos.errors import TacosError
+from tacos.msccl.lower_layout import Layout
+from tacos.schedule import Schedule
+
+
+@dataclass
+class Version:
+    """One value of a chunk on a rank: initial (``creator`` None) or landed by a transfer."""
+
+    id: int
+    rank: int
+    chunk: int
+    creator: int | None
+    prev: int | None = None
+    readers: list[tuple[str, int]] = field(default_factory=list)
+    next: int | None = None
+
+
+def lanes(schedule: Schedule, tol: float) -> tuple[list[int], list[int | None]]:
+    """First-fit interval colouring per ordered NPU pair; also each transfer's lane predecessor."""
+    by_pair: dict[tuple[int, int], list[int]] = defaultdict(list)
+    ts = schedule.transfers
+    for i, t in enumerate(ts):
+        by_pair[(t.src, t.dst)].append(i)
+    lane = [0] * len(ts)
+    prev: list[int | None] = [None] * len(ts)
+    for idxs in by_pair.values():
+        idxs.sort(key=lambda i: (ts[i].start, ts[i].end, i))
+        last: list[int] = []
+        for i in idxs:
+            for ln, j in enumerate(last):
+                if ts[j].end <= ts[i].start + tol:
+                    lane[i], prev[i], last[ln] = ln, j, i
+                    break
+            else:
+                lane[i] = len(last)
+                last.append(i)
+    return lane, prev
+
+
+def replay_versions(schedule: Schedule, layout: Layout, tol: float):
+    """Versions per the verifier's time semantics; returns (versions, read, created, cur)."""
+    versions: list[Version] = []
+    cur: dict[tuple[int, int], int] = {}
+    for c in range(len(layout.pre)):
+        for r in sorted(layout.pre[c]):
+            versions.append(Version(len(versions), r, c, None))
+            cur[(r, c)] = versions[-1].id
+    ts = schedule.transfers
+    ev = []
+    for i, t in enumerate(ts):
+        ev.append((t.start, 1, t.start, i))
+        ev.append((t.end - tol, 0, t.start, i))
+    ev.sort()
+    read: list[dict[int, int]] = [{} for _ in ts]
+    created: list[dict[int, int]] = [{} for _ in ts]
+    for _, kind, _, i in ev:
+        t = ts[i]
+        u, v = layout.rank_of(t.src), layout.rank_of(t.dst)
+        for c in t.chunks:
+            if kind == 1:
+                vid = cur.get((u, c))
+                if vid is None:
+                    raise TacosError(f"transfer {i} sends chunk {c} from NPU {t.src} before it "
+                                     "holds it", hint="verify the schedule first "
+                                     "(tacos.verify.verify_schedule)")
+                read[i][c] = vid
+                versions[vid].readers.append(("S", i))
+                continue
+            prev = cur.get((v, c)) if t.op == "reduce" else None
+            x = Version(len(versions), v, c, i, prev)
+            versions.append(x)
+            if prev is not None:
+                versions[prev].readers.append(("R", i))
+            old = cur.get((v, c))
+            if old is not None:
+                versions[old].next = x.id
+            cur[(v, c)] = x.id
+            created[i][c] = x.id
+    return versions, read, created, cur
+
+
+def order_transfers(schedule: Schedule, versions: list[Version], prev_on_lane: list[int | None],
+           tol: float) -> tuple[list[int], list[int]]:
+    """Topological order of send (2i) / receive (2i+1) nodes, ties broken by time."""
+    ts = schedule.transfers
+    n = 2 * len(ts)
+    succ: list[set[int]] = [set() for _ in range(n)]
+
+    def node(ref: tuple[str, int]) -> int:
+        return 2 * ref[1] + (0 if ref[0] == "S" else 1)
+
+    for i in range(len(ts)):
+        succ[2 * i].add(2 * i + 1)
+        if prev_on_lane[i] is not None:
+            succ[2 * prev_on_lane[i] + 1].add(2 * i)
+    for x in versions:
+        made = 2 * x.creator + 1 if x.creator is not None else None
+        nxt = versions[x.next].creator if x.next is not None else None
+        for ref in x.readers:
+            r = node(ref)
+            if made is not None and r != made:
+                succ[made].add(r)
+            if nxt is not None and r != 2 * nxt + 1:
+                succ[r].add(2 * nxt + 1)
+    indeg = [0] * n
+    for s in succ:
+        for b in s:
+            indeg[b] += 1
+
+    def prio(a: int) -> tuple[float, int, float, int]:
+        t = ts[a // 2]
+        return (t.start, 1, t.start, a // 2) if a % 2 == 0 else (t.end - tol, 0, t.start, a // 2)
+
+    heap = [(prio(a), a) for a in range(n) if indeg[a] == 0]
+    heapq.heapify(heap)
+    pos = [-1] * n
+    k = 0
+    while heap:
+        _, a = heapq.heappop(heap)
+        pos[a] = k
+        k += 1
+        for b in sorted(succ[a]):
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                heapq.heappush(heap, (prio(b), b))
+    if k != n:
+        raise TacosError("the schedule's data dependencies form a cycle; it cannot be lowered",
+                         hint="verify the schedule first (tacos.verify.verify_schedule)")
+    return [pos[2 * i] for i in range(len(ts))], [pos[2 * i + 1] for i in range(len(ts))]
