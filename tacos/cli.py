@@ -146,6 +146,9 @@ def _verify_parser() -> argparse.ArgumentParser:
                    help="set a TDL parameter of --topology (repeatable)")
     p.add_argument("--max-steps", type=int, default=64,
                    help="XML: most steps per threadblock (default 64)")
+    p.add_argument("--strict", action="store_true",
+                   help="XML: treat attributes the runtime needs to select a plan (outofplace, "
+                   "minBytes, maxBytes) as errors when missing, not warnings")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -314,7 +317,8 @@ def cmd_verify(argv: Sequence[str]) -> int:
     if path.suffix.lower() == ".xml":
         from tacos.msccl.verify import verify_xml_file
 
-        report = verify_xml_file(path, topology=topology, max_steps=args.max_steps)
+        report = verify_xml_file(path, topology=topology, max_steps=args.max_steps,
+                                 strict=args.strict)
     else:
         from tacos.frontends.json_schedule import check_against_topology, load
         from tacos.verify import verify_schedule
