@@ -7,7 +7,8 @@ looked at: links that just freed, and free out-links of NPUs that just received 
 destination ``d`` with such free in-links, the wanted chunks ``need[d] & ~claimed[d]`` (plus
 chunks ``d`` may relay towards far targets) are matched to the links whose source holds them:
 
-* ``cap == 1`` (TACOS): most constrained link first, a random chunk each;
+* ``cap == 1`` (TACOS): most constrained link first, a random chunk each, preferring chunks
+  that no later link could carry;
 * ``cap > 1``: :func:`tacos.solvers.merge.split_batches` balances batches over the links.
 
 Heterogeneous links: a chunk goes where it arrives first; a free link whose source holds a chunk
@@ -49,11 +50,11 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
               ) -> TrialResult:
     """Run one randomized trial; deterministic in ``(seed, trial, cap)``."""
     rng = random.Random(f"tacos-greedy:{seed}:{trial}")
-    randrange = rng.randrange
+    rand = rng.random
     nb = max(1, inst.n_chunks)
 
     def pick(x: int) -> int:
-        r = randrange(nb)
+        r = int(rand() * nb)
         y = x >> r
         if y:
             return (y & -y) << r
@@ -83,6 +84,10 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     active: list[list[int]] = [[] for _ in src]
     uniform = inst.uniform_size
     duration = inst.duration
+    # one table per link: chunk count -> ticks (uniform chunk sizes only)
+    dtab: list[dict[int, int]] = [{} for _ in src]
+    if not (speculate and (cap > 1 or inst.heterogeneous)):
+        speculate = False  # equal single-chunk transfers: a resend never lands earlier
     relay_mask = inst.relay_mask
     relay_targets, dist_to = inst.relay_targets, inst.dist_to
     best = {c: dict(b) for c, b in inst.relay_best0.items()}
@@ -102,16 +107,24 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         return sum(inst.sizes[c] for c in iter_bits(bits))
 
     def launch(t: int, lk: int, d: int, bits: int) -> None:
-        e = t + duration(lk, nbytes(bits))
+        if uniform is not None:
+            cnt = bits.bit_count()
+            w = dtab[lk].get(cnt)
+            if w is None:
+                w = dtab[lk][cnt] = duration(lk, uniform * cnt)
+            e = t + w
+        else:
+            e = t + duration(lk, nbytes(bits))
         tr = len(T_start)
         T_start.append(t)
         T_end.append(e)
         T_link.append(lk)
         T_bits.append(bits)
-        T_snap.append(held[src[lk]])
         lane_free[lk] -= 1
         claimed[d] |= bits
-        active[lk].append(tr)
+        if speculate:
+            T_snap.append(held[src[lk]])
+            active[lk].append(tr)
         lst = pending.get(e)
         if lst is None:
             pending[e] = [tr]
@@ -200,7 +213,7 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                 want |= relay_wanted(d, offered)
             slots: list[tuple[int, int]] = []
             idle: list[int] = []
-            for lk in sorted(lset):
+            for lk in lset:
                 f = lane_free[lk]
                 if not f:
                     continue
@@ -214,13 +227,21 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                     lk, a = slots[0]
                     launch(t, lk, d, pick(a) if cap == 1 else take(a, cap))
                 elif cap == 1:
-                    rng.shuffle(slots)
-                    slots.sort(key=lambda s: s[1].bit_count())
+                    slots.sort(key=lambda s: (s[1].bit_count(), rand()))
                     taken = 0
-                    for lk, a in slots:
+                    m = len(slots)
+                    rest = [0] * m
+                    acc = 0
+                    for i in range(m - 1, -1, -1):
+                        rest[i] = acc
+                        acc |= slots[i][1]
+                    for i, (lk, a) in enumerate(slots):
                         a &= ~taken
                         if a:
-                            b = pick(a)
+                            # prefer a chunk no later slot can carry (keeps the matching
+                            # maximal: shared chunks are left to the other links)
+                            ex = a & ~rest[i]
+                            b = pick(ex if ex else a)
                             taken |= b
                             launch(t, lk, d, b)
                         elif speculate:
@@ -246,8 +267,11 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
             lk = T_link[tr]
             d = dst[lk]
             lane_free[lk] += 1
-            active[lk].remove(tr)
-            bits = land(tr)
+            bits = T_bits[tr]
+            if speculate:
+                active[lk].remove(tr)
+                if bits & held[d]:
+                    bits = land(tr)
             s = dirty.get(d)
             if s is None:
                 dirty[d] = {lk}

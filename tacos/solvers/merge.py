@@ -81,8 +81,10 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
 
     An int (or None = unlimited) is used for every trial.  ``'auto'`` cycles through a ladder
     built from the ratio of α to a chunk's wire time: a cap ``b`` pays α once per ``b`` chunks,
-    so ``b ≈ α·B/(ε·m)`` keeps α at about ε of a transfer; the ladder tries ε = 20%, 10%, 5%
-    and unlimited.  Where α is negligible the ladder collapses to 1 (chunk-granular).
+    so ``b ≈ α·B/(ε·m)`` keeps α at about ε of a transfer; the ladder tries ε = 10% and 5%,
+    then the small caps 4 and 2 (which pay even where α is negligible: a link that may carry a
+    variable number of chunks balances its load better than one chunk per step), then ε = 20%.
+    Unlimited batches are never tried: they wreck pipelining.
     """
     if max_merge is None:
         return [UNLIMITED] * trials
@@ -96,12 +98,9 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
     ratios = [a * b / size for a, b in zip(inst.alpha, inst.bw, strict=True)] or [0.0]
     ratio = max(ratios)  # α / wire time of one chunk, worst link
     ladder: list[int] = []
-    for eps in (0.2, 0.1, 0.05):
-        b = max(1, math.ceil(ratio / eps))
-        if b not in ladder:
-            ladder.append(b)
-    if ladder != [1]:
-        ladder.append(UNLIMITED)
+    for cap in (math.ceil(ratio / 0.1), math.ceil(ratio / 0.05), 4, 2, math.ceil(ratio / 0.2)):
+        if cap > 1 and cap not in ladder:
+            ladder.append(cap)
     return [ladder[i % len(ladder)] for i in range(trials)]
 
 
