@@ -225,7 +225,19 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
             if slots:
                 if len(slots) == 1:
                     lk, a = slots[0]
-                    launch(t, lk, d, pick(a) if cap == 1 else take(a, cap))
+                    if a.bit_count() > cap:
+                        # prefer chunks no other in-neighbour of d could bring
+                        other = 0
+                        for l2 in in_links[d]:
+                            if l2 != lk:
+                                other |= held[src[l2]]
+                        b = take(a & ~other, cap)
+                        n = b.bit_count()
+                        if n < cap:
+                            b |= take(a & ~b, cap - n)
+                        launch(t, lk, d, b)
+                    else:
+                        launch(t, lk, d, pick(a) if cap == 1 else take(a, cap))
                 elif cap == 1:
                     slots.sort(key=lambda s: (s[1].bit_count(), rand()))
                     taken = 0
