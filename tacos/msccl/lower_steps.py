@@ -64,11 +64,11 @@ def _step_fields(flow: Flow, plan: TbPlan) -> tuple[dict[int, str], dict[int, tu
                                                      dict[int, Field]]:
     """Receiving step type and ``(src, dst)`` fields per run, plus each message's ``DST``.
 
-    ``SRC[m]`` is the ``src`` field of the step that sends run ``m`` and ``DST[m]`` the ``dst``
-    field of the step that receives it.  Fields a step does not access carry the other side's
-    description, so both ends of a connection describe a message alike wherever possible: an
-    ``rcs`` (which never reads ``src``) repeats its upstream's ``SRC``, an ``rrs`` (which stores
-    nothing) its downstream's ``DST``; ``s`` and ``r`` mirror their peer.
+    Fused steps describe their local data with ``src == dst`` as the production files and
+    msccl-tools do (``rcs``: where it stores; ``rrs``: the partial it reads).  Plain ``s`` and
+    ``r`` carry their peer's side of the message: a send's ``dst`` is the ``dst`` field of the
+    step that receives it (``DST``), a receive's ``src`` the ``src`` field of the step that sent
+    it.
     """
     runs = flow.runs
     feeders = {b: a for a, b in plan.fused.items()}
@@ -79,27 +79,21 @@ def _step_fields(flow: Flow, plan: TbPlan) -> tuple[dict[int, str], dict[int, tu
                            "rrs" if r.id in plan.unstored else "rrcs")
         else:
             types[r.id] = "r" if r.prevs is None else "rrc"
-    src_of: dict[int, Field] = {}
-    for r in sorted(runs, key=lambda r: r.send_pos):
-        a = feeders.get(r.id)
-        if a is None:
-            src_of[r.id] = (r.src, *r.sloc)
-        elif types[a] == "rcs":
-            src_of[r.id] = src_of[a]
-        else:
-            src_of[r.id] = (r.src, *runs[a].rsrc)
-    dst_of: dict[int, Field] = {}
-    for r in sorted(runs, key=lambda r: -r.recv_pos):
-        dst_of[r.id] = dst_of[plan.fused[r.id]] if types[r.id] == "rrs" else (r.dst, *r.rdst)
     fields: dict[int, tuple] = {}
     for r in runs:
         t, v = types[r.id], r.dst
-        if t in ("r", "rcs"):
-            fields[r.id] = (src_of[r.id], (v, *r.rdst))
+        if t == "rcs":
+            fields[r.id] = ((v, *r.rdst), (v, *r.rdst))
         elif t == "rrs":
-            fields[r.id] = ((v, *r.rsrc), dst_of[plan.fused[r.id]])
-        else:
+            fields[r.id] = ((v, *r.rsrc), (v, *r.rsrc))
+        elif t in ("rrc", "rrcs"):
             fields[r.id] = ((v, *r.rsrc), (v, *r.rdst))
+    for r in runs:
+        if types[r.id] == "r":
+            a = feeders.get(r.id)
+            src = fields[a][0] if a is not None else (r.src, *r.sloc)
+            fields[r.id] = (src, (r.dst, *r.rdst))
+    dst_of = {r.id: fields[r.id][1] for r in runs}
     return types, fields, dst_of
 
 
