@@ -1,0 +1,366 @@
+"""TACOS-ILP: provably optimal synthesis on the time-expanded network (seed §V).
+
+:class:`IlpSolver` discretizes the links (:func:`tacos.passes.discretize.discretize`), takes an
+upper bound from the greedy synthesizer (or shortest-path schedule), and bisects the horizon
+``T`` between a lower bound and that upper bound, solving the TEN ILP of
+:mod:`tacos.solvers.ilp_model` at each probe with the greedy schedule as warm start.  The result
+is ``"optimal"`` when the smallest feasible ``T`` is proven.  When the time limit strikes, the
+incumbent of the interrupted probe is completed by shortest-path recovery
+(:mod:`tacos.solvers.recovery`, seed §V-B), and the best complete schedule found is returned
+with status ``"time_limit"``.  ``mode="cluster"`` runs time clustering instead
+(:mod:`tacos.solvers.clustering`, seed §V-C).
+
+Options (``Problem.options``): ``backend`` (``highs``, ``cpsat``, ``cbc``, ``gurobi``; default
+the fastest installed), ``time_limit`` (s, whole solve, default 60), ``seed``, ``threads``
+(default 1), ``mode`` (``exact`` | ``cluster``), ``cluster_steps``, ``discretization_factor``
+(default 1), ``trials`` (greedy trials for the upper bound, default 16), ``upper_bound``
+(``greedy`` or ``shortest_path``: where the first schedule and the top of the bisection come
+from).
+
+"Optimal" is with respect to the TEN: whole chunks, store-and-forward, link times rounded up to
+whole steps.  ``stats['discretization_exact']`` says whether the rounding was lossless, in which
+case the TEN optimum is also the optimum in continuous time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tacos.collective import Collective
+from tacos.errors import UsageError
+from tacos.passes.discretize import Discretization, discretize
+from tacos.schedule import Schedule, Transfer
+from tacos.solvers import ilp_backends
+from tacos.solvers.ilp_model import (
+    INF,
+    BuildTimeout,
+    Send,
+    build_ten_model,
+    causal_sends,
+    demands_met,
+    prune_useless,
+    schedule_steps,
+    sends_to_transfers,
+    step_distances,
+    transfers_to_sends,
+)
+from tacos.solvers.recovery import complete_schedule
+from tacos.solvers.registry import Problem, SolveResult
+from tacos.topology import Topology
+
+RESERVE = 0.05  # fraction of the time limit kept for recovery and bookkeeping
+SOFT_SHARE = 0.3  # fraction of the ILP time kept for early termination when probes run long
+
+
+@dataclass(frozen=True)
+class TenProblem:
+    """A problem on the step grid: topology, chunks' pre/post sets and sizes, discretization."""
+
+    topology: Topology
+    collective: Collective
+    disc: Discretization
+    pre: tuple[frozenset[int], ...]
+    post: tuple[frozenset[int], ...]
+    sizes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, topology: Topology, collective: Collective, factor: int = 1) -> TenProblem:
+        """Discretize for the largest chunk (so every chunk fits its steps)."""
+        size = max((c.size for c in collective.chunks), default=1)
+        return cls(topology, collective, discretize(topology, size, factor),
+                   tuple(c.pre for c in collective.chunks),
+                   tuple(c.post for c in collective.chunks),
+                   tuple(c.size for c in collective.chunks))
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        """Steps per link."""
+        return self.disc.link_steps
+
+    def transfers(self, sends: list[Send]) -> list[Transfer]:
+        """Sends as timed transfers (seconds)."""
+        return sends_to_transfers(sends, self.disc.step, self.steps, self.topology, self.sizes)
+
+    def complete(self, sends: list[Send]) -> list[Transfer]:
+        """Sends as transfers, completed by shortest-path recovery where they fall short."""
+        return complete_schedule(self.topology, self.collective, self.transfers(sends))
+
+    def exact(self) -> bool:
+        """True when every link's chunk time is a whole number of steps (lossless rounding)."""
+        size = max(self.sizes, default=1)
+        return all(
+            math.isclose(lk.time(size), w * self.disc.step, rel_tol=1e-9)
+            for lk, w in zip(self.topology.links, self.steps, strict=True)
+        )
+
+
+def unreachable(topology: Topology, collective: Collective) -> str | None:
+    """A message naming a (chunk, NPU) pair no path can serve, or None."""
+    steps = [1] * len(topology.links)
+    for ch in collective.chunks:
+        if not ch.pre:
+            return f"chunk {ch.id} has no holder"
+        dist = step_distances(topology, steps, ch.pre)
+        for d in sorted(ch.post):
+            if dist[d] >= INF:
+                return (f"NPU {topology.node_name(d)} cannot receive chunk {ch.id} "
+                        f"(no path from {sorted(ch.pre)})")
+    return None
+
+
+def ten_lower_bound(tp: TenProblem) -> int:
+    """Steps no schedule can beat: latency (step distance) and in/out-link throughput."""
+    topo, steps = tp.topology, tp.steps
+    best = 0
+    need_in = [0] * topo.n_nodes
+    need_out = [0] * topo.n_nodes
+    for have, want in zip(tp.pre, tp.post, strict=True):
+        targets = want - have
+        if not targets:
+            continue
+        dist = step_distances(topo, steps, have)
+        best = max(best, max(dist[d] for d in targets))
+        for d in targets:
+            need_in[d] += 1
+        if len(have) == 1:
+            need_out[next(iter(have))] += 1
+
+    def throughput(lis: tuple[int, ...], need: int) -> int:
+        if need == 0:
+            return 0
+        t = 0
+        while sum(topo.links[i].multiplicity * (t // steps[i]) for i in lis) < need:
+            t += 1
+        return t
+
+    for v in range(topo.n_nodes):
+        best = max(best, throughput(topo.in_links[v], need_in[v]),
+                   throughput(topo.out_links[v], need_out[v]))
+    return best
+
+
+def continuous_lower_bound(topology: Topology, collective: Collective) -> float:
+    """Seconds no schedule can beat (``tacos.bounds.lower_bound`` when it is installed)."""
+    if importlib.util.find_spec("tacos.bounds") is not None:
+        try:
+            value = importlib.import_module("tacos.bounds").lower_bound(topology, collective)
+            return float(getattr(value, "seconds", getattr(value, "value", value)))
+        except (ImportError, OSError, AttributeError, TypeError, ValueError):
+            pass  # e.g. OR-Tools max-flow cannot load next to highspy: use the bound below
+    best = 0.0
+    recv = [0.0] * topology.n_nodes
+    for ch in collective.chunks:
+        targets = ch.post - ch.pre
+        if not targets:
+            continue
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for lk in topology.links:
+            w = lk.time(ch.size)
+            if not g.has_edge(lk.src, lk.dst) or g.edges[lk.src, lk.dst]["weight"] > w:
+                g.add_edge(lk.src, lk.dst, weight=w)
+        dist = nx.multi_source_dijkstra_path_length(g, set(ch.pre) & set(g.nodes))
+        best = max([best] + [dist.get(d, 0.0) for d in targets])
+        for d in targets:
+            recv[d] += ch.size
+    for v in range(topology.n_nodes):
+        bw = topology.ingress_bandwidth(v)
+        if recv[v] and bw > 0:
+            best = max(best, recv[v] / bw)
+    return best
+
+
+def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str = "greedy"
+                         ) -> tuple[list[Transfer], str]:
+    """A complete schedule to start from: greedy (best of ``trials``) or shortest paths.
+
+    Greedy runs with ``max_merge=1`` (one chunk per transfer, like the TEN model) so that its
+    schedule maps onto the step grid without loss.
+    """
+    if source == "greedy" and importlib.util.find_spec("tacos.solvers.greedy") is not None:
+        try:
+            greedy = importlib.import_module("tacos.solvers.greedy").GreedySolver()
+        except (ImportError, AttributeError):
+            greedy = None
+        if greedy is not None:
+            opts = {"seed": seed, "trials": trials, "max_merge": 1}
+            res = greedy.solve(Problem(problem.topology, problem.collective, opts))
+            if res.schedule is not None:
+                return list(res.schedule.transfers), "greedy"
+    return complete_schedule(problem.topology, problem.collective, []), "shortest_path"
+
+
+def _options(problem: Problem) -> dict[str, Any]:
+    o = problem.options
+    mode = o.get("mode", "exact")
+    if mode not in ("exact", "cluster"):
+        raise UsageError(f"unknown ILP mode {mode!r}", hint="use mode 'exact' or 'cluster'")
+    limit = float(o.get("time_limit", 60.0) or 60.0)
+    if limit <= 0:
+        raise UsageError("time_limit must be positive")
+    factor = int(o.get("discretization_factor", 1) or 1)
+    if factor < 1:
+        raise UsageError("discretization_factor must be at least 1")
+    upper = o.get("upper_bound", "greedy")
+    if upper not in ("greedy", "shortest_path"):
+        raise UsageError(f"unknown upper_bound {upper!r}",
+                         hint="use upper_bound 'greedy' or 'shortest_path'")
+    backend = o.get("backend") or ilp_backends.default_backend()
+    ilp_backends.require(backend)
+    return {"mode": mode, "time_limit": limit, "factor": factor, "backend": backend,
+            "seed": int(o.get("seed", 0) or 0), "threads": int(o.get("threads", 1) or 1),
+            "cluster_steps": o.get("cluster_steps"), "trials": int(o.get("trials", 16) or 16),
+            "upper_bound": upper}
+
+
+class IlpSolver:
+    """The TEN ILP with horizon bisection, early termination + recovery, time clustering."""
+
+    name = "ilp"
+    supports_combining = False
+
+    def solve(self, problem: Problem) -> SolveResult:
+        """Synthesize a schedule for ``problem`` (see the module docstring for options)."""
+        t0 = time.perf_counter()
+        opt = _options(problem)
+        deadline = t0 + opt["time_limit"] * (1 - RESERVE)
+        topo, coll = problem.topology, problem.collective
+        reason = unreachable(topo, coll)
+        if reason is not None:
+            return SolveResult("infeasible", None, None, {"reason": reason})
+        lower = continuous_lower_bound(topo, coll)
+        tp = TenProblem.of(topo, coll, opt["factor"])
+        ub_transfers, ub_source = upper_bound_schedule(problem, opt["seed"], opt["trials"],
+                                                       opt["upper_bound"])
+        ub_sends = transfers_to_sends(ub_transfers, tp.steps, tp.pre, topo)
+        lb = ten_lower_bound(tp)
+        stats: dict[str, Any] = {
+            "backend": opt["backend"], "mode": opt["mode"], "step": tp.disc.step,
+            "discretization_exact": tp.exact(), "upper_bound_source": ub_source,
+            "ten_lower_bound_steps": lb,
+            "ten_upper_bound_steps": schedule_steps(ub_sends, tp.steps),
+        }
+        candidates: list[tuple[list[Transfer], str]] = [(ub_transfers, ub_source)]
+        if opt["mode"] == "cluster":
+            from tacos.solvers.clustering import solve_clustered
+
+            sends, _complete, cstats = solve_clustered(tp, opt, deadline)
+            stats.update(cstats, horizon=schedule_steps(sends, tp.steps))
+            candidates.append((tp.complete(sends), "cluster"))
+            status = "time_limit" if cstats["timed_out"] else "feasible"
+        else:
+            status, extra = self._bisect(tp, opt, deadline, lb, ub_sends, stats)
+            candidates.extend(extra)
+        # the best complete schedule wins; on a tie the ILP's own one
+        transfers, source = min(candidates, key=lambda cs: (_makespan(cs[0]), cs[1] == ub_source))
+        makespan = _makespan(transfers)
+        stats.update(source=source, solve_time=time.perf_counter() - t0,
+                     candidates={src: _makespan(tr) for tr, src in candidates},
+                     gap=stats.get("ten_gap"),
+                     bound_ratio=makespan / lower if lower > 0 else None)
+        meta = {"solver": "ilp", "status": status, "backend": opt["backend"],
+                "seed": opt["seed"], "lower_bound": lower, "ten_gap": stats.get("ten_gap"),
+                "horizon_steps": stats.get("horizon"), "step": tp.disc.step, "source": source,
+                "mode": opt["mode"]}
+        schedule = Schedule(topo, coll, tuple(sorted(transfers)), meta)
+        return SolveResult(status, schedule, lower, stats)
+
+    def _bisect(self, tp: TenProblem, opt: dict[str, Any], deadline: float, lb: int,
+                ub_sends: list[Send], stats: dict[str, Any]
+                ) -> tuple[str, list[tuple[list[Transfer], str]]]:
+        """Bisect the horizon; returns the status and the schedules found.
+
+        Probes fix the postcondition (``h[c,d,T] = 1``): infeasibility proofs are then an
+        order of magnitude faster than with the "maximize delivered" objective.  Probes must end
+        by ``SOFT_SHARE`` of the budget; if one is cut short, the rest of the budget goes to
+        early termination: the same horizon with the "maximize delivered" objective, warm-started
+        from the upper-bound schedule, whose (possibly partial) incumbent recovery completes.
+        """
+        start = time.perf_counter()
+        probe_deadline = start + (deadline - start) * (1 - SOFT_SHARE)
+        lo, hi = lb, schedule_steps(ub_sends, tp.steps)
+        best = ub_sends
+        extra: list[tuple[list[Transfer], str]] = []
+        probes: list[dict[str, Any]] = []
+        cut_at: int | None = None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            sends, res, model = self._probe(tp, opt, mid, probe_deadline, hard=True)
+            if res is None:
+                cut_at = mid
+                break
+            probes.append(_probe_stats(mid, "hard", res, model, sends, tp))
+            if res.status == "infeasible" or (res.status == "optimal" and not _full(sends, tp)):
+                lo = mid + 1
+            elif _full(sends, tp):
+                hi, best = mid, sends
+            else:
+                cut_at = mid
+                break
+        if cut_at is not None and time.perf_counter() < deadline:
+            sends, res, model = self._probe(tp, opt, cut_at, deadline, hard=False, hint=best)
+            if res is not None:
+                probes.append(_probe_stats(cut_at, "early_termination", res, model, sends, tp))
+                if _full(sends, tp):
+                    hi, best = cut_at, sends
+                elif res.status == "optimal":
+                    lo = cut_at + 1  # proven: not every demand fits in cut_at steps
+                if sends and not _full(sends, tp):
+                    extra.append((tp.complete(sends), "ilp+recovery"))
+        if best is not ub_sends:
+            extra.append((tp.transfers(best), "ilp"))
+        stats.update(probes=probes, horizon=hi, ten_lower_bound_steps=lo,
+                     ten_gap=(hi - lo) / hi if hi else 0.0,
+                     solve_seconds=sum(p["seconds"] for p in probes),
+                     variables=max((p["vars"] for p in probes), default=0),
+                     constraints=max((p["rows"] for p in probes), default=0))
+        if lo >= hi:
+            return "optimal", extra
+        return "time_limit", extra
+
+    def _probe(self, tp: TenProblem, opt: dict[str, Any], horizon: int, deadline: float, *,
+               hard: bool, hint: list[Send] | None = None):
+        """Build and solve the model at ``horizon``; ``(sends, result, model)``.
+
+        ``result`` is None when the deadline passed before the solver could start.
+        """
+        if time.perf_counter() >= deadline:
+            return [], None, None
+        try:
+            model = build_ten_model(tp.topology, tp.steps, tp.pre, tp.post, horizon,
+                                    hard_post=hard, deadline=deadline)
+        except BuildTimeout:
+            return [], None, None
+        values = model.hint_from(hint, tp.pre, tp.steps, tp.topology) if hint else None
+        res = ilp_backends.solve_model(
+            model, opt["backend"], time_limit=deadline - time.perf_counter(),
+            seed=opt["seed"], threads=opt["threads"], hint=values)
+        sends: list[Send] = []
+        if res.values is not None:
+            sends = prune_useless(causal_sends(model.sends_of(res.values), tp.pre, tp.steps,
+                                               tp.topology), tp.post, tp.topology)
+        return sends, res, model
+
+
+def _full(sends: list[Send], tp: TenProblem) -> bool:
+    """True when ``sends`` serve every postcondition pair."""
+    need = sum(len(q - p) for p, q in zip(tp.pre, tp.post, strict=True))
+    return demands_met(sends, tp.pre, tp.post, tp.topology) == need
+
+
+def _probe_stats(horizon: int, kind: str, res, model, sends: list[Send],
+                 tp: TenProblem) -> dict[str, Any]:
+    return {"horizon": horizon, "kind": kind, "status": res.status,
+            "delivered": demands_met(sends, tp.pre, tp.post, tp.topology),
+            "demands": model.n_demands, "vars": model.n_vars, "rows": model.n_rows,
+            "seconds": round(res.seconds, 4)}
+
+
+def _makespan(transfers: list[Transfer]) -> float:
+    return max((t.end for t in transfers), default=0.0)
