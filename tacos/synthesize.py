@@ -111,8 +111,8 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
     first = results[0].schedule.meta if results and results[0].schedule is not None else {}
     schedule.meta.update(
         solver=solver,
-        seed=options.get("seed", first.get("seed", 0)),
-        trials=options.get("trials", first.get("trials")),
+        seed=first.get("seed", options.get("seed", 0)),
+        trials=first.get("trials", options.get("trials")),
         status=status,
         synthesis_time=time.perf_counter() - t0,
     )

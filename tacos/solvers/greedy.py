@@ -5,8 +5,9 @@ Options (``Problem.options``):
 ``seed`` (int, default 0)
     Trial ``i`` draws its random numbers from ``(seed, i)`` only, so the result does not
     depend on how trials are spread over processes.
-``trials`` (int, default :data:`DEFAULT_TRIALS`)
+``trials`` (int, default :func:`default_trials`)
     Independent randomized trials; the schedule with the smallest (makespan, trial, cap) wins.
+    The default is :data:`DEFAULT_TRIALS`, scaled down on big problems (at least 2).
 ``workers`` (int, default ``os.cpu_count()``)
     Processes running trials in parallel; 1, a single trial, or a tiny problem run in-process.
 ``max_merge`` (int, None or ``'auto'``, default ``'auto'``)
@@ -36,8 +37,11 @@ from tacos.solvers.merge import UNLIMITED, merge_caps, unmerged_lower_bound
 from tacos.solvers.registry import Problem, SolveResult
 
 DEFAULT_TRIALS = 16
-"""Default number of trials: enough to smooth the randomness on the benchmark topologies (the
-best of 16 is within one chunk step of the best of 64 there) while staying fast."""
+"""Default number of trials on small problems: enough to cycle the merge ladder several times
+and smooth the randomness on the benchmark topologies while staying well under a second."""
+
+TRIAL_BUDGET = 2_000_000
+"""Default trials are cut so that trials × (chunk, NPU) deliveries stays about this size."""
 
 IN_PROCESS_WORK = 100_000
 """Below this many (chunk, NPU) deliveries × trials, trials run in-process (no pool start-up)."""
@@ -47,6 +51,13 @@ _Key = tuple[int, int, int]
 
 def _key(r: TrialResult) -> _Key:
     return (r.makespan, r.trial, r.cap)
+
+
+def default_trials(total_need: int) -> int:
+    """:data:`DEFAULT_TRIALS`, fewer (down to 2) when each trial moves many chunks."""
+    if total_need <= 0:
+        return 1
+    return max(2, min(DEFAULT_TRIALS, TRIAL_BUDGET // total_need))
 
 
 class GreedySolver:
@@ -60,7 +71,7 @@ class GreedySolver:
         t0 = time.perf_counter()
         opts = problem.options
         seed = int(opts.get("seed", 0))
-        trials = max(1, int(opts.get("trials", DEFAULT_TRIALS)))
+        trials_opt = opts.get("trials")
         workers = int(opts.get("workers") or os.cpu_count() or 1)
         max_merge = opts.get("max_merge", "auto")
         speculate = bool(opts.get("speculate", True))
@@ -73,6 +84,7 @@ class GreedySolver:
             raise ValueError("the greedy solver takes non-combining collectives "
                              "(tacos.synthesize inverts reductions)")
         inst = build_instance(topo, coll)
+        trials = max(1, int(trials_opt) if trials_opt else default_trials(inst.total_need))
         caps = merge_caps(inst, max_merge, trials)
         jobs = list(enumerate(caps))
         extra: list[tuple[int, int]] = []

@@ -160,7 +160,13 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                 if not cand:
                     continue
                 bit = pick(cand)
-                gain = T_end[tr] - (t + duration(lk, nbytes(bit)))
+                if uniform is not None:
+                    w = dtab[lk].get(1)
+                    if w is None:
+                        w = dtab[lk][1] = duration(lk, uniform)
+                else:
+                    w = duration(lk, nbytes(bit))
+                gain = T_end[tr] - (t + w)
                 if gain > best_gain:
                     best_gain, best_bit = gain, bit
         if not best_bit:
@@ -266,10 +272,13 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                             launch(t, lk, d, b)
                         elif speculate:
                             idle.append(lk)
-            if idle and claimed[d] & ~held[d]:
-                for lk in idle:
-                    if lane_free[lk] and not speculate_on(t, lk, d):
-                        break
+            if idle:
+                infl = claimed[d] & ~held[d] & ~dupped[d]
+                if infl:
+                    for lk in idle:
+                        if lane_free[lk] and held[src[lk]] & infl:
+                            speculate_on(t, lk, d)
+                            infl = claimed[d] & ~held[d] & ~dupped[d]
         # ---- advance to the next completion
         if not heap:
             raise Stuck(f"no transfer can progress at tick {t}; {remaining} requests left")
