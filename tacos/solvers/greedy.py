@@ -74,6 +74,8 @@ class GreedySolver:
         trials_opt = opts.get("trials")
         workers = int(opts.get("workers") or os.cpu_count() or 1)
         max_merge = opts.get("max_merge", "auto")
+        if isinstance(max_merge, str) and max_merge.strip().isdigit():
+            max_merge = int(max_merge)
         speculate = bool(opts.get("speculate", True))
         progress: Callable[[int, int], None] | None = opts.get("progress")
         topo, coll = problem.topology, problem.collective

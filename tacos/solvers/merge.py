@@ -86,6 +86,10 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
     variable number of chunks balances its load better than one chunk per step), then ε = 20%.
     Unlimited batches are never tried: they wreck pipelining.
     """
+    if isinstance(max_merge, str) and max_merge.strip().lower() in ("none", "unlimited"):
+        max_merge = None
+    elif isinstance(max_merge, str) and max_merge.strip().isdigit():
+        max_merge = int(max_merge)
     if max_merge is None:
         return [UNLIMITED] * trials
     if isinstance(max_merge, int):
@@ -94,7 +98,9 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
         return [max_merge] * trials
     if max_merge != "auto":
         raise ValueError(f"max_merge must be an int, None or 'auto', not {max_merge!r}")
-    size = inst.uniform_size or (sum(inst.sizes) / max(1, len(inst.sizes)))
+    if not inst.sizes or not inst.alpha:
+        return [1] * trials
+    size = inst.uniform_size or (sum(inst.sizes) / len(inst.sizes))
     ratios = [a * b / size for a, b in zip(inst.alpha, inst.bw, strict=True)] or [0.0]
     ratio = max(ratios)  # α / wire time of one chunk, worst link
     ladder: list[int] = []
