@@ -21,14 +21,19 @@ starts later than in the original, so it is never slower.
 
 from __future__ import annotations
 
-import bisect
+import gc
 import heapq
 import math
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
 
 from tacos.errors import VerificationError
 from tacos.schedule import Schedule, Transfer
+from tacos.verify import HopTable, hop_table, range_join
 
 _TIME_RTOL = 1e-12
 
@@ -59,6 +64,19 @@ class SimResult:
         return max(range(len(self.link_utilization)), key=self.link_utilization.__getitem__)
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many small objects (it would
+    rescan the whole schedule again and again); restores the previous state."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def busbw_factor(kind: str, n: int) -> float:
     """nccl-tests bus-bandwidth factor: (N-1)/N for (reduce-)scatter-gathers, 2(N-1)/N for
     all-reduce, 1 otherwise."""
@@ -79,11 +97,12 @@ def simulate(schedule: Schedule, *, retime: bool = True) -> SimResult:
     warnings: tuple[str, ...] = ()
     out = schedule
     if retime and schedule.transfers:
-        starts, ends, warnings = _replay(schedule)
-        transfers = tuple(
-            replace(t, start=s, end=e) for t, s, e in zip(schedule.transfers, starts, ends,
-                                                          strict=True)
-        )
+        with paused_gc():
+            starts, ends, warnings = _replay(schedule)
+            transfers = tuple(
+                Transfer(s, e, t.src, t.dst, t.link, t.chunks, t.op)
+                for t, s, e in zip(schedule.transfers, starts, ends, strict=True)
+            )
         meta = dict(schedule.meta)
         meta["retimed"] = True
         out = Schedule(schedule.topology, schedule.collective, transfers, meta)
@@ -97,72 +116,85 @@ def simulate(schedule: Schedule, *, retime: bool = True) -> SimResult:
 
 def _utilization(schedule: Schedule, time: float) -> tuple[float, ...]:
     links = schedule.topology.links
-    busy = [0.0] * len(links)
-    for t in schedule.transfers:
-        if 0 <= t.link < len(links):
-            busy[t.link] += max(0.0, t.end - t.start)
-    if time <= 0:
+    if time <= 0 or not schedule.transfers:
         return tuple(0.0 for _ in links)
-    return tuple(b / (time * lk.multiplicity) for b, lk in zip(busy, links, strict=True))
+    n = len(schedule.transfers)
+    link = np.fromiter((t.link for t in schedule.transfers), dtype=np.int64, count=n)
+    span = np.fromiter((t.end - t.start for t in schedule.transfers), dtype=np.float64, count=n)
+    ok = (link >= 0) & (link < len(links))
+    busy = np.bincount(link[ok], weights=np.maximum(span[ok], 0.0), minlength=len(links))
+    mult = np.array([lk.multiplicity for lk in links], dtype=np.float64)
+    return tuple((busy / (time * mult)).tolist())
 
 
-def _dependencies(schedule: Schedule, tol: float) -> tuple[list[list[int]], list[list[int]]]:
-    """(data dependences, start blockers from reads) as lists of predecessor indices."""
-    transfers = schedule.transfers
+def _dependencies(schedule: Schedule, tol: float, h: HopTable | None = None
+                  ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Data dependences and read blockers as ``(waiter, predecessor)`` index arrays."""
+    h = hop_table(schedule) if h is None else h
     coll = schedule.collective
-    into: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
-    out_of: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
-    for i, t in enumerate(transfers):
-        for c in t.chunks:
-            into[(t.dst, c)].append((t.end, i))
-            out_of[(t.src, c)].append((t.start, i))
-    for lst in (*into.values(), *out_of.values()):
-        lst.sort()
-    raw: list[list[int]] = [[] for _ in transfers]
-    war: list[list[int]] = [[] for _ in transfers]
-    for i, t in enumerate(transfers):
-        deps: set[int] = set()
-        for c in t.chunks:
-            arrivals = into.get((t.src, c), ())
-            k = bisect.bisect_right(arrivals, (t.start + tol, math.inf))
-            deps.update(j for _, j in arrivals[:k] if j != i)
-        raw[i] = sorted(deps)
-        blockers: set[int] = set()
-        for c in t.chunks:
-            if not (0 <= c < coll.n_chunks and coll.chunks[c].reduce):
-                continue
-            reads = out_of.get((t.dst, c), ())
-            k = bisect.bisect_left(reads, (t.end - tol, -1))
-            blockers.update(j for _, j in reads[:k] if j != i)
-        war[i] = sorted(blockers)
+    n_chunks = max(1, coll.n_chunks)
+    n = len(schedule.transfers)
+    into = h.dst * n_chunks + h.chunk
+    out_of = h.src * n_chunks + h.chunk
+    w, p = range_join(into, h.end, h.tr, out_of, h.start + tol, h.tr, inclusive=True)
+    raw = _unique_pairs(w, p, n)
+    is_reduce = np.fromiter((c.reduce for c in coll.chunks), dtype=bool, count=coll.n_chunks)
+    red = is_reduce[h.chunk] if coll.n_chunks else np.zeros(len(h.chunk), dtype=bool)
+    w, p = range_join(out_of[red], h.start[red], h.tr[red], into[red], h.end[red] - tol,
+                      h.tr[red], inclusive=False)
+    war = _unique_pairs(w, p, n)
     return raw, war
+
+
+def _unique_pairs(w: np.ndarray, p: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Drop self-pairs.  Duplicates (several shared chunks) may stay: a waiter counts each
+    copy in ``pending`` and each copy is released once, so they cancel."""
+    keep = w != p
+    return w[keep], p[keep]
+
+
+def _csr(waiter: np.ndarray, pred: np.ndarray, n: int) -> tuple[list[int], list[int]]:
+    """For each predecessor, the transfers waiting on it: ``targets[ptr[j]:ptr[j+1]]``."""
+    order = np.argsort(pred, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pred, minlength=n), out=ptr[1:])
+    return ptr.tolist(), waiter[order].tolist()
 
 
 def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ...]]:
     transfers: tuple[Transfer, ...] = schedule.transfers
     links = schedule.topology.links
     n = len(transfers)
-    n_chunks = schedule.collective.n_chunks
-    for i, t in enumerate(transfers):
-        if (not 0 <= t.link < len(links) or not t.chunks
-                or not all(0 <= c < n_chunks for c in t.chunks)):
-            raise VerificationError(f"transfer {i} cannot be replayed: bad link {t.link} or "
-                                    f"chunks {list(t.chunks)}",
-                                    hint="run the verifier on the schedule")
-    tol = _TIME_RTOL * max((abs(t.end) for t in transfers), default=0.0)
-    dur = [schedule.link_of(t).time(schedule.transfer_bytes(t)) for t in transfers]
-    raw, war = _dependencies(schedule, tol)
-    pending = [len(raw[i]) + len(war[i]) for i in range(n)]
-    after_end: list[list[int]] = [[] for _ in range(n)]
-    after_start: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        for j in raw[i]:
-            after_end[j].append(i)
-        for j in war[i]:
-            after_start[j].append(i)
+    coll = schedule.collective
+    try:
+        h = hop_table(schedule)
+        link_arr = np.fromiter((t.link for t in transfers), dtype=np.int64, count=n)
+    except (TypeError, ValueError, OverflowError):
+        raise VerificationError("schedule cannot be replayed: non-numeric transfer fields",
+                                hint="run the verifier on the schedule") from None
+    bad_link = (link_arr < 0) | (link_arr >= len(links)) | (h.counts == 0)
+    bad_chunk = (h.chunk < 0) | (h.chunk >= coll.n_chunks)
+    if bad_link.any() or bad_chunk.any():
+        i = int(np.flatnonzero(bad_link)[0]) if bad_link.any() else int(h.tr[bad_chunk][0])
+        raise VerificationError(f"transfer {i} cannot be replayed: bad link "
+                                f"{transfers[i].link} or chunks {list(transfers[i].chunks)}",
+                                hint="run the verifier on the schedule")
+    tol = _TIME_RTOL * float(np.abs(h.end).max(initial=0.0))
+    link_of = link_arr.tolist()
+    sizes = np.fromiter((c.size for c in coll.chunks), dtype=np.int64, count=coll.n_chunks)
+    nbytes = np.add.reduceat(sizes[h.chunk], h.offsets)
+    alpha = np.array([lk.alpha for lk in links], dtype=np.float64)
+    bw = np.array([lk.bandwidth for lk in links], dtype=np.float64)
+    dur = (alpha[link_arr] + nbytes / bw[link_arr]).tolist()
+    (raw_w, raw_p), (war_w, war_p) = _dependencies(schedule, tol, h)
+    pending = (np.bincount(raw_w, minlength=n) + np.bincount(war_w, minlength=n)).tolist()
+    end_ptr, end_targets = _csr(raw_w, raw_p, n)
+    start_ptr, start_targets = _csr(war_w, war_p, n)
+    dropped: set[tuple[int, int]] = set()
     queue: dict[int, list[int]] = defaultdict(list)
-    for i in sorted(range(n), key=lambda i: (transfers[i].start, i)):
-        queue[transfers[i].link].append(i)
+    starts = h.start[h.offsets] if n else np.zeros(0)
+    for i in np.lexsort((np.arange(n), starts)).tolist():  # by (start, index)
+        queue[link_of[i]].append(i)
     head = dict.fromkeys(queue, 0)
     free = {li: links[li].multiplicity for li in queue}
     start = [math.nan] * n
@@ -178,10 +210,12 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
             free[li] -= 1
             start[i] = now
             heapq.heappush(heap, (now + dur[i], i))
-            for k in after_start[i]:
+            for k in start_targets[start_ptr[i]:start_ptr[i + 1]]:
+                if dropped and (i, k) in dropped:
+                    continue
                 pending[k] -= 1
                 if pending[k] == 0:
-                    try_start(transfers[k].link, now)
+                    try_start(link_of[k], now)
 
     for li in queue:
         try_start(li, 0.0)
@@ -189,7 +223,7 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
     while done < n:
         if not heap:
             now = max((e for e in end if not math.isnan(e)), default=0.0)
-            if not _release_read_blockers(transfers, start, war, pending, after_start,
+            if not _release_read_blockers(transfers, start, (war_w, war_p), pending, dropped,
                                           warnings):
                 raise VerificationError(
                     "schedule cannot be replayed: its transfers wait on each other in a cycle",
@@ -200,29 +234,29 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
         now, i = heapq.heappop(heap)
         end[i] = now
         done += 1
-        free[transfers[i].link] += 1
-        for k in after_end[i]:
+        free[link_of[i]] += 1
+        for k in end_targets[end_ptr[i]:end_ptr[i + 1]]:
             pending[k] -= 1
             if pending[k] == 0:
-                try_start(transfers[k].link, now)
-        try_start(transfers[i].link, now)
+                try_start(link_of[k], now)
+        try_start(link_of[i], now)
     return start, end, tuple(warnings)
 
 
-def _release_read_blockers(transfers, start, war, pending, after_start,
+def _release_read_blockers(transfers, start, war, pending, dropped: set[tuple[int, int]],
                            warnings: list[str]) -> bool:
     """Break a wait cycle (only possible through read blockers): drop the blockers of the
     unstarted transfer with the earliest original start that has any."""
-    waiting = [i for i in range(len(transfers))
-               if math.isnan(start[i]) and any(math.isnan(start[j]) for j in war[i])]
-    if not waiting:
+    blockers: dict[int, list[int]] = defaultdict(list)
+    for w, p in zip(war[0].tolist(), war[1].tolist(), strict=True):
+        if math.isnan(start[w]) and math.isnan(start[p]) and (p, w) not in dropped:
+            blockers[w].append(p)
+    if not blockers:
         return False
-    i = min(waiting, key=lambda k: (transfers[k].start, k))
-    dropped = [j for j in war[i] if math.isnan(start[j])]
-    pending[i] -= len(dropped)
-    war[i] = [j for j in war[i] if j not in dropped]
-    for j in dropped:
-        after_start[j].remove(i)
-    warnings.append(f"transfer {i}: ignored ordering after transfer(s) {dropped} "
+    i = min(blockers, key=lambda k: (transfers[k].start, k))
+    for j in blockers[i]:
+        dropped.add((j, i))
+    pending[i] -= len(blockers[i])
+    warnings.append(f"transfer {i}: ignored ordering after transfer(s) {blockers[i]} "
                     "to break a wait cycle")
     return True

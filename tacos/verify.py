@@ -31,9 +31,13 @@ holds no value of the chunk yet treats the missing value as empty.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -45,6 +49,80 @@ RULES = ("link", "duration", "overlap", "causality", "postcondition", "contribut
 DURATION_RTOL = 1e-9
 TIME_RTOL = 1e-12
 MAX_PER_RULE = 200
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector during bulk work on large schedules."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@dataclass(frozen=True)
+class HopTable:
+    """One row per (transfer, chunk) pair of a schedule, as numpy arrays.
+
+    ``tr`` is the transfer index; ``offsets[i]`` the first row of transfer ``i``.
+    """
+
+    tr: np.ndarray
+    chunk: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    counts: np.ndarray
+    offsets: np.ndarray
+
+
+def hop_table(schedule: Schedule) -> HopTable:
+    """Build the :class:`HopTable`; raises ``TypeError``/``ValueError`` on non-numeric fields."""
+    ts = schedule.transfers
+    n = len(ts)
+    counts = np.fromiter((len(t.chunks) for t in ts), dtype=np.int64, count=n)
+    total = int(counts.sum())
+    tr = np.repeat(np.arange(n, dtype=np.int64), counts)
+    chunk = np.fromiter(chain.from_iterable(t.chunks for t in ts), dtype=np.int64, count=total)
+    src = np.fromiter((t.src for t in ts), dtype=np.int64, count=n)
+    dst = np.fromiter((t.dst for t in ts), dtype=np.int64, count=n)
+    start = np.fromiter((t.start for t in ts), dtype=np.float64, count=n)
+    end = np.fromiter((t.end for t in ts), dtype=np.float64, count=n)
+    offsets = np.cumsum(counts) - counts
+    return HopTable(tr, chunk, src[tr], dst[tr], start[tr], end[tr], counts, offsets)
+
+
+def range_join(a_key: np.ndarray, a_val: np.ndarray, a_id: np.ndarray, q_key: np.ndarray,
+               q_val: np.ndarray, q_id: np.ndarray, *, inclusive: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """All pairs ``(q_id[i], a_id[j])`` with ``a_key[j] == q_key[i]`` and ``a_val[j] <= q_val[i]``
+    (``<`` when not ``inclusive``), vectorized: sort ``a`` by key, find each query's key block
+    by binary search, then walk all blocks in lock-step (blocks are short: one per
+    (node, chunk) pair)."""
+    empty = np.zeros(0, dtype=np.int64)
+    if len(a_key) == 0 or len(q_key) == 0:
+        return empty, empty
+    order = np.argsort(a_key, kind="stable")
+    keys = a_key[order]
+    lo = np.searchsorted(keys, q_key, "left")
+    hi = np.searchsorted(keys, q_key, "right")
+    live = np.flatnonzero(hi > lo)
+    out_q, out_a = [empty], [empty]
+    offset = 0
+    while len(live):
+        idx = lo[live] + offset
+        ok = idx < hi[live]
+        live, idx = live[ok], idx[ok]
+        j = order[idx]
+        hit = a_val[j] <= q_val[live] if inclusive else a_val[j] < q_val[live]
+        out_q.append(q_id[live[hit]])
+        out_a.append(a_id[j[hit]])
+        offset += 1
+    return np.concatenate(out_q), np.concatenate(out_a)
 
 
 @dataclass(frozen=True)
@@ -132,9 +210,10 @@ def verify_schedule(schedule: Schedule) -> VerifyReport:
     finite_ends = [t.end for t in transfers if _finite(t.end)]
     makespan = max((abs(e) for e in finite_ends), default=0.0)
     tol = TIME_RTOL * makespan
-    usable = _check_transfers(schedule, out)
-    _check_overlap(schedule, usable, tol, out)
-    _check_data(schedule, usable, tol, out)
+    with paused_gc():
+        usable = _check_transfers(schedule, out)
+        _check_overlap(schedule, usable, tol, out)
+        _check_data(schedule, usable, tol, out)
     return VerifyReport(not out.items and not out.omitted, tuple(out.items), out.omitted)
 
 
