@@ -21,19 +21,16 @@ starts later than in the original, so it is never slower.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from tacos.errors import VerificationError
 from tacos.schedule import Schedule, Transfer
-from tacos.verify import HopTable, hop_table, range_join
+from tacos.verify_bulk import HopTable, hop_table, paused_gc, range_join
 
 _TIME_RTOL = 1e-12
 
@@ -62,19 +59,6 @@ class SimResult:
         if not self.link_utilization:
             return None
         return max(range(len(self.link_utilization)), key=self.link_utilization.__getitem__)
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many small objects (it would
-    rescan the whole schedule again and again); restores the previous state."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def busbw_factor(kind: str, n: int) -> float:

@@ -31,98 +31,29 @@ holds no value of the chunk yet treats the missing value as empty.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from tacos.errors import VerificationError
 from tacos.schedule import OPS, Schedule, Transfer
+from tacos.verify_bulk import (
+    DURATION_RTOL,
+    HopTable,
+    hop_table,
+    overlap_suspects,
+    paused_gc,
+    screen_copies,
+    screen_reductions,
+    transfer_suspects,
+)
 
 RULES = ("link", "duration", "overlap", "causality", "postcondition", "contribution")
-DURATION_RTOL = 1e-9
 TIME_RTOL = 1e-12
 MAX_PER_RULE = 200
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector during bulk work on large schedules."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-@dataclass(frozen=True)
-class HopTable:
-    """One row per (transfer, chunk) pair of a schedule, as numpy arrays.
-
-    ``tr`` is the transfer index; ``offsets[i]`` the first row of transfer ``i``.
-    """
-
-    tr: np.ndarray
-    chunk: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    counts: np.ndarray
-    offsets: np.ndarray
-
-
-def hop_table(schedule: Schedule) -> HopTable:
-    """Build the :class:`HopTable`; raises ``TypeError``/``ValueError`` on non-numeric fields."""
-    ts = schedule.transfers
-    n = len(ts)
-    counts = np.fromiter((len(t.chunks) for t in ts), dtype=np.int64, count=n)
-    total = int(counts.sum())
-    tr = np.repeat(np.arange(n, dtype=np.int64), counts)
-    chunk = np.fromiter(chain.from_iterable(t.chunks for t in ts), dtype=np.int64, count=total)
-    src = np.fromiter((t.src for t in ts), dtype=np.int64, count=n)
-    dst = np.fromiter((t.dst for t in ts), dtype=np.int64, count=n)
-    start = np.fromiter((t.start for t in ts), dtype=np.float64, count=n)
-    end = np.fromiter((t.end for t in ts), dtype=np.float64, count=n)
-    offsets = np.cumsum(counts) - counts
-    return HopTable(tr, chunk, src[tr], dst[tr], start[tr], end[tr], counts, offsets)
-
-
-def range_join(a_key: np.ndarray, a_val: np.ndarray, a_id: np.ndarray, q_key: np.ndarray,
-               q_val: np.ndarray, q_id: np.ndarray, *, inclusive: bool
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """All pairs ``(q_id[i], a_id[j])`` with ``a_key[j] == q_key[i]`` and ``a_val[j] <= q_val[i]``
-    (``<`` when not ``inclusive``), vectorized: sort ``a`` by key, find each query's key block
-    by binary search, then walk all blocks in lock-step (blocks are short: one per
-    (node, chunk) pair)."""
-    empty = np.zeros(0, dtype=np.int64)
-    if len(a_key) == 0 or len(q_key) == 0:
-        return empty, empty
-    order = np.argsort(a_key, kind="stable")
-    keys = a_key[order]
-    lo = np.searchsorted(keys, q_key, "left")
-    hi = np.searchsorted(keys, q_key, "right")
-    live = np.flatnonzero(hi > lo)
-    out_q, out_a = [empty], [empty]
-    offset = 0
-    while len(live):
-        idx = lo[live] + offset
-        ok = idx < hi[live]
-        live, idx = live[ok], idx[ok]
-        j = order[idx]
-        hit = a_val[j] <= q_val[live] if inclusive else a_val[j] < q_val[live]
-        out_q.append(q_id[live[hit]])
-        out_a.append(a_id[j[hit]])
-        offset += 1
-    return np.concatenate(out_q), np.concatenate(out_a)
 
 
 @dataclass(frozen=True)
@@ -211,9 +142,13 @@ def verify_schedule(schedule: Schedule) -> VerifyReport:
     makespan = max((abs(e) for e in finite_ends), default=0.0)
     tol = TIME_RTOL * makespan
     with paused_gc():
-        usable = _check_transfers(schedule, out)
+        try:
+            hops: HopTable | None = hop_table(schedule)
+        except (TypeError, ValueError, OverflowError):
+            hops = None
+        usable = _check_transfers(schedule, out, hops)
         _check_overlap(schedule, usable, tol, out)
-        _check_data(schedule, usable, tol, out)
+        _check_data(schedule, usable, tol, out, hops)
     return VerifyReport(not out.items and not out.omitted, tuple(out.items), out.omitted)
 
 
@@ -221,82 +156,88 @@ def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def _check_transfers(schedule: Schedule, out: _Collector) -> list[bool]:
+def _check_transfers(schedule: Schedule, out: _Collector, h: HopTable | None) -> list[bool]:
     """Per-transfer rules (link, duration); returns which transfers are usable downstream."""
+    suspects = transfer_suspects(schedule, h)
+    usable = [True] * len(schedule.transfers)
+    for i in np.flatnonzero(suspects).tolist():
+        usable[i] = _check_one(schedule, i, schedule.transfers[i], out)
+    return usable
+
+
+def _check_one(schedule: Schedule, i: int, t: Transfer, out: _Collector) -> bool:
+    """Every per-transfer rule for transfer ``i``, with messages; True if usable downstream."""
     topo, coll = schedule.topology, schedule.collective
     n_chunks = coll.n_chunks
-    usable: list[bool] = []
-    for i, t in enumerate(schedule.transfers):
-        good = True
-        link = None
-        if not isinstance(t.link, int) or not 0 <= t.link < len(topo.links):
-            out.add("link", f"transfer {i}: link index {t.link!r} does not exist "
-                    f"(topology has {len(topo.links)} links)", transfer=i)
+    good = True
+    link = None
+    if not isinstance(t.link, int) or not 0 <= t.link < len(topo.links):
+        out.add("link", f"transfer {i}: link index {t.link!r} does not exist "
+                f"(topology has {len(topo.links)} links)", transfer=i)
+        good = False
+    else:
+        link = topo.links[t.link]
+        if (t.src, t.dst) != (link.src, link.dst):
+            out.add("link", f"transfer {i}: goes {t.src}->{t.dst} but link {t.link} is "
+                    f"{link.src}->{link.dst}", transfer=i, npu=t.src)
             good = False
-        else:
-            link = topo.links[t.link]
-            if (t.src, t.dst) != (link.src, link.dst):
-                out.add("link", f"transfer {i}: goes {t.src}->{t.dst} but link {t.link} is "
-                        f"{link.src}->{link.dst}", transfer=i, npu=t.src)
+        if link.via is not None and not (
+            topo.is_switch(link.via) and link.via < topo.n_nodes
+        ):
+            out.add("link", f"transfer {i}: link {t.link} passes via node {link.via}, "
+                    "which is not a switch", transfer=i)
+        for end in (t.src, t.dst):
+            if not isinstance(end, int) or not 0 <= end < topo.n_nodes:
+                out.add("link", f"transfer {i}: node {end!r} does not exist", transfer=i)
                 good = False
-            if link.via is not None and not (
-                topo.is_switch(link.via) and link.via < topo.n_nodes
-            ):
-                out.add("link", f"transfer {i}: link {t.link} passes via node {link.via}, "
-                        "which is not a switch", transfer=i)
-            for end in (t.src, t.dst):
-                if not isinstance(end, int) or not 0 <= end < topo.n_nodes:
-                    out.add("link", f"transfer {i}: node {end!r} does not exist", transfer=i)
-                    good = False
-                elif topo.is_switch(end):
-                    out.add("link", f"transfer {i}: endpoint {topo.node_name(end)} is a switch; "
-                            "switches must be unwound into virtual links", transfer=i, npu=end)
-                    good = False
-                elif topo.npus[end].failed:
-                    out.add("link", f"transfer {i}: NPU {topo.node_name(end)} has failed",
-                            transfer=i, npu=end)
-        chunks_ok = True
-        if not t.chunks:
-            out.add("duration", f"transfer {i}: carries no chunk", transfer=i)
+            elif topo.is_switch(end):
+                out.add("link", f"transfer {i}: endpoint {topo.node_name(end)} is a switch; "
+                        "switches must be unwound into virtual links", transfer=i, npu=end)
+                good = False
+            elif topo.npus[end].failed:
+                out.add("link", f"transfer {i}: NPU {topo.node_name(end)} has failed",
+                        transfer=i, npu=end)
+    chunks_ok = True
+    if not t.chunks:
+        out.add("duration", f"transfer {i}: carries no chunk", transfer=i)
+        chunks_ok = False
+    if len(set(t.chunks)) != len(t.chunks):
+        out.add("duration", f"transfer {i}: carries a chunk twice: {list(t.chunks)}",
+                transfer=i)
+    for c in t.chunks:
+        if not isinstance(c, int) or not 0 <= c < n_chunks:
+            out.add("duration", f"transfer {i}: chunk {c!r} does not exist", transfer=i)
             chunks_ok = False
-        if len(set(t.chunks)) != len(t.chunks):
-            out.add("duration", f"transfer {i}: carries a chunk twice: {list(t.chunks)}",
-                    transfer=i)
+    if t.op not in OPS:
+        out.add("duration", f"transfer {i}: unknown op {t.op!r} (expected copy or reduce)",
+                transfer=i)
+        good = False
+    elif t.op == "reduce" and chunks_ok:
         for c in t.chunks:
-            if not isinstance(c, int) or not 0 <= c < n_chunks:
-                out.add("duration", f"transfer {i}: chunk {c!r} does not exist", transfer=i)
-                chunks_ok = False
-        if t.op not in OPS:
-            out.add("duration", f"transfer {i}: unknown op {t.op!r} (expected copy or reduce)",
-                    transfer=i)
-            good = False
-        elif t.op == "reduce" and chunks_ok:
-            for c in t.chunks:
-                if not coll.chunks[c].reduce:
-                    out.add("duration", f"transfer {i}: reduces chunk {c}, which is not a "
-                            "reduction chunk", transfer=i, chunk=c)
-        if not (_finite(t.start) and _finite(t.end)):
-            out.add("duration", f"transfer {i}: non-finite time [{t.start}, {t.end}]",
-                    transfer=i)
-            usable.append(False)
-            continue
-        if t.start < 0:
-            out.add("duration", f"transfer {i}: starts at negative time {t.start!r}",
-                    transfer=i)
-        if link is not None and chunks_ok:
-            need = link.time(sum(coll.chunks[c].size for c in t.chunks))
-            if t.end - t.start < need * (1 - DURATION_RTOL):
-                out.add("duration", f"transfer {i}: lasts {t.end - t.start:.6g} s but link "
-                        f"{t.link} needs {need:.6g} s (alpha + bytes/bandwidth)", transfer=i)
-        usable.append(good and chunks_ok)
-    return usable
+            if not coll.chunks[c].reduce:
+                out.add("duration", f"transfer {i}: reduces chunk {c}, which is not a "
+                        "reduction chunk", transfer=i, chunk=c)
+    if not (_finite(t.start) and _finite(t.end)):
+        out.add("duration", f"transfer {i}: non-finite time [{t.start}, {t.end}]",
+                transfer=i)
+        return False
+    if t.start < 0:
+        out.add("duration", f"transfer {i}: starts at negative time {t.start!r}",
+                transfer=i)
+    if link is not None and chunks_ok:
+        need = link.time(sum(coll.chunks[c].size for c in t.chunks))
+        if t.end - t.start < need * (1 - DURATION_RTOL):
+            out.add("duration", f"transfer {i}: lasts {t.end - t.start:.6g} s but link "
+                    f"{t.link} needs {need:.6g} s (alpha + bytes/bandwidth)", transfer=i)
+    return good and chunks_ok
 
 
 def _check_overlap(schedule: Schedule, usable: list[bool], tol: float, out: _Collector) -> None:
     """No more than ``multiplicity`` transfers active at once on any link."""
+    suspects = overlap_suspects(schedule, usable, tol)
     per_link: dict[int, list[int]] = defaultdict(list)
     for i, t in enumerate(schedule.transfers):
-        if usable[i]:
+        if usable[i] and t.link in suspects:
             per_link[t.link].append(i)
     for li, idxs in sorted(per_link.items()):
         cap = schedule.topology.links[li].multiplicity
@@ -320,17 +261,32 @@ def _check_overlap(schedule: Schedule, usable: list[bool], tol: float, out: _Col
             active.add(i)
 
 
-def _check_data(schedule: Schedule, usable: list[bool], tol: float, out: _Collector) -> None:
-    """Causality, postconditions and reduction contributions, one chunk at a time."""
+def _check_data(schedule: Schedule, usable: list[bool], tol: float, out: _Collector,
+                h: HopTable | None) -> None:
+    """Causality, postconditions and reduction contributions.
+
+    Chunks are screened in bulk (copies: earliest arrival per (NPU, chunk); reductions: a
+    hashed replay); the suspect ones are replayed exactly, one at a time, with messages.
+    """
     coll = schedule.collective
+    if h is None:
+        exact = {c.id for c in coll.chunks}
+    else:
+        exact, missing = screen_copies(schedule, usable, tol, h)
+        for cid, v in missing:
+            out.add("postcondition", f"NPU {v} never receives chunk {cid}", chunk=cid, npu=v)
+        exact |= screen_reductions(schedule, usable, tol, h)
+    if not exact:
+        return
     by_chunk: dict[int, list[int]] = defaultdict(list)
     for i, t in enumerate(schedule.transfers):
         if usable[i]:
             for c in t.chunks:
-                by_chunk[c].append(i)
-    for chunk in coll.chunks:
-        idxs = by_chunk.get(chunk.id, [])
-        events = _events(schedule.transfers, idxs, tol)
+                if c in exact:
+                    by_chunk[c].append(i)
+    for cid in sorted(exact):
+        chunk = coll.chunks[cid]
+        events = _events(schedule.transfers, by_chunk.get(cid, []), tol)
         if chunk.reduce:
             _replay_reduce(chunk, schedule.transfers, events, out)
         else:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tacos.errors import VerificationError
 from tacos.patterns import build
@@ -206,3 +209,55 @@ def test_raise_if_failed_lists_violations():
     d = rep.as_dict()
     assert d["ok"] is False and d["violations"][0]["rule"] == "postcondition"
     assert all(v.rule in RULES for v in rep.violations)
+
+
+# -- the bulk screens agree with the exact per-transfer / per-chunk checks -----------------
+def _exact(schedule: Schedule):
+    """Verify with every bulk screen disabled (everything goes through the exact checks)."""
+    import tacos.verify as v
+
+    def no_table(_s):
+        raise TypeError("bulk screens disabled")
+
+    with mock.patch.object(v, "hop_table", no_table), \
+            mock.patch.object(v, "overlap_suspects",
+                              lambda s, u, t: set(range(len(s.topology.links)))):
+        return verify_schedule(schedule)
+
+
+def _key(rep):
+    return sorted(repr((x.rule, x.transfer, x.chunk, x.npu, x.message)) for x in rep.violations)
+
+
+_MUTATIONS = ("drop", "shift", "chunk", "link", "op", "stretch")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([ring_allgather, ring_reducescatter, ring_allreduce]),
+       st.integers(3, 5),
+       st.lists(st.tuples(st.sampled_from(_MUTATIONS), st.integers(0, 10**6),
+                          st.floats(-2.0, 2.0)), max_size=3))
+def test_bulk_screens_match_exact_checks(make, n, mutations):
+    s = make(n)
+    ts = list(s.transfers)
+    step = ts[0].end - ts[0].start
+    for what, k, x in mutations:
+        if not ts:
+            break
+        i = k % len(ts)
+        t = ts[i]
+        if what == "drop":
+            del ts[i]
+        elif what == "shift":
+            ts[i] = replace(t, start=max(0.0, t.start + x * step), end=max(0.0, t.start
+                                                                         + x * step) + step)
+        elif what == "chunk":
+            ts[i] = replace(t, chunks=((t.chunks[0] + 1) % s.collective.n_chunks,))
+        elif what == "link":
+            ts[i] = replace(t, link=(t.link + 1) % len(s.topology.links))
+        elif what == "op":
+            ts[i] = replace(t, op="copy" if t.op == "reduce" else "reduce")
+        else:
+            ts[i] = replace(t, end=t.start + abs(x) * step)
+    m = _with(s, ts)
+    assert _key(verify_schedule(m)) == _key(_exact(m))

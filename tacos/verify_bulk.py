@@ -1,0 +1,274 @@
+"""Vectorized screens over large schedules, shared by the verifier and the simulator.
+
+A schedule is flattened into a :class:`HopTable` (one row per (transfer, chunk) pair).  The
+screens below find, in bulk with numpy, the few transfers, links and chunks that *may* break a
+rule; the verifier then runs its exact, message-producing checks on those only.  Each screen is
+conservative: anything it lets through provably passes the exact check.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from tacos.schedule import OPS, Schedule
+
+DURATION_RTOL = 1e-9
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector during bulk work on large schedules (it would
+    rescan every transfer again and again); restores the previous state."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@dataclass(frozen=True)
+class HopTable:
+    """One row per (transfer, chunk) pair of a schedule, as numpy arrays.
+
+    ``tr`` is the transfer index; ``offsets[i]`` the first row of transfer ``i``.
+    """
+
+    tr: np.ndarray
+    chunk: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    counts: np.ndarray
+    offsets: np.ndarray
+
+
+def hop_table(schedule: Schedule) -> HopTable:
+    """Build the :class:`HopTable`; raises ``TypeError``/``ValueError`` on non-numeric fields."""
+    ts = schedule.transfers
+    n = len(ts)
+    counts = np.fromiter((len(t.chunks) for t in ts), dtype=np.int64, count=n)
+    total = int(counts.sum())
+    tr = np.repeat(np.arange(n, dtype=np.int64), counts)
+    chunk = np.fromiter(chain.from_iterable(t.chunks for t in ts), dtype=np.int64, count=total)
+    src = np.fromiter((t.src for t in ts), dtype=np.int64, count=n)
+    dst = np.fromiter((t.dst for t in ts), dtype=np.int64, count=n)
+    start = np.fromiter((t.start for t in ts), dtype=np.float64, count=n)
+    end = np.fromiter((t.end for t in ts), dtype=np.float64, count=n)
+    offsets = np.cumsum(counts) - counts
+    return HopTable(tr, chunk, src[tr], dst[tr], start[tr], end[tr], counts, offsets)
+
+
+def range_join(a_key: np.ndarray, a_val: np.ndarray, a_id: np.ndarray, q_key: np.ndarray,
+               q_val: np.ndarray, q_id: np.ndarray, *, inclusive: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """All pairs ``(q_id[i], a_id[j])`` with ``a_key[j] == q_key[i]`` and ``a_val[j] <= q_val[i]``
+    (``<`` when not ``inclusive``), vectorized: sort ``a`` by key, find each query's key block
+    by binary search, then walk all blocks in lock-step (blocks are short: one per
+    (node, chunk) pair)."""
+    empty = np.zeros(0, dtype=np.int64)
+    if len(a_key) == 0 or len(q_key) == 0:
+        return empty, empty
+    order = np.argsort(a_key, kind="stable")
+    keys = a_key[order]
+    lo = np.searchsorted(keys, q_key, "left")
+    hi = np.searchsorted(keys, q_key, "right")
+    live = np.flatnonzero(hi > lo)
+    out_q, out_a = [empty], [empty]
+    offset = 0
+    while len(live):
+        idx = lo[live] + offset
+        ok = idx < hi[live]
+        live, idx = live[ok], idx[ok]
+        j = order[idx]
+        hit = a_val[j] <= q_val[live] if inclusive else a_val[j] < q_val[live]
+        out_q.append(q_id[live[hit]])
+        out_a.append(a_id[j[hit]])
+        offset += 1
+    return np.concatenate(out_q), np.concatenate(out_a)
+
+
+def transfer_suspects(schedule: Schedule, h: HopTable | None) -> np.ndarray:
+    """Vectorized pre-screen: True for transfers that may break a per-transfer rule."""
+    ts = schedule.transfers
+    n = len(ts)
+    if h is None:
+        return np.ones(n, dtype=bool)
+    topo, coll = schedule.topology, schedule.collective
+    try:
+        link = np.fromiter((t.link for t in ts), dtype=np.int64, count=n)
+    except (TypeError, ValueError, OverflowError):
+        return np.ones(n, dtype=bool)
+    links = topo.links
+    n_links, n_nodes = len(links), topo.n_nodes
+    bad = (link < 0) | (link >= n_links) | (h.counts == 0)
+    li = np.where(bad, 0, link)
+    src, dst = h.src[h.offsets] if n else h.src, h.dst[h.offsets] if n else h.dst
+    start, end = h.start[h.offsets] if n else h.start, h.end[h.offsets] if n else h.end
+    if n_links:
+        lsrc = np.array([lk.src for lk in links], dtype=np.int64)
+        ldst = np.array([lk.dst for lk in links], dtype=np.int64)
+        bad_via = np.array([lk.via is not None and not (topo.is_switch(lk.via)
+                                                        and lk.via < n_nodes) for lk in links])
+        alpha = np.array([lk.alpha for lk in links], dtype=np.float64)
+        bw = np.array([lk.bandwidth for lk in links], dtype=np.float64)
+        bad |= (lsrc[li] != src) | (ldst[li] != dst) | bad_via[li]
+    bad_node = np.array([n.failed for n in topo.npus] + [True] * len(topo.switches), dtype=bool)
+    for ends in (src, dst):
+        out_of_range = (ends < 0) | (ends >= n_nodes)
+        bad |= out_of_range | bad_node[np.where(out_of_range, 0, ends)]
+    chunk_bad = (h.chunk < 0) | (h.chunk >= coll.n_chunks)
+    bad[h.tr[chunk_bad]] = True
+    order = np.lexsort((h.chunk, h.tr))
+    dup = (h.tr[order][1:] == h.tr[order][:-1]) & (h.chunk[order][1:] == h.chunk[order][:-1])
+    bad[h.tr[order][1:][dup]] = True
+    ch = np.where(chunk_bad, 0, h.chunk)
+    is_reduce = np.fromiter((c.reduce for c in coll.chunks), dtype=bool, count=coll.n_chunks)
+    sizes = np.fromiter((c.size for c in coll.chunks), dtype=np.float64, count=coll.n_chunks)
+    ops = [t.op for t in ts]
+    bad |= np.fromiter((o not in OPS for o in ops), dtype=bool, count=n)
+    if coll.n_chunks:
+        reduce_op = np.fromiter((o == "reduce" for o in ops), dtype=bool, count=n)
+        bad[h.tr[reduce_op[h.tr] & ~is_reduce[ch]]] = True
+        nbytes = np.zeros(n)
+        np.add.at(nbytes, h.tr, sizes[ch])
+        need = alpha[li] + nbytes / bw[li] if n_links else np.zeros(n)
+        with np.errstate(invalid="ignore"):
+            bad |= ~((end - start) >= need * (1 - DURATION_RTOL))
+    bad |= ~np.isfinite(start) | ~np.isfinite(end) | (start < 0)
+    return bad
+
+
+def screen_copies(schedule: Schedule, usable: list[bool], tol: float, h: HopTable
+                  ) -> tuple[set[int], list[tuple[int, int]]]:
+    """Bulk check of copy chunks: ``(ids that need an exact replay, missing (chunk, npu))``.
+
+    If every send finds its chunk at the sender (in ``pre`` or by the earliest arrival of any
+    transfer), every arrival is valid, so the earliest arrivals are the real ones and the
+    postconditions can be checked against them.
+    """
+    coll = schedule.collective
+    n_chunks = coll.n_chunks
+    copies = [c for c in coll.chunks if not c.reduce]
+    if not copies:
+        return set(), []
+    is_reduce = np.fromiter((c.reduce for c in coll.chunks), dtype=bool, count=n_chunks)
+    ok = np.asarray(usable, dtype=bool)[h.tr] if len(h.tr) else np.zeros(0, dtype=bool)
+    ok &= ~is_reduce[np.where(ok, h.chunk, 0)]
+    chunk, src, dst = h.chunk[ok], h.src[ok], h.dst[ok]
+    start, end = h.start[ok], h.end[ok]
+    keys_in = dst * n_chunks + chunk
+    order = np.lexsort((end, keys_in))
+    ks = keys_in[order]
+    first = np.ones(len(ks), dtype=bool)
+    first[1:] = ks[1:] != ks[:-1]
+    arrived, first_end = ks[first], end[order][first]
+    pre_keys = np.unique(np.fromiter(
+        chain.from_iterable((v * n_chunks + c.id for v in c.pre) for c in copies),
+        dtype=np.int64))
+    sender = src * n_chunks + chunk
+    pos = np.minimum(np.searchsorted(arrived, sender), max(0, len(arrived) - 1))
+    has = (arrived[pos] == sender) & (first_end[pos] - tol <= start) if len(arrived) else \
+        np.zeros(len(sender), dtype=bool)
+    fail = ~(np.isin(sender, pre_keys) | has)
+    fail |= end - tol <= start  # zero-length: the exact replay drops its delivery
+    bad = set(np.unique(chunk[fail]).tolist())
+    required = np.fromiter(
+        chain.from_iterable((v * n_chunks + c.id for v in sorted(c.post - c.pre))
+                            for c in copies if c.id not in bad), dtype=np.int64)
+    missing = [(key % n_chunks, key // n_chunks)
+               for key in required[~np.isin(required, arrived)].tolist()]
+    return bad, missing
+
+
+def overlap_suspects(schedule: Schedule, usable: list[bool], tol: float) -> set[int]:
+    """Links that may carry more than ``multiplicity`` transfers at once.
+
+    On a single link, transfers sorted by start never overlap iff each starts no earlier than
+    the previous one ends (within ``tol``); links with multiplicity > 1 are always returned.
+    """
+    ts = schedule.transfers
+    idx = np.flatnonzero(np.asarray(usable, dtype=bool)) if ts else np.zeros(0, dtype=np.int64)
+    if len(idx) == 0:
+        return set()
+    link = np.fromiter((ts[i].link for i in idx.tolist()), dtype=np.int64, count=len(idx))
+    start = np.fromiter((ts[i].start for i in idx.tolist()), dtype=np.float64, count=len(idx))
+    end = np.fromiter((ts[i].end for i in idx.tolist()), dtype=np.float64, count=len(idx))
+    order = np.lexsort((idx, start, link))
+    lk, st, en = link[order], start[order], end[order]
+    clash = (lk[1:] == lk[:-1]) & (st[1:] < en[:-1] - tol)
+    out = set(np.unique(lk[1:][clash]).tolist())
+    multi = {li for li, x in enumerate(schedule.topology.links) if x.multiplicity > 1}
+    return out | (multi & set(np.unique(lk).tolist()))
+
+
+def screen_reductions(schedule: Schedule, usable: list[bool], tol: float, h: HopTable
+                      ) -> set[int]:
+    """Reduction chunks whose replay may break causality or contributions.
+
+    The same replay as the verifier's, with each NPU's contribution a random 64-bit number and a
+    multiset their sum mod 2^64: a wrong multiset passes only with probability about 2^-64.
+    """
+    coll = schedule.collective
+    n_chunks = coll.n_chunks
+    reduce_ids = [c.id for c in coll.chunks if c.reduce]
+    if not reduce_ids:
+        return set()
+    mask64 = (1 << 64) - 1
+    rng = random.Random(0x7AC05)
+    weight = [rng.getrandbits(64) for _ in range(schedule.topology.n_nodes)]
+    is_reduce = np.fromiter((c.reduce for c in coll.chunks), dtype=bool, count=n_chunks)
+    ok = np.asarray(usable, dtype=bool)[h.tr] if len(h.tr) else np.zeros(0, dtype=bool)
+    ok &= is_reduce[np.where(ok, h.chunk, 0)]
+    tr, chunk = h.tr[ok], h.chunk[ok]
+    start, end, src, dst = h.start[ok], h.end[ok], h.src[ok], h.dst[ok]
+    red_op = np.fromiter((t.op == "reduce" for t in schedule.transfers), dtype=bool,
+                         count=len(schedule.transfers))[tr]
+    m = len(tr)
+    ev_chunk = np.concatenate([chunk, chunk])
+    ev_time = np.concatenate([start, end - tol])
+    ev_kind = np.concatenate([np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)])
+    ev_start = np.concatenate([start, start])
+    ev_tr = np.concatenate([tr, tr])
+    order = np.lexsort((ev_tr, ev_start, ev_kind, ev_time, ev_chunk))
+    sorted_chunk = ev_chunk[order]
+    cols = [x[order].tolist() for x in (ev_kind, ev_tr, np.concatenate([src, src]),
+                                         np.concatenate([dst, dst]),
+                                         np.concatenate([red_op, red_op]))]
+    kind_l, tr_l, src_l, dst_l, red_l = cols
+    bounds = np.searchsorted(sorted_chunk, np.asarray(reduce_ids), "left").tolist()
+    bounds_hi = np.searchsorted(sorted_chunk, np.asarray(reduce_ids), "right").tolist()
+    bad: set[int] = set(np.unique(chunk[end - tol <= start]).tolist())  # zero-length
+    for cid, lo, hi in zip(reduce_ids, bounds, bounds_hi, strict=True):
+        c = coll.chunks[cid]
+        value = {u: weight[u] for u in c.pre}
+        snap: dict[int, int] = {}
+        broken = False
+        for k in range(lo, hi):
+            i = tr_l[k]
+            if kind_l[k] == 1:
+                v = value.get(src_l[k])
+                if v is None:
+                    broken = True
+                    break
+                snap[i] = v
+                continue
+            g = snap.get(i)
+            if g is None:
+                continue
+            d = dst_l[k]
+            prev = value.get(d)
+            value[d] = g if prev is None or not red_l[k] else (prev + g) & mask64
+        expected = sum(weight[u] for u in c.pre) & mask64
+        if broken or any(value.get(v) != expected for v in c.post):
+            bad.add(cid)
+    return bad
