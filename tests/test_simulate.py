@@ -168,3 +168,43 @@ def test_ring_allgather_busbw_matches_link_bandwidth_at_large_size():
                for s in range(n - 1) for i in range(n))
     res = simulate(Schedule(topo, coll, ts))
     assert res.busbw == pytest.approx(BW, rel=1e-4)  # ring busbw -> link bandwidth
+
+
+# -- report ---------------------------------------------------------------------------------
+def test_report_facts_and_json_safety():
+    import json
+
+    from tacos.bounds import lower_bound
+    from tacos.report import format_report, report
+
+    n = 4
+    s = ring_allreduce(n, gap=1.5)
+    s.meta.update(solver="ring", seed=7, trials=3, status="feasible", synthesis_time=0.25,
+                  owners={0: 1}, lower_bound=float("inf"))
+    r = report(s)
+    json.dumps(r, allow_nan=False)  # JSON-safe: no inf/nan, only plain types
+    step = ALPHA + (SIZE / n) / BW
+    assert r["time"] == pytest.approx(2 * (n - 1) * step)
+    assert r["schedule_time"] == pytest.approx(s.makespan)
+    b = lower_bound(s.topology, s.collective)
+    assert r["bound"]["value"] == pytest.approx(b.value)
+    assert r["gap"] == pytest.approx(r["time"] / b.value) and r["gap"] >= 1
+    assert r["transfers"] == len(s.transfers) == 2 * (n - 1) * n
+    assert r["bytes_moved"] == 2 * (n - 1) * n * (SIZE // n)
+    assert r["solver"] == {"solver": "ring", "seed": 7, "trials": 3, "status": "feasible",
+                           "synthesis_time": 0.25}
+    assert r["verified"] is True and r["violations"] == 0
+    text = format_report(s)
+    assert "gap" in text and f"{r['gap']:.3f}x" in text
+    assert "seed 7" in text and "3 trials" in text
+    assert "verified" not in report(s, verify=False)
+
+
+def test_report_flags_broken_schedule():
+    from tacos.report import format_report, report
+
+    s = ring_allreduce(3)
+    broken = Schedule(s.topology, s.collective, s.transfers[1:])
+    r = report(broken)
+    assert r["verified"] is False and r["violations"] > 0
+    assert "NO (" in format_report(broken)

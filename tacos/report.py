@@ -1,0 +1,142 @@
+"""Summary of a schedule: simulated time, bandwidths, lower bound and gap, solver facts.
+
+:func:`report` returns a JSON-safe dict (non-finite numbers become ``None``);
+:func:`format_report` renders it as aligned text (what ``tacosc --report`` prints).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tacos.bounds import lower_bound
+from tacos.schedule import Schedule
+from tacos.simulate import simulate
+from tacos.topology import Topology
+from tacos.units import format_bandwidth, format_size, format_time
+from tacos.verify import verify_schedule
+
+SOLVER_KEYS = ("solver", "seed", "trials", "status", "synthesis_time", "best_trial",
+               "max_merge", "backend", "algorithm")
+
+
+def _num(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with tuples/sets as lists, non-finite floats as None and unknown objects as
+    strings, keeping only str/int/float/bool/None/list/dict (dict keys become strings)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return _num(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return [json_safe(v) for v in sorted(value, key=repr)]
+    return str(value)
+
+
+def report(schedule: Schedule, *, topology: Topology | None = None,
+           verify: bool = True) -> dict[str, Any]:
+    """Facts about ``schedule`` as a JSON-safe dict.
+
+    ``time`` is the α-β replay time (:func:`tacos.simulate.simulate`), ``schedule_time`` the
+    schedule's own makespan.  The bound is computed on ``topology`` (default: the schedule's
+    own, switch-unwound topology); ``gap`` = time / bound.  ``verify=False`` skips the verifier.
+    """
+    coll = schedule.collective
+    sim = simulate(schedule)
+    bound = lower_bound(topology or schedule.topology, coll)
+    time = sim.time
+    gap = time / bound.value if bound.value > 0 and math.isfinite(bound.value) else None
+    util = sim.link_utilization
+    busiest = sim.busiest_link
+    topo = schedule.topology
+    out: dict[str, Any] = {
+        "collective": {
+            "kind": coll.kind,
+            "label": coll.label(),
+            "size": coll.size,
+            "npus": len(coll.group),
+            "chunks": coll.n_chunks,
+            "chunks_per_npu": coll.chunks_per_npu,
+            "chunk_size": coll.chunks[0].size if coll.chunks else 0,
+        },
+        "topology": {"name": topo.name, "npus": topo.n_npus, "switches": len(topo.switches),
+                     "links": len(topo.links)},
+        "time": time,
+        "schedule_time": schedule.makespan,
+        "algbw": sim.algbw,
+        "busbw": sim.busbw,
+        "bound": {"value": bound.value, "latency": bound.latency,
+                  "bandwidth": bound.bandwidth, "kind": bound.kind, "parts": bound.parts},
+        "gap": gap,
+        "transfers": len(schedule.transfers),
+        "chunk_hops": sum(len(t.chunks) for t in schedule.transfers),
+        "bytes_moved": sum(schedule.transfer_bytes(t) for t in schedule.transfers),
+        "link_utilization": {
+            "mean": sum(util) / len(util) if util else 0.0,
+            "max": max(util, default=0.0),
+            "busiest_link": busiest,
+            "busiest": (f"{topo.node_name(topo.links[busiest].src)}->"
+                        f"{topo.node_name(topo.links[busiest].dst)}"
+                        if busiest is not None else None),
+        },
+        "solver": {k: schedule.meta[k] for k in SOLVER_KEYS if k in schedule.meta},
+    }
+    if verify:
+        rep = verify_schedule(schedule)
+        out["verified"] = rep.ok
+        out["violations"] = len(rep.violations) + rep.omitted
+    return json_safe(out)
+
+
+def _t(x: float | None) -> str:
+    return format_time(x) if x is not None else "n/a"
+
+
+def format_report(schedule: Schedule, *, topology: Topology | None = None,
+                  verify: bool = True) -> str:
+    """The :func:`report` as aligned ``label  value`` lines."""
+    r = report(schedule, topology=topology, verify=verify)
+    c, b, u = r["collective"], r["bound"], r["link_utilization"]
+    parts = b["parts"]
+    names = {"latency": "latency", "ingress_egress": "ingress/egress", "cut": "min-cut",
+             "chunk_granular": "chunk-granular"}
+    part_text = ", ".join(f"{names[k]} {_t(v)}" for k, v in parts.items() if v is not None)
+    lines = [
+        ("collective", f"{c['label']} on {c['npus']} NPUs, {format_size(c['size'])}, "
+                       f"{c['chunks']} chunks of {format_size(c['chunk_size'])}"),
+        ("topology", f"{r['topology']['name'] or 'unnamed'}: {r['topology']['npus']} NPUs, "
+                     f"{r['topology']['links']} links"),
+        ("time", f"{_t(r['time'])} (schedule says {_t(r['schedule_time'])})"),
+        ("algbw", format_bandwidth(r["algbw"]) if r["algbw"] is not None else "n/a"),
+        ("busbw", format_bandwidth(r["busbw"]) if r["busbw"] is not None else "n/a"),
+        ("bound", f"{_t(b['value'])} ({b['kind']}): {part_text}"),
+        ("gap", f"{r['gap']:.3f}x" if r["gap"] is not None else "n/a"),
+        ("transfers", f"{r['transfers']} ({r['chunk_hops']} chunk hops, "
+                      f"{format_size(r['bytes_moved'])} moved)"),
+        ("links", f"utilization mean {u['mean']:.0%}, max {u['max']:.0%}"
+                  + (f" ({u['busiest']})" if u["busiest"] else "")),
+    ]
+    if "verified" in r:
+        lines.append(("verified", "yes" if r["verified"] else
+                      f"NO ({r['violations']} violations)"))
+    s = r["solver"]
+    if s:
+        bits = [str(s.get("solver", "?"))]
+        if "seed" in s:
+            bits.append(f"seed {s['seed']}")
+        if s.get("trials") is not None:
+            bits.append(f"{s['trials']} trials")
+        if "status" in s:
+            bits.append(f"status {s['status']}")
+        if s.get("synthesis_time") is not None:
+            bits.append(f"synthesis {_t(s['synthesis_time'])}")
+        lines.append(("solver", ", ".join(bits)))
+    width = max(len(k) for k, _ in lines)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
