@@ -216,7 +216,7 @@ def _options(problem: Problem) -> dict[str, Any]:
     return {"mode": mode, "time_limit": limit, "factor": factor, "backend": backend,
             "seed": int(o.get("seed", 0) or 0), "threads": int(o.get("threads", 1) or 1),
             "cluster_steps": o.get("cluster_steps"), "trials": int(o.get("trials", 16) or 16),
-            "upper_bound": upper}
+            "upper_bound": upper, "window_time_limit": o.get("window_time_limit")}
 
 
 class IlpSolver:
@@ -257,6 +257,9 @@ class IlpSolver:
         else:
             status, extra = self._bisect(tp, opt, deadline, lb, ub_sends, stats)
             candidates.extend(extra)
+        # step-grid schedules carry rounding slack: replay them as early as the α-β model allows
+        candidates = [(tr if src == ub_source else _retime(topo, coll, tr), src)
+                      for tr, src in candidates]
         # the best complete schedule wins; on a tie the ILP's own one
         transfers, source = min(candidates, key=lambda cs: (_makespan(cs[0]), cs[1] == ub_source))
         makespan = _makespan(transfers)
@@ -277,10 +280,12 @@ class IlpSolver:
         """Bisect the horizon; returns the status and the schedules found.
 
         Probes fix the postcondition (``h[c,d,T] = 1``): infeasibility proofs are then an
-        order of magnitude faster than with the "maximize delivered" objective.  Probes must end
-        by ``SOFT_SHARE`` of the budget; if one is cut short, the rest of the budget goes to
-        early termination: the same horizon with the "maximize delivered" objective, warm-started
-        from the upper-bound schedule, whose (possibly partial) incumbent recovery completes.
+        order of magnitude faster than with a "maximize delivered" objective.  A feasible probe
+        lowers the top to the makespan it found.  Probes must end by ``1 - SOFT_SHARE`` of the
+        budget; if one is cut short, the rest goes to early termination (seed §V-B): the same
+        horizon, postcondition as objective (``Σ_t h`` over postcondition pairs, i.e. early
+        arrivals), warm-started from the best schedule so far; its incumbent, partial or not,
+        becomes a candidate, completed by shortest-path recovery when partial.
         """
         start = time.perf_counter()
         probe_deadline = start + (deadline - start) * (1 - SOFT_SHARE)
@@ -299,7 +304,7 @@ class IlpSolver:
             if res.status == "infeasible" or (res.status == "optimal" and not _full(sends, tp)):
                 lo = mid + 1
             elif _full(sends, tp):
-                hi, best = mid, sends
+                hi, best = schedule_steps(sends, tp.steps), sends
             else:
                 cut_at = mid
                 break
@@ -308,10 +313,9 @@ class IlpSolver:
             if res is not None:
                 probes.append(_probe_stats(cut_at, "early_termination", res, model, sends, tp))
                 if _full(sends, tp):
-                    hi, best = cut_at, sends
-                elif res.status == "optimal":
-                    lo = cut_at + 1  # proven: not every demand fits in cut_at steps
-                if sends and not _full(sends, tp):
+                    if schedule_steps(sends, tp.steps) < hi:
+                        hi, best = schedule_steps(sends, tp.steps), sends
+                elif sends:
                     extra.append((tp.complete(sends), "ilp+recovery"))
         if best is not ub_sends:
             extra.append((tp.transfers(best), "ilp"))
@@ -334,7 +338,8 @@ class IlpSolver:
             return [], None, None
         try:
             model = build_ten_model(tp.topology, tp.steps, tp.pre, tp.post, horizon,
-                                    hard_post=hard, deadline=deadline)
+                                    hard_post=hard, objective="delivered" if hard else "early",
+                                    deadline=deadline)
         except BuildTimeout:
             return [], None, None
         values = model.hint_from(hint, tp.pre, tp.steps, tp.topology) if hint else None
@@ -360,6 +365,17 @@ def _probe_stats(horizon: int, kind: str, res, model, sends: list[Send],
             "delivered": demands_met(sends, tp.pre, tp.post, tp.topology),
             "demands": model.n_demands, "vars": model.n_vars, "rows": model.n_rows,
             "seconds": round(res.seconds, 4)}
+
+
+def _retime(topology: Topology, collective: Collective, transfers: list[Transfer]
+            ) -> list[Transfer]:
+    """``transfers`` replayed by :func:`tacos.simulate.simulate` (same order per link, no idle
+    time left by rounding link times up to whole steps); unchanged without the simulator."""
+    if importlib.util.find_spec("tacos.simulate") is None or not transfers:
+        return transfers
+    simulate = importlib.import_module("tacos.simulate").simulate
+    replay = simulate(Schedule(topology, collective, tuple(sorted(transfers)))).schedule
+    return list(replay.transfers)
 
 
 def _makespan(transfers: list[Transfer]) -> float:
