@@ -35,7 +35,8 @@ from tacos.schedule import Schedule
 from tacos.solvers import baselines_algos as algos
 from tacos.solvers.baselines_hier import analyse, hierarchical_program
 from tacos.solvers.baselines_lower import Lowering, Msg
-from tacos.solvers.baselines_route import NpuGraph, ring_order
+from tacos.solvers.baselines_route import NpuGraph
+from tacos.solvers.baselines_route import ring_order as find_ring_order
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
@@ -45,10 +46,12 @@ Program = list[Msg]
 class _Plan:
     """What an algorithm sees: the topology's NPU graph and one (tenant) collective."""
 
-    def __init__(self, graph: NpuGraph, coll: Collective, offset: int) -> None:
+    def __init__(self, graph: NpuGraph, coll: Collective, offset: int,
+                 ring_order: str = "auto") -> None:
         self.graph = graph
         self.coll = coll
         self.offset = offset
+        self.ring_order = ring_order
         self.members = [v for v in coll.group if not graph.topology.npus[v].failed]
         self.info: dict[str, object] = {}
 
@@ -76,7 +79,10 @@ class _Plan:
         return self.ids(self.coll.chunks)
 
     def ring(self) -> list[int]:
-        order, kind = ring_order(self.graph, self.members)
+        if self.ring_order == "npu":
+            self.info["ring_order"] = "npu-order (requested)"
+            return sorted(self.members)
+        order, kind = find_ring_order(self.graph, self.members)
         self.info["ring_order"] = kind
         return order
 
@@ -182,11 +188,16 @@ ALGORITHMS: dict[str, tuple[Callable[[_Plan], Program], tuple[str, ...], str]] =
 }
 
 
-def baseline_schedule(name: str, topology: Topology, collective: Collective) -> Schedule:
+def baseline_schedule(name: str, topology: Topology, collective: Collective, *,
+                      ring_order: str = "auto") -> Schedule:
     """Build, route and time baseline ``name`` for ``collective`` on ``topology``.
 
-    Raises :class:`~tacos.errors.TacosError` for an unsupported collective or topology.
+    ``ring_order`` (ring, biring, dbtree): ``'auto'`` follows a Hamiltonian cycle (or path)
+    when one is found, ``'npu'`` uses NPU-id order (a topology-unaware ring).  Raises
+    :class:`~tacos.errors.TacosError` for an unsupported collective or topology.
     """
+    if ring_order not in ("auto", "npu"):
+        raise TacosError(f"unknown ring order {ring_order!r}", hint="use 'auto' or 'npu'")
     build, supported, label = ALGORITHMS[name]
     tenants = collective.tenants if collective.kind == "multi" else (collective,)
     graph = NpuGraph(topology)
@@ -197,7 +208,7 @@ def baseline_schedule(name: str, topology: Topology, collective: Collective) -> 
     for tenant in tenants:
         if tenant.kind not in supported:
             raise _unsupported(name, tenant.kind, supported)
-        plan = _Plan(graph, tenant, offset)
+        plan = _Plan(graph, tenant, offset, ring_order)
         if len(plan.members) > 1:
             programs.append(build(plan))
         info.update(plan.info)
@@ -218,9 +229,13 @@ class _BaselineSolver:
     native_switches = True
 
     def solve(self, problem: Problem) -> SolveResult:
-        """Run the baseline; status is ``'feasible'`` (baselines prove nothing optimal)."""
+        """Run the baseline; status is ``'feasible'`` (baselines prove nothing optimal).
+
+        Option ``ring_order``: ``'auto'`` (default) or ``'npu'``, see :func:`baseline_schedule`.
+        """
         t0 = time.perf_counter()
-        sched = baseline_schedule(self.name, problem.topology, problem.collective)
+        sched = baseline_schedule(self.name, problem.topology, problem.collective,
+                                  ring_order=problem.options.get("ring_order", "auto"))
         stats = {"synthesis_time": time.perf_counter() - t0,
                  "transfers": len(sched.transfers), **sched.meta}
         return SolveResult("feasible", sched, None, stats)
