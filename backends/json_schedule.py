@@ -1,0 +1,140 @@
+"""JSON schedule backend (schema ``tacos.schedule/1``, see ``docs/schedule-json.md``).
+
+The document embeds everything needed to verify the schedule without the original spec: the
+(switch-unwound) topology, the collective with every chunk's pre/postcondition, the transfers,
+the collective time and a lower bound.  Output is deterministic: the same schedule always gives
+the same bytes (floats are written with ``repr``, so they read back exactly), and facts that vary
+from run to run (``synthesis_time``) are left out of ``meta``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tacos.collective import Collective
+from tacos.errors import TacosError
+from tacos.schedule import Schedule
+from tacos.topology import Link, Topology
+from tacos.verify_bulk import paused_gc
+
+SCHEMA_ID = "tacos.schedule/1"
+VOLATILE_META = frozenset({"synthesis_time"})  # differs run to run: left out for reproducibility
+
+
+def _float(x: float, where: str) -> float:
+    value = float(x)
+    if not math.isfinite(value):
+        raise TacosError(f"cannot write {where} = {x!r} to JSON: not a finite number",
+                         hint="verify the schedule first; it has a broken time or value")
+    return value
+
+
+def _opt_float(x: float | None) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _link(lk: Link, where: str) -> dict[str, Any]:
+    return {"src": lk.src, "dst": lk.dst, "alpha": _float(lk.alpha, f"{where}.alpha"),
+            "bandwidth": _float(lk.bandwidth, f"{where}.bandwidth"),
+            "multiplicity": int(lk.multiplicity), "via": lk.via, "tag": lk.tag, "dim": lk.dim}
+
+
+def topology_doc(topo: Topology) -> dict[str, Any]:
+    """The ``topology`` section."""
+    return {
+        "name": topo.name,
+        "npus": [{"id": n.id, "name": n.name, "failed": bool(n.failed)} for n in topo.npus],
+        "switches": [{"id": s.id, "name": s.name, "policy": s.policy, "degree": s.degree}
+                     for s in topo.switches],
+        "links": [_link(lk, f"links[{i}]") for i, lk in enumerate(topo.links)],
+        "failed_links": [_link(lk, f"failed_links[{i}]")
+                         for i, lk in enumerate(topo.failed_links)],
+    }
+
+
+def collective_doc(coll: Collective) -> dict[str, Any]:
+    """The ``collective`` section (tenants nested the same way)."""
+    return {
+        "kind": coll.kind,
+        "name": coll.name,
+        "group": list(coll.group),
+        "root": coll.root,
+        "size": int(coll.size),
+        "chunks_per_npu": int(coll.chunks_per_npu),
+        "chunks": [{"id": c.id, "size": int(c.size), "pre": sorted(c.pre), "post": sorted(c.post),
+                    "reduce": bool(c.reduce), "index": c.index, "tenant": c.tenant}
+                   for c in coll.chunks],
+        "tenants": [collective_doc(t) for t in coll.tenants],
+    }
+
+
+def _bound_doc(schedule: Schedule) -> dict[str, Any]:
+    from tacos.bounds import lower_bound
+
+    b = lower_bound(schedule.topology, schedule.collective)
+    return {"value": _opt_float(b.value), "latency": _opt_float(b.latency),
+            "bandwidth": _opt_float(b.bandwidth), "kind": b.kind,
+            "parts": {k: _opt_float(v) for k, v in b.parts.items()}}
+
+
+def to_document(schedule: Schedule, *, bound: bool = True) -> dict[str, Any]:
+    """The schedule as a JSON-ready dict (``bound=False`` writes ``"bound": null``)."""
+    from tacos.report import json_safe
+
+    coll = schedule.collective
+    sizes = {c.size for c in coll.chunks}
+    transfers = [
+        {"start": _float(t.start, f"transfers[{i}].start"),
+         "end": _float(t.end, f"transfers[{i}].end"),
+         "src": t.src, "dst": t.dst, "link": t.link, "chunks": list(t.chunks), "op": t.op}
+        for i, t in enumerate(schedule.transfers)
+    ]
+    return {
+        "schema": SCHEMA_ID,
+        "topology": topology_doc(schedule.topology),
+        "collective": collective_doc(coll),
+        "chunk_size": int(next(iter(sizes))) if len(sizes) == 1 else None,
+        "transfers": transfers,
+        "time": _float(schedule.makespan, "time"),
+        "bound": _bound_doc(schedule) if bound else None,
+        "meta": json_safe({k: v for k, v in schedule.meta.items() if k not in VOLATILE_META}),
+    }
+
+
+# -- layout: sections indented, one record (npu, link, chunk, transfer) per line -------------
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+
+
+def _emit(value: Any, level: int, key: str = "") -> str:
+    pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_emit(v, level + 1, k)}"
+                 for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        line = _transfer_line if level == 1 and key == "transfers" else _compact
+        return "[\n" + ",\n".join(inner + line(v) for v in value) + "\n" + pad + "]"
+    return _compact(value)
+
+
+def _transfer_line(t: dict[str, Any]) -> str:
+    """``_compact`` for a transfer record, without the generic encoder (same bytes)."""
+    chunks = ", ".join(str(int(c)) for c in t["chunks"])
+    return (f'{{"start": {t["start"]!r}, "end": {t["end"]!r}, "src": {int(t["src"])}, '
+            f'"dst": {int(t["dst"])}, "link": {int(t["link"])}, "chunks": [{chunks}], '
+            f'"op": {json.dumps(t["op"], ensure_ascii=False)}}}')
+
+
+def dumps(schedule: Schedule, *, bound: bool = True) -> str:
+    """Serialize ``schedule`` to JSON text (schema ``tacos.schedule/1``), ending in a newline."""
+    with paused_gc():
+        return _emit(to_document(schedule, bound=bound), 0) + "\n"
+
+
+def dump(schedule: Schedule, path: str | Path, *, bound: bool = True) -> None:
+    """Write :func:`dumps` to ``path`` (UTF-8)."""
+    Path(path).write_text(dumps(schedule, bound=bound), encoding="utf-8")

@@ -1,0 +1,186 @@
+"""JSON schedule backend and frontend: round trip, byte stability, schema, errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from tacos.backends.json_schedule import SCHEMA_ID, dump, dumps
+from tacos.frontends.json_schedule import check_against_topology, load, loads, schema
+
+from tacos.collective import combine
+from tacos.errors import TacosError
+from tacos.passes.unwind import unwind_switches
+from tacos.patterns import build
+from tacos.schedule import Schedule, Transfer
+from tacos.topology import Link, Npu, Switch, Topology
+from tacos.verify import verify_schedule
+
+ALPHA, BW = 1e-6, 25e9
+
+
+def ring_allgather(n: int = 4) -> Schedule:
+    topo = Topology(tuple(Npu(i, f"gpu{i}") for i in range(n)), (),
+                    tuple(Link(i, (i + 1) % n, ALPHA, BW, 1, 0, "nvlink") for i in range(n)),
+                    name="ring")
+    coll = build("allgather", range(n), size=n * 1000)
+    step = topo.links[0].time(1000)
+    ts = tuple(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, i, ((i - s) % n,))
+               for s in range(n - 1) for i in range(n))
+    return Schedule(topo, coll, ts, {"solver": "hand", "seed": 3, "trials": 1,
+                                     "synthesis_time": 0.5, "owners": {0: 1},
+                                     "tags": {"b", "a"}})
+
+
+def switch_allreduce() -> Schedule:
+    """A 3-NPU all-reduce through a switch (virtual links carry ``via``), reduce then copy."""
+    npus = tuple(Npu(i, f"n{i}") for i in range(3))
+    sw = Switch(3, "nvswitch", "ring")
+    links = []
+    for i in range(3):
+        links += [Link(i, 3, 0.5e-6, 100e9), Link(3, i, 0.5e-6, 100e9)]
+    topo = unwind_switches(Topology(npus, (sw,), tuple(links), name="box"))
+    coll = build("allreduce", range(3), size=3 * 4096)
+    step = topo.links[0].time(4096)
+    ts = []
+    for s in range(2):  # ring reduce-scatter over the unwound ring i -> i+1
+        for lk_i, lk in enumerate(topo.links):
+            ts.append(Transfer(s * step, (s + 1) * step, lk.src, lk.dst, lk_i,
+                               ((lk.src - s - 1) % 3,), "reduce"))
+    for s in range(2):
+        for lk_i, lk in enumerate(topo.links):
+            ts.append(Transfer((2 + s) * step, (3 + s) * step, lk.src, lk.dst, lk_i,
+                               ((lk.src - s) % 3,)))
+    return Schedule(topo, coll, tuple(ts))
+
+
+@pytest.fixture(params=["ring", "switch", "multi"])
+def schedule(request) -> Schedule:
+    if request.param == "ring":
+        return ring_allgather()
+    if request.param == "switch":
+        return switch_allreduce()
+    s = ring_allgather(3)
+    coll = combine([s.collective, build("broadcast", range(3), size=500, root=0)])
+    step = s.topology.links[0].time(500)
+    t0 = s.makespan
+    extra = (Transfer(t0, t0 + step, 0, 1, 0, (3,)), Transfer(t0 + step, t0 + 2 * step, 1, 2, 1,
+                                                            (3,)))
+    return Schedule(s.topology, coll, s.transfers + extra)
+
+
+def test_fixture_schedules_are_valid(schedule):
+    assert verify_schedule(schedule).ok, verify_schedule(schedule).text()
+
+
+def test_round_trip_and_byte_stability(schedule, tmp_path):
+    text = dumps(schedule)
+    back = loads(text)
+    assert back == schedule
+    assert back.topology == schedule.topology and back.collective == schedule.collective
+    assert dumps(back) == text  # byte-stable through a round trip
+    assert dumps(schedule) == text  # and call to call
+    path = tmp_path / "plan.json"
+    dump(schedule, path)
+    assert path.read_text(encoding="utf-8") == text
+    assert load(path) == schedule
+    assert verify_schedule(load(path)).ok
+    assert schedule.to_json() == text
+
+
+def test_document_contents(schedule):
+    doc = json.loads(dumps(schedule))
+    assert doc["schema"] == SCHEMA_ID
+    assert len(doc["transfers"]) == len(schedule.transfers)
+    assert doc["time"] == schedule.makespan
+    assert doc["bound"]["value"] <= doc["time"]
+    assert len(doc["topology"]["links"]) == len(schedule.topology.links)
+    assert doc["collective"]["kind"] == schedule.collective.kind
+
+
+def test_meta_is_json_safe_and_volatile_facts_are_dropped():
+    doc = json.loads(dumps(ring_allgather()))
+    assert doc["meta"] == {"solver": "hand", "seed": 3, "trials": 1, "owners": {"0": 1},
+                           "tags": ["a", "b"]}
+    assert "synthesis_time" not in doc["meta"]
+
+
+def test_output_validates_against_the_schema(schedule):
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.Draft202012Validator.check_schema(schema())
+    jsonschema.Draft202012Validator(schema()).validate(json.loads(dumps(schedule)))
+
+
+def test_switch_links_keep_via_and_policy():
+    doc = json.loads(dumps(switch_allreduce()))
+    assert doc["topology"]["switches"] == [{"id": 3, "name": "nvswitch", "policy": "ring",
+                                            "degree": None}]
+    assert {lk["via"] for lk in doc["topology"]["links"]} == {3}
+
+
+def _broken(mutate) -> str:
+    doc = json.loads(dumps(ring_allgather()))
+    mutate(doc)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("mutate,path", [
+    (lambda d: d["transfers"][2].__setitem__("start", "soon"), "$.transfers[2].start"),
+    (lambda d: d["transfers"][1].pop("link"), "$.transfers[1]"),
+    (lambda d: d["transfers"][0].__setitem__("op", "sum"), "$.transfers[0].op"),
+    (lambda d: d["topology"]["links"][1].__setitem__("bandwidth", -3), "$.topology.links[1]"),
+    (lambda d: d["collective"]["chunks"][0].__setitem__("pre", [0, 9]),
+     "$.collective.chunks[0].pre[1]"),
+    (lambda d: d["topology"]["npus"][2].__setitem__("colour", "red"), "$.topology.npus[2]"),
+])
+@pytest.mark.parametrize("with_jsonschema", [True, False])
+def test_malformed_field_is_named(mutate, path, with_jsonschema, monkeypatch):
+    if not with_jsonschema:
+        import tacos.frontends.json_schedule as fj
+
+        monkeypatch.setattr(fj, "_validate_schema", lambda doc, source: None)
+    with pytest.raises(TacosError) as err:
+        loads(_broken(mutate), source="plan.json")
+    msg = str(err.value)
+    assert msg.startswith("error: plan.json: " + path), msg
+    assert "Traceback" not in msg
+
+
+def test_structural_checks_catch_semantic_ids_without_schema():
+    with pytest.raises(TacosError, match=r"\$\.topology\.links\[0\]\.dst: node 77"):
+        loads(_broken(lambda d: d["topology"]["links"][0].__setitem__("dst", 77)), source="p")
+
+
+def test_not_json_and_wrong_schema(tmp_path):
+    with pytest.raises(TacosError) as err:
+        loads('{"schema": "tacos.schedule/1",\n "topology": [1, 2,,]}', source="x.json")
+    assert err.value.span is not None and err.value.span.line == 2
+    assert "x.json:2:" in str(err.value)
+    with pytest.raises(TacosError, match=r"\$\.schema: expected 'tacos\.schedule/1'"):
+        loads('{"schema": "tacos.schedule/9"}', source="x.json")
+    with pytest.raises(TacosError, match="not valid JSON"):
+        loads('{"schema": NaN}', source="x.json")
+    with pytest.raises(TacosError, match="no such file"):
+        load(tmp_path / "missing.json")
+
+
+def test_check_against_topology():
+    s = switch_allreduce()
+    npus = tuple(Npu(i, f"n{i}") for i in range(3))
+    links = []
+    for i in range(3):
+        links += [Link(i, 3, 0.5e-6, 100e9), Link(3, i, 0.5e-6, 100e9)]
+    same = Topology(npus, (Switch(3, "nvswitch", "ring"),), tuple(reversed(links)))
+    assert check_against_topology(loads(dumps(s)), same) == []
+    slower = Topology(npus, (Switch(3, "nvswitch", "ring"),),
+                      tuple(replace(lk, bandwidth=50e9) for lk in links))
+    problems = check_against_topology(s, slower)
+    assert problems and all("bandwidth" in p for p in problems)
+    assert len(problems) == 3  # each of the 3 virtual ring links
+    full = Topology(npus, (Switch(3, "nvswitch", "full"),), tuple(links))
+    problems = check_against_topology(s, full)
+    assert any("policies" in p for p in problems)
+    assert any("of the topology is not in the plan" in p for p in problems)
+    renamed = Topology(tuple(Npu(i, f"g{i}") for i in range(3)), same.switches, same.links)
+    assert any("'n0' in the plan but 'g0'" in p for p in check_against_topology(s, renamed))
