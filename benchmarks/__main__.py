@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.suite import Context, Table, markdown_table, write_csv
+from benchmarks.suite import Context, Table, gap_plot, markdown_table, write_csv
 
 CASES = {
     "a": ("benchmarks.cases_seed", "case_a"),
@@ -88,6 +88,9 @@ def render(tables: list[Table], ctx: Context, command: str, seconds: float,
         "time / this time on the same problem; norm. = time / the case's reference; "
         "verified = `tacos.verify.verify_schedule`.", "",
     ]
+    if (ctx.out_dir / "gap.png").exists() and len(tables) > 1:
+        lines += ["### Gap to the lower bound, all cases", "",
+                  f"![gap.png]({img_prefix}gap.png)", ""]
     for t in tables:
         lines += [f"### ({t.key}) {t.title}", "", t.setup, "",
                   markdown_table(t.rows, SHOWN)]
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
     out = args.out or (Path("docs/benchmarks") if args.docs else Path("benchmarks/out"))
     out.mkdir(parents=True, exist_ok=True)
-    limit = args.ilp_limit if args.ilp_limit is not None else (10.0 if args.quick else 120.0)
+    limit = args.ilp_limit if args.ilp_limit is not None else (10.0 if args.quick else 60.0)
     timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 1800.0)
     ctx = Context(quick=args.quick, out_dir=out, ilp_limit=limit, seed=args.seed,
                   trials=args.trials, timeout=timeout,
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(out / f"{k}.csv", table.rows)
         tables.append(table)
         ctx.log(f"case {k} done in {table.seconds:.0f} s")
+    gap_plot([t for t in tables if t.key in "abcdeh"], out / "gap.png")
     total = time.perf_counter() - t0
     (out / "results.md").write_text(render(tables, ctx, command, total, ""))
     if args.docs:

@@ -324,3 +324,38 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def gap_plot(tables: Sequence[Table], path: Path,
+             solvers: Sequence[str] = ("ilp", "greedy", "taccl", "ring", "direct")) -> bool:
+    """Gap to the lower bound (time / bound) of the main solvers on every problem of
+    ``tables``; returns False when there is nothing to draw."""
+    problems: list[tuple[str, str]] = []
+    for t in tables:
+        for r in t.rows:
+            key = (t.key, r["problem"])
+            if key not in problems and r["solver"] in solvers and r["gap"]:
+                problems.append(key)
+    if not problems:
+        return False
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.55 * len(problems)), 4.0))
+    width = 0.8 / len(solvers)
+    for j, solver in enumerate(solvers):
+        vals = []
+        for key, prob in problems:
+            table = next(t for t in tables if t.key == key)
+            v = [r["gap"] for r in table.rows if r["problem"] == prob and r["solver"] == solver]
+            vals.append(v[0] if v and v[0] else float("nan"))
+        xs = [i + (j - (len(solvers) - 1) / 2) * width for i in range(len(problems))]
+        ax.bar(xs, vals, width, label=solver)
+    ax.set_xticks(range(len(problems)), [f"({k}) {p}" for k, p in problems], rotation=60,
+                  ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_ylabel("time / lower bound")
+    ax.legend(fontsize=8, ncol=len(solvers))
+    ax.set_title("Gap to the lower bound (1 = optimal; missing bar = not run)", fontsize=10)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return True
