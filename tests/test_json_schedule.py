@@ -184,3 +184,14 @@ def test_check_against_topology():
     assert any("of the topology is not in the plan" in p for p in problems)
     renamed = Topology(tuple(Npu(i, f"g{i}") for i in range(3)), same.switches, same.links)
     assert any("'n0' in the plan but 'g0'" in p for p in check_against_topology(s, renamed))
+
+
+def test_documented_example_is_current():
+    """The example in docs/schedule-json.md loads, verifies and is what dumps writes."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "schedule-json.md").read_text("utf-8")
+    example = doc.split("```json\n", 1)[1].split("```", 1)[0]
+    s = loads(example, source="schedule-json.md")
+    assert verify_schedule(s).ok
+    assert dumps(s) == example
