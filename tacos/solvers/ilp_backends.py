@@ -16,15 +16,18 @@ networkx), and receives the matrix as plain lists.
 
 from __future__ import annotations
 
+import atexit
 import difflib
 import importlib
 import importlib.util
 import math
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -131,40 +134,117 @@ def must_isolate(backend: str) -> bool:
     solving never makes the other library unloadable for the rest of the process (other parts
     of tacos use OR-Tools max-flow, for instance).
     """
+    if os.name == "nt":  # pragma: no cover - workers talk over select()-able pipes
+        return False
     other = {"cpsat": "highspy", "highs": "ortools"}.get(backend)
     return other is not None and importlib.util.find_spec(other) is not None
 
 
 def _solve_in_subprocess(backend: str, model: IlpModel, wall_deadline: float, seed: int,
                          threads: int, hint: list[float] | None):
-    """Run one back end in a fresh interpreter that loads only this file."""
+    """Run one back end in a worker interpreter that loads only this file.
+
+    Workers persist (one per back end) so that their start-up (~0.3 s: interpreter, numpy, the
+    solver library) is paid once per process; a worker that overruns the deadline by more than
+    :data:`WORKER_GRACE` is killed and replaced on the next call.
+    """
     from tacos.errors import ToolFailure
 
     matrix = {name: getattr(model, name) for name in MATRIX_FIELDS}
     payload = pickle.dumps((backend, matrix, wall_deadline, seed, threads, hint),
                            protocol=pickle.HIGHEST_PROTOCOL)
-    code = ("import importlib.util as u, sys; s = u.spec_from_file_location('_tacos_ilp', "
-            "sys.argv[1]); m = u.module_from_spec(s); sys.modules['_tacos_ilp'] = m; "
-            "s.loader.exec_module(m); m._worker()")
-    grace = 5.0  # the child stops itself at the deadline; this only guards against a hang
-    try:
-        proc = subprocess.run([sys.executable, "-c", code, os.path.abspath(__file__)],
-                              input=payload, capture_output=True,
-                              timeout=max(0.1, wall_deadline - time.time()) + grace, check=False)
-    except subprocess.TimeoutExpired:
-        return "time_limit", None, None, None
-    if proc.returncode != 0:
-        raise ToolFailure(f"ILP back end {backend!r} failed in its worker process",
-                          hint=proc.stderr.decode(errors="replace").strip()[-500:] or None)
-    return pickle.loads(proc.stdout)
+    with _WORKER_LOCK:
+        proc = _WORKERS.get(backend)
+        if proc is None or proc.poll() is not None:
+            proc = _WORKERS[backend] = _start_worker()
+        try:
+            _send(proc, payload)
+            answer = _receive(proc, wall_deadline + WORKER_GRACE)
+        except (OSError, EOFError) as exc:
+            _WORKERS.pop(backend, None)
+            proc.kill()
+            raise ToolFailure(f"ILP back end {backend!r} failed in its worker process ({exc})",
+                              hint="run again with another back end, e.g. backend='cbc'") from exc
+        if answer is None:  # hung past the deadline
+            _WORKERS.pop(backend, None)
+            proc.kill()
+            proc.wait()
+            return "time_limit", None, None, None
+    return pickle.loads(answer)
+
+
+WORKER_GRACE = 5.0  # seconds a worker may overrun its deadline before it is killed
+_WORKERS: dict[str, subprocess.Popen] = {}
+_WORKER_LOCK = threading.Lock()
+_WORKER_CODE = ("import importlib.util as u, sys; s = u.spec_from_file_location('_tacos_ilp', "
+                "sys.argv[1]); m = u.module_from_spec(s); sys.modules['_tacos_ilp'] = m; "
+                "s.loader.exec_module(m); m._worker()")
+
+
+def _start_worker() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _WORKER_CODE, os.path.abspath(__file__)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+
+
+@atexit.register
+def _stop_workers() -> None:
+    for proc in list(_WORKERS.values()):
+        try:
+            proc.stdin.close()  # the worker exits at end of input
+            proc.wait(timeout=1.0)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+    _WORKERS.clear()
+
+
+def _send(proc: subprocess.Popen, payload: bytes) -> None:
+    proc.stdin.write(len(payload).to_bytes(8, "big") + payload)
+    proc.stdin.flush()
+
+
+def _receive(proc: subprocess.Popen, wall_deadline: float) -> bytes | None:
+    """One length-prefixed message from the worker, or None once ``wall_deadline`` passes."""
+    fd = proc.stdout.fileno()
+    buf = bytearray()
+    need = 8
+    size = None
+    while True:
+        while len(buf) < need:
+            left = wall_deadline - time.time()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, max(65536, need - len(buf)))
+            if not chunk:
+                raise EOFError(f"worker exited with code {proc.wait()}")
+            buf.extend(chunk)
+        if size is None:
+            size = int.from_bytes(buf[:8], "big")
+            need = 8 + size
+            continue
+        return bytes(buf[8:need])
 
 
 def _worker() -> None:
-    """Child-process entry point: unpickle a job from stdin, pickle the answer to stdout."""
-    backend, matrix, wall_deadline, seed, threads, hint = pickle.loads(sys.stdin.buffer.read())
-    deadline = time.perf_counter() + (wall_deadline - time.time())
-    answer = _SOLVERS[backend](SimpleNamespace(**matrix), deadline, seed, threads, hint)
-    sys.stdout.buffer.write(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+    """Worker entry point: answer length-prefixed pickled jobs from stdin until end of input.
+
+    The protocol uses a private copy of stdout; file descriptor 1 is pointed at stderr so that
+    anything a solver library prints cannot corrupt it.
+    """
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+    while True:
+        head = inp.read(8)
+        if len(head) < 8:
+            return
+        job = pickle.loads(inp.read(int.from_bytes(head, "big")))
+        backend, matrix, wall_deadline, seed, threads, hint = job
+        deadline = time.perf_counter() + (wall_deadline - time.time())
+        answer = _SOLVERS[backend](SimpleNamespace(**matrix), deadline, seed, threads, hint)
+        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(len(data).to_bytes(8, "big") + data)
+        out.flush()
 
 
 def _rows(model: Any):
