@@ -251,3 +251,18 @@ def test_bounds_hold_for_ring_allreduce_and_are_tight_when_large(n, size):
     if size > 2**30:
         assert t / b.value < 1.001  # ring all-reduce is bandwidth-optimal on a ring
         assert b.kind == "composition"
+
+
+@pytest.mark.parametrize("make,group_algbw", [(lambda: grid((4, 4), False), None),
+                                               (mi250_16, 342.86)])
+def test_networkx_max_flow_fallback_agrees(make, group_algbw, monkeypatch):
+    import tacos.bounds as b
+
+    topo = make()
+    fast = b.min_cut_ratio(topo, range(16))
+    monkeypatch.setattr(b, "_has_ortools", lambda: False)
+    slow = b.min_cut_ratio(topo, range(16))
+    assert slow[0] == pytest.approx(fast[0], rel=1e-9)
+    assert slow[1] == fast[1]
+    if group_algbw is not None:
+        assert 16 / slow[0] / GB == pytest.approx(group_algbw, abs=0.005)
