@@ -275,7 +275,7 @@ def cmd_compile(argv: Sequence[str]) -> int:
     if args.report or not args.output:
         from tacos.report import format_report
 
-        print(format_report(schedule))
+        print(format_report(schedule, topology=spec.topology))
     return 0
 
 
