@@ -77,32 +77,51 @@ def check_feasible(topology: Topology, collective: Collective) -> None:
     """Raise :class:`~tacos.errors.InfeasibleError` if some postcondition cannot be met.
 
     The message names the NPU, the chunk and why, e.g.
-    ``npu 7 cannot receive chunk 3 (no path from npu 2)``.
+    ``npu 7 cannot receive chunk 3 (no path from npu 2)``.  Checks run on strongly connected
+    components, so the cost is per distinct (pre, post) pattern, not per NPU pair.
     """
     reach: _Reach | None = None
+    done: set[tuple[bool, frozenset[int], frozenset[int]]] = set()
     for chunk in collective.chunks:
         _check_names(topology, chunk)
-        targets = sorted(chunk.post if chunk.reduce else chunk.post - chunk.pre)
+        targets = chunk.post if chunk.reduce else chunk.post - chunk.pre
         if not targets:
             continue
+        key = (chunk.reduce, chunk.pre, targets)
+        if key in done:
+            continue
+        done.add(key)
         if reach is None:
             reach = _Reach(topology)
-        sources = sorted(chunk.pre)
-        for p in targets:
+        comp, closure = reach.comp, reach.reach
+        pre_comps = {comp[s] for s in chunk.pre}
+        for q in {comp[p] for p in targets}:
             if chunk.reduce:
-                for s in sources:
-                    if s != p and not reach(s, p):
-                        raise InfeasibleError(
-                            f"{describe_npu(topology, p)} cannot receive chunk {chunk.id}: "
-                            f"the contribution of {describe_npu(topology, s)} cannot reach it "
-                            f"(no path from npu {s})",
-                            hint=_hint(topology, p),
-                        )
-            elif not any(reach(s, p) for s in sources):
-                origin = (f"npu {sources[0]}" if len(sources) == 1
-                          else "any of npus " + ", ".join(map(str, sources)))
-                raise InfeasibleError(
-                    f"{describe_npu(topology, p)} cannot receive chunk {chunk.id} "
-                    f"(no path from {origin})",
-                    hint=_hint(topology, p),
-                )
+                ok = all(q in closure[s] for s in pre_comps)
+            else:
+                ok = any(q in closure[s] for s in pre_comps)
+            if not ok:
+                _explain(topology, chunk, sorted(targets), reach)
+
+
+def _explain(topology: Topology, chunk: Chunk, targets: list[int], reach: _Reach) -> None:
+    """Find the NPU pair behind a failed component check and raise the error."""
+    sources = sorted(chunk.pre)
+    for p in targets:
+        if chunk.reduce:
+            for s in sources:
+                if s != p and not reach(s, p):
+                    raise InfeasibleError(
+                        f"{describe_npu(topology, p)} cannot receive chunk {chunk.id}: "
+                        f"the contribution of {describe_npu(topology, s)} cannot reach it "
+                        f"(no path from npu {s})",
+                        hint=_hint(topology, p),
+                    )
+        elif not any(reach(s, p) for s in sources):
+            origin = (f"npu {sources[0]}" if len(sources) == 1
+                      else "any of npus " + ", ".join(map(str, sources)))
+            raise InfeasibleError(
+                f"{describe_npu(topology, p)} cannot receive chunk {chunk.id} "
+                f"(no path from {origin})",
+                hint=_hint(topology, p),
+            )

@@ -147,6 +147,10 @@ def shift_transfers(forward: Schedule, ids: tuple[int, ...], offset: float) -> l
     ]
 
 
+def _order(t: Transfer) -> tuple:
+    return (t.start, t.end, t.src, t.dst, t.link, t.chunks, t.op)
+
+
 def assemble(topology: Topology, collective: Collective, plan: InversionPlan,
              dual: Schedule | None, forward: Schedule | None) -> Schedule:
     """One schedule of ``collective``: the inverted dual phase, then the forward phase."""
@@ -157,5 +161,5 @@ def assemble(topology: Topology, collective: Collective, plan: InversionPlan,
         offset = dual.makespan
     if forward is not None:
         transfers += shift_transfers(forward, plan.forward_ids, offset)
-    transfers.sort()
+    transfers.sort(key=_order)
     return Schedule(topology, collective, tuple(transfers), {})

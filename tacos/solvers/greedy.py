@@ -118,12 +118,14 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
     """Turn a trial's tick-based transfer lists into a :class:`Schedule` (seconds, chunk ids)."""
     ids = [c.id for c in problem.collective.chunks]
     src, dst = inst.src, inst.dst
-    transfers = []
-    for s, e, lk, b in zip(res.start, res.end, res.link, res.bits, strict=True):
-        chunks = tuple(ids[i] for i in bits_to_tuple(b))
-        transfers.append(Transfer(s * TICK, e * TICK, src[lk], dst[lk], lk, chunks, "copy"))
-    transfers.sort()
-    return Schedule(problem.topology, problem.collective, tuple(transfers), {})
+    rows = sorted(zip(res.start, res.end, res.link, res.bits, strict=True),
+                  key=lambda r: (r[0], r[1], src[r[2]], dst[r[2]], r[2]))
+    transfers = tuple(
+        Transfer(s * TICK, e * TICK, src[lk], dst[lk], lk,
+                 tuple(ids[i] for i in bits_to_tuple(b)), "copy")
+        for s, e, lk, b in rows
+    )
+    return Schedule(problem.topology, problem.collective, transfers, {})
 
 
 class _Runner:
