@@ -56,8 +56,6 @@ def solve_clustered(tp: TenProblem, opt: dict[str, Any], deadline: float
                     ) -> tuple[list[Send], bool, dict[str, Any]]:
     """Run the windows; returns (sends in global steps, postcondition met?, stats)."""
     window = int(opt.get("cluster_steps") or default_cluster_steps(tp.steps))
-    if window < 1:
-        raise ValueError("cluster_steps must be at least 1")
     held = list(tp.pre)
     offset = 0
     out: list[Send] = []

@@ -1,25 +1,34 @@
 """TACOS-ILP: provably optimal synthesis on the time-expanded network (seed §V).
 
-:class:`IlpSolver` discretizes the links (:func:`tacos.passes.discretize.discretize`), takes an
-upper bound from the greedy synthesizer (or shortest-path schedule), and bisects the horizon
-``T`` between a lower bound and that upper bound, solving the TEN ILP of
-:mod:`tacos.solvers.ilp_model` at each probe with the greedy schedule as warm start.  The result
-is ``"optimal"`` when the smallest feasible ``T`` is proven.  When the time limit strikes, the
-incumbent of the interrupted probe is completed by shortest-path recovery
-(:mod:`tacos.solvers.recovery`, seed §V-B), and the best complete schedule found is returned
-with status ``"time_limit"``.  ``mode="cluster"`` runs time clustering instead
-(:mod:`tacos.solvers.clustering`, seed §V-C).
+:class:`IlpSolver` discretizes the links (:func:`tacos.passes.discretize.discretize`, step =
+fastest link's chunk time / ``discretization_factor``), takes a first complete schedule from the
+greedy synthesizer (or shortest paths), and bisects the horizon ``T`` between a lower bound
+(latency and link throughput in steps) and that schedule's length on the step grid.  Each probe
+solves the TEN ILP of :mod:`tacos.solvers.ilp_model` with the postcondition fixed; the status is
+``"optimal"`` once the smallest feasible ``T`` is proven.
+
+Early termination (seed §V-B): probes may use ``1 - SOFT_SHARE`` of the budget.  When one is
+cut short, the rest goes to the same horizon with the postcondition as objective (early
+arrivals score more), warm-started from the best schedule so far; its incumbent, completed by
+shortest-path recovery (:mod:`tacos.solvers.recovery`) if partial, competes with the other
+schedules and the status is ``"time_limit"``.  ``mode="cluster"`` runs time clustering instead
+(:mod:`tacos.solvers.clustering`, seed §V-C, status ``"feasible"``).  Whatever the mode, the
+result is the shortest complete schedule found (the greedy one included), replayed by the
+simulator to remove the slack of rounding link times up to whole steps.
 
 Options (``Problem.options``): ``backend`` (``highs``, ``cpsat``, ``cbc``, ``gurobi``; default
-the fastest installed), ``time_limit`` (s, whole solve, default 60), ``seed``, ``threads``
-(default 1), ``mode`` (``exact`` | ``cluster``), ``cluster_steps``, ``discretization_factor``
-(default 1), ``trials`` (greedy trials for the upper bound, default 16), ``upper_bound``
-(``greedy`` or ``shortest_path``: where the first schedule and the top of the bisection come
-from).
+the fastest installed, see :func:`tacos.solvers.ilp_backends.default_backend`), ``time_limit``
+(seconds for the whole solve, default 60), ``seed``, ``threads`` (default 1), ``mode``
+(``exact`` | ``cluster``), ``cluster_steps`` (window length in steps, default twice the slowest
+link), ``window_time_limit`` (cap per clustering window), ``discretization_factor`` (default 1),
+``trials`` (greedy trials for the first schedule, default 16), ``upper_bound`` (``greedy`` or
+``shortest_path``).
 
 "Optimal" is with respect to the TEN: whole chunks, store-and-forward, link times rounded up to
 whole steps.  ``stats['discretization_exact']`` says whether the rounding was lossless, in which
-case the TEN optimum is also the optimum in continuous time.
+case the TEN optimum is also the optimum in continuous time.  Solves that hit a time limit are
+not reproducible run to run (the incumbent depends on timing); solves that finish are, for a
+given ``seed``.
 """
 
 from __future__ import annotations
@@ -54,6 +63,8 @@ from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
 RESERVE = 0.05  # fraction of the time limit kept for recovery and bookkeeping
+GREEDY, GREEDY_MERGED, SHORTEST = "greedy", "greedy_merged", "shortest_path"
+BASELINES = (GREEDY, GREEDY_MERGED, SHORTEST)  # schedules the ILP starts from
 SOFT_SHARE = 0.3  # fraction of the ILP time kept for early termination when probes run long
 
 
@@ -177,23 +188,29 @@ def continuous_lower_bound(topology: Topology, collective: Collective) -> float:
 
 
 def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str = "greedy"
-                         ) -> tuple[list[Transfer], str]:
-    """A complete schedule to start from: greedy (best of ``trials``) or shortest paths.
+                         ) -> list[tuple[list[Transfer], str]]:
+    """Complete schedules to start from; the first one sets the top of the horizon search.
 
-    Greedy runs with ``max_merge=1`` (one chunk per transfer, like the TEN model) so that its
-    schedule maps onto the step grid without loss.
+    ``source="greedy"``: TACOS-Greedy (best of ``trials``) with ``max_merge=1`` (one chunk per
+    transfer, like the TEN model, so it maps onto the step grid without loss), then, unless the
+    problem asks for ``max_merge=1``, greedy with the problem's ``max_merge`` (default
+    ``"auto"``: several chunks per transfer may pay α once, which the TEN cannot express) as a
+    further candidate.  Otherwise, or without the greedy solver, shortest paths.
     """
+    out: list[tuple[list[Transfer], str]] = []
     if source == "greedy" and importlib.util.find_spec("tacos.solvers.greedy") is not None:
-        try:
-            greedy = importlib.import_module("tacos.solvers.greedy").GreedySolver()
-        except (ImportError, AttributeError):
-            greedy = None
-        if greedy is not None:
-            opts = {"seed": seed, "trials": trials, "max_merge": 1}
+        greedy = importlib.import_module("tacos.solvers.greedy").GreedySolver()
+        merge = problem.options.get("max_merge", "auto")
+        for cap, label in ((1, GREEDY), (merge, GREEDY_MERGED)):
+            if label == GREEDY_MERGED and cap in (1, "1"):
+                break
+            opts = {"seed": seed, "trials": trials, "max_merge": cap}
             res = greedy.solve(Problem(problem.topology, problem.collective, opts))
             if res.schedule is not None:
-                return list(res.schedule.transfers), "greedy"
-    return complete_schedule(problem.topology, problem.collective, []), "shortest_path"
+                out.append((list(res.schedule.transfers), label))
+    if not out:
+        out.append((complete_schedule(problem.topology, problem.collective, []), SHORTEST))
+    return out
 
 
 def _options(problem: Problem) -> dict[str, Any]:
@@ -207,6 +224,9 @@ def _options(problem: Problem) -> dict[str, Any]:
     factor = int(o.get("discretization_factor", 1) or 1)
     if factor < 1:
         raise UsageError("discretization_factor must be at least 1")
+    cluster_steps = o.get("cluster_steps")
+    if cluster_steps is not None and int(cluster_steps) < 1:
+        raise UsageError("cluster_steps must be at least 1")
     upper = o.get("upper_bound", "greedy")
     if upper not in ("greedy", "shortest_path"):
         raise UsageError(f"unknown upper_bound {upper!r}",
@@ -215,7 +235,7 @@ def _options(problem: Problem) -> dict[str, Any]:
     ilp_backends.require(backend)
     return {"mode": mode, "time_limit": limit, "factor": factor, "backend": backend,
             "seed": int(o.get("seed", 0) or 0), "threads": int(o.get("threads", 1) or 1),
-            "cluster_steps": o.get("cluster_steps"), "trials": int(o.get("trials", 16) or 16),
+            "cluster_steps": cluster_steps, "trials": int(o.get("trials", 16) or 16),
             "upper_bound": upper, "window_time_limit": o.get("window_time_limit")}
 
 
@@ -236,8 +256,8 @@ class IlpSolver:
             return SolveResult("infeasible", None, None, {"reason": reason})
         lower = continuous_lower_bound(topo, coll)
         tp = TenProblem.of(topo, coll, opt["factor"])
-        ub_transfers, ub_source = upper_bound_schedule(problem, opt["seed"], opt["trials"],
-                                                       opt["upper_bound"])
+        starts = upper_bound_schedule(problem, opt["seed"], opt["trials"], opt["upper_bound"])
+        ub_transfers, ub_source = starts[0]
         ub_sends = transfers_to_sends(ub_transfers, tp.steps, tp.pre, topo)
         lb = ten_lower_bound(tp)
         stats: dict[str, Any] = {
@@ -246,7 +266,7 @@ class IlpSolver:
             "ten_lower_bound_steps": lb,
             "ten_upper_bound_steps": schedule_steps(ub_sends, tp.steps),
         }
-        candidates: list[tuple[list[Transfer], str]] = [(ub_transfers, ub_source)]
+        candidates: list[tuple[list[Transfer], str]] = list(starts)
         if opt["mode"] == "cluster":
             from tacos.solvers.clustering import solve_clustered
 
@@ -258,10 +278,11 @@ class IlpSolver:
             status, extra = self._bisect(tp, opt, deadline, lb, ub_sends, stats)
             candidates.extend(extra)
         # step-grid schedules carry rounding slack: replay them as early as the α-β model allows
-        candidates = [(tr if src == ub_source else _retime(topo, coll, tr), src)
+        candidates = [(tr if src in BASELINES else _retime(topo, coll, tr), src)
                       for tr, src in candidates]
         # the best complete schedule wins; on a tie the ILP's own one
-        transfers, source = min(candidates, key=lambda cs: (_makespan(cs[0]), cs[1] == ub_source))
+        transfers, source = min(candidates,
+                                key=lambda cs: (_makespan(cs[0]), cs[1] in BASELINES))
         makespan = _makespan(transfers)
         stats.update(source=source, solve_time=time.perf_counter() - t0,
                      candidates={src: _makespan(tr) for tr, src in candidates},
