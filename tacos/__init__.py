@@ -21,6 +21,11 @@ from tacos.schedule import Schedule, Transfer
 from tacos.spec import Spec
 from tacos.topology import Link, Npu, Switch, Topology
 
+# Bound after the submodules of the same names are imported, so that the package attributes
+# ``tacos.synthesize`` and ``tacos.verify`` are the functions, not the modules.
+from tacos.synthesize import solve, synthesize  # noqa: E402  isort: skip
+from tacos.verify import verify_schedule as verify  # noqa: E402  isort: skip
+
 __version__ = "0.1.0"
 
 
@@ -36,20 +41,6 @@ def parse(text: str, source: str = "<string>", params: dict[str, Any] | None = N
     from tacos.frontends.tdl import parse_tdl
 
     return parse_tdl(text, source, params)
-
-
-def synthesize(topology: Topology, collective: Collective, **options: Any) -> Schedule:
-    """Synthesize a schedule (see :func:`tacos.synthesize.synthesize`)."""
-    from tacos.synthesize import synthesize as _synthesize
-
-    return _synthesize(topology, collective, **options)
-
-
-def verify(schedule: Schedule) -> Any:
-    """Check a schedule independently of the solver that made it; returns the report."""
-    from tacos.verify import verify_schedule
-
-    return verify_schedule(schedule)
 
 
 __all__ = [
@@ -71,6 +62,7 @@ __all__ = [
     "custom_collective",
     "load",
     "parse",
+    "solve",
     "synthesize",
     "verify",
 ]
