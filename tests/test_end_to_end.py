@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos import patterns
-from tacos.backends.msccl_xml import schedule_to_xml
 from tacos.cli import main
 from tacos.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
 from tacos.msccl.verify import verify_xml
