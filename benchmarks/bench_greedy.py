@@ -22,16 +22,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import statistics
 import time
 from collections import deque
 
+from tacos.builders import mesh, torus
 from tacos.patterns import build
 from tacos.solvers.greedy import GreedySolver
 from tacos.solvers.registry import Problem
-from tacos.topology import Link, Npu, Topology
+from tacos.topology import Topology
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -81,21 +81,7 @@ GIB_K4 = [
 
 def grid(dims: tuple[int, ...], wrap: bool) -> Topology:
     """Mesh (no wrap-around) or torus with bidirectional 50 GiB/s, 0.5 µs links."""
-    coords = list(itertools.product(*[range(d) for d in dims]))
-    idx = {c: i for i, c in enumerate(coords)}
-    links = []
-    for c in coords:
-        for ax, size in enumerate(dims):
-            for step in (1, -1):
-                x = list(c)
-                x[ax] += step
-                if wrap:
-                    x[ax] %= size
-                elif not 0 <= x[ax] < size:
-                    continue
-                links.append(Link(idx[c], idx[tuple(x)], ALPHA, BW, 1, ax))
-    name = "x".join(map(str, dims))
-    return Topology(tuple(Npu(i, f"n{i}") for i in range(len(coords))), (), tuple(links), name)
+    return (torus if wrap else mesh)(*dims, bandwidth=BW, latency=ALPHA)
 
 
 def diameter(topo: Topology) -> int:

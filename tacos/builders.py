@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tacos.frontends import tdl_generators as gen
 from tacos.topology import Link, Npu, Switch, Topology
 
@@ -74,6 +76,15 @@ class TopologyBuilder:
         return Topology(npus, switches, tuple(live), self.name, tuple(dead))
 
 
+def _axis_props(dims: tuple[int, ...], bandwidth: float | Sequence[float],
+                latency: float | Sequence[float]) -> dict[str, tuple[float, float]]:
+    bws = list(bandwidth) if isinstance(bandwidth, Sequence) else [bandwidth] * len(dims)
+    lats = list(latency) if isinstance(latency, Sequence) else [latency] * len(dims)
+    if len(bws) != len(dims) or len(lats) != len(dims):
+        raise ValueError("give one bandwidth/latency, or one per dimension")
+    return {gen.AXES[k]: (bws[k], lats[k]) for k in range(len(dims))}
+
+
 def _from_pattern(p: gen.Pattern, name: str, props: dict[str, tuple[float, float]],
                   policy: str = "full", degree: int | None = None) -> Topology:
     b = TopologyBuilder(name)
@@ -92,14 +103,16 @@ def ring(n: int, *, bandwidth: float, latency: float = 0.0,
     return _from_pattern(gen.ring(n, bidirectional), f"ring {n}", {"*": (bandwidth, latency)})
 
 
-def mesh(*dims: int, bandwidth: float, latency: float = 0.0) -> Topology:
-    """A 2D/3D mesh."""
-    return _from_pattern(gen.grid(tuple(dims), False), "mesh", {"*": (bandwidth, latency)})
+def mesh(*dims: int, bandwidth: float | Sequence[float],
+         latency: float | Sequence[float] = 0.0) -> Topology:
+    """A 1D/2D/3D mesh; bandwidth and latency may be given per dimension (x, y, z)."""
+    return _from_pattern(gen.grid(dims, False), "mesh", _axis_props(dims, bandwidth, latency))
 
 
-def torus(*dims: int, bandwidth: float, latency: float = 0.0) -> Topology:
-    """A 2D/3D torus."""
-    return _from_pattern(gen.grid(tuple(dims), True), "torus", {"*": (bandwidth, latency)})
+def torus(*dims: int, bandwidth: float | Sequence[float],
+          latency: float | Sequence[float] = 0.0) -> Topology:
+    """A 1D/2D/3D torus (wrap-around for sizes > 2); per-dimension values allowed."""
+    return _from_pattern(gen.grid(dims, True), "torus", _axis_props(dims, bandwidth, latency))
 
 
 def fully_connected(n: int, *, bandwidth: float, latency: float = 0.0) -> Topology:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
 
+import tacos
 from tacos.bounds import (
     Bound,
     chunk_granular_bound,
@@ -16,6 +16,7 @@ from tacos.bounds import (
     lower_bound,
     min_cut_ratio,
 )
+from tacos.builders import mesh, torus
 from tacos.patterns import build
 from tacos.schedule import Schedule, Transfer
 from tacos.simulate import simulate
@@ -31,22 +32,7 @@ US = 1e-6
 def grid(dims: tuple[int, ...], wrap: bool, alpha: float = 0.5 * US,
          bw: float = 50 * GiB) -> Topology:
     """Mesh (wrap=False) or torus (wrap=True), one link each way between neighbours."""
-    ids = {c: i for i, c in enumerate(itertools.product(*(range(d) for d in dims)))}
-    pairs: set[tuple[int, int]] = set()
-    for c, i in ids.items():
-        for ax, d in enumerate(dims):
-            for step in (1, -1):
-                cc = list(c)
-                cc[ax] += step
-                if wrap:
-                    cc[ax] %= d
-                elif not 0 <= cc[ax] < d:
-                    continue
-                j = ids[tuple(cc)]
-                if j != i:
-                    pairs.add((i, j))
-    links = tuple(Link(i, j, alpha, bw) for i, j in sorted(pairs))
-    return Topology(tuple(Npu(i, f"n{i}") for i in range(len(ids))), (), links)
+    return (torus if wrap else mesh)(*dims, bandwidth=bw, latency=alpha)
 
 
 def ag(topo: Topology, size: int, k: int = 1):
@@ -121,31 +107,9 @@ def a100_2x8() -> Topology:
     return Topology(npus, switches, tuple(links))
 
 
-# xGMI link counts between the 16 GCDs of an MI250 box (ForestColl topologies.py)
-MI250_ADJ = [
-    [0, 4, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
-    [4, 0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0],
-    [0, 0, 0, 4, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0],
-    [0, 0, 4, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0],
-    [2, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-    [0, 1, 0, 0, 4, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0],
-    [0, 0, 1, 0, 1, 1, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0],
-    [0, 0, 0, 2, 0, 1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-    [1, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 2, 0, 0, 0],
-    [0, 1, 1, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 1, 0, 0],
-    [0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 1, 0],
-    [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 2],
-    [0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 4, 1, 0],
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 4, 0, 1, 1],
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 4],
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 4, 0],
-]
-
-
 def mi250_16() -> Topology:
-    links = tuple(Link(i, j, 0, 50 * GB, MI250_ADJ[i][j])
-                  for i in range(16) for j in range(16) if MI250_ADJ[i][j])
-    return Topology(tuple(Npu(i, f"gcd{i}") for i in range(16)), (), links)
+    """The MI250 preset (its xGMI matrix is checked in test_tdl_examples)."""
+    return tacos.parse("use mi250\n").topology
 
 
 def test_forestcoll_a100_2x8_algbw():

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 
 import pytest
 
+from tacos.builders import mesh, torus
 from tacos.patterns import build
 from tacos.solvers import greedy as greedy_mod
 from tacos.solvers.greedy import GreedySolver
@@ -22,21 +22,8 @@ GiB = 1 << 30
 def grid(dims: tuple[int, ...], wrap: bool, bw: float = 50 * GiB, alpha: float = 0.5e-6,
          slow: float = 1.0) -> Topology:
     """Mesh (wrap=False) or torus; ``slow`` divides the bandwidth of every dimension-0 link."""
-    coords = list(itertools.product(*[range(d) for d in dims]))
-    idx = {c: i for i, c in enumerate(coords)}
-    links = []
-    for c in coords:
-        for ax, size in enumerate(dims):
-            for step in (1, -1):
-                x = list(c)
-                x[ax] += step
-                if wrap:
-                    x[ax] %= size
-                elif not 0 <= x[ax] < size:
-                    continue
-                b = bw / slow if ax == 0 else bw
-                links.append(Link(idx[c], idx[tuple(x)], alpha, b, 1, ax))
-    return Topology(tuple(Npu(i, f"n{i}") for i in range(len(coords))), (), tuple(links))
+    bws = [bw / slow] + [bw] * (len(dims) - 1)
+    return (torus if wrap else mesh)(*dims, bandwidth=bws, latency=alpha)
 
 
 def uni_ring(n: int, alpha: float = 1e-6, bw: float = 1e9) -> Topology:
