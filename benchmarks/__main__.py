@@ -16,7 +16,14 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.suite import Context, Table, gap_plot, markdown_table, write_csv
+from benchmarks.suite import (
+    Context,
+    Table,
+    gap_plot,
+    markdown_table,
+    read_csv_rows,
+    write_csv,
+)
 
 CASES = {
     "a": ("benchmarks.cases_seed", "case_a"),
@@ -71,47 +78,62 @@ def _backends() -> str:
         return "ILP solver not in this build"
 
 
-def render(tables: list[Table], ctx: Context, command: str, seconds: float,
-           img_prefix: str) -> str:
-    """The generated markdown: run facts, then one section per case."""
+COLUMN_NOTE = (
+    "Columns: time = collective time; algbw = size / time; bound = "
+    "`tacos.bounds.lower_bound`; gap = time / bound; vs ring / vs direct = ring (direct) time / "
+    "this time on the same problem; norm. = time / the case's reference; verified = "
+    "`tacos.verify.verify_schedule`.")
+CASE_MARK = "<!-- case {} -->"
+
+
+def render_case(t: Table, ctx: Context, command: str, prefix: str) -> str:
+    """One case's markdown section, starting with its ``<!-- case X -->`` marker."""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
-        "## Results of the last run", "",
-        f"- command: `{command}`",
-        f"- date: {now}; commit {_commit()}; total {seconds / 60:.1f} min",
-        f"- machine: {machine()}",
-        f"- ILP back ends: {_backends()}; ILP time limit {ctx.ilp_limit:g} s; greedy "
-        f"{ctx.trials} trials, seed {ctx.seed}; at most {ctx.timeout or 0:g} s per synthesizer "
-        "run",
-        "- columns: time = collective time; algbw = size / time; bound = "
-        "`tacos.bounds.lower_bound`; gap = time / bound; vs ring / vs direct = ring (direct) "
-        "time / this time on the same problem; norm. = time / the case's reference; "
-        "verified = `tacos.verify.verify_schedule`.", "",
-    ]
-    if (ctx.out_dir / "gap.png").exists() and len(tables) > 1:
-        lines += ["### Gap to the lower bound, all cases", "",
-                  f"![gap.png]({img_prefix}gap.png)", ""]
-    for t in tables:
-        lines += [f"### ({t.key}) {t.title}", "", t.setup, "",
-                  markdown_table(t.rows, SHOWN)]
-        lines += [f"- {n}" for n in t.notes]
-        lines += [f"- raw data: [{t.key}.csv]({img_prefix}{t.key}.csv); case took "
-                  f"{t.seconds:.0f} s", ""]
-        lines += [f"![{p}]({img_prefix}{p})" for p in t.plots]
-        lines.append("")
-    return "\n".join(lines)
+    lines = [CASE_MARK.format(t.key), f"### ({t.key}) {t.title}", "", t.setup, "",
+             markdown_table(t.rows, SHOWN)]
+    lines += [f"- {n}" for n in t.notes]
+    lines += [f"- measured {now}, commit {_commit()}, `{command}` (ILP limit "
+              f"{ctx.ilp_limit:g} s, greedy {ctx.trials} trials, seed {ctx.seed}); the case "
+              f"took {t.seconds:.0f} s; raw data [{t.key}.csv]({prefix}{t.key}.csv)", ""]
+    lines += [f"![{p}]({prefix}{p})" for p in t.plots]
+    return "\n".join(lines) + "\n"
 
 
-def update_docs(page: Path, generated: str) -> None:
-    """Replace the generated block of ``page`` (append one if the markers are missing)."""
+def render(sections: dict[str, str], prefix: str, gap: bool) -> str:
+    """The generated block: machine, column legend, the gap overview and the case sections."""
+    lines = ["## Results", "", f"Machine: {machine()}.  ILP back ends: {_backends()}.", "",
+             COLUMN_NOTE, ""]
+    if gap:
+        lines += ["### Gap to the lower bound, all cases", "", f"![gap.png]({prefix}gap.png)",
+                  ""]
+    return "\n".join(lines) + "\n" + "\n".join(sections[k] for k in sorted(sections))
+
+
+def _split_sections(block: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key in CASES:
+        mark = CASE_MARK.format(key)
+        if mark in block:
+            rest = block.split(mark, 1)[1]
+            nxt = [rest.index(CASE_MARK.format(k)) for k in CASES
+                   if CASE_MARK.format(k) in rest]
+            out[key] = mark + (rest[: min(nxt)] if nxt else rest).rstrip() + "\n"
+    return out
+
+
+def update_docs(page: Path, sections: dict[str, str], gap: bool) -> None:
+    """Put ``sections`` into the generated block of ``page``, keeping the sections of cases
+    that were not run (and everything outside the markers)."""
     text = page.read_text() if page.exists() else "# Benchmarks\n\n"
-    block = f"{BEGIN}\n{generated}\n{END}"
+    old: dict[str, str] = {}
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        text = head + block + tail
+        old_block, tail = rest.split(END, 1)
+        old = _split_sections(old_block)
     else:
-        text = text.rstrip() + "\n\n" + block + "\n"
+        head, tail = text.rstrip() + "\n\n", "\n"
+    merged = {**old, **sections}
+    text = head + f"{BEGIN}\n{render(merged, 'benchmarks/', gap)}{END}" + tail
     page.write_text(text)
 
 
@@ -156,12 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(out / f"{k}.csv", table.rows)
         tables.append(table)
         ctx.log(f"case {k} done in {table.seconds:.0f} s")
-    gap_plot([t for t in tables if t.key in "abcdeh"], out / "gap.png")
     total = time.perf_counter() - t0
-    (out / "results.md").write_text(render(tables, ctx, command, total, ""))
+    gap = gap_plot({k: read_csv_rows(out / f"{k}.csv") for k in "abcdeh"
+                    if (out / f"{k}.csv").exists()}, out / "gap.png")
+    (out / "results.md").write_text(render(
+        {t.key: render_case(t, ctx, command, "") for t in tables}, "", gap))
     if args.docs:
-        update_docs(Path("docs/benchmarks.md"), render(tables, ctx, command, total,
-                                                       "benchmarks/"))
+        update_docs(Path("docs/benchmarks.md"),
+                    {t.key: render_case(t, ctx, command, "benchmarks/") for t in tables}, gap)
     print(f"wrote {out} in {total / 60:.1f} min")
     return 0
 

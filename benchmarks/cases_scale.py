@@ -8,7 +8,7 @@ import numpy as np
 
 from benchmarks import topologies as T
 from benchmarks.cases_seed import _s, _x
-from benchmarks.suite import Context, Table, mean, measure, pick, pyplot
+from benchmarks.suite import Context, Table, color, mean, measure, pick, pyplot
 
 KiB, MiB = 2**10, 2**20
 
@@ -99,7 +99,8 @@ def _fig21(ctx: Context, table: Table, chunks: list[int]) -> str:
     for solver in ("greedy", "ring", "direct"):
         vals = [(k, v[0]) for k in chunks
                 if (v := pick(table.rows, solver, "norm", f"{k} chunks")) and v[0]]
-        ax.plot([k for k, _ in vals], [v for _, v in vals], marker="o", label=solver)
+        ax.plot([k for k, _ in vals], [v for _, v in vals], marker="o", label=solver,
+                color=color(solver))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("chunks of 128 KiB per NPU")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchmarks import topologies as T
-from benchmarks.suite import Context, Table, mean, measure, pick, pyplot
+from benchmarks.suite import Context, Table, color, mean, measure, pick, pyplot
 
 MiB = 2**20
 AR_SIZE = 64 * MiB
@@ -150,7 +150,7 @@ def _bars(ctx: Context, table: Table, problems: list[str], fname: str,
             v = pick(table.rows, solver, "norm", p)
             vals.append(v[0] if v and v[0] is not None else 0.0)
         xs = [i + (j - (len(solvers) - 1) / 2) * width for i in range(len(problems))]
-        ax.bar(xs, vals, width, label=solver)
+        ax.bar(xs, vals, width, label=solver, color=color(solver))
     ax.set_xticks(range(len(problems)), [p.replace(", ", "\n") for p in problems], fontsize=8)
     ax.set_ylabel("all-reduce time / greedy")
     ax.axhline(1.0, color="black", linewidth=0.6)
@@ -165,20 +165,22 @@ def _bars(ctx: Context, table: Table, problems: list[str], fname: str,
 
 def _lines(ctx: Context, table: Table, fname: str, xlabel: str) -> str:
     plt = pyplot()
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
     for solver in sorted({r["solver"] for r in table.rows}):
         pts = [(r["npus"], r["norm"], r["synthesis_s"], r["gap"]) for r in table.rows
                if r["solver"] == solver and r["norm"] is not None]
         if not pts:
             continue
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=solver)
-        if solver in ("greedy", "ilp", "taccl"):
-            ax2.plot([p[0] for p in pts], [p[3] for p in pts], marker="o", label=solver)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=solver,
+                color=color(solver))
+        ax2.plot([p[0] for p in pts], [p[3] for p in pts], marker="o", label=solver,
+                 color=color(solver))
     for a in (ax, ax2):
         a.set_xscale("log", base=2)
         a.set_xlabel(xlabel)
         a.grid(linestyle=":", linewidth=0.5)
-        a.legend(fontsize=8)
+    ax2.set_yscale("log")
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_yscale("log")
     ax.set_ylabel("time / greedy")
     ax2.set_ylabel("time / lower bound (gap)")

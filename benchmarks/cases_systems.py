@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks import topologies as T
 from benchmarks.cases_seed import _x
-from benchmarks.suite import Context, Table, mean, measure, pick, pyplot
+from benchmarks.suite import Context, Table, color, mean, measure, pick, pyplot
 from tacos.bounds import cut_bound
 
 GiB = 2**30
@@ -68,7 +68,8 @@ def _plot(ctx: Context, table: Table, names: list[str]) -> str:
             v = pick(table.rows, solver, "algbw_GBps", n)
             vals.append(v[0] if v and v[0] else 0.0)
         xs = [i + (j - len(solvers) / 2) * width for i in range(len(names))]
-        ax.bar(xs, vals, width, label=solver)
+        ax.bar(xs, vals, width, label=solver,
+               color="gold" if solver.startswith("greedy k") else color(solver))
     opts = []
     for n in names:
         v = [r.get("optimum_GBps") for r in table.rows if r["problem"] == n]

@@ -326,16 +326,48 @@ def pyplot():
     return plt
 
 
-def gap_plot(tables: Sequence[Table], path: Path,
+SOLVER_COLORS = {
+    "greedy": "tab:orange", "ilp": "tab:blue", "taccl": "tab:green", "ring": "tab:red",
+    "direct": "tab:purple", "biring": "tab:brown", "rhd": "tab:pink", "dbtree": "tab:gray",
+    "hierarchical": "tab:olive", "ring (NPU order)": "tab:cyan",
+    "early termination": "tab:blue", "time clustering": "tab:cyan",
+}
+
+
+def color(solver: str) -> str | None:
+    """The colour a solver has in every plot (None: matplotlib's next colour)."""
+    return SOLVER_COLORS.get(solver, SOLVER_COLORS.get(solver.split()[0]))
+
+
+def read_csv_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a case CSV with numbers parsed back (empty cells -> None)."""
+    out = []
+    with path.open() as fh:
+        for row in csv.DictReader(fh):
+            parsed: dict[str, Any] = {}
+            for k, v in row.items():
+                if v == "":
+                    parsed[k] = None
+                elif k in ("problem", "collective", "solver", "status", "note", "verified"):
+                    parsed[k] = v
+                else:
+                    try:
+                        parsed[k] = float(v)
+                    except ValueError:
+                        parsed[k] = v
+            out.append(parsed)
+    return out
+
+
+def gap_plot(cases: dict[str, Sequence[dict[str, Any]]], path: Path,
              solvers: Sequence[str] = ("ilp", "greedy", "taccl", "ring", "direct")) -> bool:
     """Gap to the lower bound (time / bound) of the main solvers on every problem of
-    ``tables``; returns False when there is nothing to draw."""
+    ``cases`` (case key -> rows); returns False when there is nothing to draw."""
     problems: list[tuple[str, str]] = []
-    for t in tables:
-        for r in t.rows:
-            key = (t.key, r["problem"])
-            if key not in problems and r["solver"] in solvers and r["gap"]:
-                problems.append(key)
+    for key, rows in sorted(cases.items()):
+        for r in rows:
+            if (key, r["problem"]) not in problems and r["solver"] in solvers and r["gap"]:
+                problems.append((key, r["problem"]))
     if not problems:
         return False
     plt = pyplot()
@@ -344,11 +376,10 @@ def gap_plot(tables: Sequence[Table], path: Path,
     for j, solver in enumerate(solvers):
         vals = []
         for key, prob in problems:
-            table = next(t for t in tables if t.key == key)
-            v = [r["gap"] for r in table.rows if r["problem"] == prob and r["solver"] == solver]
+            v = [r["gap"] for r in cases[key] if r["problem"] == prob and r["solver"] == solver]
             vals.append(v[0] if v and v[0] else float("nan"))
         xs = [i + (j - (len(solvers) - 1) / 2) * width for i in range(len(problems))]
-        ax.bar(xs, vals, width, label=solver)
+        ax.bar(xs, vals, width, label=solver, color=color(solver))
     ax.set_xticks(range(len(problems)), [f"({k}) {p}" for k, p in problems], rotation=60,
                   ha="right", fontsize=7)
     ax.set_yscale("log")

@@ -79,14 +79,19 @@ def test_markdown_and_csv_hold_every_row(tmp_path) -> None:
     assert list(back[0]) == list(suite.COLUMNS)
 
 
-def test_docs_block_is_replaced_and_narrative_kept(tmp_path) -> None:
+def test_docs_block_keeps_narrative_and_cases_not_rerun(tmp_path) -> None:
     page = tmp_path / "benchmarks.md"
-    page.write_text(f"# Benchmarks\n\nnarrative\n\n{bench_main.BEGIN}\nold\n{bench_main.END}\n"
-                    "tail text\n")
-    bench_main.update_docs(page, "new tables")
+    mark = bench_main.CASE_MARK
+    page.write_text(f"# Benchmarks\n\nnarrative\n\n{bench_main.BEGIN}\nold header\n"
+                    f"{mark.format('a')}\nold a\n{mark.format('b')}\nold b\n"
+                    f"{bench_main.END}\ntail text\n")
+    bench_main.update_docs(page, {"b": f"{mark.format('b')}\nnew b\n"}, gap=False)
     text = page.read_text()
-    assert "narrative" in text and "tail text" in text and "new tables" in text
-    assert "old" not in text and text.count(bench_main.BEGIN) == 1
+    assert "narrative" in text and "tail text" in text
+    assert "old a" in text and "new b" in text
+    assert "old b" not in text and "old header" not in text
+    assert text.index("old a") < text.index("new b")
+    assert text.count(bench_main.BEGIN) == 1 and text.count(mark.format("b")) == 1
 
 
 def test_main_runs_a_case_and_writes_outputs(tmp_path, monkeypatch) -> None:
