@@ -69,9 +69,9 @@ def _fmt_status(results: list[SolveResult]) -> str:
 
 
 def table1(sizes: list[int], limit: float, backend: str | None) -> None:
-    print("| NPUs | TEN-ILP | ILP status (RS+AG) | ILP time | Greedy | Greedy time | "
-          "Greedy (merge) | TACCL-like | Ring | Direct |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| NPUs | TEN-ILP | ILP status (RS+AG) | ILP schedule from | ILP time | Greedy | "
+          "Greedy time | Greedy (merge) | TACCL-like | Ring | Direct |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         topo = ring_fc_switch(n)
         coll = build("allreduce", range(n), size=n * MIB)
@@ -82,7 +82,8 @@ def table1(sizes: list[int], limit: float, backend: str | None) -> None:
             opts["backend"] = backend
         ilp, results, i_time = run_phases(topo, coll, "ilp", opts)
         others = [run_phases(topo, coll, s, {})[0] for s in ("taccl", "ring", "direct")]
-        row = [f"{ilp / greedy:.2f}", _fmt_status(results), f"{i_time:.2f} s", "1.00",
+        source = "+".join(str(r.stats.get("source", "")) for r in results)
+        row = [f"{ilp / greedy:.2f}", _fmt_status(results), source, f"{i_time:.2f} s", "1.00",
                f"{g_time * 1e3:.0f} ms", f"{merged / greedy:.2f}"]
         row += [f"{x / greedy:.2f}" for x in others]
         print(f"| {n} | " + " | ".join(row) + f" |  <!-- greedy {greedy * 1e6:.2f} us -->")
@@ -95,10 +96,11 @@ def table2(et_limit: float) -> None:
     rows = []
     for label, solver, opts in [
         ("early termination (ILP alone)", "ilp",
-         {"time_limit": et_limit, "upper_bound": "shortest_path"}),
+         {"time_limit": et_limit, "upper_bound": "shortest_path", "cluster_first": False}),
         ("time clustering (ILP alone)", "ilp",
          {"mode": "cluster", "time_limit": et_limit, "upper_bound": "shortest_path"}),
-        ("exact, greedy upper bound (default)", "ilp", {"time_limit": et_limit}),
+        ("exact, defaults (greedy start, clustering first if large)", "ilp",
+         {"time_limit": et_limit}),
         ("time clustering, greedy upper bound", "ilp",
          {"mode": "cluster", "time_limit": et_limit}),
         ("greedy (max_merge=1)", "greedy", {"max_merge": 1, "trials": 16}),

@@ -22,7 +22,9 @@ the fastest installed, see :func:`tacos.solvers.ilp_backends.default_backend`), 
 (``exact`` | ``cluster``), ``cluster_steps`` (window length in steps, default twice the slowest
 link), ``window_time_limit`` (cap per clustering window), ``discretization_factor`` (default 1),
 ``trials`` (greedy trials for the first schedule, default 16), ``upper_bound`` (``greedy`` or
-``shortest_path``).
+``shortest_path``), ``cluster_first`` (``auto``/True/False: in exact mode, first improve the
+upper bound by time clustering, with at most ``CLUSTER_SHARE`` of the budget; ``auto`` does so
+when whole-horizon models would be large).
 
 "Optimal" is with respect to the TEN: whole chunks, store-and-forward, link times rounded up to
 whole steps.  ``stats['discretization_exact']`` says whether the rounding was lossless, in which
@@ -66,6 +68,8 @@ RESERVE = 0.05  # fraction of the time limit kept for recovery and bookkeeping
 GREEDY, GREEDY_MERGED, SHORTEST = "greedy", "greedy_merged", "shortest_path"
 BASELINES = (GREEDY, GREEDY_MERGED, SHORTEST)  # schedules the ILP starts from
 SOFT_SHARE = 0.3  # fraction of the ILP time kept for early termination when probes run long
+CLUSTER_SHARE = 0.3  # share of the budget exact mode may spend on clustering first
+CLUSTER_FIRST_VARS = 200_000  # chunks × links × horizon above which clustering goes first
 
 
 @dataclass(frozen=True)
@@ -236,7 +240,8 @@ def _options(problem: Problem) -> dict[str, Any]:
     return {"mode": mode, "time_limit": limit, "factor": factor, "backend": backend,
             "seed": int(o.get("seed", 0) or 0), "threads": int(o.get("threads", 1) or 1),
             "cluster_steps": cluster_steps, "trials": int(o.get("trials", 16) or 16),
-            "upper_bound": upper, "window_time_limit": o.get("window_time_limit")}
+            "upper_bound": upper, "window_time_limit": o.get("window_time_limit"),
+            "cluster_first": o.get("cluster_first", "auto")}
 
 
 class IlpSolver:
@@ -275,6 +280,17 @@ class IlpSolver:
             candidates.append((tp.complete(sends), "cluster"))
             status = "time_limit" if cstats["timed_out"] else "feasible"
         else:
+            if self._cluster_first(tp, opt, lb, ub_sends):
+                from tacos.solvers.clustering import solve_clustered
+
+                now = time.perf_counter()
+                sends, complete, cstats = solve_clustered(
+                    tp, opt, now + (deadline - now) * CLUSTER_SHARE)
+                stats["cluster_first"] = {k: cstats[k] for k in ("n_windows", "solve_seconds")}
+                candidates.append((tp.complete(sends), "cluster"))
+                if complete and schedule_steps(sends, tp.steps) < schedule_steps(ub_sends,
+                                                                                  tp.steps):
+                    ub_sends = sends
             status, extra = self._bisect(tp, opt, deadline, lb, ub_sends, stats)
             candidates.extend(extra)
         # step-grid schedules carry rounding slack: replay them as early as the α-β model allows
@@ -294,6 +310,23 @@ class IlpSolver:
                 "mode": opt["mode"]}
         schedule = Schedule(topo, coll, tuple(sorted(transfers)), meta)
         return SolveResult(status, schedule, lower, stats)
+
+    @staticmethod
+    def _cluster_first(tp: TenProblem, opt: dict[str, Any], lb: int, ub_sends: list[Send]
+                       ) -> bool:
+        """Whether exact mode first tightens its upper bound by time clustering.
+
+        Option ``cluster_first`` (default ``"auto"``: when the first schedule is not provably
+        optimal and the TEN at its horizon would have more than :data:`CLUSTER_FIRST_VARS`
+        send variables, i.e. when whole-horizon probes are unlikely to finish).
+        """
+        choice = opt.get("cluster_first", "auto")
+        hi = schedule_steps(ub_sends, tp.steps)
+        if choice in (False, "false", "no", 0) or hi <= lb:
+            return False
+        if choice in (True, "true", "yes", 1):
+            return True
+        return len(tp.sizes) * len(tp.topology.links) * hi > CLUSTER_FIRST_VARS
 
     def _bisect(self, tp: TenProblem, opt: dict[str, Any], deadline: float, lb: int,
                 ub_sends: list[Send], stats: dict[str, Any]

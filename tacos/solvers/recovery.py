@@ -2,7 +2,7 @@
 
 Given transfers that already run (e.g. an ILP incumbent stopped by its time limit), every
 (chunk, destination) pair still missing is served along an α-β shortest path from the chunk's
-nearest holder (a multi-source Dijkstra where a holder starts at the time it got the chunk).  The
+nearest holder (a multi-source Dijkstra from every node holding it at the end).  The
 new hops are list-scheduled: a hop starts once its chunk is at the sender and a lane of the link
 is free, and no lane is reused before every existing transfer on it has ended, so the result is
 causal and congestion-free by construction.
@@ -46,9 +46,10 @@ def _tree(g: nx.DiGraph, holders: dict[int, float],
           targets: Sequence[int]) -> list[tuple[int, int]]:
     """Tree edges ``(u, v)`` of shortest paths in ``g`` from the holders to ``targets``.
 
-    A holder enters the search at the time it got the chunk (an edge from a virtual source).
+    Every holder counts as a source (seed §V-B: paths start from the last TEN layer), so a
+    missing pair is served from its nearest holder, not from the one that got the chunk first.
     """
-    g.add_weighted_edges_from((_SRC, v, t) for v, t in holders.items())
+    g.add_weighted_edges_from((_SRC, v, 0.0) for v in holders)
     try:
         _dist, paths = nx.single_source_dijkstra(g, _SRC, weight="weight")
     finally:
