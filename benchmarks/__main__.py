@@ -1,8 +1,9 @@
 """``python -m benchmarks run [--quick] [--only a,b] [--docs]``: run the benchmark suite.
 
 Writes one CSV per case, the plots and ``results.md`` to ``--out`` (default
-``benchmarks/out``).  With ``--docs`` the outputs go to ``docs/benchmarks/`` and the generated
-part of ``docs/benchmarks.md`` (between the ``BEGIN/END GENERATED`` markers) is replaced.
+``benchmarks/out``).  With ``--docs`` the CSVs and plots go to ``docs/benchmarks/`` and the
+sections of the cases run replace theirs in the generated part of ``docs/benchmarks.md``
+(between the ``BEGIN/END GENERATED`` markers; other cases' sections are kept).
 """
 
 from __future__ import annotations
@@ -181,9 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - t0
     gap = gap_plot({k: read_csv_rows(out / f"{k}.csv") for k in "abcdeh"
                     if (out / f"{k}.csv").exists()}, out / "gap.png")
-    (out / "results.md").write_text(render(
-        {t.key: render_case(t, ctx, command, "") for t in tables}, "", gap))
-    if args.docs:
+    if not args.docs:
+        (out / "results.md").write_text(render(
+            {t.key: render_case(t, ctx, command, "") for t in tables}, "", gap))
+    else:
         update_docs(Path("docs/benchmarks.md"),
                     {t.key: render_case(t, ctx, command, "benchmarks/") for t in tables}, gap)
     print(f"wrote {out} in {total / 60:.1f} min")

@@ -18,7 +18,8 @@ def case_d(ctx: Context) -> Table:
     coll = T.everyone("allreduce", topo, 56 * MiB)
     table = Table("d", "Table III: 4x4 mesh with NPUs 7 and 9 failed, all-reduce",
                   "14 live NPUs, 100 GB/s, α = 0.5 µs, all-reduce of 56 MiB (4 MiB per NPU), "
-                  f"1 chunk per NPU; ILP limit {ctx.ilp_limit:g} s.  `norm.` = time / greedy.")
+                  f"1 chunk per NPU; ILP limit {ctx.ilp_limit:g} s per phase.  "
+                  "`norm.` = time / greedy.")
     table.rows += measure(ctx, "Mesh 4x4 - {7, 9}", topo, coll, synthesizers(ctx) + BASELINES
                           + [NPU_RING], keep=("greedy",))
     sched = next((r.pop("schedule", None) for r in table.rows if r["solver"] == "greedy"), None)
@@ -49,7 +50,7 @@ def case_e(ctx: Context) -> Table:
                   "NPU 0; gather of 36 MiB (1 MiB per NPU) to NPU 0; multi-tenant = broadcast "
                   "16 MiB from NPU 2 + reduce 16 MiB to NPU 17 + all-gather 36 MiB, all over "
                   "the 36 NPUs at once.  (Reduce and scatter are the inverses of broadcast and "
-                  f"gather.)  ILP limit {ctx.ilp_limit:g} s.  `norm.` = time / ILP.")
+                  f"gather.)  ILP limit {ctx.ilp_limit:g} s per phase.  `norm.` = time / ILP.")
     bcast = build("broadcast", group, size=36 * MiB, root=0)
     gather = build("gather", group, size=36 * MiB, root=0)
     multi = combine([build("broadcast", group, size=16 * MiB, root=2, name="bcast"),

@@ -30,7 +30,8 @@ def case_a(ctx: Context) -> Table:
                   "400 GB/s local / 200 GB/s global; Switch_Switch 8x4 at 300 GB/s (scale-up, "
                   "unwound full) / 25 GB/s (scale-out, unwound as a ring).  `ring (NPU order)` "
                   "is a topology-unaware ring over NPU ids; `ring` follows a Hamiltonian "
-                  f"cycle/path.  ILP limit {ctx.ilp_limit:g} s.  `norm.` = time / greedy.")
+                  f"cycle/path.  ILP limit {ctx.ilp_limit:g} s per phase.  "
+                  "`norm.` = time / greedy.")
     problems = [("Mesh 5x5", T.mesh(5, 5)), ("DragonFly 4x5", T.dragonfly_4x5()),
                 ("Switch_Switch 8x4", T.switch_switch_8x4())]
     names = []
@@ -76,8 +77,8 @@ def case_b(ctx: Context) -> Table:
                   f"All-reduce of {AR_SIZE // MiB} MiB, 1 chunk per NPU; 200/100/50 GB/s, "
                   "α = 0.5 µs; the scale-out switch is unwound as a ring for synthesis "
                   "(baselines use it as a switch).  ILP only up to "
-                  f"{8 * ilp_max} NPUs (limit {ctx.ilp_limit:g} s); greedy runs {ctx.trials} "
-                  "trials up to 64 NPUs and 2 beyond.  `norm.` = time / greedy.")
+                  f"{8 * ilp_max} NPUs (limit {ctx.ilp_limit:g} s per phase); greedy runs "
+                  f"{ctx.trials} trials up to 64 NPUs and 2 beyond.  `norm.` = time / greedy.")
     for n in nodes:
         topo = T.ring_fc_switch(n)
         coll = T.everyone("allreduce", topo, AR_SIZE)
