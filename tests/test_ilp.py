@@ -8,7 +8,7 @@ import pytest
 
 from tacos.errors import SolverUnavailableError, UsageError
 from tacos.patterns import build
-from tacos.schedule import Schedule
+from tacos.schedule import Schedule, Transfer
 from tacos.solvers import ilp_backends
 from tacos.solvers.ilp import IlpSolver, TenProblem, ten_lower_bound
 from tacos.solvers.ilp_model import build_ten_model, causal_sends, demands_met, prune_useless
@@ -226,3 +226,23 @@ def test_backend_errors_name_the_fix(monkeypatch):
     with pytest.raises(SolverUnavailableError) as err:
         solve(topology, collective, backend="cpsat")
     assert err.value.hint == "pip install ortools"
+
+
+def test_recovery_serves_a_missing_pair_from_its_nearest_holder():
+    topology, collective = line(4), bcast(4)
+    lk = {(t.src, t.dst): i for i, t in enumerate(topology.links)}
+    partial = [Transfer(0.0, STEP, 0, 1, lk[(0, 1)], (0,)),
+               Transfer(STEP, 2 * STEP, 1, 2, lk[(1, 2)], (0,))]
+    full = complete_schedule(topology, collective, partial)
+    added = full[len(partial):]
+    assert [(t.src, t.dst) for t in added] == [(2, 3)]
+    assert added[0].start == pytest.approx(2 * STEP)
+    assert verify_schedule(Schedule(topology, collective, tuple(full))).ok
+
+
+def test_cluster_first_keeps_the_exact_search_sound():
+    topology, collective, optimum = KNOWN["torus3x3_allgather"]
+    res = solve(topology, collective, upper_bound="shortest_path", cluster_first=True)
+    assert "cluster_first" in res.stats and "cluster" in res.stats["candidates"]
+    assert res.status == "optimal" and res.stats["horizon"] == optimum
+    assert verify_schedule(res.schedule).ok

@@ -447,7 +447,7 @@ def _solve_gurobi(model: IlpModel, deadline: float, seed: int, threads: int,
             var.Start = val
     g.Params.TimeLimit = _left(deadline)
     g.optimize()
-    if g.Status == gp.GRB.INFEASIBLE:
+    if g.Status in (gp.GRB.INFEASIBLE, gp.GRB.INF_OR_UNBD):  # binaries: never unbounded
         return "infeasible", None, None, None
     values = [v.X for v in z] if g.SolCount > 0 else None
     obj = g.ObjVal if values is not None else None
