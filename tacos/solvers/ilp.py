@@ -305,7 +305,8 @@ class IlpSolver:
                      gap=stats.get("ten_gap"),
                      bound_ratio=makespan / lower if lower > 0 else None)
         meta = {"solver": "ilp", "status": status, "backend": opt["backend"],
-                "seed": opt["seed"], "lower_bound": lower, "ten_gap": stats.get("ten_gap"),
+                "seed": opt["seed"], "lower_bound": lower, "gap": stats["bound_ratio"],
+                "ten_gap": stats.get("ten_gap"),
                 "horizon_steps": stats.get("horizon"), "step": tp.disc.step, "source": source,
                 "mode": opt["mode"]}
         schedule = Schedule(topo, coll, tuple(sorted(transfers)), meta)
