@@ -72,7 +72,9 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
     impl = get_solver(solver)
     progress = options.get("progress")
     if not collective.combining or getattr(impl, "supports_combining", False):
-        res = impl.solve(Problem(unwound, collective, dict(options)))
+        # solvers that model switch ports themselves get the real topology
+        native = getattr(impl, "native_switches", False)
+        res = impl.solve(Problem(topology if native else unwound, collective, dict(options)))
         results = [res]
         schedule = res.schedule
         if schedule is not None and schedule.collective is not collective:

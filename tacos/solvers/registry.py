@@ -6,7 +6,9 @@ when that solver is asked for.
 
 Contract: unless a solver class sets ``supports_combining = True``, it is only given
 non-combining collectives (no chunk with ``reduce``) on switch-free topologies;
-:func:`tacos.synthesize` unwinds switches and derives reductions by inversion.
+:func:`tacos.synthesize` unwinds switches and derives reductions by inversion.  A solver
+that models switch ports itself sets ``native_switches = True`` and is given the original
+topology instead of the unwound one.
 """
 
 from __future__ import annotations
