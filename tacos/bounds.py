@@ -228,7 +228,7 @@ def min_cut_ratio(topology: Topology, group: tuple[int, ...] | list[int]
             x, best_s = r, frozenset(nodes - {v})
     if math.isinf(x):
         return x, best_s
-    oracle = _OrToolsOracle(base, vc) if _has_ortools() else _NetworkxOracle(base, vc)
+    oracle = _oracle(base, vc)
     oracle.set_x(x)
     i, passed = 0, 0
     while passed < n:
@@ -243,6 +243,20 @@ def min_cut_ratio(topology: Topology, group: tuple[int, ...] | list[int]
             break
         oracle.set_x(x)
     return x, best_s
+
+
+def _oracle(base: nx.DiGraph, vc: list[int]) -> _NetworkxOracle | _OrToolsOracle:
+    """OR-Tools max-flows when they load, else networkx.
+
+    OR-Tools fails to load (ImportError/OSError on a clashing ``libhighs``) in a process that
+    already loaded highspy; the networkx oracle gives the same answer, only slower.
+    """
+    if _has_ortools():
+        try:
+            return _OrToolsOracle(base, vc)
+        except (ImportError, OSError):
+            pass
+    return _NetworkxOracle(base, vc)
 
 
 def _has_ortools() -> bool:

@@ -91,6 +91,9 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
                 continue
             opts = dict(options)
             opts["progress"] = _phase_progress(progress, len(results), len(phases))
+            if options.get("time_limit") is not None:  # one budget for all phases
+                left = float(options["time_limit"]) - (time.perf_counter() - t0)
+                opts["time_limit"] = max(0.1, left / (len(phases) - len(results)))
             r = impl.solve(Problem(topo, sub, opts))
             results.append(r)
             parts.append(r.schedule)
