@@ -18,7 +18,7 @@ from typing import Any
 from tacos.collective import Chunk, Collective
 from tacos.errors import InputFileError, Span, TacosError
 from tacos.schedule import Schedule, Transfer
-from tacos.topology import Link, Npu, Switch, Topology
+from tacos.topology import UNWIND_POLICIES, Link, Npu, Switch, Topology
 from tacos.verify_bulk import paused_gc
 
 SCHEMA_ID = "tacos.schedule/1"
@@ -180,7 +180,7 @@ def _topology(r: _Doc, d: dict[str, Any], path: str) -> Topology:
         if r.get(s, "id", p, "int") != sid:
             raise r.fail(f"{p}.id", f"switch ids follow the NPUs in order; expected {sid}")
         policy = r.get(s, "policy", p, "str")
-        if policy not in ("ring", "biring", "degree", "full"):
+        if policy not in UNWIND_POLICIES:
             raise r.fail(f"{p}.policy", f"unknown policy {policy!r}")
         switches.append(Switch(sid, r.get(s, "name", p, "str"), policy,
                                r.get(s, "degree", p, "int?")))

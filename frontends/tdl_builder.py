@@ -181,13 +181,13 @@ class Scope:
                              else f"use one of {', '.join(UNWIND_POLICIES)}")
         degree = None
         if len(t.children) > 1:
-            if name != "degree":
+            if name not in ("degree", "stride"):
                 raise self.error(f"policy {name!r} takes no argument", t.children[1])
-            degree = integer(t.children[1], self.env, "degree")
+            degree = integer(t.children[1], self.env, name)
             if degree < 1:
-                raise self.error("the unwinding degree must be at least 1", t.children[1])
-        elif name == "degree":
-            raise self.error("policy 'degree' needs a degree, e.g. degree(2)", t)
+                raise self.error(f"the unwinding {name} must be at least 1", t.children[1])
+        elif name in ("degree", "stride"):
+            raise self.error(f"policy {name!r} needs an argument, e.g. {name}(2)", t)
         return name, degree
 
     def do_switch_stmt(self, t: Tree) -> None:

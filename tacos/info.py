@@ -82,7 +82,8 @@ def format_info(spec: Spec, per_npu: bool | None = None) -> str:
     sw = d["switches"]
     lines.append(f"switches: {len(sw)}")
     for s in sw[:16]:
-        pol = f"degree({s['degree']})" if s["policy"] == "degree" else s["policy"]
+        pol = (f"{s['policy']}({s['degree']})" if s["policy"] in ("degree", "stride")
+               else s["policy"])
         lines.append(f"  {s['name']}: {s['ports']} ports, unwind {pol}")
     if len(sw) > 16:
         lines.append(f"  ... {len(sw) - 16} more")

@@ -17,7 +17,7 @@ import networkx as nx
 
 from tacos.errors import Span
 
-UNWIND_POLICIES = ("ring", "biring", "degree", "full")
+UNWIND_POLICIES = ("ring", "biring", "degree", "stride", "full")
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,9 @@ class Npu:
 class Switch:
     """A switch node and how the middle layer unwinds it into NPU-to-NPU links.
 
-    ``policy`` is one of :data:`UNWIND_POLICIES`; ``degree`` is used by ``policy='degree'``
-    (NPU i gets virtual links to the next ``degree`` attached NPUs, bandwidth split by degree).
+    ``policy`` is one of :data:`UNWIND_POLICIES`; ``degree`` is the policy's argument: for
+    ``'degree'`` NPU i gets virtual links to the next ``degree`` attached NPUs (bandwidth split
+    by degree), for ``'stride'`` one full-bandwidth link to the NPU ``degree`` places further.
     """
 
     id: int

@@ -85,3 +85,22 @@ def test_package_functions_survive_repeated_calls() -> None:
     import tacos.synthesize as module  # noqa: F401
 
     assert callable(tacos.synthesize) and callable(tacos.verify)
+
+
+def test_stride_unwinding_makes_rail_rings() -> None:
+    from tacos.passes.unwind import unwind_switches
+
+    t = tacos.parse("use mi250(nodes=3)\n").topology
+    u = unwind_switches(t)
+    virtual = [lk for lk in u.links if lk.via is not None]
+    # GCD g of node n sends to GCD g of node n+1 (mod 3) at the full 16 GB/s NIC rate
+    assert sorted((lk.src, lk.dst) for lk in virtual) == sorted(
+        (v, (v + 16) % 48) for v in range(48))
+    assert all(lk.bandwidth == 16e9 for lk in virtual)
+    with pytest.raises(TacosError, match="needs an argument"):
+        tacos.parse("star s[4] 1GB/s unwind stride\n")
+
+
+def test_rail_switch_policy_is_ring_in_multi_node_presets() -> None:
+    t = tacos.parse("use dgx_h100(nodes=4)\n").topology
+    assert {s.policy for s in t.switches if s.name.startswith("rail")} == {"ring"}

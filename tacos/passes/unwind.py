@@ -10,6 +10,9 @@ The fabric's policy is its first switch's:
   ``i+1 .. i+d (mod n)``, each with port bandwidth / d.
 * ``ring``: ``degree`` with d = 1.
 * ``biring``: links to the next and the previous NPU, port bandwidth / 2 each.
+* ``stride`` (s): one full-bandwidth link to the NPU s places further, ``i -> i+s (mod n)``.
+  With NPUs attached node by node, ``stride(per-node count)`` pairs equal local ranks of
+  consecutive nodes (a rail ring), which suits a scale-out switch shared by whole nodes.
 
 A virtual link u→v has latency α(u→its switch) + the α of the shortest switch-to-switch path +
 α(switch→v), and bandwidth min(up port / u's fan-out, down port / v's fan-in).  Inside a
@@ -33,6 +36,9 @@ def _targets(policy: str, degree: int | None, n: int) -> list[list[int]]:
         return [[j for j in range(n) if j != i] for i in range(n)]
     if policy == "biring":
         return [sorted({(i + 1) % n, (i - 1) % n}) for i in range(n)]
+    if policy == "stride":
+        s = (degree or 1) % n
+        return [[(i + s) % n] if s else [] for i in range(n)]
     if policy == "ring":
         d = 1
     elif policy == "degree":
