@@ -13,7 +13,7 @@ from typing import Any
 from lark import Token, Tree
 from tacos.frontends import tdl_generators as gen
 from tacos.frontends.tdl_names import Group, Namespace, flat_indices, index_label
-from tacos.frontends.tdl_parser import parse_tree, read_source
+from tacos.frontends.tdl_parser import STATEMENT_FORMS, parse_tree, read_source
 from tacos.frontends.tdl_values import (
     LinkProps,
     Quantity,
@@ -267,7 +267,7 @@ class Scope:
                 "fattree": 1, "dragonfly": 2}
         if kind in need and len(shape) != need[kind]:
             raise self.error(f"{kind} takes {need[kind]} size(s) in brackets, got {len(shape)}",
-                             decl, STATEMENT_HINT.get(kind))
+                             decl, STATEMENT_FORMS.get(kind))
         if kind in ("mesh", "torus"):
             pattern = gen.grid(shape, wrap=kind == "torus")
         elif kind in ("ring", "biring"):
@@ -284,7 +284,7 @@ class Scope:
             unknown = set(options) - {"leaves", "spines"}
             if unknown or "leaves" not in options or "spines" not in options:
                 raise self.error("fattree needs leaves=L and spines=S", t,
-                                 STATEMENT_HINT.get("fattree"))
+                                 STATEMENT_FORMS.get("fattree"))
             pattern = gen.fat_tree(shape[0], options["leaves"], options["spines"])
         if kind != "fattree" and options:
             raise self.error(f"{kind} takes no option {next(iter(options))!r}", t)
@@ -345,7 +345,7 @@ class Scope:
         if len(rest) not in (1, len(dims)):
             raise self.error(
                 f"{len(dims)} dimensions need {len(dims)} bandwidth/latency groups "
-                f"(separated by commas), got {len(rest)}", t, STATEMENT_HINT.get("dims"))
+                f"(separated by commas), got {len(rest)}", t, STATEMENT_FORMS.get("dims"))
         pattern = gen.multi_dim(dims)
         per_label = {f"d{k}": (rest[k] if len(rest) > 1 else rest[0]).children
                      for k in range(len(dims))}
@@ -594,18 +594,6 @@ class Scope:
                 raise self.error(f"empty range {lo}..{hi}", node, "ranges go from low to high")
             return list(range(lo, hi + 1))
         return [integer(node, self.env, "an index")]
-
-
-STATEMENT_HINT: dict[str, str] = {}
-
-
-def _init_hints() -> None:
-    from tacos.frontends.tdl_parser import STATEMENT_FORMS
-
-    STATEMENT_HINT.update(STATEMENT_FORMS)
-
-
-_init_hints()
 
 
 def evaluate(text: str, source: str, params: dict[str, Any] | None = None) -> State:

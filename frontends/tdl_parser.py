@@ -124,7 +124,7 @@ def _describe(token: Token) -> str:
         return "end of file"
     if token.type == "_NL":
         return "end of line"
-    return f"{token.type_name if hasattr(token, 'type_name') else ''}'{token}'".strip()
+    return f"'{token}'"
 
 
 def _expected(names: set[str]) -> str:

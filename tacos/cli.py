@@ -13,6 +13,7 @@ Exit codes: 0 ok, 1 user error or failed verification, 2 usage, 3 tool failure.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -194,8 +195,6 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
             return c
     if args.collective not in STANDARD_COLLECTIVES:
         declared = [c.name for c in spec.collectives]
-        import difflib
-
         close = difflib.get_close_matches(args.collective,
                                           list(STANDARD_COLLECTIVES) + declared, n=1)
         raise UsageError(f"unknown collective {args.collective!r}",
@@ -267,7 +266,11 @@ def cmd_compile(argv: Sequence[str]) -> int:
     schedule.verify().raise_if_failed()
     if args.output:
         data = _render(schedule, fmt, args)
-        Path(args.output).write_text(data, encoding="utf-8")
+        try:
+            Path(args.output).write_text(data, encoding="utf-8")
+        except OSError as exc:
+            raise TacosError(f"cannot write {args.output}: {exc.strerror or exc}",
+                             hint="check that the folder exists and is writable") from None
     if args.plot:
         from tacos.backends.plot import plot_schedule
 

@@ -95,3 +95,13 @@ def test_user_error_exit_code_and_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"{bad}:2:14: error:")
     assert "Traceback" not in proc.stderr
+
+
+def test_unwritable_output_is_a_user_error(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "missing-folder" / "plan.json"
+    code = main([str(EXAMPLES / "ring8.tdl"), "--collective", "allgather", "--trials", "1",
+                 "--workers", "1", "-q", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"cannot write {out}" in err and "internal error" not in err

@@ -75,18 +75,11 @@ def run_fifo(model: Model, *, capacity: int = 1) -> FifoRun:
                     run.order.append((tx.gid, "recv"))
                     wake(model.sender.get(conn))
                     if st.sends:
-                        phase[key] = 1
+                        phase[key] = 1  # a fused op: its send half runs next
                         continue
-                elif st.sends:
-                    conn = model.send_conn(tx)
-                    if len(fifo[conn]) >= capacity:
-                        break
-                    fifo[conn].append(tx)
-                    run.order.append((tx.gid, "send"))
-                    wake(model.receiver.get(conn))
-                else:
+                elif not st.sends:
                     run.order.append((tx.gid, "exec"))
-            else:
+            if phase[key] == 1 or (st.sends and not st.receives):
                 conn = model.send_conn(tx)
                 if len(fifo[conn]) >= capacity:
                     break
