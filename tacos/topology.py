@@ -18,6 +18,7 @@ import networkx as nx
 from tacos.errors import Span
 
 UNWIND_POLICIES = ("ring", "biring", "degree", "stride", "full")
+SWITCH_CAPABILITIES = ("multicast", "reduce")
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,16 @@ class Npu:
 
 @dataclass(frozen=True)
 class Switch:
-    """A switch node and how the middle layer unwinds it into NPU-to-NPU links.
+    """A switch node.
 
-    ``policy`` is one of :data:`UNWIND_POLICIES`; ``degree`` is the policy's argument: for
-    ``'degree'`` NPU i gets virtual links to the next ``degree`` attached NPUs (bandwidth split
-    by degree), for ``'stride'`` one full-bandwidth link to the NPU ``degree`` places further.
+    Transfers cross switches on physical routes (:mod:`tacos.routes`).  ``policy`` and
+    ``degree`` say how the TACOS-style unwinding view (:mod:`tacos.passes.unwind`) replaces the
+    switch by virtual NPU-to-NPU links for solvers that need a fixed graph: ``policy`` is one of
+    :data:`UNWIND_POLICIES`; for ``'degree'`` NPU i gets virtual links to the next ``degree``
+    attached NPUs (bandwidth split by degree), for ``'stride'`` one full-bandwidth link to the
+    NPU ``degree`` places further.  ``capabilities`` is a subset of
+    :data:`SWITCH_CAPABILITIES`: ``multicast`` (one send reaches several down-ports) and
+    ``reduce`` (contributions combine in the switch), as NVSwitch NVLS or InfiniBand SHARP.
     """
 
     id: int
@@ -44,6 +50,7 @@ class Switch:
     policy: str = "full"
     degree: int | None = None
     span: Span | None = field(default=None, compare=False)
+    capabilities: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,13 @@ class Topology:
         """Number of physical links entering ``node`` (multiplicity counted)."""
         return sum(self.links[i].multiplicity for i in self.in_links[node])
 
+    @cached_property
+    def routing(self):  # -> tacos.routes.Routing (imported lazily: routes imports this module)
+        """Candidate routes between NPUs (:class:`tacos.routes.Routing`), built lazily once."""
+        from tacos.routes import Routing
+
+        return Routing(self)
+
     # -- graph views -------------------------------------------------------------------------
     def to_networkx(self) -> nx.MultiDiGraph:
         """A MultiDiGraph with node attributes ``kind``/``name`` and link attributes."""
@@ -159,7 +173,8 @@ class Topology:
         for n in self.npus:
             g.add_node(n.id, kind="npu", name=n.name, failed=n.failed)
         for s in self.switches:
-            g.add_node(s.id, kind="switch", name=s.name, policy=s.policy, degree=s.degree)
+            g.add_node(s.id, kind="switch", name=s.name, policy=s.policy, degree=s.degree,
+                       capabilities=sorted(s.capabilities))
         for i, link in enumerate(self.links):
             g.add_edge(
                 link.src,
@@ -203,7 +218,8 @@ class Topology:
             if data.get("kind") == "switch":
                 switches.append(
                     Switch(v, data.get("name", f"sw{v}"), data.get("policy", "full"),
-                           data.get("degree"))
+                           data.get("degree"),
+                           capabilities=frozenset(data.get("capabilities", ())))
                 )
             else:
                 if switches:
