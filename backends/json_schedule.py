@@ -1,8 +1,9 @@
-"""JSON schedule backend (schema ``tacos.schedule/1``, see ``docs/schedule-json.md``).
+"""JSON schedule backend (schema ``tacos.schedule/2``, see ``docs/schedule-json.md``).
 
 The document embeds everything needed to verify the schedule without the original spec: the
-(switch-unwound) topology, the collective with every chunk's pre/postcondition, the transfers,
-the collective time and a lower bound.  Output is deterministic: the same schedule always gives
+physical topology (NPUs, switches with their capabilities, links), the collective with every
+chunk's pre/postcondition, the transfers with their routes, the collective time and a lower
+bound.  Output is deterministic: the same schedule always gives
 the same bytes (floats are written with ``repr``, so they read back exactly), and facts that vary
 from run to run (``synthesis_time``) are left out of ``meta``.
 """
@@ -20,7 +21,7 @@ from tacos.schedule import Schedule
 from tacos.topology import Link, Topology
 from tacos.verify_bulk import paused_gc
 
-SCHEMA_ID = "tacos.schedule/1"
+SCHEMA_ID = "tacos.schedule/2"
 VOLATILE_META = frozenset({"synthesis_time"})  # differs run to run: left out for reproducibility
 
 
@@ -47,7 +48,8 @@ def topology_doc(topo: Topology) -> dict[str, Any]:
     return {
         "name": topo.name,
         "npus": [{"id": n.id, "name": n.name, "failed": bool(n.failed)} for n in topo.npus],
-        "switches": [{"id": s.id, "name": s.name, "policy": s.policy, "degree": s.degree}
+        "switches": [{"id": s.id, "name": s.name, "policy": s.policy, "degree": s.degree,
+                      "capabilities": sorted(s.capabilities)}
                      for s in topo.switches],
         "links": [_link(lk, f"links[{i}]") for i, lk in enumerate(topo.links)],
         "failed_links": [_link(lk, f"failed_links[{i}]")
@@ -89,7 +91,8 @@ def to_document(schedule: Schedule, *, bound: bool = True) -> dict[str, Any]:
     transfers = [
         {"start": _float(t.start, f"transfers[{i}].start"),
          "end": _float(t.end, f"transfers[{i}].end"),
-         "src": t.src, "dst": t.dst, "link": t.link, "chunks": list(t.chunks), "op": t.op}
+         "src": t.src, "dst": t.dst, "route": list(t.route), "chunks": list(t.chunks),
+         "op": t.op}
         for i, t in enumerate(schedule.transfers)
     ]
     return {
@@ -124,13 +127,14 @@ def _emit(value: Any, level: int, key: str = "") -> str:
 def _transfer_line(t: dict[str, Any]) -> str:
     """``_compact`` for a transfer record, without the generic encoder (same bytes)."""
     chunks = ", ".join(str(int(c)) for c in t["chunks"])
+    route = ", ".join(str(int(x)) for x in t["route"])
     return (f'{{"start": {t["start"]!r}, "end": {t["end"]!r}, "src": {int(t["src"])}, '
-            f'"dst": {int(t["dst"])}, "link": {int(t["link"])}, "chunks": [{chunks}], '
+            f'"dst": {int(t["dst"])}, "route": [{route}], "chunks": [{chunks}], '
             f'"op": {json.dumps(t["op"], ensure_ascii=False)}}}')
 
 
 def dumps(schedule: Schedule, *, bound: bool = True) -> str:
-    """Serialize ``schedule`` to JSON text (schema ``tacos.schedule/1``), ending in a newline."""
+    """Serialize ``schedule`` to JSON text (schema ``tacos.schedule/2``), ending in a newline."""
     with paused_gc():
         return _emit(to_document(schedule, bound=bound), 0) + "\n"
 

@@ -1,9 +1,13 @@
-"""Read JSON schedules (schema ``tacos.schedule/1``) back into a :class:`~tacos.schedule.Schedule`.
+"""Read JSON schedules back into a :class:`~tacos.schedule.Schedule`.
+
+Two versions are read: ``tacos.schedule/2`` (physical topology with switches, each transfer
+with its ``route`` of physical links; what tacos writes) and ``tacos.schedule/1`` (older files:
+a switch-unwound topology, each transfer over one ``link``, read as a one-link route).
 
 Every problem is a :class:`~tacos.errors.TacosError` naming the file and the JSON path of the
 bad field (``plan.json: $.transfers[3].start: expected a number``).  The document is checked
-against ``tacos/schemas/schedule-v1.json`` when ``jsonschema`` is installed, and always by the
-structural checks that build the IR.
+against ``tacos/schemas/schedule-v{1,2}.json`` when ``jsonschema`` is installed, and always by
+the structural checks that build the IR.
 """
 
 from __future__ import annotations
@@ -18,28 +22,32 @@ from typing import Any
 from tacos.collective import Chunk, Collective
 from tacos.errors import InputFileError, Span, TacosError
 from tacos.schedule import Schedule, Transfer
-from tacos.topology import UNWIND_POLICIES, Link, Npu, Switch, Topology
+from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES, Link, Npu, Switch, Topology
 from tacos.verify_bulk import paused_gc
 
-SCHEMA_ID = "tacos.schedule/1"
+SCHEMA_ID = "tacos.schedule/2"
+SCHEMA_IDS = {"tacos.schedule/1": 1, "tacos.schedule/2": 2}
 SCHEMA_SAMPLE = 64
 _TOP = frozenset({"schema", "topology", "collective", "chunk_size", "transfers", "time", "bound",
                   "meta"})
 _TOPOLOGY = frozenset({"name", "npus", "switches", "links", "failed_links"})
 _NPU = frozenset({"id", "name", "failed"})
 _SWITCH = frozenset({"id", "name", "policy", "degree"})
+_SWITCH_V2 = _SWITCH | {"capabilities"}
 _LINK = frozenset({"src", "dst", "alpha", "bandwidth", "multiplicity", "via", "tag", "dim"})
 _COLLECTIVE = frozenset({"kind", "name", "group", "root", "size", "chunks_per_npu", "chunks",
                          "tenants"})
 _CHUNK = frozenset({"id", "size", "pre", "post", "reduce", "index", "tenant"})
-_TRANSFER = frozenset({"start", "end", "src", "dst", "link", "chunks", "op"})
-_HINT = "the file does not follow schema tacos.schedule/1 (see docs/schedule-json.md)"
+_TRANSFER_V1 = frozenset({"start", "end", "src", "dst", "link", "chunks", "op"})
+_TRANSFER = frozenset({"start", "end", "src", "dst", "route", "chunks", "op"})
+_HINT = "the file does not follow schema tacos.schedule/2 (see docs/schedule-json.md)"
 
 
 @cache
-def schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of ``tacos.schedule/1``."""
-    text = resources.files("tacos").joinpath("schemas/schedule-v1.json").read_text("utf-8")
+def schema(version: int = 2) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``tacos.schedule/<version>``."""
+    text = resources.files("tacos").joinpath(f"schemas/schedule-v{version}.json"
+                                             ).read_text("utf-8")
     return json.loads(text)
 
 
@@ -123,7 +131,7 @@ def _sample(value: Any) -> Any:
     return value
 
 
-def _validate_schema(doc: Any, source: str) -> None:
+def _validate_schema(doc: Any, source: str, version: int) -> None:
     """JSON Schema check when ``jsonschema`` is installed.
 
     Long arrays are sampled (``jsonschema`` takes minutes on a million transfers); the
@@ -133,7 +141,7 @@ def _validate_schema(doc: Any, source: str) -> None:
         import jsonschema
     except ImportError:  # structural checks below still run
         return
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = jsonschema.Draft202012Validator(schema(version))
     error = jsonschema.exceptions.best_match(validator.iter_errors(_sample(doc)))
     if error is not None:
         raise TacosError(f"{source}: {error.json_path}: {error.message}", hint=_HINT)
@@ -161,7 +169,7 @@ def _links(r: _Doc, items: list[Any], path: str, n_nodes: int) -> tuple[Link, ..
     return tuple(out)
 
 
-def _topology(r: _Doc, d: dict[str, Any], path: str) -> Topology:
+def _topology(r: _Doc, d: dict[str, Any], path: str, version: int) -> Topology:
     r.only(d, path, _TOPOLOGY)
     npus = []
     for i, raw in enumerate(r.get(d, "npus", path, "list")):
@@ -175,15 +183,23 @@ def _topology(r: _Doc, d: dict[str, Any], path: str) -> Topology:
     for j, raw in enumerate(r.get(d, "switches", path, "list")):
         p = f"{path}.switches[{j}]"
         s = r.obj(raw, p)
-        r.only(s, p, _SWITCH)
+        r.only(s, p, _SWITCH_V2 if version >= 2 else _SWITCH)
         sid = len(npus) + j
         if r.get(s, "id", p, "int") != sid:
             raise r.fail(f"{p}.id", f"switch ids follow the NPUs in order; expected {sid}")
         policy = r.get(s, "policy", p, "str")
         if policy not in UNWIND_POLICIES:
             raise r.fail(f"{p}.policy", f"unknown policy {policy!r}")
+        caps: frozenset[str] = frozenset()
+        if version >= 2:
+            raw_caps = r.get(s, "capabilities", p, "list")
+            for k, cap in enumerate(raw_caps):
+                if cap not in SWITCH_CAPABILITIES:
+                    raise r.fail(f"{p}.capabilities[{k}]", f"unknown capability {_kind(cap)} "
+                                 f"(known: {', '.join(SWITCH_CAPABILITIES)})")
+            caps = frozenset(raw_caps)
         switches.append(Switch(sid, r.get(s, "name", p, "str"), policy,
-                               r.get(s, "degree", p, "int?")))
+                               r.get(s, "degree", p, "int?"), capabilities=caps))
     n_nodes = len(npus) + len(switches)
     links = _links(r, r.get(d, "links", path, "list"), f"{path}.links", n_nodes)
     failed = _links(r, r.get(d, "failed_links", path, "list"), f"{path}.failed_links",
@@ -220,45 +236,57 @@ def _collective(r: _Doc, d: dict[str, Any], path: str, n_npus: int) -> Collectiv
                       root, r.get(d, "name", path, "str"), tenants)
 
 
-def _transfers(r: _Doc, items: list[Any]) -> tuple[Transfer, ...]:
+def _transfers(r: _Doc, items: list[Any], version: int) -> tuple[Transfer, ...]:
     out = []
     append = out.append
+    keys = _TRANSFER if version >= 2 else _TRANSFER_V1
     for i, t in enumerate(items):
-        if type(t) is dict and t.keys() == _TRANSFER:  # fast path for well-formed records
+        if type(t) is dict and t.keys() == keys:  # fast path for well-formed records
             start, end, src, dst = t["start"], t["end"], t["src"], t["dst"]
-            link, chunks, op = t["link"], t["chunks"], t["op"]
+            chunks, op = t["chunks"], t["op"]
+            route = t["route"] if version >= 2 else [t["link"]]
             if (type(start) in (float, int) and type(end) in (float, int)
                     and 0 <= start < math.inf and 0 <= end < math.inf
-                    and type(src) is int and type(dst) is int and type(link) is int
-                    and src >= 0 and dst >= 0 and link >= 0 and op in ("copy", "reduce")
+                    and type(src) is int and type(dst) is int and type(route) is list
+                    and route and all(type(x) is int and x >= 0 for x in route)
+                    and src >= 0 and dst >= 0 and op in ("copy", "reduce")
                     and type(chunks) is list and chunks
                     and all(type(c) is int and c >= 0 for c in chunks)):
-                append(Transfer(float(start), float(end), src, dst, link, tuple(chunks), op))
+                append(Transfer(float(start), float(end), src, dst, tuple(route), tuple(chunks),
+                                op))
                 continue
-        append(_transfer_slow(r, t, f"$.transfers[{i}]"))
+        append(_transfer_slow(r, t, f"$.transfers[{i}]", version))
     return tuple(out)
 
 
-def _transfer_slow(r: _Doc, raw: Any, p: str) -> Transfer:
+def _transfer_slow(r: _Doc, raw: Any, p: str, version: int) -> Transfer:
     """Parse one transfer field by field, raising on the first bad one."""
     t = r.obj(raw, p)
-    r.only(t, p, _TRANSFER)
+    r.only(t, p, _TRANSFER if version >= 2 else _TRANSFER_V1)
     start, end = r.get(t, "start", p, "num"), r.get(t, "end", p, "num")
     for key, value in (("start", start), ("end", end)):
         if value < 0:
             raise r.fail(f"{p}.{key}", f"times are non-negative, got {value!r}")
-    src, dst, link = r.get(t, "src", p, "int"), r.get(t, "dst", p, "int"), \
-        r.get(t, "link", p, "int")
-    for key, value in (("src", src), ("dst", dst), ("link", link)):
+    src, dst = r.get(t, "src", p, "int"), r.get(t, "dst", p, "int")
+    for key, value in (("src", src), ("dst", dst)):
         if value < 0:
             raise r.fail(f"{p}.{key}", f"expected a non-negative integer, got {value!r}")
+    if version >= 2:
+        route = r.ints(t, "route", p)
+        if not route:
+            raise r.fail(f"{p}.route", "a route has at least one link")
+    else:
+        link = r.get(t, "link", p, "int")
+        if link < 0:
+            raise r.fail(f"{p}.link", f"expected a non-negative integer, got {link!r}")
+        route = [link]
     op = r.get(t, "op", p, "str")
     if op not in ("copy", "reduce"):
         raise r.fail(f"{p}.op", f"expected \"copy\" or \"reduce\", got {op!r}")
     chunks = r.ints(t, "chunks", p)
     if not chunks:
         raise r.fail(f"{p}.chunks", "a transfer carries at least one chunk")
-    return Transfer(float(start), float(end), src, dst, link, tuple(chunks), op)
+    return Transfer(float(start), float(end), src, dst, tuple(route), tuple(chunks), op)
 
 
 def _reject_constant(name: str) -> float:
@@ -266,7 +294,8 @@ def _reject_constant(name: str) -> float:
 
 
 def loads(text: str, *, source: str = "<string>") -> Schedule:
-    """Parse a ``tacos.schedule/1`` document into a Schedule (``meta`` from its ``meta``)."""
+    """Parse a ``tacos.schedule/2`` (or ``/1``) document into a Schedule (``meta`` from its
+    ``meta``)."""
     with paused_gc():
         return _loads(text, source)
 
@@ -283,17 +312,18 @@ def _loads(text: str, source: str) -> Schedule:
         raise TacosError(f"{source}: not valid JSON: {e}", hint=_HINT) from None
     r = _Doc(source)
     top = r.obj(doc, "$")
-    version = top.get("schema")
-    if version != SCHEMA_ID:
-        raise TacosError(f"{source}: $.schema: expected {SCHEMA_ID!r}, got {_kind(version)}",
+    declared = top.get("schema")
+    version = SCHEMA_IDS.get(declared) if isinstance(declared, str) else None
+    if version is None:
+        raise TacosError(f"{source}: $.schema: expected {SCHEMA_ID!r}, got {_kind(declared)}",
                          hint="this is not a tacos schedule, or one from another tacos "
                               "version; regenerate it with tacosc ... -o plan.json")
-    _validate_schema(doc, source)
+    _validate_schema(doc, source, version)
     r.only(top, "$", _TOP)
-    topology = _topology(r, r.get(top, "topology", "$", "obj"), "$.topology")
+    topology = _topology(r, r.get(top, "topology", "$", "obj"), "$.topology", version)
     collective = _collective(r, r.get(top, "collective", "$", "obj"), "$.collective",
                              topology.n_npus)
-    transfers = _transfers(r, r.get(top, "transfers", "$", "list"))
+    transfers = _transfers(r, r.get(top, "transfers", "$", "list"), version)
     r.get(top, "time", "$", "num")
     r.get(top, "chunk_size", "$", "int?")
     r.get(top, "bound", "$", "obj?")
@@ -324,13 +354,18 @@ def _close(a: float, b: float) -> bool:
 def check_against_topology(schedule: Schedule, topology: Topology) -> list[str]:
     """Differences between the topology embedded in ``schedule`` and ``topology``.
 
-    ``topology`` is unwound first (:func:`tacos.passes.unwind.unwind_switches`); links are
-    compared as a multiset keyed by (src, dst, via), so link order does not matter.  Returns
-    readable messages, empty when they agree.
+    A schedule on the physical topology (every ``tacos.schedule/2`` file tacos writes) is
+    compared with ``topology`` itself; a schedule on a switch-free view of a switched topology
+    (``tacos.schedule/1`` files) with ``topology`` unwound
+    (:func:`tacos.passes.unwind.unwind_switches`).  Links are compared as a multiset keyed by
+    (src, dst, via), so link order does not matter.  Returns readable messages, empty when they
+    agree.
     """
     from tacos.passes.unwind import unwind_switches
 
-    mine, theirs = schedule.topology, unwind_switches(topology)
+    mine = schedule.topology
+    physical = any(mine.is_switch(lk.src) or mine.is_switch(lk.dst) for lk in mine.links)
+    theirs = topology if physical or not topology.switches else unwind_switches(topology)
     out: list[str] = []
     if mine.n_npus != theirs.n_npus:
         out.append(f"the plan has {mine.n_npus} NPUs, the topology {theirs.n_npus}")
@@ -341,9 +376,9 @@ def check_against_topology(schedule: Schedule, topology: Topology) -> list[str]:
             state = {True: "failed", False: "live"}
             out.append(f"NPU {a.name} is {state[a.failed]} in the plan but "
                        f"{state[b.failed]} in the topology")
-    if [(s.name, s.policy, s.degree) for s in mine.switches] != \
-            [(s.name, s.policy, s.degree) for s in theirs.switches]:
-        out.append("the switches (names, unwinding policies or degrees) differ")
+    if [(s.name, s.policy, s.degree, s.capabilities) for s in mine.switches] != \
+            [(s.name, s.policy, s.degree, s.capabilities) for s in theirs.switches]:
+        out.append("the switches (names, unwinding policies, degrees or capabilities) differ")
 
     def name(topo: Topology, lk: Link) -> str:
         def node(v: int) -> str:

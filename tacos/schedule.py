@@ -1,11 +1,13 @@
-"""Schedule IR: timed chunk transfers over a topology's links.
+"""Schedule IR: timed chunk transfers over routes of a topology's physical links.
 
-Times are seconds, sizes bytes.  A :class:`Transfer` moves one or more chunks together over one
-link (``link`` indexes ``Schedule.topology.links``), paying the link's α once: its duration is
-``alpha + Σ chunk sizes / bandwidth`` (MSCCL's ``cnt``).  ``op='copy'`` overwrites the
-destination's copy of each chunk with the source's; ``op='reduce'`` combines the source's partial
-value into the destination's.  When the topology had switches, ``Schedule.topology`` is the
-unwound one and a transfer over a virtual link passes through ``link.via``.
+Times are seconds, sizes bytes.  A :class:`Transfer` moves one or more chunks together from NPU
+``src`` to NPU ``dst`` over a *route* (:mod:`tacos.routes`): a tuple of indices into
+``Schedule.topology.links`` -- one direct link, or the up-port, fabric links and down-port of a
+path through switches.  It is cut-through and pays the route's α once: its duration is at least
+``Σ α + Σ chunk sizes / narrowest bandwidth`` (MSCCL's ``cnt``), and it holds one lane of every
+link of its route for that whole time.  ``op='copy'`` overwrites the destination's copy of each
+chunk with the source's; ``op='reduce'`` combines the source's partial value into the
+destination's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tacos.collective import Collective
-from tacos.topology import Link, Topology
+from tacos.routes import Route
+from tacos.topology import Topology
 
 if TYPE_CHECKING:
     from tacos.verify import VerifyReport
@@ -25,13 +28,13 @@ OPS = ("copy", "reduce")
 
 @dataclass(frozen=True, order=True)
 class Transfer:
-    """Chunks ``chunks`` travel ``src -> dst`` on link ``link`` during ``[start, end]``."""
+    """Chunks ``chunks`` travel ``src -> dst`` over the links ``route`` during ``[start, end]``."""
 
     start: float
     end: float
     src: int
     dst: int
-    link: int
+    route: tuple[int, ...]
     chunks: tuple[int, ...]
     op: str = "copy"
 
@@ -39,6 +42,18 @@ class Transfer:
     def duration(self) -> float:
         """``end - start`` in seconds."""
         return self.end - self.start
+
+    @property
+    def link(self) -> int:
+        """The link of a one-link route (direct links, switch-free views).
+
+        Raises ``ValueError`` for a route through switches: code that handles those must
+        look at ``route``.
+        """
+        if len(self.route) != 1:
+            raise ValueError(f"transfer {self.src}->{self.dst} crosses {len(self.route)} links; "
+                             "use .route")
+        return self.route[0]
 
 
 @dataclass(frozen=True)
@@ -59,19 +74,22 @@ class Schedule:
         """Time at which the last transfer ends (0 for an empty schedule)."""
         return max((t.end for t in self.transfers), default=0.0)
 
-    def link_of(self, t: Transfer) -> Link:
-        """The link a transfer uses."""
-        return self.topology.links[t.link]
+    def route_of(self, t: Transfer) -> Route:
+        """The :class:`~tacos.routes.Route` a transfer takes (raises
+        :class:`~tacos.routes.RouteError` when its links are not a valid route)."""
+        return self.topology.routing.make(t.route)
 
     def transfer_bytes(self, t: Transfer) -> int:
         """Bytes a transfer carries."""
         return sum(self.collective.chunks[c].size for c in t.chunks)
 
     def by_link(self) -> dict[int, list[Transfer]]:
-        """Transfers grouped by link index, each list sorted by start time."""
+        """Transfers grouped by physical link index (a transfer is listed under every link
+        of its route), each list sorted by start time."""
         out: dict[int, list[Transfer]] = defaultdict(list)
         for t in sorted(self.transfers):
-            out[t.link].append(t)
+            for li in t.route:
+                out[li].append(t)
         return dict(out)
 
     def by_npu(self) -> dict[int, dict[str, list[Transfer]]]:
@@ -93,7 +111,7 @@ class Schedule:
         return verify_schedule(self).raise_if_failed()
 
     def to_json(self) -> str:
-        """The schedule as deterministic JSON (schema ``tacos.schedule/1``)."""
+        """The schedule as deterministic JSON (schema ``tacos.schedule/2``)."""
         from tacos.backends.json_schedule import dumps
 
         return dumps(self)

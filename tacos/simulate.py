@@ -1,13 +1,15 @@
-"""α-β store-and-forward replay of a schedule.
+"""α-β replay of a schedule on the physical links.
 
 :func:`simulate` replays the transfers of a :class:`~tacos.schedule.Schedule` as early as the
-model allows, keeping the schedule's decisions (which chunks go over which link, in which order
+model allows, keeping the schedule's decisions (which chunks go over which route, in which order
 per link) and dropping its idle time:
 
-* a transfer lasts ``alpha + bytes/bandwidth`` of its link;
-* a link with multiplicity m runs at most m transfers at once, started in the original order
-  by ``(start, index)`` (a transfer waits for every earlier one on its link to have started and
-  for a free copy of the link);
+* a transfer lasts ``alpha + bytes/bandwidth`` of its route (cut-through: Σ α of the route's
+  links, the narrowest link's bandwidth; :mod:`tacos.routes`);
+* it holds one lane of every link of its route for its whole duration; a link with
+  multiplicity m runs at most m transfers at once, started in the original order by
+  ``(start, index)`` (a transfer waits, on every link of its route, for every earlier one on
+  that link to have started and for a free lane);
 * a transfer from u waits for every transfer into u that carries one of its chunks and ended no
   later than its start in the original schedule (data dependence);
 * for reduction chunks, a transfer into u does not start before every transfer out of u carrying
@@ -30,7 +32,14 @@ import numpy as np
 
 from tacos.errors import VerificationError
 from tacos.schedule import Schedule, Transfer
-from tacos.verify_bulk import HopTable, hop_table, paused_gc, range_join
+from tacos.verify_bulk import (
+    HopTable,
+    hop_table,
+    paused_gc,
+    range_join,
+    route_costs,
+    route_table,
+)
 
 _TIME_RTOL = 1e-12
 
@@ -41,7 +50,8 @@ class SimResult:
 
     ``time`` is the collective time in seconds, ``algbw`` = ``collective.size / time`` and
     ``busbw`` = ``algbw`` × the nccl-tests factor of the collective (B/s).
-    ``link_utilization[i]`` is the busy time of link ``i`` divided by ``time`` × multiplicity.
+    ``link_utilization[i]`` is the busy time of physical link ``i`` (every transfer whose route
+    crosses it) divided by ``time`` × multiplicity.
     ``schedule`` is the replayed schedule (the input when ``retime=False``).
     """
 
@@ -84,7 +94,7 @@ def simulate(schedule: Schedule, *, retime: bool = True) -> SimResult:
         with paused_gc():
             starts, ends, warnings = _replay(schedule)
             transfers = tuple(
-                Transfer(s, e, t.src, t.dst, t.link, t.chunks, t.op)
+                Transfer(s, e, t.src, t.dst, t.route, t.chunks, t.op)
                 for t, s, e in zip(schedule.transfers, starts, ends, strict=True)
             )
         meta = dict(schedule.meta)
@@ -102,11 +112,13 @@ def _utilization(schedule: Schedule, time: float) -> tuple[float, ...]:
     links = schedule.topology.links
     if time <= 0 or not schedule.transfers:
         return tuple(0.0 for _ in links)
-    n = len(schedule.transfers)
-    link = np.fromiter((t.link for t in schedule.transfers), dtype=np.int64, count=n)
-    span = np.fromiter((t.end - t.start for t in schedule.transfers), dtype=np.float64, count=n)
+    rt = route_table(schedule)
+    span = np.fromiter((t.end - t.start for t in schedule.transfers), dtype=np.float64,
+                       count=len(schedule.transfers))
+    link = rt.link
     ok = (link >= 0) & (link < len(links))
-    busy = np.bincount(link[ok], weights=np.maximum(span[ok], 0.0), minlength=len(links))
+    busy = np.bincount(link[ok], weights=np.maximum(span[rt.tr[ok]], 0.0),
+                       minlength=len(links))
     mult = np.array([lk.multiplicity for lk in links], dtype=np.float64)
     return tuple((busy / (time * mult)).tolist())
 
@@ -152,24 +164,28 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
     coll = schedule.collective
     try:
         h = hop_table(schedule)
-        link_arr = np.fromiter((t.link for t in transfers), dtype=np.int64, count=n)
+        rt = route_table(schedule)
     except (TypeError, ValueError, OverflowError):
         raise VerificationError("schedule cannot be replayed: non-numeric transfer fields",
                                 hint="run the verifier on the schedule") from None
-    bad_link = (link_arr < 0) | (link_arr >= len(links)) | (h.counts == 0)
+    bad_route = np.zeros(n, dtype=bool)
+    bad_route[rt.tr[(rt.link < 0) | (rt.link >= len(links))]] = True
+    bad_route |= (rt.counts == 0) | (h.counts == 0)
+    bad_route |= np.fromiter((len(set(t.route)) != len(t.route) for t in transfers), dtype=bool,
+                             count=n)
     bad_chunk = (h.chunk < 0) | (h.chunk >= coll.n_chunks)
-    if bad_link.any() or bad_chunk.any():
-        i = int(np.flatnonzero(bad_link)[0]) if bad_link.any() else int(h.tr[bad_chunk][0])
-        raise VerificationError(f"transfer {i} cannot be replayed: bad link "
-                                f"{transfers[i].link} or chunks {list(transfers[i].chunks)}",
+    if bad_route.any() or bad_chunk.any():
+        i = int(np.flatnonzero(bad_route)[0]) if bad_route.any() else int(h.tr[bad_chunk][0])
+        raise VerificationError(f"transfer {i} cannot be replayed: bad route "
+                                f"{list(transfers[i].route)} or chunks "
+                                f"{list(transfers[i].chunks)}",
                                 hint="run the verifier on the schedule")
     tol = _TIME_RTOL * float(np.abs(h.end).max(initial=0.0))
-    link_of = link_arr.tolist()
     sizes = np.fromiter((c.size for c in coll.chunks), dtype=np.int64, count=coll.n_chunks)
     nbytes = np.add.reduceat(sizes[h.chunk], h.offsets)
-    alpha = np.array([lk.alpha for lk in links], dtype=np.float64)
-    bw = np.array([lk.bandwidth for lk in links], dtype=np.float64)
-    dur = (alpha[link_arr] + nbytes / bw[link_arr]).tolist()
+    alpha, bw = route_costs(schedule, rt)
+    dur = (alpha + nbytes / bw).tolist()
+    route_of = [t.route for t in transfers]
     (raw_w, raw_p), (war_w, war_p) = _dependencies(schedule, tol, h)
     pending = (np.bincount(raw_w, minlength=n) + np.bincount(war_w, minlength=n)).tolist()
     end_ptr, end_targets = _csr(raw_w, raw_p, n)
@@ -178,7 +194,8 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
     queue: dict[int, list[int]] = defaultdict(list)
     starts = h.start[h.offsets] if n else np.zeros(0)
     for i in np.lexsort((np.arange(n), starts)).tolist():  # by (start, index)
-        queue[link_of[i]].append(i)
+        for li in route_of[i]:
+            queue[li].append(i)
     head = dict.fromkeys(queue, 0)
     free = {li: links[li].multiplicity for li in queue}
     start = [math.nan] * n
@@ -186,23 +203,41 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
     heap: list[tuple[float, int]] = []
     warnings: list[str] = []
 
-    def try_start(li: int, now: float) -> None:
-        q = queue[li]
-        while head[li] < len(q) and free[li] > 0 and pending[q[head[li]]] == 0:
-            i = q[head[li]]
-            head[li] += 1
-            free[li] -= 1
+    def startable(i: int) -> bool:
+        """Dependencies met, and first in line with a free lane on every link of its route."""
+        if pending[i] or not math.isnan(start[i]):
+            return False
+        for li in route_of[i]:
+            q = queue[li]
+            if free[li] <= 0 or head[li] >= len(q) or q[head[li]] != i:
+                return False
+        return True
+
+    def try_start(cands: list[int], now: float) -> None:
+        """Start every transfer of ``cands`` (and of the queues they unblock) that can."""
+        work = list(cands)
+        while work:
+            i = work.pop()
+            if not startable(i):
+                continue
             start[i] = now
             heapq.heappush(heap, (now + dur[i], i))
+            for li in route_of[i]:
+                head[li] += 1
+                free[li] -= 1
+                if head[li] < len(queue[li]):
+                    work.append(queue[li][head[li]])
             for k in start_targets[start_ptr[i]:start_ptr[i + 1]]:
                 if dropped and (i, k) in dropped:
                     continue
                 pending[k] -= 1
                 if pending[k] == 0:
-                    try_start(link_of[k], now)
+                    work.append(k)
 
-    for li in queue:
-        try_start(li, 0.0)
+    def heads() -> list[int]:
+        return [q[head[li]] for li, q in queue.items() if head[li] < len(q)]
+
+    try_start(heads(), 0.0)
     done = 0
     while done < n:
         if not heap:
@@ -212,18 +247,21 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
                 raise VerificationError(
                     "schedule cannot be replayed: its transfers wait on each other in a cycle",
                     hint="check the schedule with the verifier (zero-length transfers?)")
-            for li in queue:
-                try_start(li, now)
+            try_start(heads(), now)
             continue
         now, i = heapq.heappop(heap)
         end[i] = now
         done += 1
-        free[link_of[i]] += 1
+        woken: list[int] = []
+        for li in route_of[i]:
+            free[li] += 1
+            if head[li] < len(queue[li]):
+                woken.append(queue[li][head[li]])
         for k in end_targets[end_ptr[i]:end_ptr[i + 1]]:
             pending[k] -= 1
             if pending[k] == 0:
-                try_start(link_of[k], now)
-        try_start(link_of[i], now)
+                woken.append(k)
+        try_start(woken, now)
     return start, end, tuple(warnings)
 
 

@@ -1,7 +1,10 @@
 """The public entry point: from a topology and a collective to a verified-shape schedule.
 
-Pipeline: unwind switches → feasibility → (reductions by inversion) → solver → one schedule of
-the original collective (chunk ids preserved) on the unwound topology.
+Pipeline: feasibility → (reductions by inversion) → solver → one schedule of the original
+collective (chunk ids preserved) on the physical topology, each transfer on a physical route.
+Solvers that model switch ports themselves (``native_switches``) work on the physical topology;
+the others work on the switch-unwound view (:mod:`tacos.passes.unwind`) and their schedule is
+mapped back to physical routes and retimed on the physical links.
 
 >>> from tacos.topology import Link, Npu, Topology
 >>> from tacos.patterns import build
@@ -22,7 +25,7 @@ from tacos.collective import Collective
 from tacos.errors import InfeasibleError
 from tacos.passes.feasibility import check_feasible
 from tacos.passes.inversion import assemble, plan_inversion
-from tacos.passes.unwind import unwind_switches
+from tacos.passes.unwind import to_physical, unwind
 from tacos.schedule import Schedule
 from tacos.solvers.registry import Problem, SolveResult, get_solver
 from tacos.topology import Topology
@@ -67,14 +70,15 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
     """
     t0 = time.perf_counter()
     want_bound = bool(options.pop("bound", True))
-    unwound = unwind_switches(topology)
-    check_feasible(unwound, collective)
     impl = get_solver(solver)
+    # solvers that model switch ports themselves get the real topology, the others a view
+    native = getattr(impl, "native_switches", False)
+    view = None if native else unwind(topology)
+    unwound = topology if view is None else view.topology
+    check_feasible(unwound, collective)
     progress = options.get("progress")
     if not collective.combining or getattr(impl, "supports_combining", False):
-        # solvers that model switch ports themselves get the real topology
-        native = getattr(impl, "native_switches", False)
-        res = impl.solve(Problem(topology if native else unwound, collective, dict(options)))
+        res = impl.solve(Problem(unwound, collective, dict(options)))
         results = [res]
         schedule = res.schedule
         if schedule is not None and schedule.collective is not collective:
@@ -112,6 +116,8 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
         reason = next((r.stats.get("reason") for r in results if r.stats.get("reason")), "")
         return SolveResult(status if status != "feasible" else "infeasible", None, None,
                            dict(stats, reason=reason))
+    if view is not None:
+        schedule = to_physical(schedule, view)
     bound = _lower_bound(topology, collective) if want_bound else None
     first = results[0].schedule.meta if results and results[0].schedule is not None else {}
     schedule.meta.update(
@@ -136,7 +142,8 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "gre
     """Synthesize a schedule for ``collective`` on ``topology``.
 
     Returns a :class:`~tacos.schedule.Schedule` whose ``collective`` is the one given (chunk ids
-    preserved) and whose ``topology`` is the switch-unwound one; ``meta`` holds ``solver``,
+    preserved) and whose ``topology`` is ``topology`` itself (transfers on physical routes,
+    timed on the physical links); ``meta`` holds ``solver``,
     ``seed``, ``trials``, ``status``, ``synthesis_time`` (s) and ``lower_bound``/``gap``.
     Raises :class:`~tacos.errors.InfeasibleError` if no schedule exists.
     """

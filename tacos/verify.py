@@ -1,19 +1,23 @@
 """Independent schedule verifier.
 
-:func:`verify_schedule` checks a :class:`~tacos.schedule.Schedule` against the α-β
-store-and-forward model without trusting any solver.  Each problem found is a
-:class:`Violation` tagged with one of these rules (the names are part of the API):
+:func:`verify_schedule` checks a :class:`~tacos.schedule.Schedule` against the physical α-β
+model (``docs/machine-model.md``: cut-through routes, store-and-forward at NPUs) without
+trusting any solver.  Each problem found is a :class:`Violation` tagged with one of these rules
+(the names are part of the API):
 
 ``link``
-    the link index exists, the transfer's ``src``/``dst`` equal the link's, endpoints are live
-    NPUs (switches must be unwound) and a ``via`` switch link passes through a real switch.
+    the transfer's route is a valid route of the topology (:meth:`tacos.routes.Routing.make`:
+    existing links that join up from ``src`` to ``dst``, only switches in between, no node
+    twice), its endpoints are live NPUs, and a ``via`` link passes through a real switch.
 ``duration``
-    ``end - start >= alpha + bytes/bandwidth`` (relative tolerance 1e-9), ``start >= 0``, finite
-    times; chunk lists non-empty, valid, without duplicates; ``op`` in ``{copy, reduce}`` and
-    ``reduce`` only on reduction chunks.
+    ``end - start >= alpha + bytes/bandwidth`` of the route (Σ α of its links, the narrowest
+    bandwidth; relative tolerance 1e-9), ``start >= 0``, finite times; chunk lists non-empty,
+    valid, without duplicates; ``op`` in ``{copy, reduce}`` and ``reduce`` only on reduction
+    chunks.
 ``overlap``
-    at no instant more than ``link.multiplicity`` transfers are active on one link (intervals
-    are half-open ``[start, end)``).
+    at no instant more than ``link.multiplicity`` transfers are active on one physical link,
+    counting every transfer whose route crosses it -- a switch port or an uplink included
+    (intervals are half-open ``[start, end)``).
 ``causality``
     the sender holds (a value of) every chunk it sends when the transfer starts.
 ``postcondition``
@@ -39,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from tacos.errors import VerificationError
+from tacos.routes import RouteError, link_name
 from tacos.schedule import OPS, Schedule, Transfer
 from tacos.verify_bulk import (
     DURATION_RTOL,
@@ -170,29 +175,35 @@ def _check_one(schedule: Schedule, i: int, t: Transfer, out: _Collector) -> bool
     topo, coll = schedule.topology, schedule.collective
     n_chunks = coll.n_chunks
     good = True
-    link = None
-    if not isinstance(t.link, int) or not 0 <= t.link < len(topo.links):
-        out.add("link", f"transfer {i}: link index {t.link!r} does not exist "
-                f"(topology has {len(topo.links)} links)", transfer=i)
+    route = None
+    try:
+        if not isinstance(t.route, tuple):
+            raise RouteError(f"expected a tuple of link indices, got {t.route!r}")
+        route = topo.routing.make(t.route)
+    except RouteError as exc:
+        out.add("link", f"transfer {i}: route {_route_text(t.route)} is not valid: {exc}",
+                transfer=i, npu=t.src if isinstance(t.src, int) else None)
         good = False
-    else:
-        link = topo.links[t.link]
-        if (t.src, t.dst) != (link.src, link.dst):
-            out.add("link", f"transfer {i}: goes {t.src}->{t.dst} but link {t.link} is "
-                    f"{link.src}->{link.dst}", transfer=i, npu=t.src)
+    if route is not None:
+        if (t.src, t.dst) != (route.src, route.dst):
+            out.add("link", f"transfer {i}: goes {t.src}->{t.dst} but its route "
+                    f"{topo.routing.describe(route.links)} goes {route.src}->{route.dst}",
+                    transfer=i, npu=t.src)
             good = False
-        if link.via is not None and not (
-            topo.is_switch(link.via) and link.via < topo.n_nodes
-        ):
-            out.add("link", f"transfer {i}: link {t.link} passes via node {link.via}, "
-                    "which is not a switch", transfer=i)
+        for li in route.links:
+            via = topo.links[li].via
+            if via is not None and not (isinstance(via, int) and topo.is_switch(via)
+                                        and via < topo.n_nodes):
+                out.add("link", f"transfer {i}: link {li} passes via node {via}, "
+                        "which is not a switch", transfer=i)
         for end in (t.src, t.dst):
             if not isinstance(end, int) or not 0 <= end < topo.n_nodes:
                 out.add("link", f"transfer {i}: node {end!r} does not exist", transfer=i)
                 good = False
             elif topo.is_switch(end):
                 out.add("link", f"transfer {i}: endpoint {topo.node_name(end)} is a switch; "
-                        "switches must be unwound into virtual links", transfer=i, npu=end)
+                        "transfers join two NPUs (routes pass through switches)",
+                        transfer=i, npu=end)
                 good = False
             elif topo.npus[end].failed:
                 out.add("link", f"transfer {i}: NPU {topo.node_name(end)} has failed",
@@ -224,23 +235,35 @@ def _check_one(schedule: Schedule, i: int, t: Transfer, out: _Collector) -> bool
     if t.start < 0:
         out.add("duration", f"transfer {i}: starts at negative time {t.start!r}",
                 transfer=i)
-    if link is not None and chunks_ok:
-        need = link.time(sum(coll.chunks[c].size for c in t.chunks))
+    if route is not None and chunks_ok:
+        need = route.time(sum(coll.chunks[c].size for c in t.chunks))
         if t.end - t.start < need * (1 - DURATION_RTOL):
-            out.add("duration", f"transfer {i}: lasts {t.end - t.start:.6g} s but link "
-                    f"{t.link} needs {need:.6g} s (alpha + bytes/bandwidth)", transfer=i)
+            what = (f"link {route.links[0]}" if len(route.links) == 1 else
+                    f"route {topo.routing.describe(route.links)}")
+            out.add("duration", f"transfer {i}: lasts {t.end - t.start:.6g} s but {what} "
+                    f"needs {need:.6g} s (alpha + bytes/bandwidth)", transfer=i)
     return good and chunks_ok
 
 
+def _route_text(route: object) -> str:
+    if isinstance(route, tuple):
+        return "[" + ", ".join(repr(x) for x in route) + "]"
+    return repr(route)
+
+
 def _check_overlap(schedule: Schedule, usable: list[bool], tol: float, out: _Collector) -> None:
-    """No more than ``multiplicity`` transfers active at once on any link."""
+    """No more than ``multiplicity`` transfers active at once on any physical link."""
     suspects = overlap_suspects(schedule, usable, tol)
     per_link: dict[int, list[int]] = defaultdict(list)
-    for i, t in enumerate(schedule.transfers):
-        if usable[i] and t.link in suspects:
-            per_link[t.link].append(i)
+    if suspects:
+        for i, t in enumerate(schedule.transfers):
+            if usable[i]:
+                for li in t.route:
+                    if li in suspects:
+                        per_link[li].append(i)
+    topo = schedule.topology
     for li, idxs in sorted(per_link.items()):
-        cap = schedule.topology.links[li].multiplicity
+        cap = topo.links[li].multiplicity
         events: list[tuple[float, int, int]] = []
         for i in idxs:
             t = schedule.transfers[i]
@@ -257,7 +280,8 @@ def _check_overlap(schedule: Schedule, usable: list[bool], tol: float, out: _Col
             if len(active) >= cap:
                 others = sorted(active)[:3]
                 out.add("overlap", f"transfer {i} overlaps transfer(s) {others} on link {li} "
-                        f"(capacity {cap})", transfer=i, npu=schedule.transfers[i].src)
+                        f"{link_name(topo, li)} (capacity {cap})", transfer=i,
+                        npu=schedule.transfers[i].src)
             active.add(i)
 
 

@@ -68,6 +68,55 @@ def hop_table(schedule: Schedule) -> HopTable:
     return HopTable(tr, chunk, src[tr], dst[tr], start[tr], end[tr], counts, offsets)
 
 
+@dataclass(frozen=True)
+class RouteTable:
+    """One row per (transfer, route link) pair: ``tr`` the transfer, ``link`` the physical link;
+    ``offsets[i]`` the first row of transfer ``i``, ``counts[i]`` its route length."""
+
+    tr: np.ndarray
+    link: np.ndarray
+    counts: np.ndarray
+    offsets: np.ndarray
+
+
+def route_table(schedule: Schedule) -> RouteTable:
+    """Build the :class:`RouteTable`.  A route that is not a tuple of integers counts as empty
+    (the verifier's route rule reports it)."""
+    ts = schedule.transfers
+    n = len(ts)
+    routes = [_route(t.route) for t in ts]
+    counts = np.fromiter((len(r) for r in routes), dtype=np.int64, count=n)
+    total = int(counts.sum())
+    link = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=total)
+    tr = np.repeat(np.arange(n, dtype=np.int64), counts)
+    return RouteTable(tr, link, counts, np.cumsum(counts) - counts)
+
+
+def _route(route: object) -> tuple[int, ...]:
+    if type(route) is tuple and all(type(x) is int for x in route):
+        return route
+    return ()
+
+
+def route_costs(schedule: Schedule, rt: RouteTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per transfer, its route's Σ α and narrowest bandwidth (cut-through cost).
+
+    Links out of range count as α 0 and bandwidth 1 B/s, and an empty route as bandwidth
+    1 B/s; the route checks report them.
+    """
+    links = schedule.topology.links
+    n = len(schedule.transfers)
+    alpha = np.array([lk.alpha for lk in links] + [0.0], dtype=np.float64)
+    bw = np.array([lk.bandwidth for lk in links] + [1.0], dtype=np.float64)
+    li = np.where((rt.link >= 0) & (rt.link < len(links)), rt.link, len(links))
+    a = np.zeros(n)
+    np.add.at(a, rt.tr, alpha[li])
+    b = np.full(n, np.inf)
+    np.minimum.at(b, rt.tr, bw[li])
+    b[~np.isfinite(b)] = 1.0
+    return a, b
+
+
 def range_join(a_key: np.ndarray, a_val: np.ndarray, a_id: np.ndarray, q_key: np.ndarray,
                q_val: np.ndarray, q_id: np.ndarray, *, inclusive: bool
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -105,23 +154,40 @@ def transfer_suspects(schedule: Schedule, h: HopTable | None) -> np.ndarray:
         return np.ones(n, dtype=bool)
     topo, coll = schedule.topology, schedule.collective
     try:
-        link = np.fromiter((t.link for t in ts), dtype=np.int64, count=n)
+        rt = route_table(schedule)
     except (TypeError, ValueError, OverflowError):
         return np.ones(n, dtype=bool)
     links = topo.links
     n_links, n_nodes = len(links), topo.n_nodes
-    bad = (link < 0) | (link >= n_links) | (h.counts == 0)
-    li = np.where(bad, 0, link)
+    bad = (rt.counts == 0) | (h.counts == 0)
+    out_of_range = (rt.link < 0) | (rt.link >= n_links)
+    bad[rt.tr[out_of_range]] = True
+    li = np.where(out_of_range, 0, rt.link)
     src, dst = h.src[h.offsets] if n else h.src, h.dst[h.offsets] if n else h.dst
     start, end = h.start[h.offsets] if n else h.start, h.end[h.offsets] if n else h.end
-    if n_links:
+    is_switch = np.array([False] * topo.n_npus + [True] * len(topo.switches), dtype=bool)
+    if n_links and len(rt.link):
         lsrc = np.array([lk.src for lk in links], dtype=np.int64)
         ldst = np.array([lk.dst for lk in links], dtype=np.int64)
         bad_via = np.array([lk.via is not None and not (topo.is_switch(lk.via)
                                                         and lk.via < n_nodes) for lk in links])
-        alpha = np.array([lk.alpha for lk in links], dtype=np.float64)
-        bw = np.array([lk.bandwidth for lk in links], dtype=np.float64)
-        bad |= (lsrc[li] != src) | (ldst[li] != dst) | bad_via[li]
+        bad[rt.tr[bad_via[li]]] = True
+        nonempty = rt.counts > 0
+        first = rt.offsets[nonempty]
+        last = first + rt.counts[nonempty] - 1
+        idx = np.flatnonzero(nonempty)
+        bad[idx[lsrc[li[first]] != src[idx]]] = True
+        bad[idx[ldst[li[last]] != dst[idx]]] = True
+        # consecutive links join up, and every inner node is a switch
+        inner = np.ones(len(li), dtype=bool)
+        inner[rt.offsets[nonempty]] = False
+        pos = np.flatnonzero(inner)
+        broken = (ldst[li[pos - 1]] != lsrc[li[pos]]) | ~is_switch[lsrc[li[pos]]]
+        bad[rt.tr[pos[broken]]] = True
+        multi = np.flatnonzero(rt.counts > 1)
+        if len(multi):  # a node visited twice: checked exactly on the suspects
+            bad[multi] |= np.fromiter((len(set(ts[i].route)) != len(ts[i].route)
+                                       for i in multi.tolist()), dtype=bool, count=len(multi))
     bad_node = np.array([n.failed for n in topo.npus] + [True] * len(topo.switches), dtype=bool)
     for ends in (src, dst):
         out_of_range = (ends < 0) | (ends >= n_nodes)
@@ -141,7 +207,8 @@ def transfer_suspects(schedule: Schedule, h: HopTable | None) -> np.ndarray:
         bad[h.tr[reduce_op[h.tr] & ~is_reduce[ch]]] = True
         nbytes = np.zeros(n)
         np.add.at(nbytes, h.tr, sizes[ch])
-        need = alpha[li] + nbytes / bw[li] if n_links else np.zeros(n)
+        alpha, bw = route_costs(schedule, rt)
+        need = alpha + nbytes / bw
         with np.errstate(invalid="ignore"):
             bad |= ~((end - start) >= need * (1 - DURATION_RTOL))
     bad |= ~np.isfinite(start) | ~np.isfinite(end) | (start < 0)
@@ -191,19 +258,24 @@ def screen_copies(schedule: Schedule, usable: list[bool], tol: float, h: HopTabl
 
 
 def overlap_suspects(schedule: Schedule, usable: list[bool], tol: float) -> set[int]:
-    """Links that may carry more than ``multiplicity`` transfers at once.
+    """Physical links that may carry more than ``multiplicity`` transfers at once (a transfer
+    occupies every link of its route).
 
-    On a single link, transfers sorted by start never overlap iff each starts no earlier than
-    the previous one ends (within ``tol``); links with multiplicity > 1 are always returned.
+    On a single-lane link, transfers sorted by start never overlap iff each starts no earlier
+    than the previous one ends (within ``tol``); links with multiplicity > 1 are always
+    returned when used.
     """
     ts = schedule.transfers
-    idx = np.flatnonzero(np.asarray(usable, dtype=bool)) if ts else np.zeros(0, dtype=np.int64)
-    if len(idx) == 0:
+    if not ts:
         return set()
-    link = np.fromiter((ts[i].link for i in idx.tolist()), dtype=np.int64, count=len(idx))
-    start = np.fromiter((ts[i].start for i in idx.tolist()), dtype=np.float64, count=len(idx))
-    end = np.fromiter((ts[i].end for i in idx.tolist()), dtype=np.float64, count=len(idx))
-    order = np.lexsort((idx, start, link))
+    rt = route_table(schedule)
+    ok = np.asarray(usable, dtype=bool)[rt.tr]
+    tr, link = rt.tr[ok], rt.link[ok]
+    if len(tr) == 0:
+        return set()
+    start = np.fromiter((t.start for t in ts), dtype=np.float64, count=len(ts))[tr]
+    end = np.fromiter((t.end for t in ts), dtype=np.float64, count=len(ts))[tr]
+    order = np.lexsort((tr, start, link))
     lk, st, en = link[order], start[order], end[order]
     clash = (lk[1:] == lk[:-1]) & (st[1:] < en[:-1] - tol)
     out = set(np.unique(lk[1:][clash]).tolist())

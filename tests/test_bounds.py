@@ -199,7 +199,7 @@ def _ring_allreduce(n: int, size: int) -> Schedule:
         for i in range(n):
             c = (i - s - 1) % n if s < n - 1 else (i - s + n - 1) % n
             op = "reduce" if s < n - 1 else "copy"
-            ts.append(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, i, (c,), op))
+            ts.append(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, (i,), (c,), op))
     return Schedule(topo, coll, tuple(ts))
 
 

@@ -231,8 +231,8 @@ def test_backend_errors_name_the_fix(monkeypatch):
 def test_recovery_serves_a_missing_pair_from_its_nearest_holder():
     topology, collective = line(4), bcast(4)
     lk = {(t.src, t.dst): i for i, t in enumerate(topology.links)}
-    partial = [Transfer(0.0, STEP, 0, 1, lk[(0, 1)], (0,)),
-               Transfer(STEP, 2 * STEP, 1, 2, lk[(1, 2)], (0,))]
+    partial = [Transfer(0.0, STEP, 0, 1, (lk[(0, 1)],), (0,)),
+               Transfer(STEP, 2 * STEP, 1, 2, (lk[(1, 2)],), (0,))]
     full = complete_schedule(topology, collective, partial)
     added = full[len(partial):]
     assert [(t.src, t.dst) for t in added] == [(2, 3)]

@@ -26,7 +26,7 @@ def ring_allgather(n: int = 4) -> Schedule:
                     name="ring")
     coll = build("allgather", range(n), size=n * 1000)
     step = topo.links[0].time(1000)
-    ts = tuple(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, i, ((i - s) % n,))
+    ts = tuple(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, (i,), ((i - s) % n,))
                for s in range(n - 1) for i in range(n))
     return Schedule(topo, coll, ts, {"solver": "hand", "seed": 3, "trials": 1,
                                      "synthesis_time": 0.5, "owners": {0: 1},
@@ -46,27 +46,41 @@ def switch_allreduce() -> Schedule:
     ts = []
     for s in range(2):  # ring reduce-scatter over the unwound ring i -> i+1
         for lk_i, lk in enumerate(topo.links):
-            ts.append(Transfer(s * step, (s + 1) * step, lk.src, lk.dst, lk_i,
+            ts.append(Transfer(s * step, (s + 1) * step, lk.src, lk.dst, (lk_i,),
                                ((lk.src - s - 1) % 3,), "reduce"))
     for s in range(2):
         for lk_i, lk in enumerate(topo.links):
-            ts.append(Transfer((2 + s) * step, (3 + s) * step, lk.src, lk.dst, lk_i,
+            ts.append(Transfer((2 + s) * step, (3 + s) * step, lk.src, lk.dst, (lk_i,),
                                ((lk.src - s) % 3,)))
     return Schedule(topo, coll, tuple(ts))
 
 
-@pytest.fixture(params=["ring", "switch", "multi"])
+def switch_physical() -> Schedule:
+    """The same all-reduce on the physical topology: each transfer on the route i -> sw -> i+1."""
+    view = switch_allreduce()
+    topo = Topology(view.topology.npus, view.topology.switches,
+                    tuple(lk for i in range(3) for lk in (Link(i, 3, 0.5e-6, 100e9),
+                                                          Link(3, i, 0.5e-6, 100e9))),
+                    name="box")
+    ts = tuple(Transfer(t.start, t.end, t.src, t.dst, (2 * t.src, 2 * t.dst + 1), t.chunks, t.op)
+               for t in view.transfers)
+    return Schedule(topo, view.collective, ts)
+
+
+@pytest.fixture(params=["ring", "switch", "multi", "physical"])
 def schedule(request) -> Schedule:
     if request.param == "ring":
         return ring_allgather()
     if request.param == "switch":
         return switch_allreduce()
+    if request.param == "physical":
+        return switch_physical()
     s = ring_allgather(3)
     coll = combine([s.collective, build("broadcast", range(3), size=500, root=0)])
     step = s.topology.links[0].time(500)
     t0 = s.makespan
-    extra = (Transfer(t0, t0 + step, 0, 1, 0, (3,)), Transfer(t0 + step, t0 + 2 * step, 1, 2, 1,
-                                                            (3,)))
+    extra = (Transfer(t0, t0 + step, 0, 1, (0,), (3,)),
+             Transfer(t0 + step, t0 + 2 * step, 1, 2, (1,), (3,)))
     return Schedule(s.topology, coll, s.transfers + extra)
 
 
@@ -115,8 +129,37 @@ def test_output_validates_against_the_schema(schedule):
 def test_switch_links_keep_via_and_policy():
     doc = json.loads(dumps(switch_allreduce()))
     assert doc["topology"]["switches"] == [{"id": 3, "name": "nvswitch", "policy": "ring",
-                                            "degree": None}]
+                                            "degree": None, "capabilities": []}]
     assert {lk["via"] for lk in doc["topology"]["links"]} == {3}
+
+
+def test_physical_routes_round_trip():
+    s = switch_physical()
+    doc = json.loads(dumps(s))
+    assert doc["schema"] == "tacos.schedule/2"
+    assert doc["transfers"][0]["route"] == list(s.transfers[0].route)
+    assert len(doc["transfers"][0]["route"]) == 2
+    back = loads(dumps(s))
+    assert back.transfers == s.transfers and back.topology == s.topology
+    assert verify_schedule(back).ok
+
+
+def test_version_1_files_still_load():
+    """An older tacos.schedule/1 document (one ``link`` per transfer on the unwound topology)
+    reads back as one-link routes and verifies."""
+    s = switch_allreduce()
+    doc = json.loads(dumps(s))
+    doc["schema"] = "tacos.schedule/1"
+    for sw in doc["topology"]["switches"]:
+        del sw["capabilities"]
+    for t in doc["transfers"]:
+        (t["link"],) = t.pop("route")
+    back = loads(json.dumps(doc), source="old.json")
+    assert back.transfers == s.transfers
+    assert verify_schedule(back).ok
+    doc["transfers"][0]["route"] = [0]  # a v2 field in a v1 file
+    with pytest.raises(TacosError, match=r"\$\.transfers\[0\]"):
+        loads(json.dumps(doc), source="old.json")
 
 
 def _broken(mutate) -> str:
@@ -127,7 +170,9 @@ def _broken(mutate) -> str:
 
 @pytest.mark.parametrize("mutate,path", [
     (lambda d: d["transfers"][2].__setitem__("start", "soon"), "$.transfers[2].start"),
-    (lambda d: d["transfers"][1].pop("link"), "$.transfers[1]"),
+    (lambda d: d["transfers"][1].pop("route"), "$.transfers[1]"),
+    (lambda d: d["transfers"][1].__setitem__("route", []), "$.transfers[1].route"),
+    (lambda d: d["transfers"][1].__setitem__("route", [0, "x"]), "$.transfers[1].route[1]"),
     (lambda d: d["transfers"][0].__setitem__("op", "sum"), "$.transfers[0].op"),
     (lambda d: d["topology"]["links"][1].__setitem__("bandwidth", -3), "$.topology.links[1]"),
     (lambda d: d["collective"]["chunks"][0].__setitem__("pre", [0, 9]),
@@ -139,7 +184,7 @@ def test_malformed_field_is_named(mutate, path, with_jsonschema, monkeypatch):
     if not with_jsonschema:
         import tacos.frontends.json_schedule as fj
 
-        monkeypatch.setattr(fj, "_validate_schema", lambda doc, source: None)
+        monkeypatch.setattr(fj, "_validate_schema", lambda doc, source, version: None)
     with pytest.raises(TacosError) as err:
         loads(_broken(mutate), source="plan.json")
     msg = str(err.value)
@@ -154,10 +199,10 @@ def test_structural_checks_catch_semantic_ids_without_schema():
 
 def test_not_json_and_wrong_schema(tmp_path):
     with pytest.raises(TacosError) as err:
-        loads('{"schema": "tacos.schedule/1",\n "topology": [1, 2,,]}', source="x.json")
+        loads('{"schema": "tacos.schedule/2",\n "topology": [1, 2,,]}', source="x.json")
     assert err.value.span is not None and err.value.span.line == 2
     assert "x.json:2:" in str(err.value)
-    with pytest.raises(TacosError, match=r"\$\.schema: expected 'tacos\.schedule/1'"):
+    with pytest.raises(TacosError, match=r"\$\.schema: expected 'tacos\.schedule/2'"):
         loads('{"schema": "tacos.schedule/9"}', source="x.json")
     with pytest.raises(TacosError, match="not valid JSON"):
         loads('{"schema": NaN}', source="x.json")

@@ -45,12 +45,12 @@ def ring_schedule(kind: str, n: int = 4) -> Schedule:
     ts = []
     if kind == "allreduce":
         for s in range(n - 1):
-            ts += [Transfer(s * d, (s + 1) * d, r, (r + 1) % n, r, ((r - s) % n,), "reduce")
+            ts += [Transfer(s * d, (s + 1) * d, r, (r + 1) % n, (r,), ((r - s) % n,), "reduce")
                    for r in range(n)]
     base = n - 1 if kind == "allreduce" else 0
     first = 1 if kind == "allreduce" else 0
     for s in range(n - 1):
-        ts += [Transfer((base + s) * d, (base + s + 1) * d, r, (r + 1) % n, r,
+        ts += [Transfer((base + s) * d, (base + s + 1) * d, r, (r + 1) % n, (r,),
                         ((r + first - s) % n,)) for r in range(n)]
     sched = Schedule(t, coll, tuple(ts))
     assert verify_schedule(sched).ok

@@ -56,7 +56,7 @@ def make(t: Topology, coll, hops) -> Schedule:
     ts = []
     for step, u, v, chunks, op in hops:
         ts.append(Transfer(step * d, step * d + ALPHA + sum(coll.chunks[c].size for c in chunks)
-                           / BW, u, v, t.link_index(u, v), tuple(chunks), op))
+                           / BW, u, v, (t.link_index(u, v),), tuple(chunks), op))
     s = Schedule(t, coll, tuple(ts))
     rep = verify_schedule(s)
     assert rep.ok, rep.text()

@@ -52,7 +52,7 @@ def test_utilization_matches_busy_time() -> None:
     topo = _line(2)
     coll = build("allgather", range(2), size=2000)
     # link 0 busy 2 us of a 4 us schedule, link 1 busy 4 us
-    transfers = (Transfer(0.0, 2e-6, 0, 1, 0, (0,)), Transfer(0.0, 4e-6, 1, 0, 1, (1,)))
+    transfers = (Transfer(0.0, 2e-6, 0, 1, (0,), (0,)), Transfer(0.0, 4e-6, 1, 0, (1,), (1,)))
     sched = Schedule(topo, coll, transfers)
     assert link_utilization(sched) == pytest.approx({0: 0.5, 1: 1.0})
 

@@ -34,10 +34,10 @@ def ring_allreduce(n: int, gap: float = 1.0) -> Schedule:
         t0 = s * step * gap
         for i in range(n):
             if s < n - 1:
-                ts.append(Transfer(t0, t0 + step, i, (i + 1) % n, i, ((i - s - 1) % n,),
+                ts.append(Transfer(t0, t0 + step, i, (i + 1) % n, (i,), ((i - s - 1) % n,),
                                    "reduce"))
             else:
-                ts.append(Transfer(t0, t0 + step, i, (i + 1) % n, i, ((i - s + n - 1) % n,)))
+                ts.append(Transfer(t0, t0 + step, i, (i + 1) % n, (i,), ((i - s + n - 1) % n,)))
     return Schedule(topo, coll, tuple(ts))
 
 
@@ -75,8 +75,8 @@ def _line_two_chunks(multiplicity: int) -> Schedule:
     coll = custom([({0}, {1, 2}, False, 4096), ({0}, {1, 2}, False, 4096)])
     d = topo.links[0].time(4096)
     ts = (
-        Transfer(0, d, 0, 1, 0, (0,)), Transfer(0, d, 0, 1, 0, (1,)),
-        Transfer(d, 2 * d, 1, 2, 1, (0,)), Transfer(d, 2 * d, 1, 2, 1, (1,)),
+        Transfer(0, d, 0, 1, (0,), (0,)), Transfer(0, d, 0, 1, (0,), (1,)),
+        Transfer(d, 2 * d, 1, 2, (1,), (0,)), Transfer(d, 2 * d, 1, 2, (1,), (1,)),
     )
     return Schedule(topo, coll, ts)
 
@@ -112,11 +112,11 @@ def test_reduction_read_before_later_write_keeps_order():
     coll = custom([({0, 1, 2}, {3}, True, 4096), ({2}, {3}, False, 4096)])
     d = links[0].time(4096)
     ts = (
-        Transfer(0, d, 2, 3, 0, (1,)),                      # occupies 2->3 first
-        Transfer(d, 2 * d, 2, 3, 0, (0,), "reduce"),        # read: {2}
-        Transfer(5 * d, 6 * d, 1, 2, 1, (0,), "copy"),      # write: 2 now holds {1}
-        Transfer(7 * d, 8 * d, 2, 3, 0, (0,), "reduce"),    # read: {1}
-        Transfer(0, d, 0, 3, 2, (0,), "reduce"),            # {0}
+        Transfer(0, d, 2, 3, (0,), (1,)),                   # occupies 2->3 first
+        Transfer(d, 2 * d, 2, 3, (0,), (0,), "reduce"),     # read: {2}
+        Transfer(5 * d, 6 * d, 1, 2, (1,), (0,), "copy"),   # write: 2 now holds {1}
+        Transfer(7 * d, 8 * d, 2, 3, (0,), (0,), "reduce"), # read: {1}
+        Transfer(0, d, 0, 3, (2,), (0,), "reduce"),         # {0}
     )
     s = Schedule(topo, coll, ts)
     assert verify_schedule(s).ok, verify_schedule(s).text()
@@ -164,7 +164,7 @@ def test_ring_allgather_busbw_matches_link_bandwidth_at_large_size():
     topo = ring(n)
     coll = build("allgather", range(n), size=1 << 30)
     step = topo.links[0].time(coll.chunks[0].size)
-    ts = tuple(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, i, ((i - s) % n,))
+    ts = tuple(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, (i,), ((i - s) % n,))
                for s in range(n - 1) for i in range(n))
     res = simulate(Schedule(topo, coll, ts))
     assert res.busbw == pytest.approx(BW, rel=1e-4)  # ring busbw -> link bandwidth

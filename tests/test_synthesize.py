@@ -103,7 +103,9 @@ def test_every_standard_collective_on_every_topology_verifies(name, kind):
     assert sched.collective is coll
     assert sched.makespan >= sched.meta["lower_bound"] * (1 - 1e-9)
     if topo.switches:
-        assert all(sched.topology.links[t.link].via == topo.switches[0].id
+        # physical routes: NPU -> switch -> NPU on the topology itself
+        assert sched.topology is topo
+        assert all(len(t.route) == 2 and topo.links[t.route[0]].dst == topo.switches[0].id
                    for t in sched.transfers)
 
 
@@ -126,7 +128,7 @@ def test_reduce_scatter_is_a_reversed_allgather():
     horizon = rs.makespan
     # flip every reduce v->u over [s, e] into a copy u->v over [T-e, T-s] on the reversed
     # topology: the result must be a valid all-gather from each chunk's owner
-    flipped = tuple(sorted(Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.link,
+    flipped = tuple(sorted(Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.route[::-1],
                                     t.chunks) for t in rs.transfers))
     ag = Collective("custom", tuple(Chunk(c.id, c.size, c.post, c.pre) for c in coll.chunks),
                     coll.group, coll.size)

@@ -37,7 +37,7 @@ def ring_allgather(n: int = 4) -> Schedule:
     transfers = []
     for s in range(n - 1):
         for i in range(n):
-            transfers.append(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, i,
+            transfers.append(Transfer(s * step, (s + 1) * step, i, (i + 1) % n, (i,),
                                       ((i - s) % n,)))
     return Schedule(topo, coll, tuple(transfers))
 
@@ -50,7 +50,7 @@ def _ring_reduce_phase(n: int, step: float, t0: float = 0.0) -> list[Transfer]:
     out = []
     for s in range(n - 1):
         for i in range(n):
-            out.append(Transfer(t0 + s * step, t0 + (s + 1) * step, i, (i + 1) % n, i,
+            out.append(Transfer(t0 + s * step, t0 + (s + 1) * step, i, (i + 1) % n, (i,),
                                 ((i - s - 1) % n,), "reduce"))
     return out
 
@@ -70,7 +70,7 @@ def ring_allreduce(n: int = 4) -> Schedule:
     t0 = (n - 1) * step
     for s in range(n - 1):
         for i in range(n):
-            transfers.append(Transfer(t0 + s * step, t0 + (s + 1) * step, i, (i + 1) % n, i,
+            transfers.append(Transfer(t0 + s * step, t0 + (s + 1) * step, i, (i + 1) % n, (i,),
                                       ((i - s) % n,)))
     return Schedule(topo, coll, tuple(transfers))
 
@@ -184,8 +184,8 @@ def test_reduce_op_on_copy_chunk_rejected():
 def test_wrong_link_endpoint():
     s = ring_allgather(4)
     ts = list(s.transfers)
-    ts[0] = replace(ts[0], link=1)  # link 1 is 1->2, the transfer says 0->1
-    ts[1] = replace(ts[1], link=99)
+    ts[0] = replace(ts[0], route=(1,))  # link 1 is 1->2, the transfer says 0->1
+    ts[1] = replace(ts[1], route=(99,))
     rep = verify_schedule(_with(s, ts))
     assert {v.transfer for v in rep.violations if v.rule == "link"} == {0, 1}
 
@@ -255,7 +255,7 @@ def test_bulk_screens_match_exact_checks(make, n, mutations):
         elif what == "chunk":
             ts[i] = replace(t, chunks=((t.chunks[0] + 1) % s.collective.n_chunks,))
         elif what == "link":
-            ts[i] = replace(t, link=(t.link + 1) % len(s.topology.links))
+            ts[i] = replace(t, route=((t.link + 1) % len(s.topology.links),))
         elif what == "op":
             ts[i] = replace(t, op="copy" if t.op == "reduce" else "reduce")
         else:

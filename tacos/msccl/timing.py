@@ -7,10 +7,12 @@ Model (an estimate for comparing plans, not a cycle-accurate GPU model):
 * One MSCCL chunk is ``nbytes / nchunksperloop`` bytes, where ``nbytes`` is the total message
   size of §1.1 (``count × typesize × sizeMultiplier``); by default the top of the file's size
   window (``maxBytes``, or ``max(minBytes, 1 MiB)`` when unlimited).
-* Each connection ``A -> B`` is routed once over the path minimising ``Σ (α + chunk/β)``
-  (Dijkstra over the links, through switches if any).  A transfer of ``cnt`` chunks is
-  cut-through: ``Σ α + cnt·chunk / min β`` along the path, holding one of the ``multiplicity``
-  parallel lanes of every link on the path for that time; lanes are granted in order of request.
+* Each connection ``A -> B`` takes the fastest candidate route for one chunk (the machine
+  model's routes, :mod:`tacos.routes`: a direct link or a path through switches; a connection
+  between NPUs that no route joins is an error, since the runtime does not relay through other
+  GPUs).  A transfer of ``cnt`` chunks is cut-through: ``Σ α + cnt·chunk / min β`` along the
+  route, holding one of the ``multiplicity`` parallel lanes of every link on the route for that
+  time; lanes are granted in order of request.
 * A transmission starts when all its happens-before predecessors have finished (program order,
   dependency waits, and for receives the arrival of the matching send); fused ops forward after
   the whole receive (no slice pipelining).  Local ops (``cpy``, ``re``) take no time; FIFO
@@ -22,8 +24,6 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from typing import Any
-
-import networkx as nx
 
 from tacos.errors import TacosError
 from tacos.msccl.program import Program
@@ -63,24 +63,14 @@ def default_nbytes(program: Program) -> int:
     return max(program.minBytes or 0, DEFAULT_NBYTES)
 
 
-def _graph(topology: Topology, chunk: float) -> nx.DiGraph:
-    """Best parallel link per node pair, weighted by the α-β time of one chunk."""
-    g = nx.DiGraph()
-    for i, link in enumerate(topology.links):
-        w = link.alpha + chunk / link.bandwidth
-        if not g.has_edge(link.src, link.dst) or g.edges[link.src, link.dst]["w"] > w:
-            g.add_edge(link.src, link.dst, w=w, link=i)
-    return g
-
-
-def _route(g: nx.DiGraph, src: int, dst: int) -> list[int]:
-    try:
-        path = nx.dijkstra_path(g, src, dst, weight="w")
-    except (nx.NetworkXNoPath, nx.NodeNotFound):
-        raise TacosError(f"the topology has no path from NPU {src} to NPU {dst}, but the "
-                         f"program sends from rank {src} to rank {dst}",
+def _route(topology: Topology, src: int, dst: int, chunk: float) -> list[int]:
+    route = topology.routing.best(src, dst, chunk)
+    if route is None:
+        raise TacosError(f"the topology has no route from NPU {src} to NPU {dst} (a direct "
+                         f"link or a path through switches), but the program sends from rank "
+                         f"{src} to rank {dst}",
                          hint="check the topology matches the ranks of the XML") from None
-    return [g.edges[u, v]["link"] for u, v in zip(path, path[1:], strict=False)]
+    return list(route.links)
 
 
 def alpha_beta_time(program: Program, topology: Topology, *, nbytes: int | None = None,
@@ -101,10 +91,9 @@ def alpha_beta_time(program: Program, topology: Topology, *, nbytes: int | None 
     nbytes = default_nbytes(program) if nbytes is None else nbytes
     chunk = nbytes / program.nchunksperloop
     routes: dict[tuple[int, int], list[int]] = {}
-    graph = _graph(topology, chunk)
     for a, b, _c in model.sender:
         if (a, b) not in routes:
-            routes[(a, b)] = _route(graph, a, b)
+            routes[(a, b)] = _route(topology, a, b, chunk)
     lanes = [[0.0] * max(1, link.multiplicity) for link in topology.links]
     n = len(model.txs)
     succs: list[list[int]] = [[] for _ in range(n)]

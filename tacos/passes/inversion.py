@@ -132,7 +132,7 @@ def invert_transfers(dual: Schedule, ids: tuple[int, ...]) -> list[Transfer]:
     """Time- and edge-reverse a dual schedule's copies into reduces of the original chunks."""
     horizon = dual.makespan
     return [
-        Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.link,
+        Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.route[::-1],
                  tuple(sorted(ids[c] for c in t.chunks)), "reduce")
         for t in dual.transfers
     ]
@@ -141,14 +141,14 @@ def invert_transfers(dual: Schedule, ids: tuple[int, ...]) -> list[Transfer]:
 def shift_transfers(forward: Schedule, ids: tuple[int, ...], offset: float) -> list[Transfer]:
     """Forward-phase copies mapped to original chunk ids and delayed by ``offset`` seconds."""
     return [
-        Transfer(t.start + offset, t.end + offset, t.src, t.dst, t.link,
+        Transfer(t.start + offset, t.end + offset, t.src, t.dst, t.route,
                  tuple(sorted(ids[c] for c in t.chunks)), "copy")
         for t in forward.transfers
     ]
 
 
 def _order(t: Transfer) -> tuple:
-    return (t.start, t.end, t.src, t.dst, t.link, t.chunks, t.op)
+    return (t.start, t.end, t.src, t.dst, t.route, t.chunks, t.op)
 
 
 def assemble(topology: Topology, collective: Collective, plan: InversionPlan,

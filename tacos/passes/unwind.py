@@ -1,4 +1,12 @@
-"""Switch unwinding: replace switches by virtual NPU-to-NPU links.
+"""Switch unwinding: a switch-free *view* of a topology for solvers that need a fixed graph.
+
+The physical model (:mod:`tacos.routes`) routes transfers through switches; the TEN ILP, the
+TACCL-like solver and TACOS-style synthesis instead need every NPU-to-NPU connection as one
+link with a fixed share of the port.  :func:`unwind` builds that view (the seed paper's switch
+unwinding) and remembers, for each view link, the physical route it stands for;
+:func:`to_physical` maps a schedule made on the view back to those routes and retimes it on the
+physical links (a view link's static share of a port becomes the port itself, shared in time),
+as cvxpy's reductions invert.  Nobody but the solver ever sees a view schedule.
 
 Switches joined to each other (a leaf-spine fabric) are unwound together: each connected group
 of switches is one *fabric*, and the NPUs linked to any of its switches are its attached NPUs.
@@ -15,17 +23,36 @@ The fabric's policy is its first switch's:
   consecutive nodes (a rail ring), which suits a scale-out switch shared by whole nodes.
 
 A virtual link u→v has latency α(u→its switch) + the α of the shortest switch-to-switch path +
-α(switch→v), and bandwidth min(up port / u's fan-out, down port / v's fan-in).  Inside a
-multi-switch fabric this models the fabric as non-blocking; the cut bounds are computed on the
-real topology, so an oversubscribed fabric shows up as a gap, not a hidden error.  ``via`` is
-the sender's switch.
+α(switch→v), and bandwidth min(up port / u's fan-out, down port / v's fan-in).  Its physical
+route is a fewest-link route from u to v through the fabric's switches; in a multi-switch
+fabric with several such routes (ECMP), virtual links are spread over them in turn.  The view
+treats the fabric as non-blocking; the mapped-back schedule is timed on the real links, so an
+oversubscribed fabric shows up in the time.  ``via`` is the sender's switch.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import networkx as nx
 
+from tacos.schedule import Schedule, Transfer
 from tacos.topology import Link, Topology
+
+
+@dataclass(frozen=True)
+class View:
+    """A switch-free view of ``physical``: ``topology`` has NPU-to-NPU links only, and view
+    link ``i`` stands for the physical route ``routes[i]`` (link ids of ``physical``)."""
+
+    physical: Topology
+    topology: Topology
+    routes: tuple[tuple[int, ...], ...]
+
+    @property
+    def identity(self) -> bool:
+        """True when the view is the physical topology itself (no switch to unwind)."""
+        return self.topology is self.physical
 
 
 def _targets(policy: str, degree: int | None, n: int) -> list[list[int]]:
@@ -60,14 +87,24 @@ def fabrics(topology: Topology) -> list[list[int]]:
 
 
 def unwind_switches(topology: Topology) -> Topology:
-    """Return a switch-free topology whose virtual links carry ``via`` = a switch id.
+    """The view's topology alone: switch-free, virtual links carry ``via`` = a switch id.
 
     The switch entries stay in ``topology.switches`` for reporting; only links change.
     """
-    if not topology.switches:
-        return topology
-    links: list[Link] = [lk for lk in topology.links
-                         if not topology.is_switch(lk.src) and not topology.is_switch(lk.dst)]
+    return unwind(topology).topology
+
+
+def unwind(topology: Topology) -> View:
+    """The switch-free :class:`View` of ``topology`` (itself when it has no switch links)."""
+    if not any(topology.is_switch(lk.src) or topology.is_switch(lk.dst)
+               for lk in topology.links):
+        return View(topology, topology, tuple((i,) for i in range(len(topology.links))))
+    links: list[Link] = []
+    routes: list[tuple[int, ...]] = []
+    for i, lk in enumerate(topology.links):
+        if not topology.is_switch(lk.src) and not topology.is_switch(lk.dst):
+            links.append(lk)
+            routes.append((i,))
     inner = nx.DiGraph()
     for lk in topology.links:
         if topology.is_switch(lk.src) and topology.is_switch(lk.dst):
@@ -93,6 +130,7 @@ def unwind_switches(topology: Topology) -> Topology:
         for ts in targets:
             for j in ts:
                 fan_in[j] += 1
+        members = set(fabric)
         for i, src in enumerate(attached):
             up = ups[src]
             for j in targets[i]:
@@ -101,10 +139,42 @@ def unwind_switches(topology: Topology) -> Topology:
                     continue  # a direct link already joins them; keep the direct one
                 down = downs[dst]
                 hop = 0.0 if up.dst == down.src else hops.get(up.dst, {}).get(down.src)
-                if hop is None:
+                cands = [r for r in topology.routing.routes(src, dst)
+                         if r.switched and topology.links[r.links[0]].dst in members]
+                if hop is None or not cands:
                     continue
                 bw = min(up.total_bandwidth / len(targets[i]),
                          down.total_bandwidth / max(1, fan_in[j]))
                 links.append(Link(src, dst, up.alpha + hop + down.alpha, bw, 1, up.dim,
                                   up.tag or "switch", up.dst, up.span))
-    return topology.with_links(links)
+                fewest = min(len(r.links) for r in cands)
+                cands = [r for r in cands if len(r.links) == fewest]
+                routes.append(cands[(i + j) % len(cands)].links)
+    return View(topology, topology.with_links(links), tuple(routes))
+
+
+def to_physical(schedule: Schedule, view: View, *, retime: bool = True) -> Schedule:
+    """Map a schedule made on ``view.topology`` back to physical routes of ``view.physical``.
+
+    Each transfer over view link ``i`` takes the route ``view.routes[i]``.  With ``retime``
+    (the default) the result is replayed on the physical links by
+    :func:`tacos.simulate.simulate`: transfers whose routes share a link (several view links
+    standing for one port) are serialized in their original order, each at the route's full
+    cut-through speed.  The identity view returns the schedule unchanged.
+    """
+    if view.identity:
+        return schedule
+    routes = view.routes
+    transfers = tuple(
+        Transfer(t.start, t.end, t.src, t.dst, routes[t.link], t.chunks, t.op)
+        for t in schedule.transfers
+    )
+    mapped = Schedule(view.physical, schedule.collective, transfers, dict(schedule.meta))
+    if not retime:
+        return mapped
+    from tacos.simulate import simulate
+
+    out = simulate(mapped).schedule
+    out.meta.pop("retimed", None)
+    out.meta["view"] = "unwound"
+    return out

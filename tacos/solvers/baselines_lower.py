@@ -33,7 +33,7 @@ from tacos.collective import Collective
 from tacos.errors import InfeasibleError, ToolFailure
 from tacos.schedule import Schedule, Transfer
 from tacos.solvers.baselines_route import Hop, NpuGraph
-from tacos.topology import Link, Topology
+from tacos.topology import Topology
 
 EPS = 1e-13
 
@@ -119,8 +119,6 @@ class Lowering:
         self.collective = collective
         self.graph = graph or NpuGraph(topology)
         self._res: dict[int, _Resource] = {}
-        self._links: list[Link] = []
-        self._link_ids: dict[tuple, int] = {}
         self._avail: dict[tuple[int, int], float] = {}
         self._rows: list[list] = []  # [start, end, src, dst, link, chunks]
 
@@ -178,7 +176,7 @@ class Lowering:
         s, d, hop = best
         for li in hop.links:
             self._resource(li).book(s, d)
-        self._rows.append([s, s + d, a, b, self._link_id(hop), chunks])
+        self._rows.append([s, s + d, a, b, hop.links, chunks])
         return s + d
 
     def _resource(self, li: int) -> _Resource:
@@ -197,25 +195,12 @@ class Lowering:
                 return t
             t = nxt
 
-    def _link_id(self, hop: Hop) -> int:
-        key = (hop.src, hop.dst, hop.links)
-        idx = self._link_ids.get(key)
-        if idx is None:
-            first = self.topology.links[hop.links[0]]
-            if hop.via is None:
-                link = first
-            else:
-                link = Link(hop.src, hop.dst, hop.alpha, hop.bandwidth, hop.multiplicity,
-                            first.dim, first.tag or "switch", hop.via, first.span)
-            idx = self._link_ids[key] = len(self._links)
-            self._links.append(link)
-        return idx
-
     # -- result ----------------------------------------------------------------------------
     def schedule(self, meta: dict) -> Schedule:
-        """Assign copy/reduce ops and build the schedule (on a switch-free link table)."""
+        """Assign copy/reduce ops and build the schedule on the physical topology (each
+        transfer on the physical route of its hop)."""
         rows = self._assign_ops()
-        topo = self.topology.with_links(self._links)
+        topo = self.topology
         rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], r[4], r[5], r[6]))
         transfers = tuple(Transfer(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows)
         return Schedule(topo, self.collective, transfers, dict(meta))

@@ -121,7 +121,7 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
     rows = sorted(zip(res.start, res.end, res.link, res.bits, strict=True),
                   key=lambda r: (r[0], r[1], src[r[2]], dst[r[2]], r[2]))
     transfers = tuple(
-        Transfer(s * TICK, e * TICK, src[lk], dst[lk], lk,
+        Transfer(s * TICK, e * TICK, src[lk], dst[lk], (lk,),
                  tuple(ids[i] for i in bits_to_tuple(b)), "copy")
         for s, e, lk, b in rows
     )

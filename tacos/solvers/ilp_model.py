@@ -356,5 +356,5 @@ def sends_to_transfers(sends: Iterable[Send], step: float, steps: Sequence[int],
         lk = topology.links[li]
         start = t * step
         end = min(start + lk.time(sizes[c]), (t + steps[li]) * step)
-        out.append(Transfer(start, end, lk.src, lk.dst, li, (c,)))
+        out.append(Transfer(start, end, lk.src, lk.dst, (li,), (c,)))
     return out

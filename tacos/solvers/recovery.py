@@ -127,7 +127,7 @@ def complete_schedule(topology: Topology, collective: Collective,
             heapq.heappush(pending, (start, c, u, v))
             continue
         lanes[li][lane] = end
-        out.append(Transfer(start, end, u, v, li, (c,)))
+        out.append(Transfer(start, end, u, v, (li,), (c,)))
         for w in children.get((c, v), ()):
             heapq.heappush(pending, (end, c, v, w))
     return out

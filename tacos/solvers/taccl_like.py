@@ -76,7 +76,7 @@ class TacclLikeSolver:
                 return SolveResult("infeasible", None, None, {"reason": reason})
             for li, start in route:
                 lk = topo.links[li]
-                transfers.append(Transfer(start, start + lk.time(ch.size), lk.src, lk.dst, li,
+                transfers.append(Transfer(start, start + lk.time(ch.size), lk.src, lk.dst, (li,),
                                           (ch.id,)))
         meta: dict[str, Any] = {"solver": "taccl", "seed": seed, "status": "feasible"}
         naive = Schedule(topo, coll, tuple(sorted(transfers)), meta)
