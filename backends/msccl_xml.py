@@ -3,7 +3,10 @@
 The runtime's parser is hand-written and stricter than XML (``docs/msccl-xml.md`` §1.2, §6), so
 the output is fixed byte for byte:
 
-* no ``<?xml?>`` prolog and no comments; ``<algo>`` is the first element;
+* no ``<?xml?>`` prolog; ``<algo>`` is the first element, preceded only, for a process group
+  whose NPUs are not ``0 .. n-1`` in order, by one ``<!-- tacos ranks: ... -->`` line giving
+  each rank's NPU id (:mod:`tacos.msccl.ranks`; the runtime skips comments before ``<algo>``,
+  as in the production files' licence headers);
 * one element per line, indented by two spaces per level, ``\\n`` line ends, a final newline;
 * each element's attributes on its line, in a fixed order (``algo``: name, proto, nchannels,
   nchunksperloop, ngpus, coll, inplace, outofplace, minBytes, maxBytes, then ``redop`` and any
@@ -106,16 +109,18 @@ def schedule_to_xml(schedule: Schedule, options=None) -> str:
     """Lower ``schedule``, verify the emitted XML, and return it.
 
     ``options`` is a :class:`tacos.msccl.lower.MscclOptions` (defaults: out-of-place, Simple,
-    no size window).  The text is parsed back and checked with
+    no size window).  Rank r is the r-th NPU of ``schedule.collective.group``; a group other
+    than NPUs ``0 .. n-1`` is recorded in a ``tacos ranks`` comment before ``<algo>``.  The text is parsed back and checked with
     :func:`tacos.msccl.verify.verify_xml` (strict parse, same step limit); any violation raises
     :class:`~tacos.errors.VerificationError` with the verifier's report, so no unverified XML is
     ever returned.
     """
     from tacos.msccl.lower import MscclOptions, lower
+    from tacos.msccl.ranks import ranks_comment
     from tacos.msccl.verify import verify_xml
 
     opts = options or MscclOptions()
-    text = emit_xml(lower(schedule, options=opts))
+    text = ranks_comment(schedule.collective.group) + emit_xml(lower(schedule, options=opts))
     report = verify_xml(text, source="<lowered plan>", strict=True,
                         max_steps=opts.max_steps_per_tb)
     if not report.ok:

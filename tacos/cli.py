@@ -105,6 +105,9 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="greedy: parallel processes (default: cores)")
     p.add_argument("--max-merge", type=int, help="most chunks one transfer may carry "
                    "(1 = one chunk per transfer)")
+    p.add_argument("--relays", choices=("members", "all"),
+                   help="where a process group's data may be relayed: at group members only "
+                   "(default) or at any NPU")
     p.add_argument("--ilp-backend", help="ilp: cbc, highs, cpsat or gurobi")
     p.add_argument("--time-limit", type=float, help="ilp: time limit in seconds")
     p.add_argument("-o", "--output", help="output file: .json (schedule) or .xml (MSCCL)")
@@ -147,6 +150,10 @@ def _verify_parser() -> argparse.ArgumentParser:
                    help="set a TDL parameter of --topology (repeatable)")
     p.add_argument("--max-steps", type=int, default=64,
                    help="XML: most steps per threadblock (default 64)")
+    p.add_argument("--ranks", metavar="NPU,NPU,...",
+                   help="XML: the NPU (name or id) of each rank, in rank order, for a process "
+                   "group's plan (default: the plan's 'tacos ranks' comment, else the group "
+                   "of the collective declared in --topology, else rank r = NPU r)")
     p.add_argument("--strict", action="store_true",
                    help="XML: treat attributes the runtime needs to select a plan (outofplace, "
                    "minBytes, maxBytes) as errors when missing, not warnings")
@@ -259,7 +266,7 @@ def cmd_compile(argv: Sequence[str]) -> int:
     options: dict[str, Any] = {"seed": args.seed, "progress": _Progress(not args.quiet)}
     for key, value in (("trials", args.trials), ("workers", args.workers),
                        ("max_merge", args.max_merge), ("backend", args.ilp_backend),
-                       ("time_limit", args.time_limit)):
+                       ("time_limit", args.time_limit), ("relays", args.relays)):
         if value is not None:
             options[key] = value
     schedule = synthesize(spec.topology, collective, solver=args.solver, **options)
@@ -309,19 +316,27 @@ def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:
 def cmd_verify(argv: Sequence[str]) -> int:
     """``tacosc verify``: MSCCL XML or tacos JSON."""
     args = _verify_parser().parse_args(argv)
-    topology = None
+    topology, groups = None, []
     if args.topology:
         from tacos import load
 
-        topology = load(args.topology, _params(args.param)).topology
+        spec = load(args.topology, _params(args.param))
+        topology = spec.topology
+        groups = [c.group for c in spec.collectives]
     path = Path(args.plan)
     if not path.exists():
         raise TacosError(f"{path}: no such file")
     if path.suffix.lower() == ".xml":
+        from tacos.msccl.ranks import parse_ranks
         from tacos.msccl.verify import verify_xml_file
 
+        ranks = None
+        if args.ranks is not None:
+            if topology is None:
+                raise UsageError("--ranks needs --topology")
+            ranks = parse_ranks(args.ranks, topology)
         report = verify_xml_file(path, topology=topology, max_steps=args.max_steps,
-                                 strict=args.strict)
+                                 strict=args.strict, ranks=ranks, groups=groups)
     else:
         from tacos.frontends.json_schedule import check_against_topology, load
         from tacos.verify import verify_schedule

@@ -26,6 +26,9 @@ STANDARD_COLLECTIVES = (
 )
 ROOTED_COLLECTIVES = ("broadcast", "reduce", "scatter", "gather")
 COMBINING_COLLECTIVES = ("reducescatter", "allreduce", "reduce")
+RELAY_MODES = ("members", "all")
+"""Where a schedule may relay data (store-and-forward at an NPU): at group members only (the
+default), or at any NPU of the topology."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,18 @@ class Collective:
         for c in self.chunks:
             out |= c.pre | c.post
         return frozenset(out)
+
+    @property
+    def members(self) -> frozenset[int]:
+        """The process group: ``group`` plus every NPU a chunk names."""
+        return frozenset(self.group) | self.npus
+
+    def relay_npus(self, relays: str = "members") -> frozenset[int] | None:
+        """NPUs a schedule may relay through under ``relays`` (one of :data:`RELAY_MODES`):
+        the members, or None for any NPU.  Raises ``ValueError`` for another mode."""
+        if relays not in RELAY_MODES:
+            raise ValueError(f"relays must be one of {', '.join(RELAY_MODES)}, not {relays!r}")
+        return None if relays == "all" else self.members
 
     def label(self) -> str:
         """Short text such as ``allgather`` or ``broadcast(root=3)``."""

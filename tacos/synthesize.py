@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tacos.collective import Collective
-from tacos.errors import InfeasibleError
+from tacos.errors import InfeasibleError, UsageError
 from tacos.passes.feasibility import check_feasible
 from tacos.passes.inversion import assemble, plan_inversion
 from tacos.passes.unwind import to_physical, unwind
@@ -65,15 +65,26 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
     """Synthesize and return the :class:`~tacos.solvers.registry.SolveResult` (with status).
 
     ``options`` go to the solver (``seed``, ``trials``, ``workers``, ``max_merge``,
-    ``progress``, ...).  ``bound=False`` skips the lower-bound computation.  Raises
+    ``progress``, ...).  ``relays`` (``'members'``, the default, or ``'all'``) says whether
+    data may be relayed through NPUs outside the collective's group; the view given to
+    solvers without ``native_switches`` attaches only group members to switches.
+    ``bound=False`` skips the lower-bound computation.  Raises
     :class:`~tacos.errors.InfeasibleError` when some postcondition cannot be met.
     """
     t0 = time.perf_counter()
     want_bound = bool(options.pop("bound", True))
+    options.setdefault("relays", "members")
+    try:
+        relay_npus = collective.relay_npus(options["relays"])
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="relays='members' (default) or relays='all'") from None
     impl = get_solver(solver)
-    # solvers that model switch ports themselves get the real topology, the others a view
+    check_feasible(topology, collective, relay_npus)
+    # solvers that model switch ports themselves get the real topology, the others a view of
+    # it that attaches only the group's members to switches
     native = getattr(impl, "native_switches", False)
-    view = None if native else unwind(topology)
+    view = None if native else unwind(topology, collective.members,
+                                      relays=relay_npus is None)
     unwound = topology if view is None else view.topology
     check_feasible(unwound, collective)
     progress = options.get("progress")

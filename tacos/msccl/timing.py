@@ -2,8 +2,9 @@
 
 Model (an estimate for comparing plans, not a cycle-accurate GPU model):
 
-* Rank ``r`` runs on NPU ``r`` of the topology (which must have exactly ``ngpus`` NPUs;
-  switches are allowed).
+* Rank ``r`` runs on NPU ``ranks[r]`` of the topology (by default NPU ``r``, when the topology
+  has exactly ``ngpus`` NPUs; :mod:`tacos.msccl.ranks` finds the mapping of a process group's
+  plan); switches are allowed.
 * One MSCCL chunk is ``nbytes / nchunksperloop`` bytes, where ``nbytes`` is the total message
   size of §1.1 (``count × typesize × sizeMultiplier``); by default the top of the file's size
   window (``maxBytes``, or ``max(minBytes, 1 MiB)`` when unlimited).
@@ -43,6 +44,8 @@ class TimingResult:
     chunk_bytes: float
     rank_finish: list[float] = field(default_factory=list)
     routes: dict[str, list[int]] = field(default_factory=dict)
+    ranks: tuple[int, ...] = ()
+    ranks_from: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready details."""
@@ -53,6 +56,8 @@ class TimingResult:
             "chunk_bytes": self.chunk_bytes,
             "rank_finish": self.rank_finish,
             "routes": self.routes,
+            "ranks": list(self.ranks),
+            "ranks_from": self.ranks_from,
         }
 
 
@@ -63,27 +68,34 @@ def default_nbytes(program: Program) -> int:
     return max(program.minBytes or 0, DEFAULT_NBYTES)
 
 
-def _route(topology: Topology, src: int, dst: int, chunk: float) -> list[int]:
+def _route(topology: Topology, ranks: tuple[int, ...], a: int, b: int, chunk: float
+           ) -> list[int]:
+    src, dst = ranks[a], ranks[b]
     route = topology.routing.best(src, dst, chunk)
     if route is None:
-        raise TacosError(f"the topology has no route from NPU {src} to NPU {dst} (a direct "
-                         f"link or a path through switches), but the program sends from rank "
-                         f"{src} to rank {dst}",
+        raise TacosError(f"the topology has no route from NPU {src} to NPU {dst} "
+                         f"({topology.npus[src].name} -> {topology.npus[dst].name}: no direct "
+                         f"link or path through switches), but the program sends from rank {a} "
+                         f"to rank {b}",
                          hint="check the topology matches the ranks of the XML") from None
     return list(route.links)
 
 
 def alpha_beta_time(program: Program, topology: Topology, *, nbytes: int | None = None,
-                    model: Model | None = None, hb: HappensBefore | None = None
+                    model: Model | None = None, hb: HappensBefore | None = None,
+                    ranks: tuple[int, ...] | None = None, ranks_from: str = ""
                     ) -> TimingResult:
     """Estimate the run time of ``program`` on ``topology`` (see the module docstring).
 
-    Raises ``TacosError`` when the topology does not have ``ngpus`` NPUs, a connection has no
-    route, or the program deadlocks (happens-before cycle).
+    ``ranks[r]`` is the NPU of rank r (default: NPU r).  Raises ``TacosError`` when the mapping
+    does not fit the topology, a connection has no route, or the program deadlocks
+    (happens-before cycle).
     """
-    if topology.n_npus != program.ngpus:
-        raise TacosError(f"the topology has {topology.n_npus} NPUs but the program is for "
-                         f"ngpus={program.ngpus}", hint="time the XML on a matching topology")
+    from tacos.msccl.ranks import resolve_ranks
+
+    given = ranks is not None
+    ranks, source = resolve_ranks(topology, program.ngpus, explicit=ranks)
+    ranks_from = (ranks_from or "given") if given else source
     model = model or build_model(program)
     hb = hb or build_hb(model)
     if not hb.acyclic:
@@ -93,7 +105,7 @@ def alpha_beta_time(program: Program, topology: Topology, *, nbytes: int | None 
     routes: dict[tuple[int, int], list[int]] = {}
     for a, b, _c in model.sender:
         if (a, b) not in routes:
-            routes[(a, b)] = _route(topology, a, b, chunk)
+            routes[(a, b)] = _route(topology, ranks, a, b, chunk)
     lanes = [[0.0] * max(1, link.multiplicity) for link in topology.links]
     n = len(model.txs)
     succs: list[list[int]] = [[] for _ in range(n)]
@@ -132,4 +144,5 @@ def alpha_beta_time(program: Program, topology: Topology, *, nbytes: int | None 
         if 0 <= tx.rank < program.ngpus:
             rank_finish[tx.rank] = max(rank_finish[tx.rank], finish[tx.gid])
     return TimingResult(max(finish, default=0.0), nbytes, chunk, rank_finish,
-                        {f"{a}->{b}": p for (a, b), p in sorted(routes.items())})
+                        {f"{a}->{b}": p for (a, b), p in sorted(routes.items())},
+                        ranks, ranks_from)

@@ -16,16 +16,19 @@ found the program too broken for it to mean anything):
 7. ``fifo`` - capacity-1 execution, deadlocks (:mod:`~tacos.msccl.verify_fifo`);
 8. ``symbolic`` - final buffers against the collective's postcondition, once per in-place mode
    the file declares (:mod:`~tacos.msccl.verify_symbolic`);
-9. ``timing`` - α-β time when a topology is given (:mod:`~tacos.msccl.timing`).
+9. ``timing`` - α-β time when a topology is given (:mod:`~tacos.msccl.timing`), rank r on
+   the NPU :mod:`~tacos.msccl.ranks` finds for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tacos.errors import TacosError
 from tacos.frontends.msccl_xml import ParseOutcome, load_xml_collect, parse_xml_collect
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
+from tacos.msccl.ranks import declared_ranks, resolve_ranks
 from tacos.msccl.timing import alpha_beta_time
 from tacos.msccl.verify_connections import check_connections
 from tacos.msccl.verify_deps import build_hb, check_cycles, check_dependencies
@@ -79,7 +82,7 @@ def _modes(p: Program) -> list[bool]:
 
 def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
              topology: Topology | None, max_steps: int, sms: int, capacity: int,
-             nbytes: int | None) -> tuple[float | None, dict]:
+             nbytes: int | None, ranks: _Ranks) -> tuple[float | None, dict]:
     def record(name: str, found: list[Violation]) -> None:
         out.extend(found)
         checks[name] = "failed" if any(v.severity == "error" for v in found) else "passed"
@@ -118,7 +121,9 @@ def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
         checks["timing"] = "skipped: the program deadlocks"
         return None, {}
     try:
-        res = alpha_beta_time(program, topology, nbytes=nbytes, model=model, hb=hb)
+        mapping, source = resolve_ranks(topology, program.ngpus, **ranks)
+        res = alpha_beta_time(program, topology, nbytes=nbytes, model=model, hb=hb,
+                              ranks=mapping, ranks_from=source)
     except TacosError as exc:
         out.append(Violation("topology", exc.message, hint=exc.hint))
         checks["timing"] = "failed"
@@ -127,9 +132,24 @@ def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
     return res.time, res.as_dict()
 
 
+_Ranks = dict  # keyword arguments of resolve_ranks: explicit, embedded, declared
+
+
+def _rank_sources(text: str | None, ranks: Sequence[int] | None,
+                  groups: Iterable[Sequence[int]]) -> tuple[_Ranks, list[Violation]]:
+    found: list[Violation] = []
+    embedded = None
+    if text is not None:
+        try:
+            embedded = declared_ranks(text)
+        except TacosError as exc:
+            found.append(Violation("ranks", exc.message, hint=exc.hint))
+    return {"explicit": ranks, "embedded": embedded, "declared": list(groups)}, found
+
+
 def _report(source: str, program: Program | None, parse: ParseOutcome | None, *,
             topology: Topology | None, max_steps: int, sms: int, capacity: int,
-            nbytes: int | None) -> MscclReport:
+            nbytes: int | None, ranks: _Ranks | None = None) -> MscclReport:
     found: list[Violation] = list(parse.problems) if parse else []
     checks: dict[str, str] = {}
     if parse is not None:
@@ -137,7 +157,8 @@ def _report(source: str, program: Program | None, parse: ParseOutcome | None, *,
     time, timing = None, {}
     if program is not None and (parse is None or not parse.damaged):
         time, timing = _analyse(program, found, checks, topology=topology,
-                                max_steps=max_steps, sms=sms, capacity=capacity, nbytes=nbytes)
+                                max_steps=max_steps, sms=sms, capacity=capacity, nbytes=nbytes,
+                                ranks=ranks or {})
     else:
         checks["structure"] = "skipped: the file has missing or unreadable values"
     errors = tuple(v for v in found if v.severity == "error")
@@ -149,17 +170,20 @@ def _report(source: str, program: Program | None, parse: ParseOutcome | None, *,
 def verify_program(program: Program, *, topology: Topology | None = None,
                    max_steps: int = DEFAULT_MAX_STEPS, sms: int = DEFAULT_SMS,
                    capacity: int = 1, nbytes: int | None = None,
-                   source: str = "<program>") -> MscclReport:
+                   source: str = "<program>", ranks: Sequence[int] | None = None
+                   ) -> MscclReport:
     """Verify an in-memory program (e.g. before emitting it).
 
     ``max_steps`` is the runtime's MSCCL_MAX_NUM_STEPS (steps per tb, nops included);
     ``sms`` the SM count for the co-residency warning; ``capacity`` the messages per connection
-    in the FIFO execution; ``topology`` (NPU r = rank r) and ``nbytes`` enable the α-β time.
+    in the FIFO execution; ``topology`` and ``nbytes`` enable the α-β time, with rank r on NPU
+    ``ranks[r]`` (default NPU r).
     The runtime-required ``outofplace``/``minBytes``/``maxBytes`` must be set (None is an
     error here, since only files from older tools lack them).
     """
     report = _report(source, program, None, topology=topology, max_steps=max_steps, sms=sms,
-                     capacity=capacity, nbytes=nbytes)
+                     capacity=capacity, nbytes=nbytes,
+                     ranks={"explicit": ranks})
     missing = [k for k in ("outofplace", "minBytes", "maxBytes") if getattr(program, k) is None]
     if missing:
         v = Violation("missing-attribute", f"<algo> lacks {', '.join(missing)}, which the "
@@ -171,26 +195,36 @@ def verify_program(program: Program, *, topology: Topology | None = None,
 
 def verify_xml(text: str, *, source: str = "<string>", topology: Topology | None = None,
                strict: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
-               sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None
+               sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None,
+               ranks: Sequence[int] | None = None, groups: Iterable[Sequence[int]] = ()
                ) -> MscclReport:
     """Verify MSCCL XML text; parse problems become violations (nothing is raised).
 
     ``strict`` makes a missing ``outofplace``/``minBytes``/``maxBytes`` (older msccl-tools and
-    TACCL output, which the runtime refuses to load) an error instead of a warning.
+    TACCL output, which the runtime refuses to load) an error instead of a warning.  With a
+    ``topology``, rank r is timed on NPU ``ranks[r]``; without ``ranks`` the mapping comes from
+    the plan's ``tacos ranks`` comment, else from the one of ``groups`` (the topology file's
+    declared collective groups) with ``ngpus`` NPUs, else rank r = NPU r
+    (:mod:`tacos.msccl.ranks`).
     """
     parse = parse_xml_collect(text, source=source, strict=strict)
+    sources, found = _rank_sources(text, ranks, groups)
+    parse.problems.extend(found)
     return _report(source, parse.program, parse, topology=topology, max_steps=max_steps,
-                   sms=sms, capacity=capacity, nbytes=nbytes)
+                   sms=sms, capacity=capacity, nbytes=nbytes, ranks=sources)
 
 
 def verify_xml_file(path: str | Path, *, topology: Topology | None = None,
                     strict: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
-                    sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None
+                    sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None,
+                    ranks: Sequence[int] | None = None, groups: Iterable[Sequence[int]] = ()
                     ) -> MscclReport:
     """Verify an MSCCL XML file (see :func:`verify_xml`).
 
     Raises ``InputFileError`` only when the file cannot be read as text.
     """
     parse = load_xml_collect(path, strict=strict)
+    sources, found = _rank_sources("\n".join(parse.lines), ranks, groups)
+    parse.problems.extend(found)
     return _report(str(path), parse.program, parse, topology=topology, max_steps=max_steps,
-                   sms=sms, capacity=capacity, nbytes=nbytes)
+                   sms=sms, capacity=capacity, nbytes=nbytes, ranks=sources)

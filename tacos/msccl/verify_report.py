@@ -120,6 +120,10 @@ class MscclReport:
                 lines.append(f"note: {name} {state}")
         if self.time is not None:
             lines.append(f"time: {self.time:.6g} s ({self.timing.get('model', 'alpha-beta')})")
+            ranks = self.timing.get("ranks")
+            if ranks and list(ranks) != list(range(len(ranks))):
+                lines.append(f"ranks: on NPUs {' '.join(map(str, ranks))} "
+                             f"(from {self.timing.get('ranks_from', 'given')})")
         n = len(self.violations)
         lines.append("OK" if n == 0 else f"FAILED: {n} violation{'s' if n != 1 else ''}")
         return "\n".join(lines)

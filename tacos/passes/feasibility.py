@@ -2,12 +2,16 @@
 
 A copy chunk is feasible when every post NPU is reachable from some pre NPU; a reduction chunk
 when every pre NPU reaches every post NPU (each contribution must get to each output).  Paths
-may pass through switches and through NPUs outside the chunk's sets.  Reachability is computed
+may pass through switches and through NPUs outside the chunk's sets; given ``members`` (a
+process group whose schedules relay through members only, the default of
+:func:`tacos.synthesize`), paths pass through switches and member NPUs only.  Reachability is computed
 once on the condensation (strongly connected components) of the topology, so a strongly
 connected network costs one SCC pass whatever the collective.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import networkx as nx
 
@@ -28,10 +32,15 @@ def describe_npu(topology: Topology, v: int) -> str:
 class _Reach:
     """Reachability between nodes via the SCC condensation."""
 
-    def __init__(self, topology: Topology) -> None:
+    def __init__(self, topology: Topology, members: frozenset[int] | None = None) -> None:
         g = nx.DiGraph()
         g.add_nodes_from(range(topology.n_nodes))
-        g.add_edges_from((lk.src, lk.dst) for lk in topology.links)
+
+        def usable(v: int) -> bool:
+            return members is None or topology.is_switch(v) or v in members
+
+        g.add_edges_from((lk.src, lk.dst) for lk in topology.links
+                         if usable(lk.src) and usable(lk.dst))
         cond = nx.condensation(g)
         self.comp = cond.graph["mapping"]
         self.reach: dict[int, set[int]] = {}
@@ -45,7 +54,11 @@ class _Reach:
         return self.comp[v] in self.reach[self.comp[u]]
 
 
-def _hint(topology: Topology, target: int) -> str:
+def _hint(topology: Topology, target: int, members: frozenset[int] | None = None) -> str:
+    if members is not None:
+        return ("allow relays through NPUs outside the group (relays='all', "
+                "--relays all), or add a link toward "
+                f"{describe_npu(topology, target)}")
     if topology.failed_links or any(n.failed for n in topology.npus):
         return (f"remove the failure or add a link toward {describe_npu(topology, target)}")
     return f"add a link toward {describe_npu(topology, target)}, or drop it from the collective"
@@ -73,13 +86,19 @@ def _check_names(topology: Topology, chunk: Chunk) -> None:
         )
 
 
-def check_feasible(topology: Topology, collective: Collective) -> None:
+def check_feasible(topology: Topology, collective: Collective,
+                   members: Iterable[int] | None = None) -> None:
     """Raise :class:`~tacos.errors.InfeasibleError` if some postcondition cannot be met.
 
     The message names the NPU, the chunk and why, e.g.
     ``npu 7 cannot receive chunk 3 (no path from npu 2)``.  Checks run on strongly connected
-    components, so the cost is per distinct (pre, post) pattern, not per NPU pair.
+    components, so the cost is per distinct (pre, post) pattern, not per NPU pair.  With
+    ``members`` paths may relay only at those NPUs (and pass any switch); the chunks' own NPUs
+    are always members.
     """
+    group = None if members is None else frozenset(members) | collective.npus
+    if group is not None and group >= set(topology.live_npus):
+        group = None
     reach: _Reach | None = None
     done: set[tuple[bool, frozenset[int], frozenset[int]]] = set()
     for chunk in collective.chunks:
@@ -92,7 +111,7 @@ def check_feasible(topology: Topology, collective: Collective) -> None:
             continue
         done.add(key)
         if reach is None:
-            reach = _Reach(topology)
+            reach = _Reach(topology, group)
         comp, closure = reach.comp, reach.reach
         pre_comps = {comp[s] for s in chunk.pre}
         for q in {comp[p] for p in targets}:
@@ -101,12 +120,16 @@ def check_feasible(topology: Topology, collective: Collective) -> None:
             else:
                 ok = any(q in closure[s] for s in pre_comps)
             if not ok:
-                _explain(topology, chunk, sorted(targets), reach)
+                _explain(topology, chunk, sorted(targets), reach, group)
 
 
-def _explain(topology: Topology, chunk: Chunk, targets: list[int], reach: _Reach) -> None:
+def _explain(topology: Topology, chunk: Chunk, targets: list[int], reach: _Reach,
+             group: frozenset[int] | None) -> None:
     """Find the NPU pair behind a failed component check and raise the error."""
     sources = sorted(chunk.pre)
+    only = ("" if group is None else
+            "; relays through NPUs outside the group are off, and no route through switches "
+            "and group members joins them")
     for p in targets:
         if chunk.reduce:
             for s in sources:
@@ -114,14 +137,14 @@ def _explain(topology: Topology, chunk: Chunk, targets: list[int], reach: _Reach
                     raise InfeasibleError(
                         f"{describe_npu(topology, p)} cannot receive chunk {chunk.id}: "
                         f"the contribution of {describe_npu(topology, s)} cannot reach it "
-                        f"(no path from npu {s})",
-                        hint=_hint(topology, p),
+                        f"(no path from npu {s}{only})",
+                        hint=_hint(topology, p, group),
                     )
         elif not any(reach(s, p) for s in sources):
             origin = (f"npu {sources[0]}" if len(sources) == 1
                       else "any of npus " + ", ".join(map(str, sources)))
             raise InfeasibleError(
                 f"{describe_npu(topology, p)} cannot receive chunk {chunk.id} "
-                f"(no path from {origin})",
-                hint=_hint(topology, p),
+                f"(no path from {origin}{only})",
+                hint=_hint(topology, p, group),
             )

@@ -28,10 +28,19 @@ route is a fewest-link route from u to v through the fabric's switches; in a mul
 fabric with several such routes (ECMP), virtual links are spread over them in turn.  The view
 treats the fabric as non-blocking; the mapped-back schedule is timed on the real links, so an
 oversubscribed fabric shows up in the time.  ``via`` is the sender's switch.
+
+**Process groups.**  ``unwind(topology, members=group)`` builds the view a collective over
+``group`` needs: only group members are attached to switch fabrics (a 4-GPU group on an 8-port
+NVSwitch gets three virtual links per GPU at a third of its port, not seven at a seventh), and
+only direct links between members are kept, so schedules relay through group members only.
+With ``relays=True`` every direct NPU-to-NPU link is kept (relays through NPUs outside the
+group are allowed); fabrics still attach members only, since through a switch a member reaches
+another member directly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import networkx as nx
@@ -86,6 +95,10 @@ def fabrics(topology: Topology) -> list[list[int]]:
     return sorted((sorted(c) for c in nx.connected_components(g)), key=lambda c: c[0])
 
 
+def _switch_links(topology: Topology) -> bool:
+    return any(topology.is_switch(lk.src) or topology.is_switch(lk.dst) for lk in topology.links)
+
+
 def unwind_switches(topology: Topology) -> Topology:
     """The view's topology alone: switch-free, virtual links carry ``via`` = a switch id.
 
@@ -94,15 +107,27 @@ def unwind_switches(topology: Topology) -> Topology:
     return unwind(topology).topology
 
 
-def unwind(topology: Topology) -> View:
-    """The switch-free :class:`View` of ``topology`` (itself when it has no switch links)."""
-    if not any(topology.is_switch(lk.src) or topology.is_switch(lk.dst)
-               for lk in topology.links):
+def unwind(topology: Topology, members: Iterable[int] | None = None, *,
+           relays: bool = False) -> View:
+    """The switch-free :class:`View` of ``topology`` (itself when it has no switch links and
+    every NPU is a member).
+
+    ``members`` (default: every NPU) are the NPUs the view attaches to switch fabrics and joins
+    by direct links; NPU ids stay as they are, non-members simply have no view link unless
+    ``relays`` keeps every direct NPU-to-NPU link for them to relay on (see the module
+    docstring).
+    """
+    keep = None if members is None else frozenset(members)
+    if keep is not None and keep >= set(topology.live_npus):
+        keep = None
+    if keep is None and not _switch_links(topology):
         return View(topology, topology, tuple((i,) for i in range(len(topology.links))))
     links: list[Link] = []
     routes: list[tuple[int, ...]] = []
     for i, lk in enumerate(topology.links):
-        if not topology.is_switch(lk.src) and not topology.is_switch(lk.dst):
+        if topology.is_switch(lk.src) or topology.is_switch(lk.dst):
+            continue
+        if keep is None or relays or (lk.src in keep and lk.dst in keep):
             links.append(lk)
             routes.append((i,))
     inner = nx.DiGraph()
@@ -124,7 +149,7 @@ def unwind(topology: Topology) -> View:
                 lk = topology.links[i]
                 if not topology.is_switch(lk.dst):
                     downs.setdefault(lk.dst, lk)
-        attached = sorted(set(ups) & set(downs))
+        attached = sorted(v for v in set(ups) & set(downs) if keep is None or v in keep)
         targets = _targets(first.policy, first.degree, len(attached))
         fan_in = [0] * len(attached)
         for ts in targets:
