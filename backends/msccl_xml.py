@@ -110,9 +110,10 @@ def schedule_to_xml(schedule: Schedule, options=None) -> str:
 
     ``options`` is a :class:`tacos.msccl.lower.MscclOptions` (defaults: out-of-place, Simple,
     no size window).  Rank r is the r-th NPU of ``schedule.collective.group``; a group other
-    than NPUs ``0 .. n-1`` is recorded in a ``tacos ranks`` comment before ``<algo>``.  The text is parsed back and checked with
-    :func:`tacos.msccl.verify.verify_xml` (strict parse, same step limit); any violation raises
-    :class:`~tacos.errors.VerificationError` with the verifier's report, so no unverified XML is
+    than NPUs ``0 .. n-1`` is recorded in a ``tacos ranks`` comment before ``<algo>``.  The
+    text is parsed back and checked with :func:`tacos.msccl.verify.verify_xml` (strict parse,
+    same step limit); any violation raises :class:`~tacos.errors.VerificationError` with the
+    verifier's report, so no unverified XML is
     ever returned.
     """
     from tacos.msccl.lower import MscclOptions, lower

@@ -4,8 +4,8 @@ A copy chunk is feasible when every post NPU is reachable from some pre NPU; a r
 when every pre NPU reaches every post NPU (each contribution must get to each output).  Paths
 may pass through switches and through NPUs outside the chunk's sets; given ``members`` (a
 process group whose schedules relay through members only, the default of
-:func:`tacos.synthesize`), paths pass through switches and member NPUs only.  Reachability is computed
-once on the condensation (strongly connected components) of the topology, so a strongly
+:func:`tacos.synthesize`), paths pass through switches and member NPUs only.  Reachability
+is computed once on the condensation (strongly connected components) of the topology, so a strongly
 connected network costs one SCC pass whatever the collective.
 """
 

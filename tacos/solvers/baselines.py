@@ -189,18 +189,24 @@ ALGORITHMS: dict[str, tuple[Callable[[_Plan], Program], tuple[str, ...], str]] =
 
 
 def baseline_schedule(name: str, topology: Topology, collective: Collective, *,
-                      ring_order: str = "auto") -> Schedule:
+                      ring_order: str = "auto", relays: str = "members") -> Schedule:
     """Build, route and time baseline ``name`` for ``collective`` on ``topology``.
 
     ``ring_order`` (ring, biring, dbtree): ``'auto'`` follows a Hamiltonian cycle (or path)
-    when one is found, ``'npu'`` uses NPU-id order (a topology-unaware ring).  Raises
+    when one is found, ``'npu'`` uses NPU-id order (a topology-unaware ring).  ``relays``:
+    ``'members'`` (default) relays messages between NPUs without a route only through the
+    collective's group, ``'all'`` through any NPU.  Raises
     :class:`~tacos.errors.TacosError` for an unsupported collective or topology.
     """
     if ring_order not in ("auto", "npu"):
         raise TacosError(f"unknown ring order {ring_order!r}", hint="use 'auto' or 'npu'")
     build, supported, label = ALGORITHMS[name]
     tenants = collective.tenants if collective.kind == "multi" else (collective,)
-    graph = NpuGraph(topology)
+    try:
+        allowed = collective.relay_npus(relays)
+    except ValueError as exc:
+        raise TacosError(str(exc), hint="relays='members' (default) or relays='all'") from None
+    graph = NpuGraph(topology, allowed)
     lowering = Lowering(topology, collective, graph)
     info: dict[str, object] = {}
     offset = 0
@@ -231,11 +237,13 @@ class _BaselineSolver:
     def solve(self, problem: Problem) -> SolveResult:
         """Run the baseline; status is ``'feasible'`` (baselines prove nothing optimal).
 
-        Option ``ring_order``: ``'auto'`` (default) or ``'npu'``, see :func:`baseline_schedule`.
+        Options ``ring_order`` (``'auto'``, default, or ``'npu'``) and ``relays``
+        (``'members'``, default, or ``'all'``), see :func:`baseline_schedule`.
         """
         t0 = time.perf_counter()
         sched = baseline_schedule(self.name, problem.topology, problem.collective,
-                                  ring_order=problem.options.get("ring_order", "auto"))
+                                  ring_order=problem.options.get("ring_order", "auto"),
+                                  relays=problem.options.get("relays", "members"))
         stats = {"synthesis_time": time.perf_counter() - t0,
                  "transfers": len(sched.transfers), **sched.meta}
         return SolveResult("feasible", sched, None, stats)

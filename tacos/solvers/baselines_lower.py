@@ -8,10 +8,13 @@ Lowering does three things:
 
 1. **Routing** (:mod:`tacos.solvers.baselines_route`): a message between NPUs without a hop
    becomes a chain of hops, store-and-forward at the relay NPUs; a hop through switches is
-   cut-through and holds every physical link on its way.
+   cut-through and holds every physical link of its route (:mod:`tacos.routes`).
 2. **Timing**: messages are placed in program order, each hop at the earliest time its data is
    there and every physical link it needs has a free parallel link for the whole transfer
    (first fit, so later messages may fill earlier gaps).  Congestion is therefore counted.
+   Among a hop's candidate routes (ECMP in a multi-switch fabric) the one that finishes first
+   is taken, and among those the least loaded (the least time already booked on its busiest
+   link per lane), so simultaneous messages spread over the spines.
 3. **Reduction semantics**: for reduction chunks the ``op`` of every transfer is derived by
    replaying the timed transfers with symbolic contribution sets: an arriving partial value is
    reduced into a receiver that still holds unsent contributions and copied over one whose
@@ -31,8 +34,9 @@ from dataclasses import dataclass
 
 from tacos.collective import Collective
 from tacos.errors import InfeasibleError, ToolFailure
+from tacos.routes import Route
 from tacos.schedule import Schedule, Transfer
-from tacos.solvers.baselines_route import Hop, NpuGraph
+from tacos.solvers.baselines_route import NpuGraph
 from tacos.topology import Topology
 
 EPS = 1e-13
@@ -92,10 +96,11 @@ class _Server:
 class _Resource:
     """A physical link: ``multiplicity`` servers."""
 
-    __slots__ = ("servers",)
+    __slots__ = ("servers", "busy")
 
     def __init__(self, multiplicity: int) -> None:
         self.servers = [_Server() for _ in range(max(1, multiplicity))]
+        self.busy = 0.0  # time booked, per lane
 
     def earliest(self, t: float, d: float) -> float:
         if len(self.servers) == 1:
@@ -103,6 +108,7 @@ class _Resource:
         return min(s.earliest(t, d) for s in self.servers)
 
     def book(self, s: float, d: float) -> None:
+        self.busy += d / len(self.servers)
         for srv in self.servers:
             if srv.earliest(s, d) <= s:
                 srv.book(s, s + d)
@@ -166,14 +172,16 @@ class Lowering:
 
     def _place(self, a: int, b: int, nbytes: float, ready: float,
                chunks: tuple[int, ...]) -> float:
-        best: tuple[float, float, Hop] | None = None
-        for hop in self.graph.hops[a][b]:
+        best: tuple[float, float, float, Route] | None = None
+        for hop in self.graph.hops(a)[b]:
             d = hop.time(nbytes)
             s = self._fit(hop, ready, d)
-            if best is None or s + d < best[0] + best[1] - EPS * (s + d):
-                best = (s, d, hop)
+            load = max(self._resource(li).busy for li in hop.links)
+            if best is None or s + d < best[0] + best[1] - EPS * (s + d) or (
+                    s + d <= best[0] + best[1] + EPS * (s + d) and load < best[2]):
+                best = (s, d, load, hop)
         assert best is not None
-        s, d, hop = best
+        s, d, _, hop = best
         for li in hop.links:
             self._resource(li).book(s, d)
         self._rows.append([s, s + d, a, b, hop.links, chunks])
@@ -185,7 +193,7 @@ class Lowering:
             res = self._res[li] = _Resource(self.topology.links[li].multiplicity)
         return res
 
-    def _fit(self, hop: Hop, ready: float, d: float) -> float:
+    def _fit(self, hop: Route, ready: float, d: float) -> float:
         if len(hop.links) == 1:
             return self._resource(hop.links[0]).earliest(ready, d)
         t = ready

@@ -1,14 +1,18 @@
-"""NPU-level view of a topology for the baseline algorithms: hops, routes and ring orders.
+"""NPU-level view of a topology for the baseline algorithms: hops, relay chains and ring orders.
 
 Baselines think in logical sends ``u -> v`` between NPUs.  This module says how such a send
-travels physically:
+travels physically, on the machine model's routes (:mod:`tacos.routes`, the one owner of
+routing):
 
-* an NPU-to-NPU link is one *hop*;
-* a path ``u -> switch(es) -> v`` is one *cut-through hop*: it occupies every physical link on
-  the way at the same time and runs at the slowest of their bandwidths (a switch port is shared
-  by whatever goes through it, so there is no static bandwidth split as in switch unwinding);
+* a *hop* is one route between two NPUs: a direct link, or a cut-through path through switches
+  that holds every physical link on its way (a switch port is shared in time by whatever goes
+  through it; there is no static bandwidth split as in switch unwinding).  Between two NPUs
+  the hop's candidates are ``topology.routing.routes(u, v)`` -- in a multi-switch fabric every
+  equal-cost route (ECMP); the lowering picks one per message at placement time;
 * NPUs without a hop between them are joined by the shortest chain of hops (store-and-forward
-  at the relay NPUs), fewest hops first, then fastest.
+  at the relay NPUs), fewest hops first, then fastest.  Relays are restricted to ``members``
+  when given (a process group relays through its own NPUs only, unless relays through other
+  NPUs are allowed).
 
 :func:`ring_order` picks the order in which a ring algorithm visits NPUs: a Hamiltonian cycle
 over hops when one is found, else a Hamiltonian path whose ends are close, else NPU order.
@@ -17,96 +21,47 @@ over hops when one is found, else a Hamiltonian path whose ends are close, else 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 
 import networkx as nx
 
+from tacos.routes import Route
 from tacos.topology import Topology
 
 HAMILTON_BUDGET = 200_000
 
 
-@dataclass(frozen=True)
-class Hop:
-    """One way to go from NPU ``src`` to NPU ``dst`` in a single transfer.
-
-    ``links`` are indices into the original topology's links (one for a direct link, the
-    whole up/down path for a cut-through switch hop); ``via`` is the first switch passed.
-    """
-
-    src: int
-    dst: int
-    links: tuple[int, ...]
-    alpha: float
-    bandwidth: float
-    multiplicity: int
-    via: int | None = None
-
-    def time(self, nbytes: float) -> float:
-        """α-β time of ``nbytes`` over this hop."""
-        return self.alpha + nbytes / self.bandwidth
-
-
 class NpuGraph:
-    """Hops between the live NPUs of ``topology`` and shortest routes over them."""
+    """Hops between the live NPUs of ``topology`` (only between ``members`` when given) and
+    shortest relay chains over them."""
 
-    def __init__(self, topology: Topology) -> None:
+    def __init__(self, topology: Topology, members: Iterable[int] | None = None) -> None:
         self.topology = topology
-        self.hops: dict[int, dict[int, list[Hop]]] = {v: {} for v in range(topology.n_npus)}
+        self.members = None if members is None else frozenset(members)
+        self._hops: dict[int, dict[int, tuple[Route, ...]]] = {}
         self._routes: dict[int, dict[int, int]] = {}
-        self._build()
 
-    def _build(self) -> None:
-        topo = self.topology
-        for i, lk in enumerate(topo.links):
-            if not topo.is_switch(lk.src) and not topo.is_switch(lk.dst):
-                self._add(Hop(lk.src, lk.dst, (i,), lk.alpha, lk.bandwidth, lk.multiplicity))
-        if not topo.switches:
-            return
-        for u in range(topo.n_npus):
-            for first in topo.out_links[u]:
-                sw = topo.links[first].dst
-                if topo.is_switch(sw):
-                    self._switch_hops(u, first, sw)
-
-    def _switch_hops(self, u: int, first: int, sw: int) -> None:
-        """Cut-through hops from ``u`` entering switch ``sw`` by link ``first`` (BFS over
-        switches: each NPU is reached through the fewest switches)."""
-        topo = self.topology
-        seen = {sw}
-        queue: deque[tuple[int, tuple[int, ...]]] = deque([(sw, (first,))])
-        while queue:
-            node, path = queue.popleft()
-            for li in topo.out_links[node]:
-                nxt = topo.links[li].dst
-                if nxt in seen:
-                    continue
-                links = path + (li,)
-                if topo.is_switch(nxt):
-                    seen.add(nxt)
-                    queue.append((nxt, links))
-                elif nxt != u:
-                    seen.add(nxt)
-                    lks = [topo.links[x] for x in links]
-                    self._add(Hop(u, nxt, links, sum(lk.alpha for lk in lks),
-                                  min(lk.bandwidth for lk in lks),
-                                  min(lk.multiplicity for lk in lks), sw))
-
-    def _add(self, hop: Hop) -> None:
-        topo = self.topology
-        if topo.npus[hop.src].failed or topo.npus[hop.dst].failed:
-            return
-        self.hops[hop.src].setdefault(hop.dst, []).append(hop)
+    def hops(self, u: int) -> dict[int, tuple[Route, ...]]:
+        """NPU → candidate routes of one hop from ``u`` (best first)."""
+        got = self._hops.get(u)
+        if got is None:
+            keep = self.members
+            if keep is not None and u not in keep:
+                got = {}
+            else:
+                got = {v: rs for v, rs in self.topology.routing.from_npu(u).items()
+                       if keep is None or v in keep}
+            self._hops[u] = got
+        return got
 
     # -- queries ---------------------------------------------------------------------------
     def neighbours(self, u: int) -> list[int]:
         """NPUs one hop away from ``u`` (sorted)."""
-        return sorted(self.hops[u])
+        return sorted(self.hops(u))
 
     def has_hop(self, u: int, v: int) -> bool:
         """True when ``u -> v`` is a single hop."""
-        return v in self.hops[u]
+        return v in self.hops(u)
 
     def route(self, u: int, v: int) -> list[int] | None:
         """NPUs on the chosen shortest route ``u .. v`` (both ends included), or None.
@@ -116,7 +71,7 @@ class NpuGraph:
         """
         if u == v:
             return [u]
-        if v in self.hops[u]:
+        if v in self.hops(u):
             return [u, v]
         parent = self._routes.get(u)
         if parent is None:
@@ -136,10 +91,10 @@ class NpuGraph:
         while layer:
             nxt: list[int] = []
             for x in layer:
-                for y, hs in sorted(self.hops[x].items()):
+                for y, hs in sorted(self.hops(x).items()):
                     if y in dist and dist[y] <= dist[x]:
                         continue
-                    bw = max(h.bandwidth * h.multiplicity for h in hs)
+                    bw = max(h.bandwidth * h.lanes for h in hs)
                     if y not in dist:
                         dist[y] = dist[x] + 1
                         nxt.append(y)
@@ -155,7 +110,7 @@ class NpuGraph:
         queue = deque([u])
         while queue:
             x = queue.popleft()
-            for y in self.hops[x]:
+            for y in self.hops(x):
                 if y not in dist:
                     dist[y] = dist[x] + 1
                     queue.append(y)
