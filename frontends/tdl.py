@@ -50,8 +50,8 @@ def build_spec(state: State, source: str) -> Spec:
 
     npus = tuple(Npu(i, name, i in state.failed_npus, span)
                  for i, (name, span) in enumerate(state.npus))
-    switches = tuple(Switch(n + j, name, policy, degree, span)
-                     for j, (name, span, policy, degree) in enumerate(state.switches))
+    switches = tuple(Switch(n + j, name, policy, degree, span, caps)
+                     for j, (name, span, policy, degree, caps) in enumerate(state.switches))
     links, failed = [], []
     for (s, d), decl in state.links.items():
         p = decl.props

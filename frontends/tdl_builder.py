@@ -25,7 +25,7 @@ from tacos.frontends.tdl_values import (
 )
 
 from tacos.errors import Span, TacosError, TdlSemanticError
-from tacos.topology import UNWIND_POLICIES
+from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES
 
 MAX_NODES = 1_000_000
 MAX_INCLUDE_DEPTH = 16
@@ -60,7 +60,8 @@ class State:
     """Everything declared so far, shared by a file and the files it uses."""
 
     npus: list[tuple[str, Span | None]] = field(default_factory=list)
-    switches: list[tuple[str, Span | None, str, int | None]] = field(default_factory=list)
+    switches: list[tuple[str, Span | None, str, int | None, frozenset[str]]] = field(
+        default_factory=list)
     links: dict[tuple[int, int], LinkDecl] = field(default_factory=dict)
     failed_npus: dict[int, Span | None] = field(default_factory=dict)
     failed_links: dict[tuple[int, int], Span | None] = field(default_factory=dict)
@@ -164,9 +165,24 @@ class Scope:
         return len(self.state.npus) - 1
 
     def new_switch(self, label: str, span: Span | None, policy: str = "full",
-                   degree: int | None = None) -> int:
-        self.state.switches.append((label, span, policy, degree))
+                   degree: int | None = None, caps: frozenset[str] = frozenset()) -> int:
+        self.state.switches.append((label, span, policy, degree, caps))
         return -len(self.state.switches)
+
+    def capabilities(self, t: Tree) -> frozenset[str]:
+        """``with multicast, reduce`` → the switch capabilities (each one known, once)."""
+        out: set[str] = set()
+        for c in t.children:
+            name = str(c.children[0])
+            if name not in SWITCH_CAPABILITIES:
+                close = difflib.get_close_matches(name, SWITCH_CAPABILITIES, n=1)
+                raise self.error(f"unknown switch capability {name!r}", c,
+                                 f"did you mean '{close[0]}'?" if close
+                                 else f"use {' and/or '.join(SWITCH_CAPABILITIES)}")
+            if name in out:
+                raise self.error(f"switch capability {name!r} is given twice", c)
+            out.add(name)
+        return frozenset(out)
 
     def do_npu_stmt(self, t: Tree) -> None:
         for decl in t.children:
@@ -193,11 +209,14 @@ class Scope:
     def do_switch_stmt(self, t: Tree) -> None:
         decl, opts = t.children[0], t.children[1:]
         policy, degree = "full", None
+        caps: frozenset[str] = frozenset()
         for o in opts:
             if o.data == "unwind_opt":
                 policy, degree = self.policy(o)
+            elif o.data == "caps_opt":
+                caps = self.capabilities(o)
         group = self.declare(
-            decl, lambda label: self.new_switch(label, self.span(decl), policy, degree))
+            decl, lambda label: self.new_switch(label, self.span(decl), policy, degree, caps))
         for o in opts:
             if o.data == "attach_opt":
                 npus = self.refs(o.children[0])
@@ -252,8 +271,11 @@ class Scope:
         common: list[Tree] = []
         labelled: dict[str, list[Tree]] = {}
         tag = ""
+        caps: frozenset[str] | None = None
         for a in args:
-            if a.data == "option":
+            if a.data == "caps_opt":
+                caps = self.capabilities(a)
+            elif a.data == "option":
                 options[str(a.children[0])] = integer(a.children[1], self.env, str(a.children[0]))
             elif a.data == "labelled":
                 labelled[str(a.children[0])] = a.children[1:]
@@ -288,13 +310,19 @@ class Scope:
             pattern = gen.fat_tree(shape[0], options["leaves"], options["spines"])
         if kind != "fattree" and options:
             raise self.error(f"{kind} takes no option {next(iter(options))!r}", t)
-        self.instantiate(t, decl, pattern, common, labelled, policy, degree, tag)
+        if caps is not None and not pattern.switch_groups:
+            raise self.error(f"{kind} creates no switch to give capabilities to", t,
+                             "switch capabilities go on star, fattree and dims Switch(n)")
+        self.instantiate(t, decl, pattern, common, labelled, policy, degree, tag,
+                         caps=caps or frozenset())
 
     def instantiate(self, t: Tree, decl: Tree, pattern: gen.Pattern, common: list[Tree],
                     labelled: dict[str, list[Tree]], policy: str, degree: int | None,
                     tag: str, per_label: dict[str, list[Tree]] | None = None,
-                    tags: dict[str, str] | None = None) -> None:
-        """Create a pattern's NPUs, switches and links with their properties."""
+                    tags: dict[str, str] | None = None,
+                    caps: frozenset[str] = frozenset()) -> None:
+        """Create a pattern's NPUs, switches (with capabilities ``caps``) and links with
+        their properties."""
         for lab in labelled:
             if lab not in pattern.labels:
                 raise self.error(f"unknown link class {lab!r}", t,
@@ -308,7 +336,7 @@ class Scope:
             sdecl = Tree("decl", [Token("NAME", f"{name}_{suffix}"),
                                   Tree("num", [Token("NUMBER", str(count))])], decl.meta)
             sg = self.declare(sdecl, lambda label: self.new_switch(
-                label, self.span(decl), policy, degree))
+                label, self.span(decl), policy, degree, caps))
             keys.extend(sg.members)
         props: dict[str, LinkProps] = {}
         for lab in pattern.labels:
@@ -327,6 +355,10 @@ class Scope:
         name, spec = t.children[0], str(t.children[1])
         rest = t.children[2:]
         policy, degree = "full", None
+        caps: frozenset[str] = frozenset()
+        if rest and rest[-1].data == "caps_opt":
+            caps = self.capabilities(rest[-1])
+            rest = rest[:-1]
         if rest and rest[-1].data == "unwind_opt":
             policy, degree = self.policy(rest[-1])
             rest = rest[:-1]
@@ -351,7 +383,11 @@ class Scope:
                      for k in range(len(dims))}
         decl = Tree("decl", [name], t.meta)
         tags = {f"d{k}": kind for k, (kind, _) in enumerate(dims)}
-        self.instantiate(t, decl, pattern, [], {}, policy, degree, "", per_label, tags)
+        if caps and not pattern.switch_groups:
+            raise self.error("these dimensions create no switch to give capabilities to", t,
+                             "add a Switch(n) dimension")
+        self.instantiate(t, decl, pattern, [], {}, policy, degree, "", per_label, tags,
+                         caps=caps)
 
     # -- composition -------------------------------------------------------------------------
     def do_use_stmt(self, t: Tree) -> None:

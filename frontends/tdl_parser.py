@@ -18,7 +18,7 @@ STATEMENT_FORMS: dict[str, str] = {
     "  (use <-> for two-way), e.g.  link gpu[0] <-> gpu[1] 25GB/s 0.7us x2",
     "npu": "NPUs are declared as  npu NAME  or  npu NAME[COUNT]  e.g.  npu gpu[8]",
     "switch": "switches are declared as  switch NAME [unwind full|ring|biring|degree(D)]"
-    " [attach NPUS BANDWIDTH LATENCY]",
+    " [with multicast, reduce] [attach NPUS BANDWIDTH LATENCY]",
     "collective": "collectives are written  collective KIND [size SIZE] [chunks K] [root NPU]"
     " [group NPUS] [name \"...\"]",
     "fail": "failures are written  fail npu NPUS  or  fail link SRC -> DST",

@@ -51,7 +51,7 @@ def describe(spec: Spec) -> dict[str, Any]:
         "failed_npus": [n.name for n in t.npus if n.failed],
         "switches": [
             {"name": s.name, "policy": s.policy, "degree": s.degree,
-             "ports": len(t.out_links[s.id])}
+             "ports": len(t.out_links[s.id]), "capabilities": sorted(s.capabilities)}
             for s in t.switches
         ],
         "links": len(t.links),
@@ -84,7 +84,8 @@ def format_info(spec: Spec, per_npu: bool | None = None) -> str:
     for s in sw[:16]:
         pol = (f"{s['policy']}({s['degree']})" if s["policy"] in ("degree", "stride")
                else s["policy"])
-        lines.append(f"  {s['name']}: {s['ports']} ports, unwind {pol}")
+        caps = f", {' + '.join(s['capabilities'])}" if s["capabilities"] else ""
+        lines.append(f"  {s['name']}: {s['ports']} ports, unwind {pol}{caps}")
     if len(sw) > 16:
         lines.append(f"  ... {len(sw) - 16} more")
     lines.append(f"links: {d['links']} directed ({d['physical_links']} counting parallel links)"
