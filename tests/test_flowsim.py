@@ -11,9 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks folder is run from the checkout, not installed
 
-from benchmarks.flowsim import dependencies, simulate_flows  # noqa: E402
-
 import tacos  # noqa: E402
+from benchmarks.flowsim import dependencies, simulate_flows  # noqa: E402
 from tacos.builders import star  # noqa: E402
 from tacos.patterns import build  # noqa: E402
 from tacos.schedule import Schedule, Transfer  # noqa: E402
