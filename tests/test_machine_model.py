@@ -122,18 +122,20 @@ def test_a_view_schedule_maps_to_physical_routes_and_verifies():
 
 
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.tdl"))
-QUICK = ("mesh4x4", "node", "switches", "fattree", "dgx_a100_2node", "mi250_2node", "ring8")
+QUICK = ("mesh4x4", "node", "switches", "fattree", "dgx_a100_2node", "mi250_2node", "ring8",
+         "leafspine_4to1")
 SOLVERS = ("greedy", "ring", "biring", "direct", "rhd", "dbtree", "hierarchical", "taccl")
 
 
-def _no_solver_beats_the_bound(example: str, solver: str) -> None:
+def _no_solver_beats_the_bound(example: str, solver: str, group=None, relays="members") -> None:
     spec = load(str(ROOT / "examples" / f"{example}.tdl"))
     topo = spec.topology
-    group = topo.live_npus
+    group = topo.live_npus if group is None else group
     for kind in ("allgather", "allreduce"):
         coll = build(kind, group, size=len(group) * 64 * 1024)
         try:
-            sched = synthesize(topo, coll, solver=solver, trials=2, workers=1, seed=1)
+            sched = synthesize(topo, coll, solver=solver, trials=2, workers=1, seed=1,
+                               relays=relays)
         except Exception as exc:  # a baseline that does not support the topology says so
             from tacos.errors import TacosError
 
@@ -162,3 +164,26 @@ def test_no_solver_reports_a_time_below_the_bound(example, solver):
 @pytest.mark.parametrize("example", [e for e in EXAMPLES if e not in QUICK])
 def test_no_solver_reports_a_time_below_the_bound_on_every_example(example, solver):
     _no_solver_beats_the_bound(example, solver)
+
+
+GROUPS = {  # example -> a process group on it (the declared one where the file has one)
+    "dgx_a100_group4": None, "group_noncontiguous": None, "multijob_fattree": None,
+    "leafspine_4to1": (0, 1, 2, 3, 4, 5, 6, 7), "dgx_a100_2node": (3, 0, 11, 8),
+}
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("example", sorted(GROUPS))
+def test_no_solver_reports_a_time_below_the_bound_on_a_process_group(example, solver):
+    group = GROUPS[example]
+    if group is None:
+        group = load(str(ROOT / "examples" / f"{example}.tdl")).collectives[0].group
+    _no_solver_beats_the_bound(example, solver, group)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_no_solver_reports_a_time_below_the_bound_on_half_of_every_example(example, solver):
+    live = load(str(ROOT / "examples" / f"{example}.tdl")).topology.live_npus
+    _no_solver_beats_the_bound(example, solver, live[::2], relays="all")

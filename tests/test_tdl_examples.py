@@ -73,6 +73,11 @@ EXPECTED = {
     "composition": (16, 1, 4 * 12 + 4 * 2 + 4, None, 1),
     "custom": (8, 0, 2 * (8 + 4), None, 1),
     "multitenant": (36, 0, mesh_links(6, 6), 10, 3),
+    "leafspine": (16, 6, 16 * 2 + 4 * 2 * 2, 4, 1),
+    "leafspine_4to1": (16, 6, 16 * 2 + 4 * 2 * 2, 4, 1),
+    "multijob_fattree": (16, 6, 16 * 2 + 4 * 2 * 2, 4, 2),
+    "dgx_a100_group4": (8, 1, 16, 2, 1),
+    "group_noncontiguous": (16, 10, 16 * 2 + 16 * 2, 4, 1),
 }
 
 
