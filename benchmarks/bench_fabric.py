@@ -40,7 +40,7 @@ from tacos.patterns import build  # noqa: E402
 from tacos.verify import verify_schedule  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
-SOLVERS = ("greedy", "taccl", "ring", "biring", "direct", "rhd", "dbtree", "hierarchical")
+SOLVERS = ("greedy", "ilp", "taccl", "ring", "biring", "direct", "rhd", "dbtree", "hierarchical")
 BASELINES = ("ring", "biring", "direct", "rhd", "dbtree", "hierarchical")
 SYSTEMS = (("dgx_a100", 2), ("dgx_a100", 4), ("dgx_h100", 2), ("dgx_h100", 4), ("ndv2", 2),
            ("mi250", 1), ("mi250", 2))
