@@ -138,6 +138,15 @@ def simulate_flows(schedule: Schedule, release: str = "ready") -> FlowResult:
             at = max(at, transfers[g].start)
         heapq.heappush(pending, (at + alpha[g], g))
 
+    def complete(f: int, at: float) -> int:
+        finish[f] = at
+        for g in after[f]:
+            waiting[g] -= 1
+            if waiting[g] == 0:
+                wake(g, at)
+        return 1
+
+    total = list(remaining)
     pending: list[tuple[float, int]] = []
     for i in range(n):
         if waiting[i] == 0:
@@ -159,25 +168,15 @@ def simulate_flows(schedule: Schedule, release: str = "ready") -> FlowResult:
         now = t_next
         still = []
         for f in active:
-            if remaining[f] <= EPS * max(1.0, sum(sizes[c].size for c in transfers[f].chunks)):
-                finish[f] = now
-                done += 1
-                for g in after[f]:
-                    waiting[g] -= 1
-                    if waiting[g] == 0:
-                        wake(g, now)
+            if remaining[f] <= EPS * max(1.0, total[f]):
+                done += complete(f, now)
             else:
                 still.append(f)
         active = still
         while pending and pending[0][0] <= now + EPS:
             _, g = heapq.heappop(pending)
             if remaining[g] <= 0:
-                finish[g] = now
-                done += 1
-                for h in after[g]:
-                    waiting[h] -= 1
-                    if waiting[h] == 0:
-                        wake(h, now)
+                done += complete(g, now)
             else:
                 active.append(g)
     return FlowResult(max(finish, default=0.0), finish, events)
