@@ -12,12 +12,12 @@ from tacos.frontends.tdl_parser import read_source
 
 from tacos import patterns
 from tacos.collective import Collective
-from tacos.errors import InfeasibleError, TdlSemanticError
+from tacos.errors import InfeasibleError, TacosError, TdlSemanticError
 from tacos.passes.feasibility import check_feasible
 from tacos.spec import Spec
 from tacos.topology import Link, Npu, Switch, Topology
 
-DEFAULT_COLLECTIVE_SIZE = 1 << 20
+DEFAULT_COLLECTIVE_SIZE = patterns.DEFAULT_SIZE
 
 
 def parse_tdl(text: str, source: str = "<string>", params: dict[str, Any] | None = None) -> Spec:
@@ -106,7 +106,12 @@ def _collective(state: State, decl: Any, topology: Topology, index: int) -> Coll
         raise _error(state, f"{decl.kind} takes no root", decl.span)
     if len(group) < 2 and decl.kind != "custom":
         raise _error(state, f"{decl.kind} needs at least 2 NPUs in its group", decl.span)
-    coll = patterns.build(decl.kind, group, size=decl.size or DEFAULT_COLLECTIVE_SIZE,
-                          chunks_per_npu=decl.chunks, root=decl.root,
-                          name=decl.name or decl.kind)
+    size = decl.size
+    if size is None:  # the default, not the user's: fitted to whole chunks
+        size = patterns.default_size(decl.kind, len(group), decl.chunks)
+    try:
+        coll = patterns.build(decl.kind, group, size=size, chunks_per_npu=decl.chunks,
+                              root=decl.root, name=decl.name or decl.kind)
+    except TacosError as exc:
+        raise _error(state, exc.message, decl.size_span or decl.span, exc.hint) from None
     return replace(coll, span=decl.span)

@@ -26,6 +26,7 @@ from tacos.frontends.tdl_values import (
 
 from tacos.errors import Span, TacosError, TdlSemanticError
 from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES
+from tacos.units import parse_size
 
 MAX_NODES = 1_000_000
 MAX_INCLUDE_DEPTH = 16
@@ -50,6 +51,7 @@ class CollectiveDecl:
     group: list[int] | None = None
     root: int | None = None
     size: int | None = None
+    size_span: Span | None = None
     chunks: int = 1
     name: str = ""
     custom: list[tuple[list[int], list[int], bool, int, Span | None]] = field(default_factory=list)
@@ -478,6 +480,7 @@ class Scope:
                 decl.group = self.refs(o.children[0])
             elif o.data == "size_opt":
                 decl.size = self.size(o.children[0])
+                decl.size_span = self.span(o)
             elif o.data == "chunks_opt":
                 decl.chunks = integer(o.children[0], self.env, "chunks")
                 if decl.chunks < 1:
@@ -493,9 +496,13 @@ class Scope:
         q = quantity(node, self.env)
         if q.kind not in (None, "size"):
             raise self.error(f"a size needs a size unit (B, KiB, MiB, ...), not {q.unit}", node)
-        if q.value < 1:
+        try:
+            nbytes = parse_size(q.value)
+        except TacosError as exc:
+            raise self.error(exc.message, node, exc.hint) from None
+        if nbytes < 1:
             raise self.error("a size must be at least 1 byte", node)
-        return int(q.value)
+        return nbytes
 
     def do_custom_stmt(self, t: Tree) -> None:
         name = ""

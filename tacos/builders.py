@@ -12,9 +12,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from tacos.errors import TacosError
 from tacos.frontends import tdl_generators as gen
+from tacos.passes.validate import check_link, check_policy, check_topology
 from tacos.topology import Link, Npu, Switch, Topology
 
 
@@ -40,6 +44,7 @@ class TopologyBuilder:
 
     def switch(self, name: str, policy: str = "full", degree: int | None = None) -> int:
         """Add a switch; returns a handle (negative until :meth:`build` numbers it)."""
+        check_policy(policy, degree, f"switch {name!r}")
         self._switches.append((name, policy, degree))
         return -len(self._switches)
 
@@ -47,10 +52,8 @@ class TopologyBuilder:
              multiplicity: int = 1, both: bool = False, dim: int | None = None,
              tag: str = "") -> None:
         """Add ``src -> dst`` (and back when ``both``); bandwidth in B/s, latency in s."""
-        if src == dst:
-            raise ValueError("self link")
-        if bandwidth <= 0:
-            raise ValueError("bandwidth must be positive")
+        check_link(Link(src, dst, latency, bandwidth, multiplicity), None,
+                   f"link {src} -> {dst}")
         self._links.append((src, dst, latency, bandwidth, multiplicity, dim, tag))
         if both:
             self._links.append((dst, src, latency, bandwidth, multiplicity, dim, tag))
@@ -60,12 +63,16 @@ class TopologyBuilder:
         self._failed.add(npu)
 
     def build(self) -> Topology:
-        """The frozen :class:`Topology`."""
+        """The frozen :class:`Topology` (checked: a link to a node that was never added, or a
+        failed id that is not an NPU, raises :class:`~tacos.errors.TacosError`)."""
         n = len(self._npus)
 
         def node(h: int) -> int:
             return h if h >= 0 else n + (-h - 1)
 
+        bad = sorted(v for v in self._failed if not 0 <= v < n)
+        if bad:
+            raise TacosError(f"cannot fail {bad[0]}: not an NPU of this builder (ids 0..{n - 1})")
         npus = tuple(Npu(i, name, i in self._failed) for i, name in enumerate(self._npus))
         switches = tuple(Switch(n + j, name, pol, deg)
                          for j, (name, pol, deg) in enumerate(self._switches))
@@ -73,7 +80,20 @@ class TopologyBuilder:
         for s, d, lat, bw, m, dim, tag in self._links:
             lk = Link(node(s), node(d), lat, bw, m, dim, tag)
             (dead if s in self._failed or d in self._failed else live).append(lk)
-        return Topology(npus, switches, tuple(live), self.name, tuple(dead))
+        return check_topology(Topology(npus, switches, tuple(live), self.name, tuple(dead)))
+
+
+def _user_errors(fn: Callable[..., Topology]) -> Callable[..., Topology]:
+    """Report a generator's complaint (e.g. a 6-NPU hypercube) as a TacosError."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Topology:
+        try:
+            return fn(*args, **kwargs)
+        except gen.GeneratorError as exc:
+            raise TacosError(f"{fn.__name__}: {exc}") from None
+
+    return wrapper
 
 
 def _axis_props(dims: tuple[int, ...], bandwidth: float | Sequence[float],
@@ -81,7 +101,8 @@ def _axis_props(dims: tuple[int, ...], bandwidth: float | Sequence[float],
     bws = list(bandwidth) if isinstance(bandwidth, Sequence) else [bandwidth] * len(dims)
     lats = list(latency) if isinstance(latency, Sequence) else [latency] * len(dims)
     if len(bws) != len(dims) or len(lats) != len(dims):
-        raise ValueError("give one bandwidth/latency, or one per dimension")
+        raise TacosError(f"{len(dims)} dimensions but {len(bws)} bandwidths and {len(lats)} "
+                         "latencies", hint="give one bandwidth/latency, or one per dimension")
     return {gen.AXES[k]: (bws[k], lats[k]) for k in range(len(dims))}
 
 
@@ -97,40 +118,47 @@ def _from_pattern(p: gen.Pattern, name: str, props: dict[str, tuple[float, float
     return b.build()
 
 
+@_user_errors
 def ring(n: int, *, bandwidth: float, latency: float = 0.0,
          bidirectional: bool = True) -> Topology:
     """A ring of ``n`` NPUs."""
     return _from_pattern(gen.ring(n, bidirectional), f"ring {n}", {"*": (bandwidth, latency)})
 
 
+@_user_errors
 def mesh(*dims: int, bandwidth: float | Sequence[float],
          latency: float | Sequence[float] = 0.0) -> Topology:
     """A 1D/2D/3D mesh; bandwidth and latency may be given per dimension (x, y, z)."""
     return _from_pattern(gen.grid(dims, False), "mesh", _axis_props(dims, bandwidth, latency))
 
 
+@_user_errors
 def torus(*dims: int, bandwidth: float | Sequence[float],
           latency: float | Sequence[float] = 0.0) -> Topology:
     """A 1D/2D/3D torus (wrap-around for sizes > 2); per-dimension values allowed."""
     return _from_pattern(gen.grid(dims, True), "torus", _axis_props(dims, bandwidth, latency))
 
 
+@_user_errors
 def fully_connected(n: int, *, bandwidth: float, latency: float = 0.0) -> Topology:
     """``n`` NPUs linked all to all."""
     return _from_pattern(gen.fully_connected(n), "fully connected", {"*": (bandwidth, latency)})
 
 
+@_user_errors
 def hypercube(n: int, *, bandwidth: float, latency: float = 0.0) -> Topology:
     """A binary hypercube of ``n`` = 2^d NPUs."""
     return _from_pattern(gen.hypercube(n), "hypercube", {"*": (bandwidth, latency)})
 
 
+@_user_errors
 def star(n: int, *, bandwidth: float, latency: float = 0.0, policy: str = "full",
          degree: int | None = None) -> Topology:
     """``n`` NPUs on one switch with the given unwinding policy."""
     return _from_pattern(gen.star(n), "star", {"*": (bandwidth, latency)}, policy, degree)
 
 
+@_user_errors
 def multi_dim(dims: list[tuple[str, int]], bandwidths: list[float],
               latencies: list[float]) -> Topology:
     """``multi_dim([("Ring", 2), ("FullyConnected", 4), ("Switch", 8)], bws, lats)``."""

@@ -15,49 +15,137 @@ scatter        root's send buffer (all ranks)    size / (N·k)
 gather         root's receive buffer             size / (N·k)
 =============  ================================  ==========================
 
-N is the group size and k the chunks per NPU.  Sizes are rounded down to whole bytes (at least
-one byte per chunk).
+N is the group size and k the chunks per NPU.  ``size`` is bytes or a text with a unit
+(``"64MiB"``, read by :func:`tacos.units.parse_size`) and is never rounded: when it does not
+divide evenly, chunks differ by one byte (as the runtimes split buffers), and a per-rank
+collective whose size is not a multiple of N is refused with the nearest sizes that are (see
+:func:`chunk_sizes`).
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 from tacos.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES, Chunk, Collective
+from tacos.errors import TacosError
+from tacos.units import format_size, parse_size
 
 
-def _chunk_size(size: int, parts: int) -> int:
-    return max(1, int(size) // parts)
+PER_RANK = ("allgather", "reducescatter", "alltoall", "scatter", "gather")
+"""Collectives whose buffer is N equal per-rank pieces (the NCCL API's count per rank)."""
+
+
+def _even(total: int, parts: int) -> list[int]:
+    """``total`` bytes in ``parts`` chunks as even as possible (the first ones 1 B larger)."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def chunk_sizes(kind: str, size: int | str, n: int, chunks_per_npu: int = 1) -> list[int]:
+    """Bytes of each chunk of one piece: a rank's piece for the per-rank collectives
+    (:data:`PER_RANK`), the whole buffer for allreduce (``n * chunks_per_npu`` chunks),
+    broadcast and reduce (``chunks_per_npu`` chunks).
+
+    The sizes add up to exactly the requested bytes; when they do not divide evenly, chunks
+    differ by one byte (the runtimes split buffers the same way).  A per-rank collective's
+    size must be a multiple of ``n`` (each rank contributes the same count, as in NCCL's API)
+    and every chunk needs a byte: otherwise :class:`~tacos.errors.TacosError` says which sizes
+    work.
+
+    >>> chunk_sizes("allreduce", 1000, 16)[:2], sum(chunk_sizes("allreduce", 1000, 16))
+    ([63, 63], 1000)
+    >>> chunk_sizes("allgather", 1000, 16)
+    Traceback (most recent call last):
+    ...
+    tacos.errors.TacosError: error: an allgather of 1000 B over 16 NPUs: the buffer must split \
+into 16 equal rank pieces
+    hint: use 992 B or 1008 B (a multiple of 16 B)
+    """
+    nbytes = parse_size(size)
+    k = chunks_per_npu
+    if kind in PER_RANK:
+        if nbytes % n:
+            down, up = nbytes // n * n, (nbytes // n + 1) * n
+            choices = f"{_bytes(down)} or {_bytes(up)}" if down else _bytes(up)
+            raise TacosError(f"an {kind} of {_bytes(nbytes)} over {n} NPUs: the buffer must "
+                             f"split into {n} equal rank pieces",
+                             hint=f"use {choices} (a multiple of {n} B)")
+        total, parts = nbytes // n, k
+    elif kind == "allreduce":
+        total, parts = nbytes, n * k
+    else:
+        total, parts = nbytes, k
+    if total < parts:
+        need = parts * (n if kind in PER_RANK else 1)
+        raise TacosError(f"{_bytes(nbytes)} is too small for {kind} over {n} NPUs with {k} "
+                         f"chunk(s) per NPU: every chunk needs at least one byte",
+                         hint=f"use at least {need} B, or fewer chunks")
+    return _even(total, parts)
+
+
+DEFAULT_SIZE = 1 << 20
+"""Size used when none is given (TDL, command line): 1 MiB."""
+
+
+def default_size(kind: str, n: int, chunks_per_npu: int = 1) -> int:
+    """:data:`DEFAULT_SIZE`, rounded down to a multiple of ``n`` for the per-rank collectives
+    (so that the default always works; a size the user gives is never rounded)."""
+    if kind in PER_RANK:
+        return max(n * chunks_per_npu, DEFAULT_SIZE // n * n)
+    return max(chunks_per_npu * (n if kind == "allreduce" else 1), DEFAULT_SIZE)
+
+
+def _bytes(n: int) -> str:
+    """``'67108864 B (64 MiB)'``; the unit form only when it is exact."""
+    exact = n >= 1024 and any(n % (1 << s) == 0 and n >> s < 1024 for s in (10, 20, 30, 40))
+    return f"{n} B ({format_size(n)})" if exact else f"{n} B"
 
 
 def build(
     kind: str,
     group: Sequence[int],
     *,
-    size: int,
+    size: int | str,
     chunks_per_npu: int = 1,
     root: int | None = None,
     name: str = "",
 ) -> Collective:
     """Build a standard collective over ``group`` (NPU ids).
 
-    >>> c = build("allgather", [0, 1, 2, 3], size=4096)
-    >>> c.n_chunks, c.chunks[1].pre, sorted(c.chunks[1].post)
-    (4, frozenset({1}), [0, 1, 2, 3])
+    ``size`` is in bytes or a text with a unit (``"64MiB"``) and must split into equal whole
+    chunks (see :func:`chunk_sizes`).  Mistakes raise :class:`~tacos.errors.TacosError`.
+
+    >>> c = build("allgather", [0, 1, 2, 3], size="4KiB")
+    >>> c.n_chunks, c.chunks[1].size, c.chunks[1].pre, sorted(c.chunks[1].post)
+    (4, 1024, frozenset({1}), [0, 1, 2, 3])
     """
     if kind not in STANDARD_COLLECTIVES:
-        raise ValueError(f"unknown collective {kind!r}")
+        close = difflib.get_close_matches(str(kind), STANDARD_COLLECTIVES, n=1)
+        raise TacosError(f"unknown collective {kind!r}",
+                         hint=f"did you mean '{close[0]}'?" if close
+                         else f"use one of {', '.join(STANDARD_COLLECTIVES)}")
     g = tuple(group)
-    n, k = len(g), int(chunks_per_npu)
+    if len(set(g)) != len(g):
+        raise TacosError(f"the group {list(g)} names an NPU twice")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in g):
+        raise TacosError(f"the group {list(g)} must hold NPU ids (integers >= 0)")
+    if isinstance(chunks_per_npu, bool) or not isinstance(chunks_per_npu, int):
+        raise TacosError(f"chunks_per_npu must be an integer, not {chunks_per_npu!r}")
+    n, k = len(g), chunks_per_npu
     if n == 0:
-        raise ValueError("a collective needs at least one NPU")
+        raise TacosError("a collective needs at least one NPU")
     if k < 1:
-        raise ValueError("chunks per NPU must be at least 1")
+        raise TacosError("chunks per NPU must be at least 1", hint="chunks_per_npu=1")
     if kind in ROOTED_COLLECTIVES:
         if root is None:
-            raise ValueError(f"{kind} needs a root")
+            raise TacosError(f"{kind} needs a root", hint=f"e.g. root={g[0]}")
         if root not in g:
-            raise ValueError(f"root {root} is not in the group")
+            raise TacosError(f"root {root} is not in the group {list(g)}")
+    elif root is not None:
+        raise TacosError(f"{kind} takes no root",
+                         hint=f"roots belong to {', '.join(ROOTED_COLLECTIVES)}")
+    sizes = chunk_sizes(kind, size, n, k)
     everyone = frozenset(g)
     chunks: list[Chunk] = []
 
@@ -65,59 +153,69 @@ def build(
         chunks.append(Chunk(len(chunks), size_, pre, post, reduce, index=len(chunks)))
 
     if kind == "allgather":
-        cs = _chunk_size(size, n * k)
         for src in g:
-            for _ in range(k):
-                add(cs, frozenset({src}), everyone)
+            for j in range(k):
+                add(sizes[j], frozenset({src}), everyone)
     elif kind == "reducescatter":
-        cs = _chunk_size(size, n * k)
         for dst in g:
-            for _ in range(k):
-                add(cs, everyone, frozenset({dst}), True)
+            for j in range(k):
+                add(sizes[j], everyone, frozenset({dst}), True)
     elif kind == "allreduce":
-        cs = _chunk_size(size, n * k)
-        for _ in range(n * k):
-            add(cs, everyone, everyone, True)
+        for j in range(n * k):
+            add(sizes[j], everyone, everyone, True)
     elif kind == "alltoall":
-        cs = _chunk_size(size, n * k)
         for src in g:
             for dst in g:
-                for _ in range(k):
-                    add(cs, frozenset({src}), frozenset({dst}))
+                for j in range(k):
+                    add(sizes[j], frozenset({src}), frozenset({dst}))
     elif kind == "broadcast":
-        cs = _chunk_size(size, k)
-        for _ in range(k):
-            add(cs, frozenset({root}), everyone)
+        for j in range(k):
+            add(sizes[j], frozenset({root}), everyone)
     elif kind == "reduce":
-        cs = _chunk_size(size, k)
-        for _ in range(k):
-            add(cs, everyone, frozenset({root}), True)
+        for j in range(k):
+            add(sizes[j], everyone, frozenset({root}), True)
     elif kind == "scatter":
-        cs = _chunk_size(size, n * k)
         for dst in g:
-            for _ in range(k):
-                add(cs, frozenset({root}), frozenset({dst}))
+            for j in range(k):
+                add(sizes[j], frozenset({root}), frozenset({dst}))
     elif kind == "gather":
-        cs = _chunk_size(size, n * k)
         for src in g:
-            for _ in range(k):
-                add(cs, frozenset({src}), frozenset({root}))
-    return Collective(kind, tuple(chunks), g, int(size), k, root, name or kind)
+            for j in range(k):
+                add(sizes[j], frozenset({src}), frozenset({root}))
+    return Collective(kind, tuple(chunks), g, parse_size(size), k, root, name or kind)
 
 
 def custom(
-    chunks: Sequence[tuple[Sequence[int], Sequence[int], bool, int]],
+    chunks: Sequence[tuple[Sequence[int], Sequence[int], bool, int | str]],
     *,
     name: str = "custom",
 ) -> Collective:
-    """Build a custom collective from ``(pre, post, reduce, size_bytes)`` tuples."""
-    out = tuple(
-        Chunk(i, int(sz), frozenset(pre), frozenset(post), bool(red), index=i)
-        for i, (pre, post, red, sz) in enumerate(chunks)
-    )
+    """Build a custom collective from ``(pre, post, reduce, size)`` tuples.
+
+    ``size`` is bytes or a text with a unit; ``pre`` and ``post`` are NPU ids.
+
+    >>> c = custom([([0], [1, 2], False, "1KiB"), ([0, 1], [2], True, 512)])
+    >>> [(sorted(ch.post), ch.size, ch.reduce) for ch in c.chunks]
+    [([1, 2], 1024, False), ([2], 512, True)]
+    """
+    out = []
+    for i, item in enumerate(chunks):
+        try:
+            pre, post, red, sz = item
+        except (TypeError, ValueError):
+            raise TacosError(f"chunk {i}: {item!r} is not a (pre, post, reduce, size) tuple"
+                             ) from None
+        nbytes = parse_size(sz, f"chunk {i} size")
+        if nbytes < 1:
+            raise TacosError(f"chunk {i}: a chunk needs at least 1 byte")
+        if not pre or not post:
+            raise TacosError(f"chunk {i}: a chunk needs NPUs in both its pre- and "
+                             "postcondition")
+        out.append(Chunk(i, nbytes, frozenset(pre), frozenset(post), bool(red), index=i))
     group: list[int] = []
     for c in out:
         for v in sorted(c.pre | c.post):
             if v not in group:
                 group.append(v)
-    return Collective("custom", out, tuple(group), sum(c.size for c in out), 1, None, name)
+    return Collective("custom", tuple(out), tuple(group), sum(c.size for c in out), 1, None,
+                      name)

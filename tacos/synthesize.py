@@ -22,12 +22,15 @@ from collections.abc import Callable
 from typing import Any
 
 from tacos.collective import Collective
-from tacos.errors import InfeasibleError, UsageError
+from tacos.errors import InfeasibleError, TacosError, UsageError
 from tacos.passes.feasibility import check_feasible
 from tacos.passes.inversion import assemble, plan_inversion
 from tacos.passes.unwind import to_physical, unwind
+from tacos.passes.validate import check_topology
+from tacos.progress import as_reporter
 from tacos.schedule import Schedule
-from tacos.solvers.registry import Problem, SolveResult, get_solver
+from tacos.solvers.options import check_options
+from tacos.solvers.registry import Problem, SolveResult, solver_class
 from tacos.topology import Topology
 
 
@@ -61,24 +64,71 @@ def _lower_bound(topology: Topology, collective: Collective) -> float | None:
 
 
 def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
-          **options: Any) -> SolveResult:
+          seed: int = 0, trials: int | None = None, workers: int | None = None,
+          time_limit: float | None = None, progress: Any = None, bound: bool = True,
+          relays: str = "members", **solver_options: Any) -> SolveResult:
     """Synthesize and return the :class:`~tacos.solvers.registry.SolveResult` (with status).
 
-    ``options`` go to the solver (``seed``, ``trials``, ``workers``, ``max_merge``,
-    ``progress``, ...).  ``relays`` (``'members'``, the default, or ``'all'``) says whether
-    data may be relayed through NPUs outside the collective's group; the view given to
-    solvers without ``native_switches`` attaches only group members to switches.
-    ``bound=False`` skips the lower-bound computation.  Raises
-    :class:`~tacos.errors.InfeasibleError` when some postcondition cannot be met.
+    Takes the parameters of :func:`synthesize`.  Infeasibility is a status here
+    (``status='infeasible'``, ``schedule=None``) when the solver finds no schedule; a spec
+    that no schedule can serve raises :class:`~tacos.errors.InfeasibleError`.
     """
+    impl_class = solver_class(solver)
+    check_options(solver, impl_class, solver_options)
+    _check_common(seed, trials, workers, time_limit)
+    check_topology(topology)
+    if not isinstance(collective, Collective):
+        raise TacosError(f"expected a tacos.Collective, not {type(collective).__name__}",
+                         hint="build one with tacos.collective('allgather', group, size=...)")
+    options: dict[str, Any] = {"seed": seed, "relays": relays, **solver_options}
+    for key, value in (("trials", trials), ("workers", workers), ("time_limit", time_limit)):
+        if value is not None:
+            options[key] = value
+    reporter = as_reporter(progress)
+    with reporter.phase(f"synthesizing ({solver})", unit="runs") as phase:
+        options["progress"] = reporter.solver_callback(phase)
+        result = _solve(topology, collective, solver, impl_class, options, bound=False)
+    if bound and result.schedule is not None:
+        with reporter.phase("lower bound"):
+            _attach_bound(result.schedule, topology, collective)
+        return SolveResult(result.status, result.schedule,
+                           result.schedule.meta.get("lower_bound"), result.stats)
+    return result
+
+
+def _check_common(seed: Any, trials: Any, workers: Any, time_limit: Any) -> None:
+    """Raise a :class:`~tacos.errors.UsageError` for a common option of the wrong kind."""
+    for key, value, low in (("seed", seed, 0), ("trials", trials, 1), ("workers", workers, 1)):
+        if value is None and key != "seed":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UsageError(f"{key} must be an integer >= {low}, not {value!r}")
+    if time_limit is not None and (isinstance(time_limit, bool)
+                                   or not isinstance(time_limit, int | float)
+                                   or not time_limit > 0):
+        raise UsageError(f"time_limit must be a positive number of seconds, not "
+                         f"{time_limit!r}")
+
+
+def _attach_bound(schedule: Schedule, topology: Topology, collective: Collective) -> None:
+    bound = _lower_bound(topology, collective)
+    if bound is not None:
+        schedule.meta["lower_bound"] = bound
+        if bound > 0:
+            schedule.meta["gap"] = schedule.makespan / bound
+
+
+def _solve(topology: Topology, collective: Collective, solver: str, impl_class: type,
+           options: dict[str, Any], *, bound: bool) -> SolveResult:
+    """The pipeline below the option checks (unwind, feasibility, inversion, solver)."""
     t0 = time.perf_counter()
-    want_bound = bool(options.pop("bound", True))
+    want_bound = bound
     options.setdefault("relays", "members")
     try:
         relay_npus = collective.relay_npus(options["relays"])
     except ValueError as exc:
         raise UsageError(str(exc), hint="relays='members' (default) or relays='all'") from None
-    impl = get_solver(solver)
+    impl = impl_class()
     check_feasible(topology, collective, relay_npus)
     # solvers that model switch ports themselves get the real topology, the others a view of
     # it that attaches only the group's members to switches
@@ -138,7 +188,7 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
         status=status,
         synthesis_time=time.perf_counter() - t0,
     )
-    for key in ("max_merge", "best_trial", "best_cap"):
+    for key in ("max_merge", "best_trial", "best_cap", "trials_run"):
         if key in first:
             schedule.meta[key] = first[key]
     if bound is not None:
@@ -149,8 +199,44 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
 
 
 def synthesize(topology: Topology, collective: Collective, *, solver: str = "greedy",
-               **options: Any) -> Schedule:
+               seed: int = 0, trials: int | None = None, workers: int | None = None,
+               time_limit: float | None = None, progress: Any = None, bound: bool = True,
+               relays: str = "members", **solver_options: Any) -> Schedule:
     """Synthesize a schedule for ``collective`` on ``topology``.
+
+    Parameters
+    ----------
+    topology, collective
+        From :func:`tacos.load` / :func:`tacos.parse`, :mod:`tacos.builders`, an importer
+        (:mod:`tacos.importers`) and :func:`tacos.collective`.
+    solver
+        ``greedy`` (default), ``ilp``, ``taccl``, or a baseline: ``ring``, ``biring``,
+        ``direct``, ``rhd``, ``dbtree``, ``hierarchical`` (their options: :func:`tacos.solver_options`).
+    seed
+        Random seed; the same seed gives the same schedule.
+    trials
+        Randomized trials (greedy; the ILP's starting schedule).  Default: 16, fewer on big
+        problems.
+    workers
+        Processes running trials in parallel (default: every core).
+    time_limit
+        Seconds the solver may spend (ILP; default 60).
+    progress
+        A callable ``(done, total)`` called as solver work completes, or a
+        :class:`tacos.progress.Reporter` that also hears about the other phases.
+    bound
+        Compute the lower bound (``meta['lower_bound']``, ``meta['gap']``); False skips it.
+    relays
+        ``'members'`` (default): data is relayed only through NPUs of the collective's group
+        (the view given to solvers without native switches attaches only members to
+        switches); ``'all'``: through any NPU.
+    **solver_options
+        Options the chosen solver declares, checked: an unknown name raises
+        :class:`~tacos.errors.UsageError` with the closest valid one.  greedy: ``max_merge``
+        (int, ``'auto'`` or None), ``speculate``; ilp: ``backend`` (highs, cpsat, cbc,
+        gurobi), ``mode`` (``'exact'`` or ``'cluster'`` for time clustering), ``threads``,
+        ``cluster_steps``, ``window_time_limit``, ``discretization_factor``,
+        ``upper_bound``, ``cluster_first``, ``max_merge``; baselines: ``ring_order``.
 
     Returns a :class:`~tacos.schedule.Schedule` whose ``collective`` is the one given (chunk ids
     preserved) and whose ``topology`` is ``topology`` itself (transfers on physical routes,
@@ -158,7 +244,9 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "gre
     ``seed``, ``trials``, ``status``, ``synthesis_time`` (s) and ``lower_bound``/``gap``.
     Raises :class:`~tacos.errors.InfeasibleError` if no schedule exists.
     """
-    res = solve(topology, collective, solver=solver, **options)
+    res = solve(topology, collective, solver=solver, seed=seed, trials=trials, workers=workers,
+                time_limit=time_limit, progress=progress, bound=bound, relays=relays,
+                **solver_options)
     if res.schedule is None:
         raise InfeasibleError(
             f"solver {solver!r} found no schedule ({res.status})"

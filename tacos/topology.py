@@ -203,37 +203,17 @@ class Topology:
         return g
 
     @classmethod
-    def from_networkx(cls, g: nx.DiGraph | nx.MultiDiGraph, name: str = "") -> Topology:
-        """Build a topology from a graph whose nodes are ``0..n-1``.
+    def from_networkx(cls, g: nx.Graph, name: str = "") -> Topology:
+        """Build a topology from a networkx graph (directed or not, any node labels).
 
-        Nodes with ``kind='switch'`` become switches (they must come after all NPUs); edges need
-        ``bandwidth`` (bytes/s) and may carry ``alpha`` (s, default 0) and ``multiplicity``.
+        Nodes with ``kind='switch'`` become switches; edges need ``bandwidth`` (bytes/s or a
+        text such as ``"25GB/s"``) and may carry ``alpha``/``latency``, ``multiplicity``,
+        ``tag`` and ``dim``.  See :mod:`tacos.frontends.networkx_graph`; mistakes raise
+        :class:`~tacos.errors.TacosError`.
         """
-        nodes = sorted(g.nodes)
-        if nodes != list(range(len(nodes))):
-            raise ValueError("graph nodes must be the integers 0..n-1")
-        npus, switches = [], []
-        for v in nodes:
-            data = g.nodes[v]
-            if data.get("kind") == "switch":
-                switches.append(
-                    Switch(v, data.get("name", f"sw{v}"), data.get("policy", "full"),
-                           data.get("degree"),
-                           capabilities=frozenset(data.get("capabilities", ())))
-                )
-            else:
-                if switches:
-                    raise ValueError("switch nodes must come after all NPU nodes")
-                npus.append(Npu(v, data.get("name", f"npu{v}"), bool(data.get("failed", False))))
-        edges: Iterable = (
-            g.edges(keys=False, data=True) if isinstance(g, nx.MultiDiGraph) else g.edges(data=True)
-        )
-        links = tuple(
-            Link(u, v, float(d.get("alpha", 0.0)), float(d["bandwidth"]),
-                 int(d.get("multiplicity", 1)), d.get("dim"), d.get("tag", ""), d.get("via"))
-            for u, v, d in edges
-        )
-        return cls(tuple(npus), tuple(switches), links, name=name)
+        from tacos.frontends.networkx_graph import topology_from_networkx
+
+        return topology_from_networkx(g, name)
 
     # -- metrics -----------------------------------------------------------------------------
     @cached_property

@@ -7,6 +7,7 @@ means bits.
 
 from __future__ import annotations
 
+import math
 import re
 
 TIME_UNITS: dict[str, float] = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -85,6 +86,49 @@ def parse_quantity(text: str, kind: str, default_unit: str | None = None) -> flo
             f"unknown {kind} unit {unit!r}; use one of {', '.join(sorted(set(table)))}"
         )
     return value * table[unit]
+
+
+SIZE_HINT = "sizes are bytes or a number with a unit: B, KB, MB, GB, KiB, MiB, GiB (e.g. 64MiB)"
+
+
+def parse_size(value: int | float | str, what: str = "size") -> int:
+    """A size in bytes from an int (bytes) or a text with a unit (``'64MiB'``, ``'1.5KB'``).
+
+    The one size parser of the project: the Python API, the TDL and the command line
+    (``--size``, ``--min-bytes``, ``--max-bytes``) all read sizes with it.  A bare number is
+    bytes.  Raises :class:`~tacos.errors.TacosError` (naming ``what``) for text that is not a
+    size, for a fraction of a byte, and for a negative size.
+
+    >>> parse_size("64MiB"), parse_size("1.5KB"), parse_size(4096), parse_size("0")
+    (67108864, 1500, 4096, 0)
+    """
+    from tacos.errors import TacosError
+
+    if isinstance(value, bool):
+        raise TacosError(f"{what}: {value!r} is not a size", hint=SIZE_HINT)
+    if isinstance(value, int):
+        if value < 0:
+            raise TacosError(f"{what}: {value} is negative", hint=SIZE_HINT)
+        return value
+    if isinstance(value, float):
+        number = value
+        shown = repr(value)
+    elif isinstance(value, str):
+        try:
+            number = parse_quantity(value, "size", default_unit="B")
+        except ValueError as exc:
+            raise TacosError(f"{what}: {exc}", hint=SIZE_HINT) from None
+        shown = repr(value.strip())
+    else:
+        raise TacosError(f"{what}: {value!r} is not a size (give bytes or a text such as "
+                         "'64MiB')", hint=SIZE_HINT)
+    if not math.isfinite(number) or number < 0:
+        raise TacosError(f"{what}: {shown} is not a size (sizes are finite and >= 0)",
+                         hint=SIZE_HINT)
+    if not float(number).is_integer():
+        raise TacosError(f"{what}: {shown} is {number:g} bytes, not a whole number of bytes",
+                         hint=f"use {math.floor(number)} or {math.ceil(number)} bytes")
+    return int(number)
 
 
 def format_time(seconds: float) -> str:

@@ -47,7 +47,7 @@ def test_topology_builder_and_failures() -> None:
     assert t.switches[0].id == 3
     assert len(t.links) == 4 and len(t.failed_links) == 2
     assert t.live_npus == (0, 1)
-    with pytest.raises(ValueError):
+    with pytest.raises(TacosError, match="linked to itself"):
         b.link(a[0], a[0], bandwidth=1e9)
 
 

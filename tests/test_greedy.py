@@ -75,7 +75,7 @@ def test_registered_under_greedy():
 def test_chunk_granular_bound_reached_on_homogeneous_grids(dims, wrap, k):
     topo = grid(dims, wrap)
     n = topo.n_npus
-    size = 64 * MiB
+    size = 64 * MiB // (n * k) * (n * k)  # whole equal chunks on 27 NPUs too
     coll = build("allgather", range(n), size=size, chunks_per_npu=k)
     res = solve(topo, coll, max_merge=1, trials=8, seed=1)
     d_min = min(topo.in_degree(v) for v in range(n))
@@ -121,7 +121,7 @@ def test_worker_count_does_not_change_the_schedule(monkeypatch):
 @pytest.mark.parametrize("dims,wrap,size,k", [((4, 4, 4), True, 64 * MiB, 4),
                                               ((4, 4), False, 64 * MiB, 4),
                                               ((4, 4), True, GiB, 1),
-                                              ((3, 5), False, 4 * MiB, 2)])
+                                              ((3, 5), False, 4 * MiB // 15 * 15, 2)])
 def test_merged_never_slower_than_unmerged(dims, wrap, size, k):
     topo = grid(dims, wrap)
     coll = build("allgather", range(topo.n_npus), size=size, chunks_per_npu=k)

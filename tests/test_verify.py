@@ -32,7 +32,7 @@ def ring(n: int, *, bidirectional: bool = False, multiplicity: int = 1) -> Topol
 def ring_allgather(n: int = 4) -> Schedule:
     """Textbook ring all-gather: at step s NPU i forwards chunk (i - s) mod n to i+1."""
     topo = ring(n)
-    coll = build("allgather", range(n), size=SIZE)
+    coll = build("allgather", range(n), size=SIZE // n * n)
     step = topo.links[0].time(coll.chunks[0].size)
     transfers = []
     for s in range(n - 1):
@@ -57,14 +57,14 @@ def _ring_reduce_phase(n: int, step: float, t0: float = 0.0) -> list[Transfer]:
 
 def ring_reducescatter(n: int = 4) -> Schedule:
     topo = ring(n)
-    coll = build("reducescatter", range(n), size=SIZE)
+    coll = build("reducescatter", range(n), size=SIZE // n * n)
     step = topo.links[0].time(coll.chunks[0].size)
     return Schedule(topo, coll, tuple(_ring_reduce_phase(n, step)))
 
 
 def ring_allreduce(n: int = 4) -> Schedule:
     topo = ring(n)
-    coll = build("allreduce", range(n), size=SIZE)
+    coll = build("allreduce", range(n), size=SIZE // n * n)
     step = topo.links[0].time(coll.chunks[0].size)
     transfers = _ring_reduce_phase(n, step)
     t0 = (n - 1) * step

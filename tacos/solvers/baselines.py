@@ -37,6 +37,7 @@ from tacos.solvers.baselines_hier import analyse, hierarchical_program
 from tacos.solvers.baselines_lower import Lowering, Msg
 from tacos.solvers.baselines_route import NpuGraph
 from tacos.solvers.baselines_route import ring_order as find_ring_order
+from tacos.solvers.options import Option
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
@@ -233,6 +234,9 @@ class _BaselineSolver:
     #: switches are modelled natively (cut-through hops sharing switch ports); given an
     #: unwound topology the virtual links are used as plain links.
     native_switches = True
+    options = {"ring_order": Option("ring order: 'auto' (a Hamiltonian cycle of the "
+                                    "topology when one exists) or 'npu' (NPU id order)",
+                                    str, ("auto", "npu"), "auto")}
 
     def solve(self, problem: Problem) -> SolveResult:
         """Run the baseline; status is ``'feasible'`` (baselines prove nothing optimal).

@@ -34,6 +34,7 @@ from tacos.schedule import Schedule, Transfer
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
 from tacos.solvers.greedy_instance import TICK, Instance, bits_to_tuple, build_instance
 from tacos.solvers.merge import UNLIMITED, merge_caps, unmerged_lower_bound
+from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
 
 DEFAULT_TRIALS = 16
@@ -65,6 +66,13 @@ class GreedySolver:
 
     name = "greedy"
     supports_combining = False
+    options = {
+        "max_merge": Option("most chunks one transfer may carry: an integer, 'auto' (try a "
+                            "ladder of caps, never slower than 1) or None (unlimited)",
+                            int_or_text("auto"), default="auto"),
+        "speculate": Option("allow resending a chunk already in flight on a slower transfer",
+                            boolean, (True, False), True),
+    }
 
     def solve(self, problem: Problem) -> SolveResult:
         """Run the trials and return the best schedule (status ``feasible``)."""

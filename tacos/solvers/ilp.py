@@ -61,6 +61,7 @@ from tacos.solvers.ilp_model import (
     transfers_to_sends,
 )
 from tacos.solvers.recovery import complete_schedule
+from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
@@ -217,6 +218,11 @@ def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str =
     return out
 
 
+def _tri_state(value: str) -> bool | str:
+    """Command-line reader for ``cluster_first``."""
+    return "auto" if value == "auto" else boolean(value)
+
+
 def _options(problem: Problem) -> dict[str, Any]:
     o = problem.options
     mode = o.get("mode", "exact")
@@ -249,6 +255,23 @@ class IlpSolver:
 
     name = "ilp"
     supports_combining = False
+    options = {
+        "backend": Option("MILP back end: highs, cpsat, cbc or gurobi (default: the fastest "
+                          "installed)", str, ("highs", "cpsat", "cbc", "gurobi", None)),
+        "mode": Option("'exact' (horizon bisection, early termination) or 'cluster' (time "
+                       "clustering, seed paper V-C)", str, ("exact", "cluster"), "exact"),
+        "threads": Option("solver threads", int, default=1),
+        "cluster_steps": Option("time-clustering window length in steps (default: twice "
+                                "the slowest link)", int),
+        "window_time_limit": Option("cap in seconds per clustering window", float),
+        "discretization_factor": Option("steps per fastest-link chunk time", int, default=1),
+        "upper_bound": Option("first schedule: 'greedy' or 'shortest_path'", str,
+                              ("greedy", "shortest_path"), "greedy"),
+        "cluster_first": Option("exact mode: tighten the upper bound by time clustering "
+                                "first: 'auto', true or false", _tri_state, default="auto"),
+        "max_merge": Option("chunks per transfer of the greedy starting schedule "
+                            "(see greedy)", int_or_text("auto"), default="auto"),
+    }
 
     def solve(self, problem: Problem) -> SolveResult:
         """Synthesize a schedule for ``problem`` (see the module docstring for options)."""

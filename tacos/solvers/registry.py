@@ -9,6 +9,11 @@ non-combining collectives (no chunk with ``reduce``) on switch-free topologies;
 :func:`tacos.synthesize` unwinds switches and derives reductions by inversion.  A solver
 that models switch ports itself sets ``native_switches = True`` and is given the original
 topology instead of the unwound one.
+
+Options: a solver class declares the options it reads in ``options`` (name ->
+:class:`tacos.solvers.options.Option`); :func:`tacos.synthesize` rejects any other option
+(besides the common ``seed``, ``trials``, ``workers``, ``time_limit``, ``progress``) with a
+"did you mean".
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ STATUSES = ("optimal", "feasible", "time_limit", "infeasible")
 class Problem:
     """What a solver is asked: a topology, a collective and options.
 
-    ``options`` carries solver-specific settings (``seed``, ``trials``, ``time_limit``,
-    ``backend``, ``max_merge`` ...); solvers ignore keys they do not know.
+    ``options`` carries the common settings (``seed``, ``trials``, ``workers``,
+    ``time_limit``, ``progress``) and the ones the solver declares; they are checked by
+    :func:`tacos.solvers.options.check_options` before the solver sees them.
     """
 
     topology: Topology
@@ -75,8 +81,13 @@ SOLVERS: dict[str, str] = {
 
 def get_solver(name: str) -> Solver:
     """Instantiate the solver registered as ``name`` (with a "did you mean" on typos)."""
-    if name not in SOLVERS:
-        close = difflib.get_close_matches(name, SOLVERS, n=1)
+    return solver_class(name)()
+
+
+def solver_class(name: str) -> type:
+    """The class registered as ``name`` (imported on first use)."""
+    if not isinstance(name, str) or name not in SOLVERS:
+        close = difflib.get_close_matches(str(name), SOLVERS, n=1)
         hint = f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(SOLVERS)}"
         raise UsageError(f"unknown solver {name!r}", hint=hint)
     module, attr = SOLVERS[name].split(":")
@@ -84,4 +95,4 @@ def get_solver(name: str) -> Solver:
         cls = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"solver {name!r} is not available in this build ({exc})") from exc
-    return cls()
+    return cls

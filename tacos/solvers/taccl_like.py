@@ -58,6 +58,7 @@ class TacclLikeSolver:
 
     name = "taccl"
     supports_combining = False
+    options: dict = {}  # only the common seed (ties between equally short routes)
 
     def solve(self, problem: Problem) -> SolveResult:
         """Route each chunk on a shortest-path tree, then let the simulator serialize links."""

@@ -1,0 +1,91 @@
+"""Validation of a :class:`~tacos.topology.Topology` built outside the TDL.
+
+The TDL frontend checks everything with source locations; topologies built in Python
+(:mod:`tacos.builders`, :meth:`Topology.from_networkx`, importers, or the dataclasses directly)
+are checked here before a solver sees them, so that a link to a missing NPU is a clear
+:class:`~tacos.errors.TacosError` instead of an ``IndexError`` deep inside a solver.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable
+
+from tacos.errors import TacosError
+from tacos.topology import UNWIND_POLICIES, Link, Topology
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_policy(policy: object, degree: object, where: str) -> None:
+    """Raise unless ``policy``/``degree`` is a known switch unwinding policy."""
+    if policy not in UNWIND_POLICIES:
+        close = difflib.get_close_matches(str(policy), UNWIND_POLICIES, n=1)
+        raise TacosError(f"{where}: unknown unwinding policy {policy!r}",
+                         hint=f"did you mean '{close[0]}'?" if close
+                         else f"use one of {', '.join(UNWIND_POLICIES)}")
+    if degree is not None and (isinstance(degree, bool) or not isinstance(degree, int)
+                               or degree < 1):
+        raise TacosError(f"{where}: the policy argument must be a positive integer, "
+                         f"not {degree!r}", hint="e.g. policy='degree', degree=2")
+
+
+def check_link(link: Link, n_nodes: int | None, where: str,
+               name: Callable[[int], str] = str) -> None:
+    """Raise unless ``link`` joins two existing (ids below ``n_nodes``; any integer when
+    None), distinct nodes with sane numbers."""
+    for end in (link.src, link.dst):
+        if isinstance(end, bool) or not isinstance(end, int) \
+                or (n_nodes is not None and not 0 <= end < n_nodes):
+            raise TacosError(f"{where}: endpoint {end!r} is not a node (ids are 0.."
+                             f"{n_nodes - 1})", hint="declare the NPU or switch first")
+    if link.src == link.dst:
+        raise TacosError(f"{where}: {name(link.src)} is linked to itself",
+                         hint="a link joins two different nodes")
+    if not _number(link.bandwidth) or not math.isfinite(link.bandwidth) \
+            or link.bandwidth <= 0:
+        raise TacosError(f"{where}: bandwidth must be a positive number of bytes/s, "
+                         f"not {link.bandwidth!r}",
+                         hint="e.g. 25e9 for 25 GB/s; a failed link is left out instead")
+    if not _number(link.alpha) or not math.isfinite(link.alpha) or link.alpha < 0:
+        raise TacosError(f"{where}: latency must be a number of seconds >= 0, "
+                         f"not {link.alpha!r}", hint="e.g. 0.7e-6 for 0.7 us")
+    if isinstance(link.multiplicity, bool) or not isinstance(link.multiplicity, int) \
+            or link.multiplicity < 1:
+        raise TacosError(f"{where}: multiplicity must be an integer >= 1, "
+                         f"not {link.multiplicity!r}")
+
+
+def check_topology(topology: Topology) -> Topology:
+    """Raise :class:`~tacos.errors.TacosError` for a malformed topology; return it otherwise.
+
+    Checks node numbering (NPUs ``0..n-1``, then switches), switch policies, and every link's
+    endpoints, bandwidth, latency and multiplicity.
+    """
+    if not isinstance(topology, Topology):
+        raise TacosError(f"expected a tacos.Topology, not {type(topology).__name__}",
+                         hint="build one with tacos.load(...), tacos.builders or "
+                              "tacos.Topology.from_networkx(...)")
+    if not topology.npus:
+        raise TacosError("the topology has no NPU")
+    for i, npu in enumerate(topology.npus):
+        if npu.id != i:
+            raise TacosError(f"NPU {npu.name!r} has id {npu.id}; NPU ids must be 0..n-1 in "
+                             "order")
+    n = len(topology.npus)
+    for j, sw in enumerate(topology.switches):
+        if sw.id != n + j:
+            raise TacosError(f"switch {sw.name!r} has id {sw.id}; switches are numbered "
+                             f"after the NPUs ({n + j} expected)")
+        check_policy(sw.policy, sw.degree, f"switch {sw.name!r}")
+    n_nodes = topology.n_nodes
+
+    def name(v: int) -> str:
+        return topology.node_name(v)
+
+    for i, link in enumerate(topology.links):
+        check_link(link, n_nodes, f"link {i}", name)
+    return topology

@@ -1,0 +1,166 @@
+"""Solver options: what each solver accepts, and the check that rejects everything else.
+
+A solver class declares the options it reads in a class attribute ``options``: a dict from
+option name to :class:`Option` (a short description, and optionally a type used to read the
+value from the command line, the allowed choices and the default)::
+
+    class MySolver:
+        name = "mine"
+        options = {"depth": Option("search depth", int, default=3)}
+
+The options every solver may use (``seed``, ``trials``, ``workers``, ``time_limit``,
+``progress``, ``relays``) are explicit parameters of :func:`tacos.synthesize` and listed in
+:data:`COMMON_OPTIONS`; a solver need not declare them.  :func:`check_options` rejects any
+other option the chosen solver does not declare, with a "did you mean" drawn from that
+solver's options, the common ones, and the options of the other solvers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tacos.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Option:
+    """One solver option: ``doc`` (one line), ``type`` (reads a command-line text), allowed
+    ``choices`` (empty: any) and the ``default`` (for the documentation)."""
+
+    doc: str
+    type: Callable[[str], Any] | None = None
+    choices: tuple[Any, ...] = ()
+    default: Any = None
+
+
+def int_or_text(*texts: str) -> Callable[[str], Any]:
+    """A command-line reader for an option that is an integer or one of ``texts``."""
+
+    def read(value: str) -> Any:
+        if value in texts:
+            return value
+        if value.lower() in ("none", "unlimited"):
+            return None
+        return int(value)
+
+    read.__name__ = "int or " + "/".join(texts)
+    return read
+
+
+def boolean(value: str) -> bool:
+    """A command-line reader for yes/no options."""
+    low = value.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{value!r} is not true/false")
+
+
+COMMON_OPTIONS: dict[str, Option] = {
+    "seed": Option("random seed: the same seed gives the same schedule", int, default=0),
+    "trials": Option("randomized trials (greedy, and the ILP's starting schedule)", int),
+    "workers": Option("processes running trials in parallel (default: all cores)", int),
+    "time_limit": Option("seconds the solver may spend (ILP; default 60)", float),
+    "progress": Option("callback (done, total) after each unit of work, or a "
+                       "tacos.progress.Reporter"),
+    "relays": Option("relay data only through the group's NPUs ('members', default) or "
+                     "through any NPU ('all')", str, ("members", "all"), "members"),
+}
+"""Options of every solver (explicit parameters of :func:`tacos.synthesize`)."""
+
+
+def declared(solver_class: type) -> dict[str, Option]:
+    """The options ``solver_class`` declares (without the common ones)."""
+    return dict(getattr(solver_class, "options", {}) or {})
+
+
+def _owners(key: str) -> list[str]:
+    """Names of the registered solvers that declare ``key`` (solvers that cannot be imported
+    are skipped)."""
+    from tacos.solvers.registry import SOLVERS
+
+    out = []
+    for name, target in SOLVERS.items():
+        module, attr = target.split(":")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            continue
+        if key in declared(cls):
+            out.append(name)
+    return out
+
+
+def _all_names() -> set[str]:
+    from tacos.solvers.registry import SOLVERS
+
+    names: set[str] = set()
+    for target in SOLVERS.values():
+        module, attr = target.split(":")
+        try:
+            names |= set(declared(getattr(importlib.import_module(module), attr)))
+        except (ImportError, AttributeError):
+            continue
+    return names
+
+
+def check_options(solver: str, solver_class: type, options: dict[str, Any]) -> None:
+    """Raise :class:`~tacos.errors.UsageError` for an option ``solver`` does not accept, or a
+    value outside an option's ``choices``."""
+    accepted = declared(solver_class)
+    for key, value in options.items():
+        if key in COMMON_OPTIONS:
+            continue
+        if key in accepted:
+            opt = accepted[key]
+            if opt.choices and value not in opt.choices:
+                raise UsageError(f"solver {solver!r}: option {key}={value!r} is not one of "
+                                 f"{', '.join(map(repr, opt.choices))}")
+            continue
+        owners = _owners(key)
+        if owners:
+            raise UsageError(f"solver {solver!r} has no option {key!r}",
+                             hint=f"{key!r} is an option of solver "
+                                  f"{', '.join(repr(o) for o in owners)}")
+        mine = list(accepted) + list(COMMON_OPTIONS)
+        close = difflib.get_close_matches(key, mine, n=1, cutoff=0.6) or \
+            difflib.get_close_matches(key, sorted(_all_names()), n=1, cutoff=0.6)
+        listing = ", ".join(sorted(accepted)) or "none besides the common ones"
+        raise UsageError(f"solver {solver!r} has no option {key!r}",
+                         hint=(f"did you mean {close[0]!r}? " if close else "")
+                         + f"its options: {listing}; common: {', '.join(COMMON_OPTIONS)}")
+
+
+def describe(solver: str) -> dict[str, Option]:
+    """Every option ``solver`` accepts (common ones first), for ``tacosc solvers`` and help."""
+    from tacos.solvers.registry import solver_class
+
+    return {**COMMON_OPTIONS, **declared(solver_class(solver))}
+
+
+def read_cli_value(solver: str, key: str, text: str) -> Any:
+    """Convert a ``--option KEY=TEXT`` value with the option's declared type."""
+    if key == "progress":
+        raise UsageError("progress is not a command-line option", hint="use -q to hide it")
+    opts = describe(solver)
+    if key not in opts:
+        check_options(solver, _class(solver), {key: text})
+    reader = opts[key].type
+    if reader is None:
+        return text
+    try:
+        return reader(text)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--option {key}={text}: {exc}",
+                         hint=f"{key}: {opts[key].doc}") from None
+
+
+def _class(solver: str) -> type:
+    from tacos.solvers.registry import solver_class
+
+    return solver_class(solver)
