@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 
 from lark import Lark, Token, Tree
+from lark import __version__ as lark_version
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from tacos.errors import InputFileError, Span, TdlSyntaxError
@@ -74,15 +77,47 @@ TOKEN_NAMES: dict[str, str] = {
 }
 
 
+def grammar_cache_file() -> str | None:
+    """Where the built TDL parser is cached, or None when caching is off or impossible.
+
+    The folder is ``$TACOS_CACHE_DIR`` when set (an empty value turns the cache off), else the
+    user cache folder (``platformdirs.user_cache_dir("tacos")``, e.g. ``~/.cache/tacos``).  The
+    file name carries the lark and Python versions; lark checks the grammar's hash on load
+    and rebuilds (and rewrites) a stale or damaged cache, and an unwritable folder only costs
+    the rebuild.
+    """
+    folder = os.environ.get("TACOS_CACHE_DIR")
+    if folder is None:
+        try:
+            import platformdirs
+
+            folder = platformdirs.user_cache_dir("tacos", appauthor=False)
+        except Exception:  # noqa: BLE001 - no cache folder: build the parser each time
+            return None
+    if not folder:
+        return None
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(folder, os.W_OK | os.R_OK):
+        return None
+    tag = f"lark{lark_version}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return os.path.join(folder, f"tdl-grammar-{tag}.cache")
+
+
 @lru_cache(maxsize=1)
 def grammar() -> Lark:
-    """The TDL parser (LALR, positions kept), loaded from the installed package."""
+    """The TDL parser (LALR, positions kept), loaded from the installed package and cached
+    on disk (:func:`grammar_cache_file`): building it takes about 0.1 s, loading 0.01 s."""
+    cache = grammar_cache_file()
     return Lark.open_from_package(
         "tacos.grammar",
         "tdl.lark",
         parser="lalr",
         propagate_positions=True,
         maybe_placeholders=False,
+        **({"cache": cache} if cache else {}),
     )
 
 

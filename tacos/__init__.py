@@ -6,27 +6,84 @@ Typical use::
     spec = tacos.load("examples/mesh4x4.tdl")
     schedule = tacos.synthesize(spec.topology, spec.collective, solver="greedy", seed=0)
     schedule.verify()
+
+Names are imported on first use (``import tacos`` stays fast: the command line starts in a
+fraction of a second); ``tacos.synthesize`` and ``tacos.verify`` are always the functions,
+never the submodules of the same names.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tacos.collective import Chunk, Collective, combine
 from tacos.errors import InfeasibleError, Span, TacosError, VerificationError
-from tacos.patterns import build as collective
-from tacos.patterns import custom as custom_collective
-from tacos.schedule import Schedule, Transfer
-from tacos.spec import Spec
-from tacos.topology import Link, Npu, Switch, Topology
-
-# Bound after the submodules of the same names are imported, so that the package attributes
-# ``tacos.synthesize`` and ``tacos.verify`` are the functions, not the modules.
-from tacos.synthesize import solve, synthesize  # noqa: E402  isort: skip
-from tacos.verify import verify_schedule as verify  # noqa: E402  isort: skip
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from tacos.collective import Chunk, Collective, combine
+    from tacos.patterns import build as collective
+    from tacos.patterns import custom as custom_collective
+    from tacos.schedule import Schedule, Transfer
+    from tacos.spec import Spec
+    from tacos.synthesize import solve, synthesize
+    from tacos.topology import Link, Npu, Switch, Topology
+    from tacos.verify_plan import verify
+
+_LAZY: dict[str, tuple[str, str]] = {
+    "Chunk": ("tacos.collective", "Chunk"),
+    "Collective": ("tacos.collective", "Collective"),
+    "combine": ("tacos.collective", "combine"),
+    "collective": ("tacos.patterns", "build"),
+    "custom_collective": ("tacos.patterns", "custom"),
+    "Schedule": ("tacos.schedule", "Schedule"),
+    "Transfer": ("tacos.schedule", "Transfer"),
+    "Spec": ("tacos.spec", "Spec"),
+    "Link": ("tacos.topology", "Link"),
+    "Npu": ("tacos.topology", "Npu"),
+    "Switch": ("tacos.topology", "Switch"),
+    "Topology": ("tacos.topology", "Topology"),
+    "solve": ("tacos.synthesize", "solve"),
+    "synthesize": ("tacos.synthesize", "synthesize"),
+    "verify": ("tacos.verify_plan", "verify"),
+    "parse_size": ("tacos.units", "parse_size"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    try:
+        return importlib.import_module(f"tacos.{name}")  # a submodule: tacos.builders, ...
+    except ModuleNotFoundError as exc:
+        if exc.name != f"tacos.{name}":
+            raise
+        raise AttributeError(f"module 'tacos' has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(types.ModuleType):
+    """Keeps ``tacos.synthesize``, ``tacos.verify`` and ``tacos.collective`` bound to the
+    functions when the submodules of the same names are imported (the import system sets the parent's attribute
+    to the submodule; the submodule stays reachable through ``sys.modules``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def load(path: str | Path, params: dict[str, Any] | None = None) -> Spec:
@@ -41,6 +98,18 @@ def parse(text: str, source: str = "<string>", params: dict[str, Any] | None = N
     from tacos.frontends.tdl import parse_tdl
 
     return parse_tdl(text, source, params)
+
+
+def solver_options(solver: str) -> dict[str, Any]:
+    """The options ``solver`` accepts (name -> :class:`tacos.solvers.options.Option` with a
+    one-line ``doc``), the common ones first.
+
+    >>> sorted(solver_options("ilp"))[:3]
+    ['backend', 'cluster_first', 'cluster_steps']
+    """
+    from tacos.solvers.options import describe
+
+    return describe(solver)
 
 
 __all__ = [
@@ -62,7 +131,9 @@ __all__ = [
     "custom_collective",
     "load",
     "parse",
+    "parse_size",
     "solve",
+    "solver_options",
     "synthesize",
     "verify",
 ]

@@ -115,3 +115,25 @@ class Schedule:
         from tacos.backends.json_schedule import dumps
 
         return dumps(self)
+
+    def to_xml(self, **options: Any) -> str:
+        """MSCCL XML for msccl-executor-nccl, lowered and verified (never unverified text).
+
+        ``options`` are :class:`tacos.msccl.lower.MscclOptions` fields: ``name``, ``proto``
+        (Simple, LL, LL128), ``inplace``, ``min_bytes``/``max_bytes`` (bytes or ``"1MiB"``),
+        ``instances`` (channel instances: each chunk split over that many channels),
+        ``max_steps_per_tb``, ``max_channels``, ``redop``.  See ``docs/msccl.md``.
+        """
+        from tacos.backends.msccl_xml import schedule_to_xml
+        from tacos.msccl.lower import msccl_options
+
+        return schedule_to_xml(self, msccl_options(**options))
+
+    def to_mscclpp(self, **options: Any) -> str:
+        """MSCCL++ JSON execution plan (lowered and verified); takes the options of
+        :meth:`to_xml` (``proto`` must be Simple)."""
+        from tacos.backends.mscclpp_json import emit_mscclpp_json
+        from tacos.msccl.lower import msccl_options
+
+        return emit_mscclpp_json(self, options=msccl_options(**options),
+                                 name=options.get("name") or None)

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from tacos.errors import Span
+
+if TYPE_CHECKING:  # networkx is imported on use: the command line starts faster without it
+    import networkx as nx
 
 UNWIND_POLICIES = ("ring", "biring", "degree", "stride", "full")
 SWITCH_CAPABILITIES = ("multicast", "reduce")
@@ -169,6 +171,8 @@ class Topology:
     # -- graph views -------------------------------------------------------------------------
     def to_networkx(self) -> nx.MultiDiGraph:
         """A MultiDiGraph with node attributes ``kind``/``name`` and link attributes."""
+        import networkx as nx
+
         g = nx.MultiDiGraph(name=self.name)
         for n in self.npus:
             g.add_node(n.id, kind="npu", name=n.name, failed=n.failed)
@@ -191,6 +195,8 @@ class Topology:
 
     def to_digraph(self) -> nx.DiGraph:
         """A simple DiGraph; parallel ``Link`` entries merge (bandwidth adds, α is the min)."""
+        import networkx as nx
+
         g = nx.DiGraph()
         g.add_nodes_from(range(self.n_nodes))
         for link in self.links:
@@ -219,6 +225,8 @@ class Topology:
     @cached_property
     def hop_distances(self) -> dict[int, dict[int, int]]:
         """All-pairs hop distances between nodes (switches counted as hops)."""
+        import networkx as nx
+
         return dict(nx.all_pairs_shortest_path_length(self.to_digraph()))
 
     def diameter(self, among: Iterable[int] | None = None) -> int | None:

@@ -30,6 +30,7 @@ from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PR
 from tacos.schedule import Schedule
 
 REDOPS = ("sum", "prod", "min", "max")
+SIZE_FIELDS = ("min_bytes", "max_bytes")
 MAX_ROUNDS = 200
 
 
@@ -165,3 +166,33 @@ def _cut(flow: Flow, oversize: list, cuts: dict[tuple[int, int, int, int], list[
                 cuts[conn] = sorted(cuts.get(conn, []) + [idx])
                 changed = True
     return changed
+
+
+def msccl_options(**options: object) -> MscclOptions:
+    """:class:`MscclOptions` from keyword arguments, checked: an unknown name raises
+    :class:`~tacos.errors.TacosError` with the closest field, ``min_bytes``/``max_bytes``
+    accept sizes with units (``"1MiB"``), and impossible combinations are refused.
+
+    >>> msccl_options(max_bytes="1MiB", instances=2).max_bytes
+    1048576
+    """
+    import difflib
+    from dataclasses import fields
+
+    from tacos.units import parse_size
+
+    known = [f.name for f in fields(MscclOptions)]
+    for key in options:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            raise TacosError(f"unknown MSCCL option {key!r}",
+                             hint=f"did you mean {close[0]!r}?" if close
+                             else f"MSCCL options: {', '.join(known)}")
+    values = dict(options)
+    for key in SIZE_FIELDS:
+        if key in values:
+            values[key] = parse_size(values[key], key)  # type: ignore[arg-type]
+    opts = MscclOptions(**values)  # type: ignore[arg-type]
+    opts.validate()
+    return opts
+

@@ -119,7 +119,12 @@ class MscclReport:
             if state.startswith(("skipped", "not checked")):
                 lines.append(f"note: {name} {state}")
         if self.time is not None:
-            lines.append(f"time: {self.time:.6g} s ({self.timing.get('model', 'alpha-beta')})")
+            from tacos.units import format_size, format_time
+
+            nbytes = self.timing.get("nbytes")
+            size = f" for a {format_size(nbytes)} ({nbytes} B) message" if nbytes else ""
+            lines.append(f"time: {format_time(self.time)}{size} (an estimate of the "
+                         f"{self.timing.get('model', 'alpha-beta')} model, not a measurement)")
             ranks = self.timing.get("ranks")
             if ranks and list(ranks) != list(range(len(ranks))):
                 lines.append(f"ranks: on NPUs {' '.join(map(str, ranks))} "
@@ -127,6 +132,18 @@ class MscclReport:
         n = len(self.violations)
         lines.append("OK" if n == 0 else f"FAILED: {n} violation{'s' if n != 1 else ''}")
         return "\n".join(lines)
+
+    def raise_if_failed(self, limit: int = 10) -> MscclReport:
+        """Return ``self`` when ok, else raise :class:`~tacos.errors.VerificationError` with
+        the first ``limit`` violations."""
+        if self.ok:
+            return self
+        from tacos.errors import VerificationError
+
+        shown = "\n".join(v.text(self.source) for v in self.violations[:limit])
+        more = len(self.violations) - limit
+        raise VerificationError(f"{self.source} fails verification:\n{shown}"
+                                + (f"\n... and {more} more" if more > 0 else ""))
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready mapping (for CI): verdict, summary, checks, violations, warnings, time."""

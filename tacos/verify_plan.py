@@ -1,0 +1,108 @@
+"""``tacos.verify``: one entry point for every plan tacos reads.
+
+:func:`verify` takes a :class:`~tacos.schedule.Schedule`, a path, or the text of a plan, and
+tells the format from the content (not the file name): MSCCL XML (``<algo ...>``), a tacos JSON
+schedule (``"schema": "tacos.schedule/..."``) or an MSCCL++ JSON execution plan (``"gpus"`` and
+``"collective"``).  It returns the format's report (``.ok``, ``.text()``, ``.as_dict()``,
+``.raise_if_failed()``) and raises :class:`~tacos.errors.TacosError` only when the input is none
+of these or cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tacos.errors import InputFileError, TacosError, VerificationError
+from tacos.schedule import Schedule
+from tacos.topology import Topology
+
+FORMATS = ("msccl-xml", "schedule-json", "mscclpp-json")
+
+
+def sniff(text: str) -> str:
+    """``'msccl-xml'``, ``'schedule-json'`` or ``'mscclpp-json'`` for plan text.
+
+    >>> sniff('<algo name="x">'), sniff('{"schema": "tacos.schedule/1"}')
+    ('msccl-xml', 'schedule-json')
+    """
+    head = text.lstrip("\ufeff \t\r\n")
+    if head.startswith("<"):
+        return "msccl-xml"
+    if head.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict):
+            if str(doc.get("schema", "")).startswith("tacos.schedule"):
+                return "schedule-json"
+            if "gpus" in doc and "collective" in doc:
+                return "mscclpp-json"
+        if '"tacos.schedule' in text[:4096]:
+            return "schedule-json"
+        if '"gpus"' in text:
+            return "mscclpp-json"
+    raise TacosError("cannot tell what kind of plan this is",
+                     hint="tacos verifies MSCCL XML (<algo ...>), tacos JSON schedules "
+                          "(\"schema\": \"tacos.schedule/1\") and MSCCL++ JSON plans")
+
+
+def _read(plan: str | Path) -> tuple[str, str]:
+    """(text, source name) of a path or of plan text."""
+    if isinstance(plan, Path) or (isinstance(plan, str) and "\n" not in plan
+                                  and not plan.lstrip().startswith(("<", "{"))):
+        p = Path(plan)
+        if not p.exists():
+            raise InputFileError(f"{p}: no such file")
+        try:
+            return p.read_text(encoding="utf-8"), str(p)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputFileError(f"{p}: cannot read ({exc})") from None
+    return plan, "<string>"
+
+
+def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
+           max_steps: int = 64, strict: bool = False) -> Any:
+    """Verify a schedule or a plan (path or text); returns the report.
+
+    ``topology`` (MSCCL XML: also time the plan on it with the α-β model; schedule JSON:
+    check the schedule was made for it), ``max_steps`` and ``strict`` (MSCCL XML) are passed
+    on to the format's verifier.
+
+    >>> import tacos
+    >>> ring = tacos.builders.ring(4, bandwidth=1e9, latency=1e-6)
+    >>> s = tacos.synthesize(ring, tacos.collective("allgather", range(4), size="4KiB"),
+    ...                      workers=1)
+    >>> [tacos.verify(text).ok for text in (s.to_json(), s.to_xml(), s.to_mscclpp())]
+    [True, True, True]
+    """
+    if isinstance(plan, Schedule):
+        from tacos.verify import verify_schedule
+
+        return verify_schedule(plan)
+    if not isinstance(plan, str | Path):
+        raise TacosError(f"cannot verify a {type(plan).__name__}",
+                         hint="pass a Schedule, a path, or the text of a plan")
+    text, source = _read(plan)
+    kind = sniff(text)
+    if kind == "msccl-xml":
+        from tacos.msccl.verify import verify_xml
+
+        return verify_xml(text, source=source, topology=topology, max_steps=max_steps,
+                          strict=strict)
+    if kind == "mscclpp-json":
+        from tacos.msccl.verify_mscclpp import verify_mscclpp_text
+
+        return verify_mscclpp_text(text, source)
+    from tacos.frontends.json_schedule import check_against_topology, loads
+    from tacos.verify import verify_schedule
+
+    schedule = loads(text, source=source)
+    if topology is not None:
+        problems = check_against_topology(schedule, topology)
+        if problems:
+            raise VerificationError(f"{source} was not made for this topology: {problems[0]}",
+                                    hint=f"{len(problems)} difference(s) in all")
+    return verify_schedule(schedule)
