@@ -72,11 +72,11 @@ class SimResult:
 
 
 def busbw_factor(kind: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor: (N-1)/N for (reduce-)scatter-gathers, 2(N-1)/N for
-    all-reduce, 1 otherwise."""
+    """nccl-tests bus-bandwidth factor: (N-1)/N for all-gather, reduce-scatter and all-to-all,
+    2(N-1)/N for all-reduce, 1 otherwise (nccl-tests ``doc/PERFORMANCE.md``)."""
     if n <= 0:
         return 1.0
-    if kind in ("allgather", "reducescatter"):
+    if kind in ("allgather", "reducescatter", "alltoall"):
         return (n - 1) / n
     if kind == "allreduce":
         return 2 * (n - 1) / n

@@ -156,6 +156,7 @@ def test_busbw_factors():
     assert busbw_factor("allgather", 8) == pytest.approx(7 / 8)
     assert busbw_factor("reducescatter", 4) == pytest.approx(3 / 4)
     assert busbw_factor("allreduce", 4) == pytest.approx(1.5)
+    assert busbw_factor("alltoall", 8) == pytest.approx(7 / 8)  # nccl-tests alltoall
     assert busbw_factor("broadcast", 4) == 1.0
 
 

@@ -1,0 +1,112 @@
+"""Topologies from what users already have: NCCL topology XML, ``nvidia-smi topo -m``, TACCL
+profiles, TE-CCL inputs (and networkx graphs: :meth:`tacos.Topology.from_networkx`).
+
+Each format's reader lives in ``frontends/`` and writes TDL text (:func:`to_tdl`), so an import
+can be read, edited and versioned like any hand-written file; :func:`import_spec` parses it.
+``tacosc import FORMAT FILE -o system.tdl`` does the same from the command line, and the other
+commands accept these files where they take a TDL file (the format is told from the content).
+
+>>> sniff_format('<system version="1"><cpu/></system>')
+'nccl-topo'
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tacos.errors import TacosError
+from tacos.spec import Spec
+
+FORMATS: dict[str, tuple[str, str]] = {
+    "nccl-topo": ("tacos.frontends.nccl_topo", "NCCL topology XML (NCCL_TOPO_FILE); options: "
+                  "node (preset), nvlink_matrix, nodes, nic, nic_alpha, nvlink, nvlink_alpha"),
+    "nvidia-smi": ("tacos.frontends.nvidia_smi", "nvidia-smi topo -m output; options: nodes, "
+                   "nvlink, nvlink_alpha, nic, nic_alpha, pcie, pcie_alpha"),
+    "taccl": ("tacos.frontends.taccl_topo", "TACCL topology profile JSON; options: kind, "
+              "size, nodes, nic_gpus"),
+    "teccl": ("tacos.frontends.teccl_topo", "TE-CCL input JSON (TopologyParams); no options"),
+}
+
+
+def sniff_format(text: str) -> str | None:
+    """The import format of ``text``, or None for TDL (or anything else)."""
+    head = text.lstrip("\ufeff \t\r\n")
+    if head.startswith("<"):
+        return "nccl-topo" if "<system" in head[:2000] else None
+    if head.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        if isinstance(doc, dict) and "TopologyParams" in doc:
+            return "teccl"
+        if isinstance(doc, dict) and "gpus_per_node" in doc:
+            return "taccl"
+        return None
+    if "GPU0" in head[:4000] and ("NV" in head or "PIX" in head or "SYS" in head
+                                  or "NODE" in head or "PHB" in head):
+        return "nvidia-smi"
+    return None
+
+
+def to_tdl(source: str | Path, format: str | None = None, **options: Any) -> str:
+    """TDL text for a file (path, or its text) in one of :data:`FORMATS`."""
+    if format is None:
+        text = source if isinstance(source, str) and "\n" in source else _peek(source)
+        format = sniff_format(text)
+        if format is None:
+            raise TacosError(f"cannot tell the format of {source if len(str(source)) < 80 else 'the text'}",
+                             hint=f"name it: one of {', '.join(FORMATS)}")
+    if format not in FORMATS:
+        import difflib
+
+        close = difflib.get_close_matches(format, FORMATS, n=1)
+        raise TacosError(f"unknown import format {format!r}",
+                         hint=f"did you mean {close[0]!r}?" if close
+                         else f"formats: {', '.join(FORMATS)}")
+    module = importlib.import_module(FORMATS[format][0])
+    try:
+        return module.to_tdl(source, **options)
+    except TypeError as exc:
+        if "unexpected keyword" not in str(exc):
+            raise
+        raise TacosError(f"{format}: {exc}".replace("to_tdl() ", ""),
+                         hint=FORMATS[format][1]) from None
+
+
+def import_spec(source: str | Path, format: str | None = None, **options: Any) -> Spec:
+    """Import a file as a :class:`~tacos.spec.Spec` (via its TDL text)."""
+    from tacos.frontends.tdl import parse_tdl
+
+    text = to_tdl(source, format, **options)
+    name = str(source) if "\n" not in str(source) else f"<{format or 'import'}>"
+    return parse_tdl(text, f"{name} (imported)")
+
+
+def import_topology(source: str | Path, format: str | None = None, **options: Any):
+    """Import a file as a :class:`~tacos.topology.Topology` (see :func:`import_spec`)."""
+    return import_spec(source, format, **options).topology
+
+
+def _peek(path: str | Path) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(65536)
+    except OSError:
+        return ""
+
+
+def load_any(path: str | Path, params: dict[str, Any] | None = None) -> Spec:
+    """A TDL file, or any file :func:`sniff_format` recognizes (imported with defaults)."""
+    from tacos.frontends.tdl import load_tdl
+
+    fmt = sniff_format(_peek(path)) if Path(path).is_file() else None
+    if fmt is None:
+        return load_tdl(path, params)
+    if params:
+        raise TacosError(f"{path} is {fmt}, not TDL: --param does not apply",
+                         hint=f"convert it with  tacosc import {fmt} {path} -o system.tdl")
+    return import_spec(path, fmt)
