@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 from xml.parsers import expat
 
-from tacos.errors import TacosError
 from tacos.frontends.import_util import error_at, fabric_lines, quantity, read_text, tdl_name
+
+from tacos.errors import TacosError
 
 GPU_CLASS, NIC_CLASSES, NVSWITCH_CLASS = "0x03", ("0x0207", "0x0200"), "0x0680"
 

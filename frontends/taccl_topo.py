@@ -22,7 +22,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tacos.errors import TacosError
 from tacos.frontends.import_util import (
     bw,
     error_at,
@@ -34,6 +33,8 @@ from tacos.frontends.import_util import (
     tdl_name,
 )
 from tacos.frontends.teccl_topo import DGX1_LINKS
+
+from tacos.errors import TacosError
 from tacos.units import parse_size
 
 KINDS = ("ndv2", "dgx2", "hubandspoke", "custom")

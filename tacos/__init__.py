@@ -74,8 +74,8 @@ def __dir__() -> list[str]:
 
 class _Package(types.ModuleType):
     """Keeps ``tacos.synthesize``, ``tacos.verify`` and ``tacos.collective`` bound to the
-    functions when the submodules of the same names are imported (the import system sets the parent's attribute
-    to the submodule; the submodule stays reachable through ``sys.modules``)."""
+    functions when the submodules of the same names are imported (the import system sets the
+    parent's attribute to the submodule; the submodule stays reachable in ``sys.modules``)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _LAZY and isinstance(value, types.ModuleType):

@@ -5,7 +5,12 @@ Forms::
     tacosc TOPO.tdl [--collective NAME] [options] -o OUT.{json,xml}   synthesize a schedule
     tacosc info TOPO.tdl [--per-npu] [--json]                          describe a topology
     tacosc verify PLAN.{xml,json} [--topology TOPO.tdl] [--json]       check a plan
-    tacosc presets                                                     list shipped presets
+    tacosc presets [--json]                                            list shipped presets
+    tacosc solvers [--json]                                            solvers and options
+    tacosc import FORMAT FILE [options] -o OUT.tdl                     import a topology
+
+Every command takes --json.  TOPO may be a TDL file or any file ``tacosc import`` reads (NCCL
+topology XML, nvidia-smi topo -m output, TACCL/TE-CCL JSON), told apart by content.
 
 Exit codes: 0 ok, 1 user error or failed verification, 2 usage, 3 tool failure.
 """
@@ -17,16 +22,14 @@ import difflib
 import json
 import os
 import sys
-import time
 import traceback
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from tacos.errors import TacosError, ToolFailure, UsageError
 
-SUBCOMMANDS = ("info", "verify", "presets", "compile")
+SUBCOMMANDS = ("info", "verify", "presets", "compile", "solvers", "import")
 
 DESCRIPTION = """\
 tacos synthesizes collective communication algorithms for any topology.
@@ -34,10 +37,12 @@ tacos synthesizes collective communication algorithms for any topology.
   tacosc TOPO.tdl --collective allreduce --size 64MiB -o plan.xml
   tacosc info TOPO.tdl
   tacosc verify plan.xml [--topology TOPO.tdl]
-  tacosc presets
+  tacosc presets | tacosc solvers
+  tacosc import nccl-topo topo.xml --node dgx_a100_node -o system.tdl
 
-Run 'tacosc info --help', 'tacosc verify --help' or 'tacosc compile --help' for each form;
-'tacosc TOPO.tdl ...' is short for 'tacosc compile TOPO.tdl ...'.
+Run 'tacosc COMMAND --help' for each form; 'tacosc TOPO.tdl ...' is short for
+'tacosc compile TOPO.tdl ...'.  Times are estimates of the alpha-beta model (link latency +
+bytes / bandwidth), not measurements.
 """
 
 
@@ -71,59 +76,75 @@ def _params(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _size(text: str) -> int:
-    from tacos.units import parse_quantity
+def _size(text: str, flag: str = "--size", minimum: int = 1) -> int:
+    """A command-line size (``64MiB``, ``1000``) read by :func:`tacos.units.parse_size`."""
+    from tacos.units import parse_size
 
     try:
-        value = parse_quantity(text, "size", default_unit="B")
-    except ValueError as exc:
-        raise UsageError(f"--size: {exc}", hint="e.g. --size 64MiB") from None
-    if value < 1:
-        raise UsageError("--size must be at least 1 byte")
-    return int(value)
+        value = parse_size(text, flag)
+    except TacosError as exc:
+        raise UsageError(exc.message, hint=exc.hint or "e.g. 64MiB") from None
+    if value < minimum:
+        raise UsageError(f"{flag} must be at least {minimum} byte{'s' if minimum > 1 else ''}")
+    return value
 
 
 def _compile_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tacosc [compile]",
-        description="Synthesize a schedule for a collective on a topology and write it.",
+        description="Synthesize a schedule for a collective on a topology, verify it and write "
+        "it. Reported times are alpha-beta model estimates, not measurements.",
     )
-    p.add_argument("topology", help="TDL file describing the system (and maybe collectives)")
+    p.add_argument("topology", help="TDL file describing the system (and maybe collectives), "
+                   "or a file tacosc import reads")
     p.add_argument("-c", "--collective", help="standard collective (allgather, reducescatter, "
                    "allreduce, alltoall, broadcast, reduce, scatter, gather) or the name of a "
-                   "collective declared in the file; default: every declared collective")
+                   "collective declared in the file; default: every declared collective. The "
+                   "file's declared size, chunks and root are kept unless given here")
     p.add_argument("--size", help="buffer size in the nccl-tests convention, e.g. 64MiB "
-                   "(default 1MiB)")
-    p.add_argument("--chunks", type=int, default=1, help="chunks per NPU (default 1)")
-    p.add_argument("--root", help="root NPU (name or id) for broadcast/reduce/scatter/gather")
+                   "(default: the file's collective's, else 1MiB)")
+    p.add_argument("--chunks", type=int, help="chunks per NPU (default: the file's, else 1)")
+    p.add_argument("--root", help="root NPU (name or id) for broadcast/reduce/scatter/gather "
+                   "(default: the file's)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set a TDL parameter, e.g. --param nodes=2 (repeatable)")
     p.add_argument("--solver", default="greedy", help="greedy (default), ilp, taccl, ring, "
-                   "biring, direct, rhd, dbtree, hierarchical")
-    p.add_argument("--trials", type=int, help="greedy: number of randomized trials")
+                   "biring, direct, rhd, dbtree, hierarchical ('tacosc solvers' lists options)")
+    p.add_argument("--trials", type=int, help="randomized trials (greedy; the ILP's start)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--workers", type=int, help="greedy: parallel processes (default: cores)")
-    p.add_argument("--max-merge", type=int, help="most chunks one transfer may carry "
-                   "(1 = one chunk per transfer)")
+    p.add_argument("--workers", type=int, help="parallel processes for trials (default: cores)")
+    p.add_argument("--time-limit", type=float, help="seconds the solver may spend (ILP)")
     p.add_argument("--relays", choices=("members", "all"),
                    help="where a process group's data may be relayed: at group members only "
                    "(default) or at any NPU")
-    p.add_argument("--ilp-backend", help="ilp: cbc, highs, cpsat or gurobi")
-    p.add_argument("--time-limit", type=float, help="ilp: time limit in seconds")
-    p.add_argument("-o", "--output", help="output file: .json (schedule) or .xml (MSCCL)")
+    p.add_argument("--max-merge", help="greedy/ilp: most chunks one transfer may carry "
+                   "(integer, auto, or none)")
+    p.add_argument("--backend", help="ilp: MILP back end (highs, cpsat, cbc, gurobi); the API's "
+                   "backend= option")
+    p.add_argument("--ilp-backend", dest="backend", help=argparse.SUPPRESS)
+    p.add_argument("--mode", help="ilp: exact (default) or cluster (time clustering)")
+    p.add_argument("-O", "--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="any other option of the solver, e.g. -O cluster_steps=8 "
+                   "(repeatable; names as in the Python API)")
+    p.add_argument("-o", "--output", help="output file: .json (schedule or, with --format "
+                   "mscclpp, MSCCL++ plan) or .xml (MSCCL)")
     p.add_argument("--format", choices=("json", "xml", "mscclpp"),
                    help="output format (default: from the output file's extension)")
     p.add_argument("--proto", default="Simple", choices=("Simple", "LL", "LL128"),
                    help="MSCCL protocol (default Simple)")
     p.add_argument("--inplace", action="store_true", help="MSCCL: emit an in-place plan")
-    p.add_argument("--min-bytes", type=int, default=0, help="MSCCL: smallest message size")
-    p.add_argument("--max-bytes", type=int, default=0, help="MSCCL: largest (0 = no limit)")
+    p.add_argument("--instances", type=int, default=1,
+                   help="MSCCL: channel instances, each chunk split over that many channels "
+                   "(default 1)")
+    p.add_argument("--min-bytes", default="0", help="MSCCL: smallest message size, e.g. 1MiB")
+    p.add_argument("--max-bytes", default="0", help="MSCCL: largest (0 = no limit)")
     p.add_argument("--max-steps", type=int, default=64,
                    help="MSCCL: most steps per threadblock (default 64)")
     p.add_argument("--report", action="store_true",
                    help="print collective time, algbw, lower bound and gap")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="draw the schedule's timeline to a PNG")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     return p
 
 
@@ -135,17 +156,23 @@ def _info_parser() -> argparse.ArgumentParser:
                    help="set a TDL parameter (repeatable)")
     p.add_argument("--per-npu", action="store_true", help="always print the per-NPU table")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--astra-sim", metavar="YML", help="also write the ASTRA-sim analytical "
+                   "network config (multi-dimensional topologies only)")
     return p
 
 
 def _verify_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tacosc verify",
-        description="Verify an MSCCL XML plan (ours or anyone's) or a tacos JSON schedule. "
-        "Exits 1 and names the rank/threadblock/step and the rule on any violation.")
-    p.add_argument("plan", help="plan.xml (MSCCL) or plan.json (tacos schedule)")
-    p.add_argument("--topology", help="TDL file: also time the plan on it (XML) or check the "
-                   "schedule was made for it (JSON)")
+        description="Verify an MSCCL XML plan (ours or anyone's), an MSCCL++ JSON plan or a "
+        "tacos JSON schedule (the format is told from the content). Exits 1 and names the "
+        "rank/threadblock/step and the rule on any violation.")
+    p.add_argument("plan", help="plan.xml (MSCCL), plan.json (tacos schedule or MSCCL++ plan)")
+    p.add_argument("--topology", help="TDL file: also time an XML plan on it (an alpha-beta "
+                   "model estimate for the --size message) or check that a JSON schedule was "
+                   "made for it")
+    p.add_argument("--size", help="XML with --topology: the message size to time (default: "
+                   "the plan's maxBytes, else 1MiB)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set a TDL parameter of --topology (repeatable)")
     p.add_argument("--max-steps", type=int, default=64,
@@ -161,33 +188,26 @@ def _verify_parser() -> argparse.ArgumentParser:
     return p
 
 
-def cmd_info(argv: Sequence[str]) -> int:
-    """``tacosc info``."""
-    from tacos import load
-    from tacos.info import describe, format_info
-
-    args = _info_parser().parse_args(argv)
-    spec = load(args.topology, _params(args.param))
-    if args.json:
-        print(json.dumps(describe(spec), indent=2))
-    else:
-        print(format_info(spec, per_npu=True if args.per_npu else None))
-    return 0
+def _declared(spec: Any, kind: str) -> Any:
+    """The file's collective of ``kind`` (or the only one declared), for its size/root/chunks."""
+    same = [c for c in spec.collectives if c.kind == kind]
+    if same:
+        return same[0]
+    return spec.collectives[0] if len(spec.collectives) == 1 else None
 
 
-def cmd_presets(argv: Sequence[str]) -> int:
-    """``tacosc presets``: list the shipped preset files and their first comment line."""
-    argparse.ArgumentParser(prog="tacosc presets",
-                            description="List the shipped presets.").parse_args(argv)
-    folder = resources.files("tacos") / "presets"
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".tdl"):
-            first = entry.read_text(encoding="utf-8").splitlines()[0].lstrip("# ")
-            print(f"{entry.name[:-4]:<16} {first}")
-    return 0
+def _root(args: argparse.Namespace, topo: Any) -> int | None:
+    names = {n.name: n.id for n in topo.npus}
+    if args.root in names:
+        return names[args.root]
+    if args.root.isdigit() and int(args.root) < topo.n_npus:
+        return int(args.root)
+    raise UsageError(f"--root {args.root!r} is not an NPU of {args.topology}")
 
 
 def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
+    """The collective to synthesize: the file's, or ``--collective`` built with the file's
+    declared size, chunks and root unless the command line gives them."""
     from tacos import patterns
     from tacos.collective import STANDARD_COLLECTIVES
 
@@ -196,6 +216,9 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
         if spec.collective is None:
             raise UsageError(f"{args.topology} declares no collective",
                              hint="pass --collective allreduce (or another collective)")
+        if args.size or args.root or args.chunks:
+            raise UsageError("--size, --chunks and --root go with --collective",
+                             hint="e.g. --collective allreduce --size 64MiB")
         return spec.collective
     for c in spec.collectives:
         if c.name == args.collective and c.kind != args.collective:
@@ -207,85 +230,108 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
         raise UsageError(f"unknown collective {args.collective!r}",
                          hint=f"did you mean '{close[0]}'?" if close else
                          f"use one of {', '.join(STANDARD_COLLECTIVES)}")
+    kind = args.collective
+    base = _declared(spec, kind)
+    group = topo.live_npus
     root = None
     if args.root is not None:
-        names = {n.name: n.id for n in topo.npus}
-        if args.root in names:
-            root = names[args.root]
-        elif args.root.isdigit() and int(args.root) < topo.n_npus:
-            root = int(args.root)
-        else:
-            raise UsageError(f"--root {args.root!r} is not an NPU of {args.topology}")
-    elif args.collective in patterns.ROOTED_COLLECTIVES:
-        raise UsageError(f"{args.collective} needs --root", hint="e.g. --root 0")
-    if args.chunks < 1:
+        root = _root(args, topo)
+    elif kind in patterns.ROOTED_COLLECTIVES:
+        root = base.root if base is not None and base.root is not None else None
+        if root is None:
+            raise UsageError(f"{kind} needs --root (the file declares none)",
+                             hint="e.g. --root 0")
+    chunks = args.chunks if args.chunks is not None else (
+        base.chunks_per_npu if base is not None else 1)
+    if chunks < 1:
         raise UsageError("--chunks must be at least 1")
+    if args.size:
+        size = _size(args.size)
+    elif base is not None and base.kind != "multi":
+        size = base.size
+    else:
+        size = patterns.default_size(kind, len(group), chunks)
     try:
-        return patterns.build(args.collective, topo.live_npus,
-                              size=_size(args.size) if args.size else 1 << 20,
-                              chunks_per_npu=args.chunks, root=root)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        return patterns.build(kind, group, size=size, chunks_per_npu=chunks, root=root)
+    except TacosError as exc:
+        raise UsageError(exc.message, hint=exc.hint) from None
 
 
-class _Progress:
-    """A one-line progress bar on stderr (only when stderr is a terminal)."""
+def _solver_options(args: argparse.Namespace) -> dict[str, Any]:
+    from tacos.solvers.options import read_cli_value
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.start = time.perf_counter()
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        fill = int(width * done / max(1, total))
-        elapsed = time.perf_counter() - self.start
-        sys.stderr.write(f"\rsynthesizing [{'#' * fill}{'.' * (width - fill)}] "
-                         f"{done}/{total} trials  {elapsed:.1f}s")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+    options: dict[str, Any] = {}
+    for key, value in (("backend", args.backend), ("mode", args.mode),
+                       ("max_merge", args.max_merge)):
+        if value is not None:
+            options[key] = read_cli_value(args.solver, key, value)
+    for pair in args.option:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"-O {pair!r} is not NAME=VALUE", hint="e.g. -O threads=2")
+        options[key.strip().replace("-", "_")] = read_cli_value(
+            args.solver, key.strip().replace("-", "_"), value.strip())
+    return options
 
 
-def cmd_compile(argv: Sequence[str]) -> int:
-    """``tacosc TOPO.tdl ...``: synthesize, verify, write."""
-    from tacos import load
-    from tacos.synthesize import synthesize
-
-    args = _compile_parser().parse_args(argv)
+def _output_format(args: argparse.Namespace) -> str | None:
     fmt = args.format
-    if args.output and fmt is None:
-        suffix = Path(args.output).suffix.lower()
+    if not args.output:
+        return fmt
+    suffix = Path(args.output).suffix.lower()
+    if fmt is None:
         fmt = {".json": "json", ".xml": "xml"}.get(suffix)
         if fmt is None:
             raise UsageError(f"cannot tell the format of {args.output!r}",
                              hint="name it .json or .xml, or pass --format")
-    spec = load(args.topology, _params(args.param))
+    want = {"json": ".json", "xml": ".xml", "mscclpp": ".json"}[fmt]
+    if suffix != want:
+        raise UsageError(f"--format {fmt} writes {'JSON' if want == '.json' else 'XML'}, but "
+                         f"{args.output!r} ends in {suffix or 'no extension'}",
+                         hint=f"name the output *{want}")
+    return fmt
+
+
+def cmd_compile(argv: Sequence[str]) -> int:
+    """``tacosc TOPO.tdl ...``: synthesize, verify, write."""
+    from tacos.importers import load_any
+    from tacos.progress import TerminalReporter
+    from tacos.synthesize import synthesize
+
+    args = _compile_parser().parse_args(argv)
+    fmt = _output_format(args)
+    reporter = TerminalReporter(enabled=not args.quiet and not args.json)
+    with reporter.phase(f"loading {args.topology}"):
+        spec = load_any(args.topology, _params(args.param))
     collective = _choose_collective(spec, args)
-    options: dict[str, Any] = {"seed": args.seed, "progress": _Progress(not args.quiet)}
-    for key, value in (("trials", args.trials), ("workers", args.workers),
-                       ("max_merge", args.max_merge), ("backend", args.ilp_backend),
-                       ("time_limit", args.time_limit), ("relays", args.relays)):
-        if value is not None:
-            options[key] = value
-    schedule = synthesize(spec.topology, collective, solver=args.solver, **options)
-    schedule.verify().raise_if_failed()
+    options = _solver_options(args)
+    schedule = synthesize(spec.topology, collective, solver=args.solver, seed=args.seed,
+                          trials=args.trials, workers=args.workers, time_limit=args.time_limit,
+                          relays=args.relays or "members", progress=reporter, **options)
+    with reporter.phase("verifying"):
+        schedule.verify().raise_if_failed()
     if args.output:
-        data = _render(schedule, fmt, args)
-        try:
-            Path(args.output).write_text(data, encoding="utf-8")
-        except OSError as exc:
-            raise TacosError(f"cannot write {args.output}: {exc.strerror or exc}",
-                             hint="check that the folder exists and is writable") from None
+        with reporter.phase(f"writing {args.output}"):
+            data = _render(schedule, fmt, args)
+            try:
+                Path(args.output).write_text(data, encoding="utf-8")
+            except OSError as exc:
+                raise TacosError(f"cannot write {args.output}: {exc.strerror or exc}",
+                                 hint="check that the folder exists and is writable") from None
     if args.plot:
         from tacos.backends.plot import plot_schedule
 
         plot_schedule(schedule, args.plot)
-    if args.report or not args.output:
+    if args.json:
+        from tacos.report import report
+
+        with reporter.phase("report"):
+            print(json.dumps(report(schedule, topology=spec.topology), indent=2))
+    elif args.report or not args.output:
         from tacos.report import format_report
 
-        print(format_report(schedule, topology=spec.topology))
+        with reporter.phase("report"):
+            print(format_report(schedule, topology=spec.topology))
     return 0
 
 
@@ -294,62 +340,25 @@ def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:
         from tacos.backends.json_schedule import dumps
 
         return dumps(schedule)
-    if fmt == "mscclpp":
-        from tacos.backends.mscclpp_json import emit_mscclpp_json
+    from tacos.msccl.lower import msccl_options
 
-        return emit_mscclpp_json(schedule)
-    from tacos.backends.msccl_xml import schedule_to_xml
-    from tacos.msccl.lower import MscclOptions
-
-    options = MscclOptions(
+    options = msccl_options(
         name=Path(args.output).stem if args.output else "tacos",
         proto=args.proto,
         inplace=args.inplace,
         outofplace=not args.inplace,
-        min_bytes=args.min_bytes,
-        max_bytes=args.max_bytes,
+        min_bytes=_size(args.min_bytes, "--min-bytes", 0),
+        max_bytes=_size(args.max_bytes, "--max-bytes", 0),
+        instances=args.instances,
         max_steps_per_tb=args.max_steps,
     )
+    if fmt == "mscclpp":
+        from tacos.backends.mscclpp_json import emit_mscclpp_json
+
+        return emit_mscclpp_json(schedule, options=options)
+    from tacos.backends.msccl_xml import schedule_to_xml
+
     return schedule_to_xml(schedule, options)
-
-
-def cmd_verify(argv: Sequence[str]) -> int:
-    """``tacosc verify``: MSCCL XML or tacos JSON."""
-    args = _verify_parser().parse_args(argv)
-    topology, groups = None, []
-    if args.topology:
-        from tacos import load
-
-        spec = load(args.topology, _params(args.param))
-        topology = spec.topology
-        groups = [c.group for c in spec.collectives]
-    path = Path(args.plan)
-    if not path.exists():
-        raise TacosError(f"{path}: no such file")
-    if path.suffix.lower() == ".xml":
-        from tacos.msccl.ranks import parse_ranks
-        from tacos.msccl.verify import verify_xml_file
-
-        ranks = None
-        if args.ranks is not None:
-            if topology is None:
-                raise UsageError("--ranks needs --topology")
-            ranks = parse_ranks(args.ranks, topology)
-        report = verify_xml_file(path, topology=topology, max_steps=args.max_steps,
-                                 strict=args.strict, ranks=ranks, groups=groups)
-    else:
-        from tacos.frontends.json_schedule import check_against_topology, load
-        from tacos.verify import verify_schedule
-
-        schedule = load(path)
-        if topology is not None:
-            problems = check_against_topology(schedule, topology)
-            if problems:
-                raise TacosError(f"{path} was not made for {args.topology}: {problems[0]}",
-                                 hint=f"{len(problems)} difference(s) in all")
-        report = verify_schedule(schedule)
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
-    return 0 if report.ok else 1
 
 
 def run(argv: Sequence[str]) -> int:
@@ -364,9 +373,11 @@ def run(argv: Sequence[str]) -> int:
         print(f"tacosc {__version__}")
         return 0
     command, rest = (argv[0], argv[1:]) if argv[0] in SUBCOMMANDS else ("compile", argv)
-    handler = {"info": cmd_info, "verify": cmd_verify, "presets": cmd_presets,
-               "compile": cmd_compile}[command]
-    return handler(rest)
+    if command == "compile":
+        return cmd_compile(rest)
+    from tacos import cli_commands
+
+    return getattr(cli_commands, f"cmd_{command}")(rest)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

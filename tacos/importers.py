@@ -55,10 +55,12 @@ def sniff_format(text: str) -> str | None:
 def to_tdl(source: str | Path, format: str | None = None, **options: Any) -> str:
     """TDL text for a file (path, or its text) in one of :data:`FORMATS`."""
     if format is None:
-        text = source if isinstance(source, str) and "\n" in source else _peek(source)
-        format = sniff_format(text)
+        is_text = isinstance(source, str) and (
+            "\n" in source or source.lstrip().startswith(("{", "<")))
+        format = sniff_format(source if is_text else _peek(source))  # type: ignore[arg-type]
         if format is None:
-            raise TacosError(f"cannot tell the format of {source if len(str(source)) < 80 else 'the text'}",
+            what = "the text" if is_text else str(source)
+            raise TacosError(f"cannot tell the import format of {what}",
                              hint=f"name it: one of {', '.join(FORMATS)}")
     if format not in FORMATS:
         import difflib
@@ -82,7 +84,9 @@ def import_spec(source: str | Path, format: str | None = None, **options: Any) -
     from tacos.frontends.tdl import parse_tdl
 
     text = to_tdl(source, format, **options)
-    name = str(source) if "\n" not in str(source) else f"<{format or 'import'}>"
+    text_given = isinstance(source, str) and ("\n" in source
+                                              or source.lstrip().startswith(("{", "<")))
+    name = f"<{format or 'import'}>" if text_given else str(source)
     return parse_tdl(text, f"{name} (imported)")
 
 

@@ -31,7 +31,6 @@ from tacos.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES, Chunk, Co
 from tacos.errors import TacosError
 from tacos.units import format_size, parse_size
 
-
 PER_RANK = ("allgather", "reducescatter", "alltoall", "scatter", "gather")
 """Collectives whose buffer is N equal per-rank pieces (the NCCL API's count per rank)."""
 

@@ -16,7 +16,8 @@ from tacos.topology import Topology
 from tacos.units import format_bandwidth, format_size, format_time
 from tacos.verify import verify_schedule
 
-SOLVER_KEYS = ("solver", "seed", "trials", "status", "synthesis_time", "best_trial",
+SOLVER_KEYS = ("solver", "seed", "trials", "trials_run", "status", "synthesis_time",
+               "best_trial",
                "max_merge", "backend", "algorithm")
 
 
@@ -44,9 +45,11 @@ def report(schedule: Schedule, *, topology: Topology | None = None,
            verify: bool = True) -> dict[str, Any]:
     """Facts about ``schedule`` as a JSON-safe dict.
 
-    ``time`` is the α-β replay time (:func:`tacos.simulate.simulate`), ``schedule_time`` the
-    schedule's own makespan.  The bound is computed on ``topology`` (default: the schedule's
-    own, switch-unwound topology); ``gap`` = time / bound.  ``verify=False`` skips the verifier.
+    Times are estimates of the α-β model (α + bytes / bandwidth per transfer), not
+    measurements.  ``time`` is the α-β replay time (:func:`tacos.simulate.simulate`),
+    ``schedule_time`` the schedule's own makespan.  The bound is computed on ``topology``
+    (default: the schedule's own, switch-unwound topology); ``gap`` = time / bound.
+    ``verify=False`` skips the verifier.
     """
     coll = schedule.collective
     sim = simulate(schedule)
@@ -132,7 +135,10 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
         if "seed" in s:
             bits.append(f"seed {s['seed']}")
         if s.get("trials") is not None:
-            bits.append(f"{s['trials']} trials")
+            runs = s.get("trials_run")
+            bits.append(f"{s['trials']} trials" + (f" ({runs} runs, as the progress display "
+                        "counts: merged and one-chunk transfers)" if runs and runs != s["trials"]
+                        else ""))
         if "status" in s:
             bits.append(f"status {s['status']}")
         if s.get("synthesis_time") is not None:

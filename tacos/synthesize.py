@@ -211,7 +211,7 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "gre
         (:mod:`tacos.importers`) and :func:`tacos.collective`.
     solver
         ``greedy`` (default), ``ilp``, ``taccl``, or a baseline: ``ring``, ``biring``,
-        ``direct``, ``rhd``, ``dbtree``, ``hierarchical`` (their options: :func:`tacos.solver_options`).
+        ``direct``, ``rhd``, ``dbtree``, ``hierarchical`` (options: :func:`tacos.solver_options`).
     seed
         Random seed; the same seed gives the same schedule.
     trials

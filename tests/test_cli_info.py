@@ -18,7 +18,8 @@ def test_help_documents_every_option(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     for option in ("--collective", "--size", "--chunks", "--root", "--solver", "--trials",
-                   "--seed", "--output", "--report", "--plot", "--param", "--ilp-backend",
+                   "--seed", "--output", "--report", "--plot", "--param", "--backend", "--mode",
+                   "--option", "--instances", "--json", "solvers", "import",
                    "--time-limit", "--max-merge", "info", "verify"):
         assert option in out
 

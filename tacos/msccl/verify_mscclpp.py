@@ -203,8 +203,9 @@ class _Replay:
     def _in_bounds(self, ref: Ref, op: Op) -> bool:
         size = self.plan.chunks.get(ref.rank, {}).get(ref.buf, 0)
         if ref.index + ref.size > size:
-            self._flag("bounds", f"{op.name} touches {ref.buf}[{ref.index}..{ref.index + ref.size - 1}]"
-                       f" of rank {ref.rank}, which has {size} chunk(s)", op)
+            last = ref.index + ref.size - 1
+            self._flag("bounds", f"{op.name} touches {ref.buf}[{ref.index}..{last}] of rank "
+                       f"{ref.rank}, which has {size} chunk(s)", op)
             return False
         return True
 

@@ -60,8 +60,8 @@ from tacos.solvers.ilp_model import (
     step_distances,
     transfers_to_sends,
 )
-from tacos.solvers.recovery import complete_schedule
 from tacos.solvers.options import Option, boolean, int_or_text
+from tacos.solvers.recovery import complete_schedule
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 

@@ -1,0 +1,211 @@
+"""``tacosc`` commands besides compile: info, verify, presets, solvers, import.
+
+Each takes ``--json`` (one JSON document on stdout) and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import textwrap
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tacos.cli import _info_parser, _params, _size, _verify_parser
+from tacos.errors import TacosError, UsageError
+
+
+def cmd_info(argv: Sequence[str]) -> int:
+    """``tacosc info``."""
+    from tacos.importers import load_any
+    from tacos.info import describe, format_info
+
+    args = _info_parser().parse_args(argv)
+    spec = load_any(args.topology, _params(args.param))
+    if args.astra_sim:
+        from tacos.backends.astra_sim import network_yaml
+
+        text = network_yaml(spec.topology)
+        try:
+            Path(args.astra_sim).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise TacosError(f"cannot write {args.astra_sim}: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps(describe(spec), indent=2))
+    else:
+        print(format_info(spec, per_npu=True if args.per_npu else None))
+    return 0
+
+
+def presets() -> list[dict[str, Any]]:
+    """Every shipped preset: name, full description (its leading comment) and parameters."""
+    folder = resources.files("tacos") / "presets"
+    out = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".tdl"):
+            continue
+        lines = entry.read_text(encoding="utf-8").splitlines()
+        desc = []
+        for ln in lines:
+            if not ln.startswith("#"):
+                break
+            desc.append(ln.lstrip("#").strip())
+        params = {}
+        for ln in lines:
+            m = re.match(r"\s*param\s+(\w+)\s*=\s*(.+?)\s*(#.*)?$", ln)
+            if m:
+                params[m.group(1)] = m.group(2)
+        out.append({"name": entry.name[:-4], "description": " ".join(desc),
+                    "parameters": params})
+    return out
+
+
+def cmd_presets(argv: Sequence[str]) -> int:
+    """``tacosc presets``: every preset with its whole description and its parameters."""
+    p = argparse.ArgumentParser(prog="tacosc presets", description="List the shipped presets "
+                                "(use them in TDL as  use NAME(param=value)).")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    args = p.parse_args(argv)
+    items = presets()
+    if args.json:
+        print(json.dumps(items, indent=2))
+        return 0
+    for item in items:
+        print(item["name"])
+        print(textwrap.fill(item["description"], width=88, initial_indent="    ",
+                            subsequent_indent="    "))
+        if item["parameters"]:
+            shown = ", ".join(f"{k} = {v}" for k, v in item["parameters"].items())
+            print(textwrap.fill(f"parameters: {shown}", width=88, initial_indent="    ",
+                                subsequent_indent="        "))
+    return 0
+
+
+def cmd_solvers(argv: Sequence[str]) -> int:
+    """``tacosc solvers``: every solver and the options it accepts."""
+    from tacos.solvers.options import COMMON_OPTIONS, describe
+    from tacos.solvers.registry import SOLVERS
+
+    p = argparse.ArgumentParser(prog="tacosc solvers", description="List the solvers and "
+                                "their options (-O NAME=VALUE on the command line, NAME=value "
+                                "in tacos.synthesize).")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    args = p.parse_args(argv)
+    table: dict[str, Any] = {}
+    for name in SOLVERS:
+        try:
+            opts = describe(name)
+        except TacosError as exc:
+            table[name] = {"available": False, "reason": exc.message}
+            continue
+        table[name] = {"available": True, "options": {
+            k: {"doc": o.doc, "default": o.default, "choices": list(o.choices)}
+            for k, o in opts.items() if k not in COMMON_OPTIONS}}
+    if args.json:
+        print(json.dumps({"common": {k: o.doc for k, o in COMMON_OPTIONS.items()},
+                          "solvers": table}, indent=2, default=str))
+        return 0
+    print("common options: " + ", ".join(COMMON_OPTIONS))
+    for name, info in table.items():
+        print(name + ("" if info["available"] else f"  (not available: {info['reason']})"))
+        for k, o in info.get("options", {}).items():
+            print(textwrap.fill(f"{k}: {o['doc']}", width=88, initial_indent="    ",
+                                subsequent_indent="        "))
+    return 0
+
+
+def cmd_import(argv: Sequence[str]) -> int:
+    """``tacosc import FORMAT FILE``: write the TDL of an imported topology."""
+    from tacos.importers import FORMATS, to_tdl
+
+    p = argparse.ArgumentParser(
+        prog="tacosc import", description="Import a topology and write it as TDL (read it, "
+        "edit it, then use it like any TDL file).",
+        epilog="formats: " + "; ".join(f"{k}: {v[1]}" for k, v in FORMATS.items()))
+    p.add_argument("format", choices=sorted(FORMATS), help="input format")
+    p.add_argument("file", help="the file to import")
+    p.add_argument("--node", help="nccl-topo: node preset for the NVLink part, e.g. "
+                   "dgx_a100_node, dgx1")
+    p.add_argument("--nvlink-matrix", help="nccl-topo: nvidia-smi topo -m output for the "
+                   "NVLink part")
+    p.add_argument("--nodes", type=int, help="copies of the node, joined through their NICs")
+    p.add_argument("--nic", help="NIC bandwidth, e.g. 25GB/s or 200Gb/s")
+    p.add_argument("--nic-alpha", help="NIC latency, e.g. 2us")
+    p.add_argument("--nvlink", help="bandwidth per NVLink (nvidia-smi, nccl-topo matrices)")
+    p.add_argument("--kind", help="taccl: ndv2, dgx2, hubandspoke or custom")
+    p.add_argument("--profile-size", help="taccl: input size the betas were measured for")
+    p.add_argument("-o", "--output", help="write the TDL here (default: stdout)")
+    p.add_argument("--json", action="store_true", help="print a summary as JSON")
+    args = p.parse_args(argv)
+    options = {k: v for k, v in (("node", args.node), ("nvlink_matrix", args.nvlink_matrix),
+                                 ("nodes", args.nodes), ("nic", args.nic),
+                                 ("nic_alpha", args.nic_alpha), ("nvlink", args.nvlink),
+                                 ("kind", args.kind), ("size", args.profile_size))
+               if v is not None}
+    text = to_tdl(args.file, args.format, **options)
+    from tacos.frontends.tdl import parse_tdl
+
+    spec = parse_tdl(text, args.output or f"{args.file} (imported)")
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise TacosError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    elif not args.json:
+        print(text, end="")
+    topo = spec.topology
+    summary = {"format": args.format, "file": args.file, "output": args.output,
+               "npus": topo.n_npus, "switches": len(topo.switches), "links": len(topo.links)}
+    if args.json:
+        if not args.output:
+            summary["tdl"] = text
+        print(json.dumps(summary, indent=2))
+    elif args.output:
+        print(f"{args.output}: {topo.n_npus} NPUs, {len(topo.switches)} switches, "
+              f"{len(topo.links)} links")
+    return 0
+
+
+def cmd_verify(argv: Sequence[str]) -> int:
+    """``tacosc verify``: MSCCL XML, MSCCL++ JSON or a tacos JSON schedule."""
+    from tacos.verify_plan import sniff
+
+    args = _verify_parser().parse_args(argv)
+    path = Path(args.plan)
+    if not path.is_file():
+        raise TacosError(f"{path}: no such file")
+    topology, groups = None, []
+    if args.topology:
+        from tacos.importers import load_any
+
+        spec = load_any(args.topology, _params(args.param))
+        topology = spec.topology
+        groups = [c.group for c in spec.collectives]
+    text = path.read_text(encoding="utf-8", errors="replace")
+    kind = sniff(text)
+    if args.size and (kind != "msccl-xml" or topology is None):
+        raise UsageError("--size times an MSCCL XML plan on --topology",
+                         hint="give --topology too, or leave --size out")
+    if args.ranks is not None and (kind != "msccl-xml" or topology is None):
+        raise UsageError("--ranks maps an MSCCL XML plan's ranks to NPUs of --topology",
+                         hint="give --topology too, or leave --ranks out")
+    from tacos.progress import TerminalReporter
+
+    with TerminalReporter(enabled=not args.json).phase(f"verifying {path}"):
+        if kind == "msccl-xml":
+            from tacos.msccl.ranks import parse_ranks
+            from tacos.msccl.verify import verify_xml_file
+
+            ranks = parse_ranks(args.ranks, topology) if args.ranks is not None else None
+            report = verify_xml_file(path, topology=topology, max_steps=args.max_steps,
+                                     strict=args.strict, ranks=ranks, groups=groups,
+                                     nbytes=_size(args.size) if args.size else None)
+        else:
+            from tacos.verify_plan import verify
+
+            report = verify(path, topology=topology)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
+    return 0 if report.ok else 1
