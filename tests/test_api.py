@@ -12,7 +12,9 @@ from tacos import builders
 from tacos.errors import TacosError
 
 
-@pytest.mark.parametrize("module", ["tacos.builders", "tacos.units", "tacos.patterns"])
+@pytest.mark.parametrize("module", ["tacos.builders", "tacos.units", "tacos.patterns",
+                                    "tacos.verify_plan", "tacos.importers", "tacos",
+                                    "tacos.msccl.lower"])
 def test_doctests(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
@@ -104,3 +106,12 @@ def test_stride_unwinding_makes_rail_rings() -> None:
 def test_rail_switch_policy_is_ring_in_multi_node_presets() -> None:
     t = tacos.parse("use dgx_h100(nodes=4)\n").topology
     assert {s.policy for s in t.switches if s.name.startswith("rail")} == {"ring"}
+
+
+def test_readme_python_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    monkeypatch.chdir(root)  # the example loads examples/... relative to the repository
+    result = doctest.testfile(str(root / "README.md"), module_relative=False)
+    assert result.attempted >= 6 and result.failed == 0
