@@ -23,8 +23,11 @@ def cmd_info(argv: Sequence[str]) -> int:
     from tacos.importers import load_any
     from tacos.info import describe, format_info
 
+    from tacos.progress import TerminalReporter
+
     args = _info_parser().parse_args(argv)
-    spec = load_any(args.topology, _params(args.param))
+    with TerminalReporter(enabled=not args.json).phase(f"loading {args.topology}"):
+        spec = load_any(args.topology, _params(args.param))
     if args.astra_sim:
         from tacos.backends.astra_sim import network_yaml
 
