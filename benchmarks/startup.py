@@ -6,8 +6,8 @@ inflates far less than wall time) as a Markdown table, with an empty ``python -c
 reference measured in the same run (the machine is shared: compare ratios, not absolute
 times).  The TDL grammar cache is warmed first; ``info (no grammar cache)`` runs with
 ``TACOS_CACHE_DIR=`` to show what the cache saves.  Bytecode caches are on (as after
-``pip install``), even where the environment sets ``PYTHONDONTWRITEBYTECODE``.  Target: ``tacosc --help`` and
-``tacosc info`` under 0.5 s.
+``pip install``), even where the environment sets ``PYTHONDONTWRITEBYTECODE``.
+Target: ``tacosc --help`` and ``tacosc info`` under 0.5 s.
 """
 
 from __future__ import annotations

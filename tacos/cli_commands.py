@@ -22,7 +22,6 @@ def cmd_info(argv: Sequence[str]) -> int:
     """``tacosc info``."""
     from tacos.importers import load_any
     from tacos.info import describe, format_info
-
     from tacos.progress import TerminalReporter
 
     args = _info_parser().parse_args(argv)
