@@ -11,9 +11,8 @@ so only multi-dimensional topologies of rings, fully connected groups and switch
 expressed: TDL's ``dims`` notation (and :func:`tacos.builders.multi_dim`), whose links carry
 the dimension index and kind.  Anything else raises :class:`~tacos.errors.TacosError` saying why
 (ASTRA-sim's ns-3 backend takes arbitrary graphs but no public schema of a stable version is
-targeted here).  Plans are not exported: ASTRA-sim executes Chakra execution traces (protobuf,
-written with the ``chakra`` package, which is not on PyPI), so ``tacosc`` cannot produce them
-without that dependency.
+targeted here).  Plans go to ASTRA-sim as Chakra execution traces:
+:mod:`tacos.backends.chakra_et`.
 """
 
 from __future__ import annotations

@@ -144,6 +144,8 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="print collective time, algbw, lower bound and gap")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="draw the schedule's timeline to a PNG")
+    p.add_argument("--chakra", metavar="PREFIX", help="also write Chakra execution traces for "
+                   "ASTRA-sim: PREFIX.<npu>.et (needs tacos[astra])")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     return p
 
@@ -322,6 +324,11 @@ def cmd_compile(argv: Sequence[str]) -> int:
         from tacos.backends.plot import plot_schedule
 
         plot_schedule(schedule, args.plot)
+    if args.chakra:
+        from tacos.backends.chakra_et import write_traces
+
+        with reporter.phase("writing Chakra traces"):
+            write_traces(schedule, args.chakra)
     if args.json:
         from tacos.report import report
 

@@ -188,3 +188,36 @@ def test_astra_sim_network_config(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "npus_count: [ 2, 4, 8 ]" in text and "latency: [ 500, 500, 1000 ]" in text
     assert main(["info", str(EXAMPLES / "mesh4x4.tdl"), "--astra-sim", str(yml)]) == 1
     assert "only multi-dimensional" in capsys.readouterr().err
+
+
+def test_chakra_traces_pair_sends_with_receives(tmp_path: Path) -> None:
+    pytest.importorskip("google.protobuf")
+    from tacos.backends.chakra_et import COMM_RECV_NODE, COMM_SEND_NODE, decode_trace
+
+    spec = tacos.load(EXAMPLES / "ring8.tdl")
+    schedule = tacos.synthesize(spec.topology, tacos.collective("allreduce", range(8),
+                                                                size="8KiB"),
+                                workers=1, trials=2)
+    prefix = tmp_path / "plan"
+    assert main([str(EXAMPLES / "ring8.tdl"), "-c", "allreduce", "--size", "8KiB", "-q",
+                 "--workers", "1", "--trials", "2", "-o", str(tmp_path / "p.json"),
+                 "--chakra", str(prefix)]) == 0
+    sends, recvs, waiting = {}, {}, 0
+    for npu in range(8):
+        meta, nodes = decode_trace((tmp_path / f"plan.{npu}.et").read_bytes())
+        assert meta.version
+        ids = {n.id for n in nodes}
+        for n in nodes:
+            attrs = {a.name: a for a in n.attr}
+            key = (attrs["comm_src"].int32_val, attrs["comm_dst"].int32_val,
+                   attrs["comm_tag"].int32_val)
+            assert set(n.data_deps) <= ids and all(d < n.id for d in n.data_deps)
+            if n.type == COMM_SEND_NODE:
+                assert key[0] == npu
+                sends[key] = attrs["comm_size"].int64_val
+                waiting += bool(n.data_deps)
+            else:
+                assert n.type == COMM_RECV_NODE and key[1] == npu and not n.data_deps
+                recvs[key] = attrs["comm_size"].int64_val
+    assert sends == recvs and len(sends) == len(schedule.transfers)
+    assert waiting > 0  # forwarded chunks and partial sums wait for their arrival
