@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tacos.errors import InputFileError, Span, TacosError
-from tacos.units import parse_quantity
+from tacos.units import as_quantity
 
 MAX_IMPORT_BYTES = 16 * 1024 * 1024
 
@@ -60,14 +60,7 @@ def load_json(text: str, name: str) -> Any:
 
 def quantity(value: Any, kind: str, what: str, default_unit: str | None = None) -> float:
     """A bandwidth/time/size given as a number in base units or as a text with a unit."""
-    if isinstance(value, str):
-        try:
-            return parse_quantity(value, kind, default_unit)
-        except ValueError as exc:
-            raise TacosError(f"{what}: {exc}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise TacosError(f"{what}: {value!r} is not a {kind}")
-    return float(value)
+    return as_quantity(value, kind, what, default_unit)
 
 
 def _short(x: float, scale: float) -> str:

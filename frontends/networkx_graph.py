@@ -26,21 +26,9 @@ import networkx as nx
 from tacos.errors import TacosError
 from tacos.passes.validate import check_policy, check_topology
 from tacos.topology import SWITCH_CAPABILITIES, Link, Npu, Switch, Topology
-from tacos.units import parse_quantity
+from tacos.units import as_quantity
 
 EDGE_KEYS = ("bandwidth", "alpha", "latency", "multiplicity", "tag", "dim", "via")
-
-
-def _quantity(value: Any, kind: str, where: str) -> float:
-    if isinstance(value, str):
-        try:
-            return parse_quantity(value, kind)
-        except ValueError as exc:
-            raise TacosError(f"{where}: {exc}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TacosError(f"{where}: {value!r} is not a number",
-                         hint="bandwidth in bytes/s (or '25GB/s'), latency in s (or '0.7us')")
-    return float(value)
 
 
 def _order(g: nx.Graph) -> list[Any]:
@@ -98,9 +86,9 @@ def topology_from_networkx(g: nx.Graph, name: str = "") -> Topology:
                              + (f" (found {', '.join(unknown)})" if unknown else ""))
         if "alpha" in data and "latency" in data:
             raise TacosError(f"{where} has both 'alpha' and 'latency'", hint="keep one")
-        bw = _quantity(data["bandwidth"], "bandwidth", f"{where} bandwidth")
-        alpha = _quantity(data.get("alpha", data.get("latency", 0.0)), "time",
-                          f"{where} latency")
+        bw = as_quantity(data["bandwidth"], "bandwidth", f"{where} bandwidth")
+        alpha = as_quantity(data.get("alpha", data.get("latency", 0.0)), "time",
+                            f"{where} latency")
         mult = data.get("multiplicity", 1)
         via = data.get("via")
         pairs = [(u, v)] if g.is_directed() else [(u, v), (v, u)]

@@ -1,7 +1,9 @@
 """Build topologies from Python without writing TDL.
 
+Bandwidths are bytes/s and latencies seconds, or texts with units (``"50GB/s"``, ``"0.5us"``).
+
 >>> from tacos.builders import TopologyBuilder, mesh
->>> mesh(4, 4, bandwidth=50e9, latency=0.5e-6).n_npus
+>>> mesh(4, 4, bandwidth="50GB/s", latency=0.5e-6).n_npus
 16
 >>> b = TopologyBuilder("pair")
 >>> a, c = b.npus(2)
@@ -20,6 +22,7 @@ from tacos.errors import TacosError
 from tacos.frontends import tdl_generators as gen
 from tacos.passes.validate import check_link, check_policy, check_topology
 from tacos.topology import Link, Npu, Switch, Topology
+from tacos.units import as_quantity
 
 
 class TopologyBuilder:
@@ -48,10 +51,13 @@ class TopologyBuilder:
         self._switches.append((name, policy, degree))
         return -len(self._switches)
 
-    def link(self, src: int, dst: int, *, bandwidth: float, latency: float = 0.0,
+    def link(self, src: int, dst: int, *, bandwidth: float | str, latency: float | str = 0.0,
              multiplicity: int = 1, both: bool = False, dim: int | None = None,
              tag: str = "") -> None:
-        """Add ``src -> dst`` (and back when ``both``); bandwidth in B/s, latency in s."""
+        """Add ``src -> dst`` (and back when ``both``); bandwidth in B/s and latency in s, or
+        texts with units (``"25GB/s"``, ``"0.7us"``)."""
+        bandwidth = as_quantity(bandwidth, "bandwidth", f"link {src} -> {dst} bandwidth")
+        latency = as_quantity(latency, "time", f"link {src} -> {dst} latency")
         check_link(Link(src, dst, latency, bandwidth, multiplicity), None,
                    f"link {src} -> {dst}")
         self._links.append((src, dst, latency, bandwidth, multiplicity, dim, tag))
@@ -98,8 +104,11 @@ def _user_errors(fn: Callable[..., Topology]) -> Callable[..., Topology]:
 
 def _axis_props(dims: tuple[int, ...], bandwidth: float | Sequence[float],
                 latency: float | Sequence[float]) -> dict[str, tuple[float, float]]:
-    bws = list(bandwidth) if isinstance(bandwidth, Sequence) else [bandwidth] * len(dims)
-    lats = list(latency) if isinstance(latency, Sequence) else [latency] * len(dims)
+    def per_dim(value: Any) -> list[Any]:
+        many = isinstance(value, Sequence) and not isinstance(value, str)
+        return list(value) if many else [value] * len(dims)
+
+    bws, lats = per_dim(bandwidth), per_dim(latency)
     if len(bws) != len(dims) or len(lats) != len(dims):
         raise TacosError(f"{len(dims)} dimensions but {len(bws)} bandwidths and {len(lats)} "
                          "latencies", hint="give one bandwidth/latency, or one per dimension")

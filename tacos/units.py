@@ -88,6 +88,29 @@ def parse_quantity(text: str, kind: str, default_unit: str | None = None) -> flo
     return value * table[unit]
 
 
+def as_quantity(value: int | float | str, kind: str, what: str,
+                default_unit: str | None = None) -> float:
+    """A bandwidth, time or size given as a number in base units (B/s, s, B) or as a text
+    with a unit (``"25GB/s"``, ``"0.7us"``); :class:`~tacos.errors.TacosError` otherwise.
+
+    >>> as_quantity("25GB/s", "bandwidth", "bandwidth"), as_quantity(1e-6, "time", "latency")
+    (25000000000.0, 1e-06)
+    """
+    from tacos.errors import TacosError
+
+    if isinstance(value, str):
+        try:
+            return parse_quantity(value, kind, default_unit)
+        except ValueError as exc:
+            raise TacosError(f"{what}: {exc}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or value < 0:
+        unit = {"time": "seconds", "size": "bytes", "bandwidth": "bytes/s"}[kind]
+        raise TacosError(f"{what}: {value!r} is not a {kind}",
+                         hint=f"give a number of {unit} >= 0 or a text with a unit")
+    return float(value)
+
+
 SIZE_HINT = "sizes are bytes or a number with a unit: B, KB, MB, GB, KiB, MiB, GiB (e.g. 64MiB)"
 
 

@@ -60,7 +60,9 @@ def test_synthesize_signature_is_explicit() -> None:
     (lambda: tacos.collective("allgather", range(4), size="1.5B"), "whole number of bytes"),
     (lambda: tacos.collective("allgather", range(4), size="12 parsecs"), "unit"),
     (lambda: builders.star(4, bandwidth=1e9, policy="rnig"), "did you mean 'ring'"),
-    (lambda: builders.ring(4, bandwidth=-1), "bandwidth must be a positive"),
+    (lambda: builders.ring(4, bandwidth=-1), "is not a bandwidth"),
+    (lambda: builders.ring(4, bandwidth=0), "bandwidth must be a positive"),
+    (lambda: builders.ring(4, bandwidth="50 parsecs"), "unknown bandwidth unit"),
 ])
 def test_user_mistakes_raise_tacos_errors(call, message: str) -> None:
     with pytest.raises(TacosError, match=message):
