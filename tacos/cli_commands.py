@@ -113,6 +113,8 @@ def cmd_solvers(argv: Sequence[str]) -> int:
     print("common options: " + ", ".join(COMMON_OPTIONS))
     for name, info in table.items():
         print(name + ("" if info["available"] else f"  (not available: {info['reason']})"))
+        if info["available"] and not info["options"]:
+            print("    (only the common options)")
         for k, o in info.get("options", {}).items():
             print(textwrap.fill(f"{k}: {o['doc']}", width=88, initial_indent="    ",
                                 subsequent_indent="        "))
