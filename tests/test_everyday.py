@@ -272,3 +272,14 @@ def test_grammar_cache_survives_an_unwritable_folder(tmp_path: Path,
         assert tacos.parse("ring r[4] 1GB/s\n").topology.n_npus == 4
     finally:
         tdl_parser.grammar.cache_clear()
+
+
+def test_mscclpp_verifier_checks_reductions_of_tacos_plans(ring_schedule: tacos.Schedule
+                                                           ) -> None:
+    plan = json.loads(ring_schedule.to_mscclpp())
+    assert tacos.verify(json.dumps(plan)).ok
+    first_re = next(op for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"]
+                    if op["name"] == "re")
+    first_re["src_buff"] = first_re["src_buff"][1:]  # drop the local partial sum
+    report = tacos.verify(json.dumps(plan))
+    assert not report.ok and any("lacks" in v.message for v in report.violations)

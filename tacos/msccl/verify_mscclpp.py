@@ -363,8 +363,10 @@ class _Replay:
                 elif set(got) == set(want):
                     text = f"output o[{k}] of rank {r} counts a contribution more than once"
                 else:
-                    text = f"output o[{k}] of rank {r} holds {_fmt(sorted(got))}, not " \
-                        f"{_fmt(sorted(want))}"
+                    miss, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+                    parts = ([f"lacks {_fmt(miss)}"] if miss else []) + \
+                        ([f"wrongly holds {_fmt(extra)}"] if extra else [])
+                    text = f"output o[{k}] of rank {r} " + " and ".join(parts)
                 out.append(Violation("postcondition", text, rank=r))
                 if len(out) >= LIMIT:
                     return out
