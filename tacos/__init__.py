@@ -86,11 +86,14 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def load(path: str | Path, params: dict[str, Any] | None = None) -> Spec:
-    """Load a TDL file (``params`` override its ``param`` defaults)."""
-    from tacos.frontends.tdl import load_tdl
+def load(path: str | Path, params: dict[str, Any] | None = None, **import_options: Any
+         ) -> Spec:
+    """Load a TDL file (``params`` override its ``param`` defaults), or a file
+    :mod:`tacos.importers` reads (NCCL topology XML, ``nvidia-smi topo -m`` output, TACCL or
+    TE-CCL JSON; ``import_options`` such as ``node="dgx_a100_node"`` go to its importer)."""
+    from tacos.importers import load_any
 
-    return load_tdl(path, params)
+    return load_any(path, params, **import_options)
 
 
 def parse(text: str, source: str = "<string>", params: dict[str, Any] | None = None) -> Spec:

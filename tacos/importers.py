@@ -103,14 +103,20 @@ def _peek(path: str | Path) -> str:
         return ""
 
 
-def load_any(path: str | Path, params: dict[str, Any] | None = None) -> Spec:
-    """A TDL file, or any file :func:`sniff_format` recognizes (imported with defaults)."""
+def load_any(path: str | Path, params: dict[str, Any] | None = None,
+             **options: Any) -> Spec:
+    """A TDL file (``params`` set its parameters), or any file :func:`sniff_format`
+    recognizes (``options`` go to its importer)."""
     from tacos.frontends.tdl import load_tdl
 
     fmt = sniff_format(_peek(path)) if Path(path).is_file() else None
     if fmt is None:
+        if options:
+            raise TacosError(f"{path} is read as TDL; import options "
+                             f"({', '.join(sorted(options))}) do not apply",
+                             hint="TDL parameters go in params={...}")
         return load_tdl(path, params)
     if params:
-        raise TacosError(f"{path} is {fmt}, not TDL: --param does not apply",
+        raise TacosError(f"{path} is {fmt}, not TDL: TDL parameters do not apply",
                          hint=f"convert it with  tacosc import {fmt} {path} -o system.tdl")
-    return import_spec(path, fmt)
+    return import_spec(path, fmt, **options)

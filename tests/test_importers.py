@@ -221,3 +221,13 @@ def test_chakra_traces_pair_sends_with_receives(tmp_path: Path) -> None:
                 recvs[key] = attrs["comm_size"].int64_val
     assert sends == recvs and len(sends) == len(schedule.transfers)
     assert waiting > 0  # forwarded chunks and partial sums wait for their arrival
+
+
+def test_tacos_load_reads_foreign_files_too(tmp_path: Path) -> None:
+    path = NCCL / "ndv2-topo.xml"
+    if not path.is_file():
+        pytest.skip("shared NCCL topology fixtures are not beside the repository")
+    spec = tacos.load(path, node="dgx1")
+    assert spec.topology.n_npus == 8
+    with pytest.raises(TacosError, match="import options"):
+        tacos.load(EXAMPLES / "ring8.tdl", node="dgx1")
