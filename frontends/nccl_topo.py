@@ -201,8 +201,10 @@ def to_tdl(source: str | Path, *, node: str | None = None, nvlink_matrix: Any = 
                 line = topo.gpus[0].line
                 raise error_at(src, text, line, 1, f"{src} carries no NVLink information (NCCL "
                                "learns NVLink from the driver)",
-                               hint="add node='dgx_a100_node' (a node preset) or "
-                                    "nvlink_matrix='topo.txt' (nvidia-smi topo -m output)")
+                               hint="give a node preset or an nvidia-smi topo -m matrix: "
+                                    f"tacosc import nccl-topo {src} --node dgx_a100_node "
+                                    "-o system.tdl (Python: node='dgx_a100_node' or "
+                                    "nvlink_matrix='topo.txt')")
             origin = "the file's <nvlink> elements"
         nvl = quantity(nvlink, "bandwidth", "nvlink", "GB/s")
         nva = quantity(nvlink_alpha, "time", "nvlink_alpha", "us")
