@@ -199,7 +199,9 @@ def to_tdl(source: str | Path, *, node: str | None = None, nvlink_matrix: Any = 
             counts = _dump_counts(topo)
             if counts is None:
                 line = topo.gpus[0].line
-                raise error_at(src, text, line, 1, f"{src} carries no NVLink information (NCCL "
+                row = text.splitlines()[line - 1]
+                col = len(row) - len(row.lstrip()) + 1
+                raise error_at(src, text, line, col, f"{src} carries no NVLink information (NCCL "
                                "learns NVLink from the driver)",
                                hint="give a node preset or an nvidia-smi topo -m matrix: "
                                     f"tacosc import nccl-topo {src} --node dgx_a100_node "

@@ -47,7 +47,7 @@ def test_nccl_errors_are_located(tmp_path: Path) -> None:
         pytest.skip("shared NCCL topology fixtures are not beside the repository")
     with pytest.raises(TacosError, match="carries no NVLink information") as info:
         import_topology(path)
-    assert str(info.value).startswith(f"{path}:12:1: error:")
+    assert str(info.value).startswith(f"{path}:12:7: error:")
     with pytest.raises(TacosError, match="has 16 NPUs but"):
         import_topology(path, node="dgx2_node")
     bad = tmp_path / "bad.xml"
