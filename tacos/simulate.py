@@ -83,16 +83,24 @@ def busbw_factor(kind: str, n: int) -> float:
     return 1.0
 
 
-def simulate(schedule: Schedule, *, retime: bool = True) -> SimResult:
+def simulate(schedule: Schedule, *, retime: bool = True, order: str = "planned") -> SimResult:
     """Replay ``schedule`` under the α-β model (see the module docstring).
 
-    With ``retime=False`` the schedule's own times are measured as they are.
+    With ``retime=False`` the schedule's own times are measured as they are.  ``order`` says
+    how transfers that compete for a link's lanes are started: ``'planned'`` (default) keeps
+    the schedule's order on every link, which is never slower than a valid schedule;
+    ``'ready'`` is work-conserving -- a transfer starts as soon as its data is there and every
+    link of its route has a free lane (ties in original order), which fills the idle gaps a
+    schedule made on another model (an unwound view) leaves on the physical links.
     """
+    if order not in ("planned", "ready"):
+        raise ValueError(f"unknown replay order {order!r} (planned or ready)")
     warnings: tuple[str, ...] = ()
     out = schedule
     if retime and schedule.transfers:
         with paused_gc():
-            starts, ends, warnings = _replay(schedule)
+            replay = _replay if order == "planned" else _replay_ready
+            starts, ends, warnings = replay(schedule)
             transfers = tuple(
                 Transfer(s, e, t.src, t.dst, t.route, t.chunks, t.op)
                 for t, s, e in zip(schedule.transfers, starts, ends, strict=True)
@@ -157,7 +165,23 @@ def _csr(waiter: np.ndarray, pred: np.ndarray, n: int) -> tuple[list[int], list[
     return ptr.tolist(), waiter[order].tolist()
 
 
-def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ...]]:
+@dataclass
+class _Prepared:
+    """What both replay orders need: durations, routes, dependency lists and counters."""
+
+    transfers: tuple[Transfer, ...]
+    dur: list[float]
+    route_of: list[tuple[int, ...]]
+    order: list[int]
+    pending: list[int]
+    end_ptr: list[int]
+    end_targets: list[int]
+    start_ptr: list[int]
+    start_targets: list[int]
+    war: tuple[np.ndarray, np.ndarray]
+
+
+def _prepare(schedule: Schedule) -> _Prepared:
     transfers: tuple[Transfer, ...] = schedule.transfers
     links = schedule.topology.links
     n = len(transfers)
@@ -184,16 +208,28 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
     sizes = np.fromiter((c.size for c in coll.chunks), dtype=np.int64, count=coll.n_chunks)
     nbytes = np.add.reduceat(sizes[h.chunk], h.offsets)
     alpha, bw = route_costs(schedule, rt)
-    dur = (alpha + nbytes / bw).tolist()
-    route_of = [t.route for t in transfers]
     (raw_w, raw_p), (war_w, war_p) = _dependencies(schedule, tol, h)
     pending = (np.bincount(raw_w, minlength=n) + np.bincount(war_w, minlength=n)).tolist()
     end_ptr, end_targets = _csr(raw_w, raw_p, n)
     start_ptr, start_targets = _csr(war_w, war_p, n)
+    starts = h.start[h.offsets] if n else np.zeros(0)
+    order = np.lexsort((np.arange(n), starts)).tolist()  # by (start, index)
+    return _Prepared(transfers, (alpha + nbytes / bw).tolist(), [t.route for t in transfers],
+                     order, pending, end_ptr, end_targets, start_ptr, start_targets,
+                     (war_w, war_p))
+
+
+def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ...]]:
+    """In-order replay: on every link, transfers start in their original order."""
+    links = schedule.topology.links
+    p = _prepare(schedule)
+    transfers, dur, route_of, pending = p.transfers, p.dur, p.route_of, p.pending
+    end_ptr, end_targets, start_ptr, start_targets = (p.end_ptr, p.end_targets, p.start_ptr,
+                                                      p.start_targets)
+    n = len(transfers)
     dropped: set[tuple[int, int]] = set()
     queue: dict[int, list[int]] = defaultdict(list)
-    starts = h.start[h.offsets] if n else np.zeros(0)
-    for i in np.lexsort((np.arange(n), starts)).tolist():  # by (start, index)
+    for i in p.order:
         for li in route_of[i]:
             queue[li].append(i)
     head = dict.fromkeys(queue, 0)
@@ -242,7 +278,7 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
     while done < n:
         if not heap:
             now = max((e for e in end if not math.isnan(e)), default=0.0)
-            if not _release_read_blockers(transfers, start, (war_w, war_p), pending, dropped,
+            if not _release_read_blockers(transfers, start, p.war, pending, dropped,
                                           warnings):
                 raise VerificationError(
                     "schedule cannot be replayed: its transfers wait on each other in a cycle",
@@ -262,6 +298,78 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
             if pending[k] == 0:
                 woken.append(k)
         try_start(woken, now)
+    return start, end, tuple(warnings)
+
+
+def _replay_ready(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ...]]:
+    """Work-conserving replay: a transfer starts as soon as its data is there and every link
+    of its route has a free lane; transfers competing for a lane go in original order."""
+    links = schedule.topology.links
+    p = _prepare(schedule)
+    transfers, dur, route_of, pending = p.transfers, p.dur, p.route_of, p.pending
+    n = len(transfers)
+    rank = [0] * n
+    for k, i in enumerate(p.order):
+        rank[i] = k
+    free = [lk.multiplicity for lk in links]
+    waiting: dict[int, list[int]] = defaultdict(list)  # link -> transfers blocked on it
+    ready: list[tuple[int, int]] = [(rank[i], i) for i in range(n) if pending[i] == 0]
+    heapq.heapify(ready)
+    start = [math.nan] * n
+    end = [math.nan] * n
+    heap: list[tuple[float, int]] = []
+    dropped: set[tuple[int, int]] = set()
+    warnings: list[str] = []
+
+    def launch(now: float) -> None:
+        while ready:
+            _, i = heapq.heappop(ready)
+            if not math.isnan(start[i]):
+                continue  # queued twice (after a wait cycle was broken)
+            blocked = next((li for li in route_of[i] if free[li] <= 0), None)
+            if blocked is not None:
+                waiting[blocked].append(i)
+                continue
+            start[i] = now
+            heapq.heappush(heap, (now + dur[i], i))
+            for li in route_of[i]:
+                free[li] -= 1
+            for k in p.start_targets[p.start_ptr[i]:p.start_ptr[i + 1]]:
+                if dropped and (i, k) in dropped:
+                    continue
+                pending[k] -= 1
+                if pending[k] == 0:
+                    heapq.heappush(ready, (rank[k], k))
+
+    launch(0.0)
+    done = 0
+    while done < n:
+        if not heap:
+            now = max((e for e in end if not math.isnan(e)), default=0.0)
+            if not _release_read_blockers(transfers, start, p.war, pending, dropped,
+                                          warnings):
+                raise VerificationError(
+                    "schedule cannot be replayed: its transfers wait on each other in a cycle",
+                    hint="check the schedule with the verifier (zero-length transfers?)")
+            for i in range(n):  # duplicates are skipped when popped
+                if math.isnan(start[i]) and pending[i] == 0:
+                    heapq.heappush(ready, (rank[i], i))
+            launch(now)
+            continue
+        now = heap[0][0]
+        while heap and heap[0][0] == now:  # every transfer ending now frees its lanes first
+            _, i = heapq.heappop(heap)
+            end[i] = now
+            done += 1
+            for li in route_of[i]:
+                free[li] += 1
+                for k in waiting.pop(li, ()):
+                    heapq.heappush(ready, (rank[k], k))
+            for k in p.end_targets[p.end_ptr[i]:p.end_ptr[i + 1]]:
+                pending[k] -= 1
+                if pending[k] == 0:
+                    heapq.heappush(ready, (rank[k], k))
+        launch(now)
     return start, end, tuple(warnings)
 
 

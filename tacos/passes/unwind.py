@@ -184,8 +184,10 @@ def to_physical(schedule: Schedule, view: View, *, retime: bool = True) -> Sched
     Each transfer over view link ``i`` takes the route ``view.routes[i]``.  With ``retime``
     (the default) the result is replayed on the physical links by
     :func:`tacos.simulate.simulate`: transfers whose routes share a link (several view links
-    standing for one port) are serialized in their original order, each at the route's full
-    cut-through speed.  The identity view returns the schedule unchanged.
+    standing for one port) take turns, each at the route's full cut-through speed.  Both
+    replay orders are tried -- the view's order on every link, and work-conserving (a transfer
+    goes as soon as its data is there and its route is free) -- and the faster is kept.  The
+    identity view returns the schedule unchanged.
     """
     if view.identity:
         return schedule
@@ -199,7 +201,8 @@ def to_physical(schedule: Schedule, view: View, *, retime: bool = True) -> Sched
         return mapped
     from tacos.simulate import simulate
 
-    out = simulate(mapped).schedule
+    out = min((simulate(mapped, order=o).schedule for o in ("planned", "ready")),
+              key=lambda s: s.makespan)
     out.meta.pop("retimed", None)
     out.meta["view"] = "unwound"
     return out
