@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from tacos.frontends.tdl_builder import State, evaluate
+from tacos.frontends.tdl_jobs import build_job
 from tacos.frontends.tdl_parser import read_source
+from tacos.frontends.tdl_reshard import build_reshard
 
 from tacos import patterns
 from tacos.collective import Collective
@@ -69,7 +71,26 @@ def build_spec(state: State, source: str) -> Spec:
             check_feasible(topology, coll)
         except InfeasibleError as exc:
             raise _error(state, f"{coll.name}: {exc.message}", decl.span, exc.hint) from None
-    return Spec(topology, collectives, source, dict(state.params))
+    failed = set(state.failed_npus)
+
+    def error(message: str, span: Any, hint: str | None) -> TdlSemanticError:
+        return _error(state, message, span, hint)
+
+    def label(key: int) -> str:
+        return state.npus[key][0] if key >= 0 else state.switches[-key - 1][0]
+
+    reshards = tuple(build_reshard(d, failed, label, node_id, error) for d in state.reshards)
+    jobs = []
+    for decl in state.jobs:
+        colls = [_collective(state, c, topology, i) for i, c in enumerate(decl.collectives)]
+        for c, cd in zip(colls, decl.collectives, strict=True):
+            try:
+                check_feasible(topology, c)
+            except InfeasibleError as exc:
+                raise _error(state, f"job {decl.name!r}, {c.name}: {exc.message}", cd.span,
+                             exc.hint) from None
+        jobs.append(build_job(decl, colls, node_id))
+    return Spec(topology, collectives, source, dict(state.params), reshards, tuple(jobs))
 
 
 def _collective(state: State, decl: Any, topology: Topology, index: int) -> Collective:

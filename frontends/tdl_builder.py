@@ -12,8 +12,10 @@ from typing import Any
 
 from lark import Token, Tree
 from tacos.frontends import tdl_generators as gen
+from tacos.frontends.tdl_jobs import JobDecl, JobStatements
 from tacos.frontends.tdl_names import Group, Namespace, flat_indices, index_label
 from tacos.frontends.tdl_parser import STATEMENT_FORMS, parse_tree, read_source
+from tacos.frontends.tdl_reshard import ReshardDecl, ReshardStatements
 from tacos.frontends.tdl_values import (
     LinkProps,
     Quantity,
@@ -68,12 +70,14 @@ class State:
     failed_npus: dict[int, Span | None] = field(default_factory=dict)
     failed_links: dict[tuple[int, int], Span | None] = field(default_factory=dict)
     collectives: list[CollectiveDecl] = field(default_factory=list)
+    reshards: list[ReshardDecl] = field(default_factory=list)
+    jobs: list[JobDecl] = field(default_factory=list)
     name: str = ""
     texts: dict[str, str] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
 
 
-class Scope:
+class Scope(ReshardStatements, JobStatements):
     """One file instance being evaluated: its text, names, values and defaults."""
 
     def __init__(self, state: State, source: str, text: str, ns: Namespace, prefix: str,

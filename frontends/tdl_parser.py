@@ -33,6 +33,9 @@ STATEMENT_FORMS: dict[str, str] = {
     "let": "constants are written  let NAME = VALUE",
     "default": "defaults are written  default 50GB/s 0.5us",
     "chunk": "chunks are written  chunk [reduce] from NPUS to NPUS [size SIZE] [count N]",
+    "reshard": "reshards are written  reshard [\"NAME\"] tensor [D0, D1, ...] [dtype f32]"
+    " from NPUS [shape [R, C]] spec S0RR to NPUS [shape [R, C]] spec RS0R [pieces K]",
+    "job": "jobs are written  job \"NAME\" group NPUS [priority P] { collective ... }",
 }
 for _gen in ("ring", "biring", "mesh", "torus", "fullyconnected", "hypercube", "dragonfly",
              "fattree", "star"):

@@ -15,6 +15,9 @@ over one of a link's parallel copies), links with ``multiplicity`` m carry m tra
   ``max(ceil(recv/in_degree), ceil(send/out_degree), hops)`` × (α + chunk/B).  It holds for
   schedules that move one chunk per transfer (the TACOS model); a transfer carrying several
   chunks pays α once and can beat it, so :func:`lower_bound` reports it but does not use it.
+* :func:`tacos.bounds_groups.group_cut_bound` — for collectives without a min-cut formula
+  (custom, all-to-all, scatter, gather, multi-tenant), bytes that must cross into or out of a
+  group of nodes of the bandwidth hierarchy (a host behind its NIC, ...).
 * :func:`lower_bound` combines them into a :class:`Bound`.
 """
 
@@ -29,6 +32,7 @@ from fractions import Fraction
 import networkx as nx
 from networkx.algorithms.flow import build_residual_network, preflow_push
 
+from tacos.bounds_groups import group_cut_bound
 from tacos.collective import Collective
 from tacos.topology import Topology
 
@@ -435,7 +439,9 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
     ie = ingress_egress_bound(topology, collective)
     cut = cut_bound(topology, collective)
     cg = chunk_granular_bound(topology, collective, _cache=cache)
-    bw = max(ie, cut if cut is not None else 0.0)
+    # collectives without a min-cut formula (custom, all-to-all, ...): cuts around groups
+    groups = group_cut_bound(topology, collective) if cut is None else None
+    bw = max(ie, cut if cut is not None else 0.0, groups or 0.0)
     value = max(lat, bw)
     if value <= 0:
         kind = "none"
@@ -443,9 +449,12 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
         kind = "latency"
     elif cut is not None and cut >= ie:
         kind = "composition" if collective.kind == "allreduce" and cut > ie else "cut"
+    elif groups is not None and groups > ie:
+        kind = "group_cut"
     else:
         kind = "ingress_egress"
-    parts = {"latency": lat, "ingress_egress": ie, "cut": cut, "chunk_granular": cg}
+    parts = {"latency": lat, "ingress_egress": ie, "cut": cut, "chunk_granular": cg,
+             "group_cut": groups}
     return Bound(lat, bw, value, kind, parts)
 
 

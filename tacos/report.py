@@ -109,7 +109,7 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
     c, b, u = r["collective"], r["bound"], r["link_utilization"]
     parts = b["parts"]
     names = {"latency": "latency", "ingress_egress": "ingress/egress", "cut": "min-cut",
-             "chunk_granular": "chunk-granular"}
+             "chunk_granular": "chunk-granular", "group_cut": "group cut"}
     part_text = ", ".join(f"{names[k]} {_t(v)}" for k, v in parts.items() if v is not None)
     lines = [
         ("collective", f"{c['label']} on {c['npus']} NPUs, {format_size(c['size'])}, "

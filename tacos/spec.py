@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tacos.collective import Collective, combine
 from tacos.topology import Topology
 
+if TYPE_CHECKING:
+    from tacos.jobs.model import Job
+    from tacos.reshard.tasks import Reshard
+
 
 @dataclass(frozen=True)
 class Spec:
-    """A parsed TDL file: its topology, declared collectives and parameter values."""
+    """A parsed TDL file: its topology, declared collectives and parameter values, and the
+    tensors to reshard (``reshard`` statements) and jobs sharing the fabric (``job``)."""
 
     topology: Topology
     collectives: tuple[Collective, ...] = ()
     source: str = "<string>"
     params: dict[str, object] = field(default_factory=dict, compare=False)
+    reshards: tuple[Reshard, ...] = ()
+    jobs: tuple[Job, ...] = ()
 
     @property
     def collective(self) -> Collective | None:

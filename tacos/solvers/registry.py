@@ -76,6 +76,7 @@ SOLVERS: dict[str, str] = {
     "rhd": "tacos.solvers.baselines:HalvingDoublingSolver",
     "dbtree": "tacos.solvers.baselines:DoubleBinaryTreeSolver",
     "hierarchical": "tacos.solvers.baselines:HierarchicalSolver",
+    "multicast": "tacos.solvers.multicast:MulticastSolver",
 }
 
 
