@@ -44,6 +44,7 @@ class JobStatements:
     span: Callable[[Any], Span | None]
     error: Callable[..., TacosError]
     refs: Callable[[Tree], list[int]]
+    label: Callable[[int], str]
     do_coll_stmt: Callable[[Tree], None]
     do_custom_stmt: Callable[[Tree], None]
 
@@ -79,10 +80,11 @@ class JobStatements:
                     c.group = list(decl.group)
                 used = list(c.group or []) + ([c.root] if c.root is not None else [])
                 used += [v for pre, post, *_ in c.custom for v in pre + post]
-                if any(k not in members for k in used):
-                    raise self.error(f"job {decl.name!r}: this collective uses an NPU outside "
-                                     "the job's group", item,
-                                     "a job's collectives run on its own NPUs")
+                outside = [k for k in used if k not in members]
+                if outside:
+                    raise self.error(f"job {decl.name!r}: this collective uses "
+                                     f"{self.label(outside[0])}, which is not in the job's "
+                                     "group", item, "a job's collectives run on its own NPUs")
             decl.collectives = self.state.collectives
         finally:
             self.state.collectives = saved
@@ -90,9 +92,12 @@ class JobStatements:
             raise self.error(f"job {decl.name!r} runs no collective", t,
                              "add one inside the braces, e.g.  collective allreduce size 64MiB")
         for other in self.state.jobs:
-            shared = members & set(other.group)
+            shared = [k for k in decl.group if k in set(other.group)]
             if shared:
-                raise self.error(f"job {decl.name!r} shares NPUs with job {other.name!r}", t,
+                names = ", ".join(self.label(k) for k in shared[:4])
+                more = f" and {len(shared) - 4} more" if len(shared) > 4 else ""
+                raise self.error(f"job {decl.name!r} shares {names}{more} with job "
+                                 f"{other.name!r}", t,
                                  "jobs own disjoint NPUs; they share only the fabric")
         self.state.jobs.append(decl)
 

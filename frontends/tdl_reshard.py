@@ -142,7 +142,7 @@ def build_reshard(decl: ReshardDecl, failed: set[int], label: Callable[[int], st
                           name=decl.name)
     except ShardingError as exc:
         raise error(exc.message, decl.shape_span, exc.hint) from None
-    return replace(made, span=decl.span)
+    return replace(made, span=decl.span, pieces=decl.pieces)
 
 
 __all__ = ["MeshSide", "ReshardDecl", "ReshardStatements", "build_reshard"]

@@ -62,6 +62,16 @@ def describe(spec: Spec) -> dict[str, Any]:
         "diameter": t.diameter(),
         "per_npu": npus,
         "collectives": collectives,
+        "reshards": [
+            {"name": r.label, "tensor": list(r.shape), "element_bytes": r.element_bytes,
+             "size_bytes": r.nbytes, "src_spec": str(r.src_spec), "src_shape": list(r.src.shape),
+             "dst_spec": str(r.dst_spec), "dst_shape": list(r.dst.shape),
+             "unit_tasks": len(r.tasks)}
+            for r in spec.reshards],
+        "jobs": [
+            {"name": j.name, "group_size": len(j.group), "priority": j.priority,
+             "collectives": [f"{c.name or c.kind} {format_size(c.size)}" for c in j.collectives]}
+            for j in spec.jobs],
         "params": {k: _plain(v) for k, v in spec.params.items()},
     }
 
@@ -123,4 +133,16 @@ def format_info(spec: Spec, per_npu: bool | None = None) -> str:
             f"  {c['name']}: {c['kind']}{root}, {c['group_size']} NPUs, size "
             f"{format_size(c['size_bytes'])}, {c['chunks']} chunks of {chunk}, "
             f"volume {format_size(c['volume_bytes'])}")
+    if d["reshards"]:
+        lines.append(f"reshards: {len(d['reshards'])}")
+        for r in d["reshards"]:
+            lines.append(
+                f"  {r['name']}: tensor {r['tensor']} ({format_size(r['size_bytes'])}), "
+                f"{r['src_spec']} on {'x'.join(map(str, r['src_shape']))} -> {r['dst_spec']} "
+                f"on {'x'.join(map(str, r['dst_shape']))}, {r['unit_tasks']} unit tasks")
+    if d["jobs"]:
+        lines.append(f"jobs: {len(d['jobs'])}")
+        for j in d["jobs"]:
+            lines.append(f"  {j['name']}: {j['group_size']} NPUs, priority {j['priority']}, "
+                         + ", ".join(j["collectives"]))
     return "\n".join(lines)

@@ -78,6 +78,7 @@ EXPECTED = {
     "multijob_fattree": (16, 6, 16 * 2 + 4 * 2 * 2, 4, 2),
     "dgx_a100_group4": (8, 1, 16, 2, 1),
     "group_noncontiguous": (16, 10, 16 * 2 + 16 * 2, 4, 1),
+    "reshard_p3": (16, 5, 4 * (12 + 8 + 2), 4, 0),
 }
 
 
@@ -173,7 +174,7 @@ def test_mi250_and_a100_bandwidths() -> None:
 def test_every_preset_parses(preset: str) -> None:
     spec = tacos.parse(f"use {preset}\n")
     t = spec.topology
-    assert t.n_npus >= 8
+    assert t.n_npus >= 4  # p3_8xlarge_node has 4 GPUs
     assert t.diameter() is not None
     for lk in t.links:
         assert lk.bandwidth > 0 and lk.alpha >= 0

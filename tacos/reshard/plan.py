@@ -15,7 +15,7 @@ pieces stay at least :data:`MIN_PIECE_BYTES` (and whose chunk total stays under
 each its own best.  Times are each plan's own verified timing (its makespan), so a baseline's
 runtime semantics (one operation at a time per device, hosts busy per broadcast) count.  The
 bound (:func:`tacos.bounds.lower_bound`, whose group cut sees host interfaces) is computed once
-for tiles in 64 pieces, so it holds for every plan compared (none splits tiles finer).
+for tiles in 256 pieces, so it holds for every plan compared (none splits tiles finer).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tacos.schedule import Schedule
 from tacos.topology import Topology
 from tacos.units import format_size, format_time
 
-PIECE_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
+PIECE_CANDIDATES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MIN_PIECE_BYTES = 256 << 10
 MAX_CHUNKS = 4096
 BASELINES = {

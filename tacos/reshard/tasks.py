@@ -52,7 +52,8 @@ class UnitTask:
 class Reshard:
     """Send a tensor of ``shape`` from ``src`` (spec ``src_spec``) to ``dst`` (``dst_spec``).
 
-    ``element_bytes`` is the size of one element (4 for float32).  Raises
+    ``element_bytes`` is the size of one element (4 for float32); ``pieces`` an optional
+    pieces-per-tile choice (TDL's ``pieces``; planners choose when it is None).  Raises
     :class:`~tacos.reshard.sharding.ShardingError` when a spec does not fit its mesh or the
     tensor.
     """
@@ -65,6 +66,7 @@ class Reshard:
     element_bytes: int = 4
     name: str = ""
     span: Span | None = field(default=None, compare=False)
+    pieces: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.shape or any(int(n) < 1 for n in self.shape):

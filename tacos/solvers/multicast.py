@@ -34,7 +34,7 @@ from tacos.collective import Collective
 from tacos.errors import InfeasibleError
 from tacos.reshard.timeline import Timeline
 from tacos.routes import Route
-from tacos.schedule import Schedule
+from tacos.schedule import Schedule, Transfer
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
@@ -144,7 +144,8 @@ class _Trees:
 
 
 def plan(topology: Topology, collective: Collective, *, trees: int = DEFAULT_TREES,
-         order: list[int] | None = None, relays: str = "group") -> Schedule:
+         order: list[int] | None = None, relays: str = "group", timing: str = "list"
+         ) -> Schedule:
     """One multicast plan: trees for every share (in ``order``), then first-fit timing."""
     allowed = frozenset(topology.live_npus)
     if relays == "group":
@@ -156,6 +157,9 @@ def plan(topology: Topology, collective: Collective, *, trees: int = DEFAULT_TRE
     grower = _Trees(topology, allowed)
     for i in seq:
         grower.grow(parts[i], topology.node_name)
+    meta = {"trees": trees, "shares": len(parts), "relays": relays}
+    if timing == "list":
+        return list_schedule(topology, collective, [parts[i] for i in seq], meta)
     timeline = Timeline(topology, collective)
     rounds = max((len(p.chunks) for p in parts), default=0)
     for j in range(rounds):
@@ -164,7 +168,77 @@ def plan(topology: Topology, collective: Collective, *, trees: int = DEFAULT_TRE
             if j < len(p.chunks):
                 for u, v, r in p.edges:
                     timeline.hop(u, v, (p.chunks[j],), route=r)
-    return timeline.schedule({"trees": trees, "shares": len(parts), "relays": relays})
+    return timeline.schedule(dict(meta, timing="first-fit"))
+
+
+def list_schedule(topology: Topology, collective: Collective, parts: list[_Share],
+                  meta: dict) -> Schedule:
+    """Event-driven list scheduling of the trees' transfers: whenever lanes free up, start
+    the ready transfers whose every link has a free lane, those whose route crosses the link
+    with the most work left first (then earlier pieces)."""
+    sizes = collective.chunks
+    lanes = [lk.multiplicity for lk in topology.links]
+    dur: list[float] = []
+    info: list[tuple[int, int, int, Route, int]] = []  # src, dst, chunk, route, piece rank
+    children: list[list[int]] = []
+    roots: list[int] = []
+    for p in parts:
+        for j, c in enumerate(p.chunks):
+            first = len(info)
+            by_src: dict[int, list[int]] = defaultdict(list)
+            for k, (u, v, r) in enumerate(p.edges):
+                info.append((u, v, c, r, j))
+                dur.append(r.time(sizes[c].size))
+                children.append([])
+                by_src[u].append(first + k)
+            for k, (u, v, _r) in enumerate(p.edges):
+                children[first + k] = by_src.get(v, [])
+                if u in p.pre:
+                    roots.append(first + k)
+    left = [0.0] * len(lanes)
+    for x, (_, _, _, r, _) in enumerate(info):
+        for li in r.links:
+            left[li] += dur[x] / lanes[li]
+    busy = [0] * len(lanes)
+    # ready transfers queued per route (earlier pieces first): one priority per route
+    queues: dict[tuple[int, ...], list[tuple[int, int]]] = defaultdict(list)
+
+    def enqueue(x: int) -> None:
+        heapq.heappush(queues[info[x][3].links], (info[x][4], x))
+
+    for x in roots:
+        enqueue(x)
+    events: list[tuple[float, int]] = []
+    start = [0.0] * len(info)
+    now = 0.0
+    done = 0
+    while done < len(info):
+        waiting = [links for links, q in queues.items() if q]
+        waiting.sort(key=lambda links: (-max(left[li] for li in links), links))
+        for links in waiting:
+            q = queues[links]
+            while q and all(busy[li] < lanes[li] for li in links):
+                _, x = heapq.heappop(q)
+                start[x] = now
+                for li in links:
+                    busy[li] += 1
+                    left[li] -= dur[x] / lanes[li]
+                heapq.heappush(events, (now + dur[x], x))
+        if not events:
+            raise InfeasibleError("the multicast trees left a transfer that can never start",
+                                  hint="this is a bug; please report it")
+        now = events[0][0]
+        while events and events[0][0] <= now:
+            _, x = heapq.heappop(events)
+            done += 1
+            for li in info[x][3].links:
+                busy[li] -= 1
+            for y in children[x]:
+                enqueue(y)
+    transfers = tuple(sorted(
+        Transfer(start[x], start[x] + dur[x], u, v, r.links, (c,), "copy")
+        for x, (u, v, c, r, _) in enumerate(info)))
+    return Schedule(topology, collective, transfers, dict(meta, timing="list"))
 
 
 def _largest_first(parts: list[_Share]) -> list[int]:
@@ -201,9 +275,9 @@ class MulticastSolver:
         best: Schedule | None = None
         best_trial = 0
         for trial in range(trials):
-            order = _largest_first(parts) if trial == 0 else _shuffled(parts, rng)
+            order = _largest_first(parts) if trial < 2 else _shuffled(parts, rng)
             sched = plan(problem.topology, problem.collective, trees=trees, order=order,
-                         relays=relays)
+                         relays=relays, timing="first-fit" if trial == 1 else "list")
             if best is None or sched.makespan < best.makespan * (1 - 1e-12):
                 best, best_trial = sched, trial
             progress = opts.get("progress")

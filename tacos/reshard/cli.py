@@ -1,0 +1,54 @@
+"""``tacosc FILE.tdl`` for files with ``reshard`` statements: plan, verify, report, write.
+
+The reshards of a file are planned together.  ``--solver`` picks the planner (``multicast``
+by default, any tacos solver, or a baseline: ``sendrecv``, ``alpa``, ``broadcast``);
+``--chunks`` sets the pieces per tile (default: the file's ``pieces``, else chosen).  The
+report gives the bound, the plan's time and each baseline's time on the same physical model.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from tacos.errors import TacosError, UsageError
+
+
+def compile_reshards(spec: Any, args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """Plan ``spec.reshards`` as ``args`` say; print the report; write ``args.output``."""
+    from tacos.reshard.plan import plan_reshard
+
+    if spec.collectives:
+        raise UsageError(f"{args.topology} declares both reshard and collective statements",
+                         hint="pass --collective NAME to synthesize one collective instead")
+    pieces = args.chunks
+    if pieces is None:
+        declared = {r.pieces for r in spec.reshards if r.pieces}
+        pieces = declared.pop() if len(declared) == 1 else None
+    solver = args.solver or "multicast"
+    opts = {k: v for k, v in options.items() if k not in ("seed",)}
+    result = plan_reshard(spec.topology, spec.reshards, solver=solver, pieces=pieces,
+                          seed=options.get("seed", 0),
+                          baselines=not getattr(args, "no_baselines", False), **opts)
+    schedule = result.schedule
+    if args.output:
+        from tacos.cli import _render
+
+        fmt = args.format or {".json": "json", ".xml": "xml"}[Path(args.output).suffix.lower()]
+        if fmt in ("xml", "mscclpp"):
+            from tacos.reshard.msccl import standard_form
+
+            schedule = standard_form(schedule)
+        data = _render(schedule, fmt, args)
+        try:
+            Path(args.output).write_text(data, encoding="utf-8")
+        except OSError as exc:
+            raise TacosError(f"cannot write {args.output}: {exc.strerror or exc}",
+                             hint="check that the folder exists and is writable") from None
+    if args.report or not args.output:
+        print(result.text())
+    return 0
+
+
+__all__ = ["compile_reshards"]
