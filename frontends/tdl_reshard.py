@@ -4,7 +4,7 @@
 
     reshard "act" tensor [1024, 1024, 512] dtype f32 \\
         from node[0..1].gpu[*] shape [2, 4] spec S0RR \\
-        to   node[2..3].gpu[*] shape [2, 4] spec RS0R  pieces 16
+        to   node[2..3].gpu[*] shape [2, 4] spec RS0R  pieces 16  relays any
 
 :class:`ReshardStatements` evaluates the statement (a mixin of the builder's ``Scope``);
 :func:`build_reshard` turns the declaration into a :class:`tacos.reshard.tasks.Reshard`, with
@@ -48,6 +48,7 @@ class ReshardDecl:
     dtype: str | int = "f32"
     dtype_span: Span | None = None
     pieces: int | None = None
+    relays: str | None = None
     src: MeshSide | None = None
     dst: MeshSide | None = None
 
@@ -99,6 +100,12 @@ class ReshardStatements:
                 if isinstance(decl.dtype, str) and decl.dtype not in DTYPES:
                     raise self.error(f"unknown dtype {decl.dtype!r}", tok,
                                      f"use one of {', '.join(DTYPES)} or a byte count")
+            elif it.data == "relays_opt":
+                decl.relays = str(it.children[0])
+                if decl.relays not in ("group", "any"):
+                    raise self.error(f"unknown relays {decl.relays!r}", it.children[0],
+                                     "relays group (only the meshes' NPUs forward data, the "
+                                     "default) or relays any (every NPU may)")
             elif it.data == "pieces_opt":
                 decl.pieces = integer(it.children[0], self.env, "pieces")
                 if decl.pieces < 1:
@@ -142,7 +149,7 @@ def build_reshard(decl: ReshardDecl, failed: set[int], label: Callable[[int], st
                           name=decl.name)
     except ShardingError as exc:
         raise error(exc.message, decl.shape_span, exc.hint) from None
-    return replace(made, span=decl.span, pieces=decl.pieces)
+    return replace(made, span=decl.span, pieces=decl.pieces, relays=decl.relays)
 
 
 __all__ = ["MeshSide", "ReshardDecl", "ReshardStatements", "build_reshard"]

@@ -12,6 +12,14 @@ and then copied from the owner to the rest of ``post`` (reduce-scatter then all-
 second phase also carries every non-reduction chunk, so mixed collectives work; phase-2
 transfers are shifted to start when phase 1 ends.
 
+In a multi-tenant collective (several jobs or collectives planned together) each tenant has its
+own phases: its reductions are reversed within its own dual horizon and its copies start when
+*its* reductions end, so a small tenant does not wait at a barrier for a large one.  Tenants
+then overlap differently than in the two phase schedules, so the assembled schedule may put two
+tenants on one link at once; :func:`tacos.synthesize.solve` retimes it on the physical links.
+(A transfer that carries chunks of several tenants keeps them in step: it uses the latest
+horizon among them.)
+
 :func:`plan_inversion` returns the two sub-collectives and the chunk-id maps;
 :func:`assemble` turns their schedules back into one schedule of the original collective.
 """
@@ -128,23 +136,50 @@ def plan_inversion(collective: Collective) -> InversionPlan:
     )
 
 
-def invert_transfers(dual: Schedule, ids: tuple[int, ...]) -> list[Transfer]:
-    """Time- and edge-reverse a dual schedule's copies into reduces of the original chunks."""
-    horizon = dual.makespan
-    return [
-        Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.route[::-1],
-                 tuple(sorted(ids[c] for c in t.chunks)), "reduce")
-        for t in dual.transfers
-    ]
+def tenant_horizons(dual: Schedule) -> dict[int, float]:
+    """Each tenant's end of the dual phase: the last dual transfer carrying one of its
+    chunks."""
+    chunks = dual.collective.chunks
+    out: dict[int, float] = {}
+    for t in dual.transfers:
+        for c in t.chunks:
+            tenant = chunks[c].tenant
+            out[tenant] = max(out.get(tenant, 0.0), t.end)
+    return out
 
 
-def shift_transfers(forward: Schedule, ids: tuple[int, ...], offset: float) -> list[Transfer]:
-    """Forward-phase copies mapped to original chunk ids and delayed by ``offset`` seconds."""
-    return [
-        Transfer(t.start + offset, t.end + offset, t.src, t.dst, t.route,
-                 tuple(sorted(ids[c] for c in t.chunks)), "copy")
-        for t in forward.transfers
-    ]
+def _horizon(t: Transfer, chunks, horizons: dict[int, float] | None, default: float) -> float:
+    if not horizons:
+        return default
+    return max(horizons.get(chunks[c].tenant, default) for c in t.chunks)
+
+
+def invert_transfers(dual: Schedule, ids: tuple[int, ...],
+                     horizons: dict[int, float] | None = None) -> list[Transfer]:
+    """Time- and edge-reverse a dual schedule's copies into reduces of the original chunks.
+
+    Without ``horizons`` the whole dual phase is reversed within its makespan; with them
+    (tenant → horizon) each tenant's transfers within its own horizon."""
+    chunks = dual.collective.chunks
+    out = []
+    for t in dual.transfers:
+        horizon = _horizon(t, chunks, horizons, dual.makespan)
+        out.append(Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.route[::-1],
+                            tuple(sorted(ids[c] for c in t.chunks)), "reduce"))
+    return out
+
+
+def shift_transfers(forward: Schedule, ids: tuple[int, ...], offset: float,
+                    offsets: dict[int, float] | None = None) -> list[Transfer]:
+    """Forward-phase copies mapped to original chunk ids and delayed by ``offset`` seconds
+    (by ``offsets[tenant]`` for tenants listed there)."""
+    chunks = forward.collective.chunks
+    out = []
+    for t in forward.transfers:
+        delay = _horizon(t, chunks, offsets, offset)
+        out.append(Transfer(t.start + delay, t.end + delay, t.src, t.dst, t.route,
+                            tuple(sorted(ids[c] for c in t.chunks)), "copy"))
+    return out
 
 
 def _order(t: Transfer) -> tuple:
@@ -153,13 +188,17 @@ def _order(t: Transfer) -> tuple:
 
 def assemble(topology: Topology, collective: Collective, plan: InversionPlan,
              dual: Schedule | None, forward: Schedule | None) -> Schedule:
-    """One schedule of ``collective``: the inverted dual phase, then the forward phase."""
+    """One schedule of ``collective``: the inverted dual phase, then the forward phase --
+    per tenant when ``collective`` has several (see the module docstring)."""
     transfers: list[Transfer] = []
     offset = 0.0
+    horizons: dict[int, float] | None = None
     if dual is not None:
-        transfers += invert_transfers(dual, plan.dual_ids)
+        if len(collective.tenants) > 1:
+            horizons = tenant_horizons(dual)
+        transfers += invert_transfers(dual, plan.dual_ids, horizons)
         offset = dual.makespan
     if forward is not None:
-        transfers += shift_transfers(forward, plan.forward_ids, offset)
+        transfers += shift_transfers(forward, plan.forward_ids, offset, horizons)
     transfers.sort(key=_order)
     return Schedule(topology, collective, tuple(transfers), {})

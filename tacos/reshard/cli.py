@@ -28,6 +28,9 @@ def compile_reshards(spec: Any, args: argparse.Namespace, options: dict[str, Any
         pieces = declared.pop() if len(declared) == 1 else None
     solver = args.solver or "multicast"
     opts = {k: v for k, v in options.items() if k not in ("seed",)}
+    relays = {r.relays for r in spec.reshards if r.relays}
+    if relays and solver == "multicast":
+        opts["relays"] = "any" if "any" in relays else "group"
     result = plan_reshard(spec.topology, spec.reshards, solver=solver, pieces=pieces,
                           seed=options.get("seed", 0),
                           baselines=not getattr(args, "no_baselines", False), **opts)

@@ -53,7 +53,8 @@ class Reshard:
     """Send a tensor of ``shape`` from ``src`` (spec ``src_spec``) to ``dst`` (``dst_spec``).
 
     ``element_bytes`` is the size of one element (4 for float32); ``pieces`` an optional
-    pieces-per-tile choice (TDL's ``pieces``; planners choose when it is None).  Raises
+    pieces-per-tile choice (TDL's ``pieces``; planners choose when it is None) and ``relays``
+    which NPUs may forward its data (``'group'``: the meshes' own, ``'any'``).  Raises
     :class:`~tacos.reshard.sharding.ShardingError` when a spec does not fit its mesh or the
     tensor.
     """
@@ -67,6 +68,7 @@ class Reshard:
     name: str = ""
     span: Span | None = field(default=None, compare=False)
     pieces: int | None = field(default=None, compare=False)
+    relays: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.shape or any(int(n) < 1 for n in self.shape):

@@ -12,13 +12,16 @@ inversion.  It works on the physical topology (``native_switches``):
    the NPUs on that path hold the data from then on and may forward it.  A hop's cost is the
    growth of Σ load² over the physical links of its route, where a link's load is the time
    its lanes are already held: the cheapest hop avoids busy links, so senders spread over
-   replicas and hosts, and a host's interface is crossed once per tree.  Relays are the
-   collective's own NPUs (option ``relays='any'`` allows every live NPU).
+   replicas and hosts, and a host's interface is crossed once per tree.  Relays are the NPUs
+   of the chunk's own tenant (a job's data never passes through another job's NPUs); option
+   ``relays='any'`` allows every live NPU.
 2. **Timing.** The chunks then flow down their trees, placed first fit on the physical links
    (:class:`~tacos.reshard.timeline.Timeline`), chunk by chunk round robin over the trees, so
    that a relay forwards one chunk while it receives the next (pipelining).
-3. **Trials.** Trial 0 builds the trees largest class first; further trials shuffle the order
-   of classes of similar size (``seed``) and the best makespan wins.
+3. **Trials.** Trial 0 builds the trees largest class first and list-schedules them, trial 1
+   places them first fit, further trials shuffle the order of classes of similar size
+   (``seed``); this for 4 and for 16 trees per class (many trees spread a class over many
+   parallel paths, such as the eight NIC rails of a DGX node); the best makespan wins.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
 DEFAULT_TREES = 4
-DEFAULT_TRIALS = 4
+TREE_CHOICES = (4, 16)
+DEFAULT_TRIALS = 3
 
 
 @dataclass
@@ -144,22 +148,25 @@ class _Trees:
 
 
 def plan(topology: Topology, collective: Collective, *, trees: int = DEFAULT_TREES,
-         order: list[int] | None = None, relays: str = "group", timing: str = "list"
-         ) -> Schedule:
+         order: list[int] | None = None, relays: str = "group", timing: str = "list",
+         priority: dict[int, float] | None = None) -> Schedule:
     """One multicast plan: trees for every share (in ``order``), then first-fit timing."""
-    allowed = frozenset(topology.live_npus)
-    if relays == "group":
-        allowed = frozenset(collective.group) | collective.npus
-    elif relays != "any":
+    if relays not in ("group", "any"):
         raise InfeasibleError(f"unknown relays option {relays!r}", hint="use 'group' or 'any'")
+    members: dict[int, set[int]] = defaultdict(set)  # tenant -> its NPUs
+    for c in collective.chunks:
+        members[c.tenant] |= c.pre | c.post
     parts = shares(collective, trees)
     seq = order if order is not None else _largest_first(parts)
-    grower = _Trees(topology, allowed)
+    grower = _Trees(topology, frozenset(topology.live_npus))
     for i in seq:
+        if relays == "group":  # a tenant's data only passes through the tenant's NPUs
+            tenant = collective.chunks[parts[i].chunks[0]].tenant
+            grower.allowed = frozenset(members[tenant])
         grower.grow(parts[i], topology.node_name)
     meta = {"trees": trees, "shares": len(parts), "relays": relays}
     if timing == "list":
-        return list_schedule(topology, collective, [parts[i] for i in seq], meta)
+        return list_schedule(topology, collective, [parts[i] for i in seq], meta, priority)
     timeline = Timeline(topology, collective)
     rounds = max((len(p.chunks) for p in parts), default=0)
     for j in range(rounds):
@@ -172,10 +179,12 @@ def plan(topology: Topology, collective: Collective, *, trees: int = DEFAULT_TRE
 
 
 def list_schedule(topology: Topology, collective: Collective, parts: list[_Share],
-                  meta: dict) -> Schedule:
+                  meta: dict, priority: dict[int, float] | None = None) -> Schedule:
     """Event-driven list scheduling of the trees' transfers: whenever lanes free up, start
-    the ready transfers whose every link has a free lane, those whose route crosses the link
-    with the most work left first (then earlier pieces)."""
+    the ready transfers whose every link has a free lane: those of the tenants with the
+    highest ``priority`` first (tenant → number, larger first; default all equal), then those
+    whose route crosses the link with the most work left, then earlier pieces."""
+    prio = priority or {}
     sizes = collective.chunks
     lanes = [lk.multiplicity for lk in topology.links]
     dur: list[float] = []
@@ -201,10 +210,11 @@ def list_schedule(topology: Topology, collective: Collective, parts: list[_Share
             left[li] += dur[x] / lanes[li]
     busy = [0] * len(lanes)
     # ready transfers queued per route (earlier pieces first): one priority per route
-    queues: dict[tuple[int, ...], list[tuple[int, int]]] = defaultdict(list)
+    queues: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = defaultdict(list)
 
     def enqueue(x: int) -> None:
-        heapq.heappush(queues[info[x][3].links], (info[x][4], x))
+        tenant = sizes[info[x][2]].tenant
+        heapq.heappush(queues[(info[x][3].links, tenant)], (info[x][4], x))
 
     for x in roots:
         enqueue(x)
@@ -213,10 +223,11 @@ def list_schedule(topology: Topology, collective: Collective, parts: list[_Share
     now = 0.0
     done = 0
     while done < len(info):
-        waiting = [links for links, q in queues.items() if q]
-        waiting.sort(key=lambda links: (-max(left[li] for li in links), links))
-        for links in waiting:
-            q = queues[links]
+        waiting = [key for key, q in queues.items() if q]
+        waiting.sort(key=lambda key: (-prio.get(key[1], 0.0),
+                                      -max(left[li] for li in key[0]), key))
+        for key in waiting:
+            links, q = key[0], queues[key]
             while q and all(busy[li] < lanes[li] for li in links):
                 _, x = heapq.heappop(q)
                 start[x] = now
@@ -263,26 +274,36 @@ class MulticastSolver:
     native_switches = True
 
     def solve(self, problem: Problem) -> SolveResult:
-        """Options: ``seed`` (0), ``trials`` (4), ``trees`` per chunk class (4), ``relays``."""
+        """Options: ``seed`` (0), ``trials`` (3 per tree count), ``trees`` per chunk class
+        (default: the better of 4 and 16; more trees use more parallel paths), ``relays``
+        (``'group'``/``'any'``), ``tenant_priority`` (tenant → number: larger tenants' transfers
+        go first when they compete for a link)."""
         t0 = time.perf_counter()
         opts = problem.options
         seed = int(opts.get("seed", 0) or 0)
         trials = max(1, int(opts.get("trials") or DEFAULT_TRIALS))
-        trees = max(1, int(opts.get("trees") or DEFAULT_TREES))
+        trees = max(1, int(opts["trees"])) if opts.get("trees") else None
         relays = str(opts.get("relays", "group"))
+        priority = opts.get("tenant_priority")
         rng = random.Random(seed)
-        parts = shares(problem.collective, trees)
         best: Schedule | None = None
         best_trial = 0
-        for trial in range(trials):
-            order = _largest_first(parts) if trial < 2 else _shuffled(parts, rng)
-            sched = plan(problem.topology, problem.collective, trees=trees, order=order,
-                         relays=relays, timing="first-fit" if trial == 1 else "list")
-            if best is None or sched.makespan < best.makespan * (1 - 1e-12):
-                best, best_trial = sched, trial
-            progress = opts.get("progress")
-            if progress is not None:
-                progress(trial + 1, trials)
+        choices = (trees,) if trees else TREE_CHOICES
+        total = trials * len(choices)
+        done = 0
+        for k in choices:
+            parts = shares(problem.collective, k)
+            for trial in range(trials):
+                order = _largest_first(parts) if trial < 2 else _shuffled(parts, rng)
+                timing = "first-fit" if trial == 1 and not priority else "list"
+                sched = plan(problem.topology, problem.collective, trees=k, order=order,
+                             relays=relays, timing=timing, priority=priority)
+                if best is None or sched.makespan < best.makespan * (1 - 1e-12):
+                    best, best_trial = sched, done
+                done += 1
+                progress = opts.get("progress")
+                if progress is not None:
+                    progress(done, total)
         assert best is not None
         best.meta.update(solver=self.name, seed=seed, trials=trials, best_trial=best_trial,
                          algorithm="multicast tree packing")
