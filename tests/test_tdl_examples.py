@@ -79,6 +79,7 @@ EXPECTED = {
     "dgx_a100_group4": (8, 1, 16, 2, 1),
     "group_noncontiguous": (16, 10, 16 * 2 + 16 * 2, 4, 1),
     "reshard_p3": (16, 5, 4 * (12 + 8 + 2), 4, 0),
+    "jobs_fattree": (16, 6, 16 * 2 + 4 * 2 * 2, 4, 0),
 }
 
 
