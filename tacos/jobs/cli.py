@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tacos.errors import TacosError, UsageError
+from tacos.errors import UsageError
 
 
 def job_paths(output: str, names: list[str]) -> dict[str, Path]:
@@ -43,17 +43,13 @@ def compile_jobs(spec: Any, args: argparse.Namespace, options: dict[str, Any]) -
                        seed=options.get("seed", 0), solver=args.solver or "multicast",
                        **opts)
     if args.output:
-        from tacos.cli import _render
+        from tacos.cli import _render, write_output
 
         fmt = args.format or {".json": "json", ".xml": "xml"}[Path(args.output).suffix.lower()]
         plans = result.plans()
         texts = {name: _render(plan, fmt, args) for name, plan in plans.items()}
         for name, path in job_paths(args.output, list(plans)).items():
-            try:
-                path.write_text(texts[name], encoding="utf-8")
-            except OSError as exc:
-                raise TacosError(f"cannot write {path}: {exc.strerror or exc}",
-                                 hint="check that the folder exists and is writable") from None
+            write_output(path, texts[name])
             print(f"wrote {path}")
     if args.report or not args.output:
         print(result.text())

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tacos.errors import TacosError, UsageError
+from tacos.errors import UsageError
 
 
 def compile_reshards(spec: Any, args: argparse.Namespace, options: dict[str, Any]) -> int:
@@ -36,19 +36,14 @@ def compile_reshards(spec: Any, args: argparse.Namespace, options: dict[str, Any
                           baselines=not getattr(args, "no_baselines", False), **opts)
     schedule = result.schedule
     if args.output:
-        from tacos.cli import _render
+        from tacos.cli import _render, write_output
 
         fmt = args.format or {".json": "json", ".xml": "xml"}[Path(args.output).suffix.lower()]
         if fmt in ("xml", "mscclpp"):
             from tacos.reshard.msccl import standard_form
 
             schedule = standard_form(schedule)
-        data = _render(schedule, fmt, args)
-        try:
-            Path(args.output).write_text(data, encoding="utf-8")
-        except OSError as exc:
-            raise TacosError(f"cannot write {args.output}: {exc.strerror or exc}",
-                             hint="check that the folder exists and is writable") from None
+        write_output(args.output, _render(schedule, fmt, args))
     if args.report or not args.output:
         print(result.text())
     return 0

@@ -24,7 +24,7 @@ from tacos.collective import Collective
 from tacos.errors import InfeasibleError, ToolFailure
 from tacos.routes import Route
 from tacos.schedule import Schedule, Transfer
-from tacos.solvers.baselines_lower import _Resource as LinkLanes
+from tacos.solvers.baselines_lower import LinkCalendar
 from tacos.solvers.baselines_route import NpuGraph
 from tacos.topology import Topology
 
@@ -36,7 +36,7 @@ class Timeline:
         self.topology = topology
         self.collective = collective
         self.routing = topology.routing
-        self._lanes: dict[int, LinkLanes] = {}
+        self.calendar = LinkCalendar(topology)
         self._graph: NpuGraph | None = None
         self.have: dict[tuple[int, int], float] = {}
         for c in collective.chunks:
@@ -46,21 +46,9 @@ class Timeline:
         self.transfers: list[Transfer] = []
 
     # -- booking ---------------------------------------------------------------------------
-    def lanes(self, li: int) -> LinkLanes:
-        """The lane calendar of physical link ``li``."""
-        got = self._lanes.get(li)
-        if got is None:
-            got = self._lanes[li] = LinkLanes(self.topology.links[li].multiplicity)
-        return got
-
     def fit(self, route: Route, ready: float, duration: float) -> float:
         """Earliest start ≥ ``ready`` at which every link of ``route`` has a free lane."""
-        t = ready
-        while True:
-            nxt = max(self.lanes(li).earliest(t, duration) for li in route.links)
-            if nxt <= t:
-                return t
-            t = nxt
+        return self.calendar.fit(route.links, ready, duration)
 
     def ready(self, npu: int, chunks: Iterable[int]) -> float:
         """When every chunk of ``chunks`` is at ``npu`` (error if one never gets there)."""
@@ -79,8 +67,7 @@ class Timeline:
         """Record the transfer at ``start`` and return its end time."""
         nbytes = sum(self.collective.chunks[c].size for c in chunks)
         duration = route.time(nbytes)
-        for li in route.links:
-            self.lanes(li).book(start, duration)
+        self.calendar.book(route.links, start, duration)
         end = start + duration
         self.transfers.append(Transfer(start, end, src, dst, route.links,
                                        tuple(sorted(chunks)), "copy"))

@@ -116,6 +116,40 @@ class _Resource:
         self.servers[0].book(s, s + d)  # unreachable when called after a successful fit
 
 
+class LinkCalendar:
+    """The lanes of a topology's physical links and when each is busy: first-fit booking of
+    transfers that hold every link of their route (shared by the baselines' lowering and
+    :class:`tacos.reshard.timeline.Timeline`)."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self._res: dict[int, _Resource] = {}
+
+    def lanes(self, li: int) -> _Resource:
+        """The lanes of physical link ``li``."""
+        res = self._res.get(li)
+        if res is None:
+            res = self._res[li] = _Resource(self.topology.links[li].multiplicity)
+        return res
+
+    def fit(self, links: tuple[int, ...], ready: float, d: float) -> float:
+        """Earliest start ≥ ``ready`` at which every link of ``links`` has a lane free for
+        ``d`` seconds."""
+        if len(links) == 1:
+            return self.lanes(links[0]).earliest(ready, d)
+        t = ready
+        while True:
+            nxt = max(self.lanes(li).earliest(t, d) for li in links)
+            if nxt <= t:
+                return t
+            t = nxt
+
+    def book(self, links: tuple[int, ...], start: float, d: float) -> None:
+        """Hold a lane of every link of ``links`` during ``[start, start + d]``."""
+        for li in links:
+            self.lanes(li).book(start, d)
+
+
 class Lowering:
     """Turns programs into a timed, verified-shape :class:`~tacos.schedule.Schedule`."""
 
@@ -124,7 +158,7 @@ class Lowering:
         self.topology = topology
         self.collective = collective
         self.graph = graph or NpuGraph(topology)
-        self._res: dict[int, _Resource] = {}
+        self.calendar = LinkCalendar(topology)
         self._avail: dict[tuple[int, int], float] = {}
         self._rows: list[list] = []  # [start, end, src, dst, link, chunks]
 
@@ -175,33 +209,16 @@ class Lowering:
         best: tuple[float, float, float, Route] | None = None
         for hop in self.graph.hops(a)[b]:
             d = hop.time(nbytes)
-            s = self._fit(hop, ready, d)
-            load = max(self._resource(li).busy for li in hop.links)
+            s = self.calendar.fit(hop.links, ready, d)
+            load = max(self.calendar.lanes(li).busy for li in hop.links)
             if best is None or s + d < best[0] + best[1] - EPS * (s + d) or (
                     s + d <= best[0] + best[1] + EPS * (s + d) and load < best[2]):
                 best = (s, d, load, hop)
         assert best is not None
         s, d, _, hop = best
-        for li in hop.links:
-            self._resource(li).book(s, d)
+        self.calendar.book(hop.links, s, d)
         self._rows.append([s, s + d, a, b, hop.links, chunks])
         return s + d
-
-    def _resource(self, li: int) -> _Resource:
-        res = self._res.get(li)
-        if res is None:
-            res = self._res[li] = _Resource(self.topology.links[li].multiplicity)
-        return res
-
-    def _fit(self, hop: Route, ready: float, d: float) -> float:
-        if len(hop.links) == 1:
-            return self._resource(hop.links[0]).earliest(ready, d)
-        t = ready
-        while True:
-            nxt = max(self._resource(li).earliest(t, d) for li in hop.links)
-            if nxt <= t:
-                return t
-            t = nxt
 
     # -- result ----------------------------------------------------------------------------
     def schedule(self, meta: dict) -> Schedule:
