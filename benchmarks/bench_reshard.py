@@ -103,9 +103,9 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         out.append(
             f"| {r['case']} | {r['tensor']} | {r['src']} | {r['dst']} | {r['tasks']} | "
-            f"{r['bound_ms']:.0f} ms | {r['tacos_ms']:.0f} ms ({r['tacos_gap']:.3f}x, "
-            f"{r['pieces']}) | {r['broadcast_ms']:.0f} ms ({r['broadcast_gap']:.3f}x) | "
-            f"{r['alpa_ms']:.0f} ms ({r['alpa_speedup']:.2f}x) | {r['sendrecv_ms']:.0f} ms "
+            f"{r['bound_ms']:.4g} ms | {r['tacos_ms']:.4g} ms ({r['tacos_gap']:.3f}x, "
+            f"{r['pieces']}) | {r['broadcast_ms']:.4g} ms ({r['broadcast_gap']:.3f}x) | "
+            f"{r['alpa_ms']:.4g} ms ({r['alpa_speedup']:.2f}x) | {r['sendrecv_ms']:.4g} ms "
             f"({r['sendrecv_speedup']:.2f}x) | {SEED_CLAIM[r['case']]} | {r['wall_s']:.1f} s |")
     return "\n".join(out)
 
