@@ -4,7 +4,7 @@
 
     reshard "act" tensor [1024, 1024, 512] dtype f32 \\
         from node[0..1].gpu[*] shape [2, 4] spec S0RR \\
-        to   node[2..3].gpu[*] shape [2, 4] spec RS0R  pieces 16  relays any
+        to   node[2..3].gpu[*] shape [2, 4] spec RS0R  pieces 16  relays all
 
 :class:`ReshardStatements` evaluates the statement (a mixin of the builder's ``Scope``);
 :func:`build_reshard` turns the declaration into a :class:`tacos.reshard.tasks.Reshard`, with
@@ -102,10 +102,10 @@ class ReshardStatements:
                                      f"use one of {', '.join(DTYPES)} or a byte count")
             elif it.data == "relays_opt":
                 decl.relays = str(it.children[0])
-                if decl.relays not in ("group", "any"):
+                if decl.relays not in ("members", "all"):
                     raise self.error(f"unknown relays {decl.relays!r}", it.children[0],
-                                     "relays group (only the meshes' NPUs forward data, the "
-                                     "default) or relays any (every NPU may)")
+                                     "relays members (only the meshes' NPUs forward data, "
+                                     "the default) or relays all (every NPU may)")
             elif it.data == "pieces_opt":
                 decl.pieces = integer(it.children[0], self.env, "pieces")
                 if decl.pieces < 1:

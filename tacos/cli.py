@@ -108,8 +108,12 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "(default: the file's)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set a TDL parameter, e.g. --param nodes=2 (repeatable)")
-    p.add_argument("--solver", default="greedy", help="greedy (default), ilp, taccl, ring, "
-                   "biring, direct, rhd, dbtree, hierarchical ('tacosc solvers' lists options)")
+    p.add_argument("--solver", help="greedy (default), ilp, taccl, ring, biring, direct, rhd, "
+                   "dbtree, hierarchical, multicast ('tacosc solvers' lists options); files "
+                   "with reshard or job statements: multicast (default), and for reshards the "
+                   "baselines sendrecv, alpa, broadcast")
+    p.add_argument("--objective", choices=("makespan", "fairness", "priority"),
+                   help="jobs: what the joint plan optimizes (default makespan)")
     p.add_argument("--trials", type=int, help="randomized trials (greedy; the ILP's start)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--workers", type=int, help="parallel processes for trials (default: cores)")
@@ -305,6 +309,16 @@ def cmd_compile(argv: Sequence[str]) -> int:
     reporter = TerminalReporter(enabled=not args.quiet and not args.json)
     with reporter.phase(f"loading {args.topology}"):
         spec = load_any(args.topology, _params(args.param))
+    if args.collective is None and (getattr(spec, "jobs", ()) or getattr(spec, "reshards", ())):
+        args.solver = args.solver or "multicast"
+        if spec.jobs:
+            from tacos.jobs.cli import compile_jobs
+
+            return compile_jobs(spec, args, fmt, reporter)
+        from tacos.reshard.cli import compile_reshards
+
+        return compile_reshards(spec, args, fmt, reporter)
+    args.solver = args.solver or "greedy"
     collective = _choose_collective(spec, args)
     options = _solver_options(args)
     schedule = synthesize(spec.topology, collective, solver=args.solver, seed=args.seed,
@@ -314,12 +328,7 @@ def cmd_compile(argv: Sequence[str]) -> int:
         schedule.verify().raise_if_failed()
     if args.output:
         with reporter.phase(f"writing {args.output}"):
-            data = _render(schedule, fmt, args)
-            try:
-                Path(args.output).write_text(data, encoding="utf-8")
-            except OSError as exc:
-                raise TacosError(f"cannot write {args.output}: {exc.strerror or exc}",
-                                 hint="check that the folder exists and is writable") from None
+            write_output(args.output, _render(schedule, fmt, args))
     if args.plot:
         from tacos.backends.plot import plot_schedule
 
@@ -340,6 +349,15 @@ def cmd_compile(argv: Sequence[str]) -> int:
         with reporter.phase("report"):
             print(format_report(schedule, topology=spec.topology))
     return 0
+
+
+def write_output(path: str | Path, data: str) -> None:
+    """Write ``data`` to ``path``; a user error (not a traceback) when that fails."""
+    try:
+        Path(path).write_text(data, encoding="utf-8")
+    except OSError as exc:
+        raise TacosError(f"cannot write {path}: {exc.strerror or exc}",
+                         hint="check that the folder exists and is writable") from None
 
 
 def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:

@@ -9,6 +9,7 @@ one plan per job.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -30,28 +31,29 @@ def job_paths(output: str, names: list[str]) -> dict[str, Path]:
     return paths
 
 
-def compile_jobs(spec: Any, args: argparse.Namespace, options: dict[str, Any]) -> int:
+def compile_jobs(spec: Any, args: argparse.Namespace, fmt: str | None, reporter: Any) -> int:
     """Plan ``spec.jobs`` as ``args`` say; print the comparison; write one plan per job."""
+    from tacos.cli import _render, write_output
     from tacos.jobs.plan import plan_jobs
+    from tacos.reshard.cli import run_options
 
     if spec.collectives or spec.reshards:
         raise UsageError(f"{args.topology} declares jobs and also top-level collectives or "
                          "reshards", hint="put every collective inside a job, or pass "
                          "--collective NAME to synthesize one collective instead")
-    opts = {k: v for k, v in options.items() if k not in ("seed", "progress")}
-    result = plan_jobs(spec.topology, spec.jobs, objective=args.objective or "makespan",
-                       seed=options.get("seed", 0), solver=args.solver or "multicast",
-                       **opts)
+    with reporter.phase("planning the jobs"):
+        result = plan_jobs(spec.topology, spec.jobs, objective=args.objective or "makespan",
+                           seed=args.seed, solver=args.solver, **run_options(args))
     if args.output:
-        from tacos.cli import _render, write_output
-
-        fmt = args.format or {".json": "json", ".xml": "xml"}[Path(args.output).suffix.lower()]
         plans = result.plans()
         texts = {name: _render(plan, fmt, args) for name, plan in plans.items()}
         for name, path in job_paths(args.output, list(plans)).items():
             write_output(path, texts[name])
-            print(f"wrote {path}")
-    if args.report or not args.output:
+            if not args.json:
+                print(f"wrote {path}")
+    if args.json:
+        print(json.dumps(result.report(), indent=2))
+    elif args.report or not args.output:
         print(result.text())
     return 0
 

@@ -2,22 +2,38 @@
 
 The reshards of a file are planned together.  ``--solver`` picks the planner (``multicast``
 by default, any tacos solver, or a baseline: ``sendrecv``, ``alpa``, ``broadcast``);
-``--chunks`` sets the pieces per tile (default: the file's ``pieces``, else chosen).  The
+``--chunks`` sets the pieces per tile (default: the file's ``pieces``, else chosen);
+``--relays all`` (or the file's ``relays all``) lets NPUs outside the meshes forward data.  The
 report gives the bound, the plan's time and each baseline's time on the same physical model.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import json
 from typing import Any
 
 from tacos.errors import UsageError
 
 
-def compile_reshards(spec: Any, args: argparse.Namespace, options: dict[str, Any]) -> int:
+def run_options(args: argparse.Namespace, relays: str | None = None) -> dict[str, Any]:
+    """The synthesis options the command line gives (common ones and ``-O``)."""
+    from tacos.cli import _solver_options
+
+    options = _solver_options(args)
+    for key, value in (("trials", args.trials), ("workers", args.workers),
+                       ("time_limit", args.time_limit)):
+        if value is not None:
+            options[key] = value
+    options["relays"] = args.relays or relays or "members"
+    return options
+
+
+def compile_reshards(spec: Any, args: argparse.Namespace, fmt: str | None, reporter: Any
+                     ) -> int:
     """Plan ``spec.reshards`` as ``args`` say; print the report; write ``args.output``."""
-    from tacos.reshard.plan import plan_reshard
+    from tacos.cli import _render, write_output
+    from tacos.reshard.plan import BASELINES, plan_reshard
 
     if spec.collectives:
         raise UsageError(f"{args.topology} declares both reshard and collective statements",
@@ -26,27 +42,25 @@ def compile_reshards(spec: Any, args: argparse.Namespace, options: dict[str, Any
     if pieces is None:
         declared = {r.pieces for r in spec.reshards if r.pieces}
         pieces = declared.pop() if len(declared) == 1 else None
-    solver = args.solver or "multicast"
-    opts = {k: v for k, v in options.items() if k not in ("seed",)}
-    relays = {r.relays for r in spec.reshards if r.relays}
-    if relays and solver == "multicast":
-        opts["relays"] = "any" if "any" in relays else "group"
-    result = plan_reshard(spec.topology, spec.reshards, solver=solver, pieces=pieces,
-                          seed=options.get("seed", 0),
-                          baselines=not getattr(args, "no_baselines", False), **opts)
+    relays = "all" if any(r.relays == "all" for r in spec.reshards) else None
+    baseline = args.solver in BASELINES
+    options = {} if baseline else run_options(args, relays)
+    with reporter.phase("planning the reshard"):
+        result = plan_reshard(spec.topology, spec.reshards, solver=args.solver, pieces=pieces,
+                              seed=args.seed, **options)
     schedule = result.schedule
     if args.output:
-        from tacos.cli import _render, write_output
-
-        fmt = args.format or {".json": "json", ".xml": "xml"}[Path(args.output).suffix.lower()]
         if fmt in ("xml", "mscclpp"):
             from tacos.reshard.msccl import standard_form
 
             schedule = standard_form(schedule)
-        write_output(args.output, _render(schedule, fmt, args))
-    if args.report or not args.output:
+        with reporter.phase(f"writing {args.output}"):
+            write_output(args.output, _render(schedule, fmt, args))
+    if args.json:
+        print(json.dumps(result.report(), indent=2))
+    elif args.report or not args.output:
         print(result.text())
     return 0
 
 
-__all__ = ["compile_reshards"]
+__all__ = ["compile_reshards", "run_options"]

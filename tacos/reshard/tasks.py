@@ -54,7 +54,7 @@ class Reshard:
 
     ``element_bytes`` is the size of one element (4 for float32); ``pieces`` an optional
     pieces-per-tile choice (TDL's ``pieces``; planners choose when it is None) and ``relays``
-    which NPUs may forward its data (``'group'``: the meshes' own, ``'any'``).  Raises
+    which NPUs may forward its data (``'members'``: the meshes' own, ``'all'``).  Raises
     :class:`~tacos.reshard.sharding.ShardingError` when a spec does not fit its mesh or the
     tensor.
     """

@@ -14,10 +14,13 @@ inversion.  It works on the physical topology (``native_switches``):
    its lanes are already held: the cheapest hop avoids busy links, so senders spread over
    replicas and hosts, and a host's interface is crossed once per tree.  Relays are the NPUs
    of the chunk's own tenant (a job's data never passes through another job's NPUs); option
-   ``relays='any'`` allows every live NPU.
-2. **Timing.** The chunks then flow down their trees, placed first fit on the physical links
-   (:class:`~tacos.reshard.timeline.Timeline`), chunk by chunk round robin over the trees, so
-   that a relay forwards one chunk while it receives the next (pipelining).
+   ``relays='all'`` allows every live NPU.
+2. **Timing.** The chunks then flow down their trees.  List scheduling: whenever lanes free
+   up, every ready transfer whose route's links all have a free lane starts, those crossing
+   the link with the most work left first (``tenant_priority`` first of all), earlier chunks
+   before later ones, so that a relay forwards one chunk while it receives the next
+   (pipelining).  One trial places them first fit in round-robin order instead
+   (:class:`~tacos.reshard.timeline.Timeline`).
 3. **Trials.** Trial 0 builds the trees largest class first and list-schedules them, trial 1
    places them first fit, further trials shuffle the order of classes of similar size
    (``seed``); this for 4 and for 16 trees per class (many trees spread a class over many
@@ -33,11 +36,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from tacos.collective import Collective
-from tacos.errors import InfeasibleError
+from tacos.collective import RELAY_MODES, Collective
+from tacos.errors import InfeasibleError, UsageError
 from tacos.reshard.timeline import Timeline
 from tacos.routes import Route
 from tacos.schedule import Schedule, Transfer
+from tacos.solvers.options import Option
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
@@ -148,11 +152,13 @@ class _Trees:
 
 
 def plan(topology: Topology, collective: Collective, *, trees: int = DEFAULT_TREES,
-         order: list[int] | None = None, relays: str = "group", timing: str = "list",
+         order: list[int] | None = None, relays: str = "members", timing: str = "list",
          priority: dict[int, float] | None = None) -> Schedule:
-    """One multicast plan: trees for every share (in ``order``), then first-fit timing."""
-    if relays not in ("group", "any"):
-        raise InfeasibleError(f"unknown relays option {relays!r}", hint="use 'group' or 'any'")
+    """One multicast plan: trees for every share (in ``order``), then list or first-fit
+    timing."""
+    if relays not in RELAY_MODES:
+        raise UsageError(f"unknown relays option {relays!r}",
+                         hint="relays='members' (default) or relays='all'")
     members: dict[int, set[int]] = defaultdict(set)  # tenant -> its NPUs
     for c in collective.chunks:
         members[c.tenant] |= c.pre | c.post
@@ -160,7 +166,7 @@ def plan(topology: Topology, collective: Collective, *, trees: int = DEFAULT_TRE
     seq = order if order is not None else _largest_first(parts)
     grower = _Trees(topology, frozenset(topology.live_npus))
     for i in seq:
-        if relays == "group":  # a tenant's data only passes through the tenant's NPUs
+        if relays == "members":  # a tenant's data only passes through the tenant's NPUs
             tenant = collective.chunks[parts[i].chunks[0]].tenant
             grower.allowed = frozenset(members[tenant])
         grower.grow(parts[i], topology.node_name)
@@ -272,18 +278,24 @@ class MulticastSolver:
     name = "multicast"
     supports_combining = False
     native_switches = True
+    options = {
+        "trees": Option("distribution trees per class of chunks (default: the better of 4 "
+                        "and 16)", int),
+        "tenant_priority": Option("tenant -> number: when tenants compete for a link, larger "
+                                  "ones go first (API only)"),
+    }
 
     def solve(self, problem: Problem) -> SolveResult:
         """Options: ``seed`` (0), ``trials`` (3 per tree count), ``trees`` per chunk class
         (default: the better of 4 and 16; more trees use more parallel paths), ``relays``
-        (``'group'``/``'any'``), ``tenant_priority`` (tenant → number: larger tenants' transfers
-        go first when they compete for a link)."""
+        (``'members'``/``'all'``), ``tenant_priority`` (tenant → number: larger tenants'
+        transfers go first when they compete for a link)."""
         t0 = time.perf_counter()
         opts = problem.options
         seed = int(opts.get("seed", 0) or 0)
         trials = max(1, int(opts.get("trials") or DEFAULT_TRIALS))
         trees = max(1, int(opts["trees"])) if opts.get("trees") else None
-        relays = str(opts.get("relays", "group"))
+        relays = str(opts.get("relays", "members"))
         priority = opts.get("tenant_priority")
         rng = random.Random(seed)
         best: Schedule | None = None
