@@ -310,6 +310,7 @@ def cmd_compile(argv: Sequence[str]) -> int:
     with reporter.phase(f"loading {args.topology}"):
         spec = load_any(args.topology, _params(args.param))
     if args.collective is None and (getattr(spec, "jobs", ()) or getattr(spec, "reshards", ())):
+        args.solver_given = args.solver is not None
         args.solver = args.solver or "multicast"
         if spec.jobs:
             from tacos.jobs.cli import compile_jobs

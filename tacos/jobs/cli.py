@@ -41,9 +41,10 @@ def compile_jobs(spec: Any, args: argparse.Namespace, fmt: str | None, reporter:
         raise UsageError(f"{args.topology} declares jobs and also top-level collectives or "
                          "reshards", hint="put every collective inside a job, or pass "
                          "--collective NAME to synthesize one collective instead")
+    solver = args.solver if getattr(args, "solver_given", True) else None  # None: all of them
     with reporter.phase("planning the jobs"):
         result = plan_jobs(spec.topology, spec.jobs, objective=args.objective or "makespan",
-                           seed=args.seed, solver=args.solver, **run_options(args))
+                           seed=args.seed, solver=solver, **run_options(args))
     if args.output:
         plans = result.plans()
         texts = {name: _render(plan, fmt, args) for name, plan in plans.items()}

@@ -1,10 +1,10 @@
 """tacos's joint plan for several jobs: candidates, each verified, the best by the objective.
 
-* **synthesis** -- one multi-tenant synthesis of all jobs (``multicast`` by default: it
-  models ports and uplinks, so jobs see each other's traffic; each job's reduce and copy
-  phases are its own), for a few chunk counts per NPU and the job orderings the objective
-  suggests (fairness: shortest job first; priority: priority classes; makespan: longest
-  first, or all alike);
+* **synthesis** -- one multi-tenant synthesis of all jobs by each of tacos's synthesizers
+  (:data:`SOLVERS`; each job's reduce and copy phases are its own), for a few chunk counts per
+  NPU and, for the multicast solver, which models ports and uplinks and orders tenants, the job
+  orderings the objective suggests (fairness: shortest job first; priority: priority classes;
+  makespan: longest first, or all alike);
 * **routes** -- the jobs' usual algorithms with routes found by local search on the joint
   timing, from seed 002's greedy assignment (:meth:`RoutedJobs.search`), links serving the
   jobs in the same orderings (strict priority) or all alike.
@@ -27,6 +27,9 @@ from tacos.patterns import build
 from tacos.schedule import Schedule
 
 CHUNK_FACTORS = (1, 2, 4)
+SOLVERS = ("multicast", "greedy")
+"""tacos's synthesizers tried for a joint plan: multicast tree packing (native on ports and
+uplinks, orders jobs) and the TACOS greedy."""
 
 
 @dataclass
@@ -92,15 +95,23 @@ def synthesized(topology, jobs: Sequence[Job], priority: list[float] | None, *,
                      completion(sched, owner, len(jobs)))
 
 
-def alone(topology, job: Job, *, solver: str, seed: int, **options: Any) -> float:
-    """The fastest of ``solver``'s plans for ``job`` alone over :data:`CHUNK_FACTORS`."""
-    return min(synthesized(topology, [job], None, solver=solver, seed=seed, factor=f,
-                           **options).times[0] for f in CHUNK_FACTORS)
+def alone(topology, job: Job, *, solvers: Sequence[str], seed: int, **options: Any) -> float:
+    """The fastest of the ``solvers``' plans for ``job`` alone over :data:`CHUNK_FACTORS`."""
+    return min(synthesized(topology, [job], None, solver=s, seed=seed, factor=f,
+                           **_for(s, options)).times[0]
+               for s in solvers for f in CHUNK_FACTORS)
+
+
+def _for(solver: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without the multicast solver's own when another solver runs."""
+    if solver == "multicast":
+        return options
+    return {k: v for k, v in options.items() if k not in ("trees", "tenant_priority")}
 
 
 def best_joint(topology, jobs: Sequence[Job], objective: str, reference: Sequence[float], *,
-               routed: RoutedJobs | None = None, solver: str = "multicast", seed: int = 0,
-               **options: Any) -> Candidate:
+               routed: RoutedJobs | None = None, solvers: Sequence[str] = SOLVERS,
+               seed: int = 0, **options: Any) -> Candidate:
     """The candidate the objective prefers (see the module docstring)."""
     prios = [j.priority for j in jobs]
 
@@ -108,14 +119,16 @@ def best_joint(topology, jobs: Sequence[Job], objective: str, reference: Sequenc
         return key(Outcome(times, tuple(reference)), objective, prios)
 
     cands: list[Candidate] = []
-    for name, prio in orders(objective, jobs, reference).items():
-        if prio is not None and solver != "multicast":
-            continue  # only the multicast solver orders tenants
-        for f in CHUNK_FACTORS:
-            c = synthesized(topology, jobs, prio, solver=solver, seed=seed, factor=f,
-                            **options)
-            c.meta["order"] = name
-            cands.append(c)
+    for solver in solvers:
+        for name, prio in orders(objective, jobs, reference).items():
+            if prio is not None and solver != "multicast":
+                continue  # only the multicast solver orders tenants
+            for f in CHUNK_FACTORS:
+                c = synthesized(topology, jobs, prio, solver=solver, seed=seed, factor=f,
+                                **_for(solver, options))
+                if prio is not None:
+                    c.meta["order"] = name
+                cands.append(c)
     if routed is not None:
         start = routed.assign("greedy")
         for name, prio in orders(objective, jobs, reference).items():

@@ -137,14 +137,14 @@ def job_plan(joint: Schedule, jobs: Sequence[Job], j: int) -> Schedule:
 
 
 def plan_jobs(topology: Topology, jobs: Sequence[Job], *, objective: str = "makespan",
-              seed: int = 0, solver: str = "multicast",
+              seed: int = 0, solver: str | Sequence[str] | None = None,
               methods: Sequence[str] = ("ecmp", "greedy", "tacos"), **options: Any
               ) -> JobsResult:
     """Time ``jobs`` together under each of ``methods`` (see the module docstring).
 
     ``objective``: ``makespan``, ``fairness`` or ``priority`` (:mod:`.fairness`); ``seed``
-    seeds ECMP's hash and the synthesis; ``solver`` is tacos's synthesizer; ``options`` go to
-    it.
+    seeds ECMP's hash and the synthesis; ``solver`` is tacos's synthesizer or synthesizers
+    (default :data:`tacos.jobs.joint.SOLVERS`); ``options`` go to them.
     """
     if objective not in OBJECTIVES:
         raise TacosError(f"unknown objective {objective!r}",
@@ -156,6 +156,8 @@ def plan_jobs(topology: Topology, jobs: Sequence[Job], *, objective: str = "make
     if not jobs:
         raise TacosError("no job to plan", hint='declare jobs with  job "NAME" group ... { }')
     check_jobs(jobs)
+    solvers = joint_mod.SOLVERS if solver is None else (
+        (solver,) if isinstance(solver, str) else tuple(solver))
     t0 = time.perf_counter()
     usual = RoutedJobs(topology, jobs)
     results: dict[str, MethodResult] = {}
@@ -174,14 +176,14 @@ def plan_jobs(topology: Topology, jobs: Sequence[Job], *, objective: str = "make
                                     meta)
     synth_alone: list[float] = []
     if "tacos" in methods:
-        synth_alone = [joint_mod.alone(topology, job, solver=solver, seed=seed, **options)
+        synth_alone = [joint_mod.alone(topology, job, solvers=solvers, seed=seed, **options)
                        for job in jobs]
     reference = tuple(min([r.alone[j] for r in results.values()]
                           + ([synth_alone[j]] if synth_alone else []))
                       for j in range(len(jobs)))
     if "tacos" in methods:
         best = joint_mod.best_joint(topology, jobs, objective, reference, routed=usual,
-                                    solver=solver, seed=seed, **options)
+                                    solvers=solvers, seed=seed, **options)
         alone = tuple(min(a, r) for a, r in zip(synth_alone, reference, strict=True))
         meta = {"plan": best.name, **best.meta}
         results["tacos"] = MethodResult("tacos", METHODS["tacos"], best.schedule, best.jobs,
