@@ -22,7 +22,8 @@ Usage::
 
     python benchmarks/bench_reshard.py                       # every system, markdown to stdout
     python benchmarks/bench_reshard.py --systems p3 --cases 3,4
-    python benchmarks/bench_reshard.py --docs                # also docs/benchmarks/reshard.md
+    python benchmarks/bench_reshard.py --docs                # also docs/benchmarks/reshard-*
+    python benchmarks/bench_reshard.py --render docs/benchmarks/reshard.csv   # tables again
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import tacos
 from tacos.reshard import DeviceMesh, Reshard, plan_reshard
+from tacos.units import format_time
 
 # case: (tensor, source mesh, source spec, destination mesh, destination spec)
 CASES = {
@@ -74,10 +76,10 @@ def meshes(system: str, case: int) -> tuple[tacos.Topology, Reshard]:
                             dst_spec, name=f"case {case}")
 
 
-def run(system: str, case: int, seed: int) -> dict:
+def run(system: str, case: int, seed: int, relays: str = "members") -> dict:
     topo, r = meshes(system, case)
     t0 = time.perf_counter()
-    result = plan_reshard(topo, r, seed=seed)
+    result = plan_reshard(topo, r, seed=seed, relays=relays)
     wall = time.perf_counter() - t0
     b = result.bound.value
     row = {
@@ -95,18 +97,25 @@ def run(system: str, case: int, seed: int) -> dict:
     return row
 
 
+def _ms(x: float) -> str:
+    return format_time(float(x) / 1e3)
+
+
 def table(rows: list[dict]) -> str:
     head = ("| case | tensor | source | destination | tasks | bound | tacos (gap, pieces) | "
             "seed broadcast (gap) | Alpa (x tacos) | send/recv (x tacos) | "
             "seed: broadcast vs Alpa | plan time |")
     out = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
+        r = {k: (float(v) if k.endswith(("_ms", "_gap", "_speedup", "_s")) else v)
+             for k, v in r.items()}
         out.append(
             f"| {r['case']} | {r['tensor']} | {r['src']} | {r['dst']} | {r['tasks']} | "
-            f"{r['bound_ms']:.4g} ms | {r['tacos_ms']:.4g} ms ({r['tacos_gap']:.3f}x, "
-            f"{r['pieces']}) | {r['broadcast_ms']:.4g} ms ({r['broadcast_gap']:.3f}x) | "
-            f"{r['alpa_ms']:.4g} ms ({r['alpa_speedup']:.2f}x) | {r['sendrecv_ms']:.4g} ms "
-            f"({r['sendrecv_speedup']:.2f}x) | {SEED_CLAIM[r['case']]} | {r['wall_s']:.1f} s |")
+            f"{_ms(r['bound_ms'])} | {_ms(r['tacos_ms'])} ({r['tacos_gap']:.3f}x, "
+            f"{r['pieces']}) | {_ms(r['broadcast_ms'])} ({r['broadcast_gap']:.3f}x) | "
+            f"{_ms(r['alpa_ms'])} ({r['alpa_speedup']:.2f}x) | {_ms(r['sendrecv_ms'])} "
+            f"({r['sendrecv_speedup']:.2f}x) | {SEED_CLAIM[int(r['case'])]} | "
+            f"{r['wall_s']:.1f} s |")
     return "\n".join(out)
 
 
@@ -115,8 +124,19 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--cases", default=",".join(map(str, CASES)))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--relays", choices=("members", "all"), default="members",
+                    help="which NPUs tacos may relay through (default: the meshes' own)")
     ap.add_argument("--docs", action="store_true", help="write docs/benchmarks/reshard.{md,csv}")
+    ap.add_argument("--render", metavar="CSV", help="only print the tables of a results CSV")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        for system in SYSTEMS:
+            mine = sorted((r for r in rows if r["system"] == system), key=lambda r: int(r["case"]))
+            if mine:
+                print(f"### {system} ({SYSTEMS[system][0]})\n\n{table(mine)}\n")
+        return
     systems = args.systems.split(",")
     cases = [int(c) for c in args.cases.split(",")]
     stamp = (f"{dt.date.today().isoformat()}, {platform.machine()} {platform.system()}, "
@@ -124,7 +144,7 @@ def main() -> None:
     sections = []
     rows_all = []
     for system in systems:
-        rows = [run(system, c, args.seed) for c in cases]
+        rows = [run(system, c, args.seed, args.relays) for c in cases]
         rows_all += rows
         sections.append(f"### {system} ({SYSTEMS[system][0]})\n\n{table(rows)}\n")
         print(sections[-1], flush=True)
