@@ -114,3 +114,17 @@ def test_several_reshards_are_planned_together(p3) -> None:
 def test_a_baseline_can_be_the_emitted_plan(p3) -> None:
     result = plan_reshard(p3, case("RS0R", "S0RR"), solver="alpa", pieces=2, baselines=False)
     assert result.schedule.meta["solver"] == "alpa" and not result.baselines
+
+
+def test_nothing_to_move_and_one_switch(p3) -> None:
+    m = DeviceMesh.of(range(4))
+    same = plan_reshard(p3, Reshard.of((8, 4), m, "S0R", m, "S0R"))
+    assert same.plan.time == 0 and "already holds its tiles" in same.text()
+    # 16 GPUs on one switch, S0 -> S1 between two 2x4 meshes: every destination GPU needs a
+    # quarter of the tensor through its port, which is the bound
+    star = tacos.parse("star s[16] 50GB/s 1us\n").topology
+    r = Reshard.of((256, 256, 128), DeviceMesh.of(range(8), (2, 4)), "S0RR",
+                   DeviceMesh.of(range(8, 16), (2, 4)), "S1RR")
+    result = plan_reshard(star, r, pieces=1, baselines=False)
+    assert result.bound.value == pytest.approx(r.nbytes / 4 / 50e9, rel=1e-3)
+    assert result.plan.time <= 1.05 * result.bound.value

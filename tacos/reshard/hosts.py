@@ -46,6 +46,7 @@ def _by_bandwidth(topology: Topology, members: list[int]) -> dict[int, str]:
 
 def host_groups(topology: Topology, npus: Iterable[int]) -> dict[str, list[int]]:
     """Host label → its NPUs among ``npus`` (in the given order)."""
+    npus = list(npus)
     label = hosts(topology, npus)
     out: dict[str, list[int]] = {}
     for v in npus:

@@ -116,8 +116,9 @@ class ReshardResult:
                                f"piece(s) per tile, {p['transfers']} transfers"))
         for name, c in r["baselines"].items():
             gap = f", {c['gap']:.3g}x bound" if c["gap"] else ""
-            lines.append((name, f"{_t(c['time'])}  (tacos is {c['speedup']:.3g}x faster{gap})"
-                                f"  {c['label']}, {c['pieces']} piece(s)"))
+            faster = f"tacos is {c['speedup']:.3g}x faster" if c["speedup"] else "nothing to move"
+            lines.append((name, f"{_t(c['time'])}  ({faster}{gap})  {c['label']}, "
+                                f"{c['pieces']} piece(s)"))
         width = max(len(k) for k, _ in lines)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
 
@@ -145,8 +146,9 @@ def _describe_reshard(topology: Topology, r: Reshard) -> dict[str, Any]:
         "tasks": len(r.tasks),
         "summary": f"{r.label}: tensor {list(r.shape)} ({format_size(r.nbytes)}), "
                    f"{side(r.src, r.src_spec)} -> {side(r.dst, r.dst_spec)}",
-        "tasks_summary": f"{len(r.tasks)} (tiles of {tiles}; up to {senders} replica(s) "
-                         f"and {receivers} receiver(s) each)",
+        "tasks_summary": (f"{len(r.tasks)} (tiles of {tiles}; up to {senders} replica(s) "
+                          f"and {receivers} receiver(s) each)" if r.tasks else
+                          "none: every destination device already holds its tiles"),
     }
 
 
