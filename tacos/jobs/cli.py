@@ -9,7 +9,6 @@ one plan per job.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ def compile_jobs(spec: Any, args: argparse.Namespace, fmt: str | None, reporter:
     """Plan ``spec.jobs`` as ``args`` say; print the comparison; write one plan per job."""
     from tacos.cli import _render, write_output
     from tacos.jobs.plan import plan_jobs
-    from tacos.reshard.cli import run_options
+    from tacos.reshard.cli import run_options, show
 
     if spec.collectives or spec.reshards:
         raise UsageError(f"{args.topology} declares jobs and also top-level collectives or "
@@ -52,10 +51,7 @@ def compile_jobs(spec: Any, args: argparse.Namespace, fmt: str | None, reporter:
             write_output(path, texts[name])
             if not args.json:
                 print(f"wrote {path}")
-    if args.json:
-        print(json.dumps(result.report(), indent=2))
-    elif args.report or not args.output:
-        print(result.text())
+    show(result, args)
     return 0
 
 

@@ -56,11 +56,16 @@ def compile_reshards(spec: Any, args: argparse.Namespace, fmt: str | None, repor
             schedule = standard_form(schedule)
         with reporter.phase(f"writing {args.output}"):
             write_output(args.output, _render(schedule, fmt, args))
+    show(result, args)
+    return 0
+
+
+def show(result: Any, args: argparse.Namespace) -> None:
+    """Print ``result``'s report: JSON with ``--json``, else text unless only writing."""
     if args.json:
         print(json.dumps(result.report(), indent=2))
     elif args.report or not args.output:
         print(result.text())
-    return 0
 
 
-__all__ = ["compile_reshards", "run_options"]
+__all__ = ["compile_reshards", "run_options", "show"]
