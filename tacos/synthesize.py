@@ -150,7 +150,8 @@ def _solve(topology: Topology, collective: Collective, solver: str, impl_class: 
         res = impl.solve(Problem(unwound, collective, dict(options)))
         results = [res]
         schedule = res.schedule
-        if schedule is not None and schedule.collective is not collective:
+        if (schedule is not None and schedule.collective is not collective
+                and not getattr(impl, "refines_chunks", False)):
             schedule = Schedule(schedule.topology, collective, schedule.transfers,
                                 dict(schedule.meta))
     else:

@@ -8,7 +8,8 @@ Contract: unless a solver class sets ``supports_combining = True``, it is only g
 non-combining collectives (no chunk with ``reduce``) on switch-free topologies;
 :func:`tacos.synthesize` unwinds switches and derives reductions by inversion.  A solver
 that models switch ports itself sets ``native_switches = True`` and is given the original
-topology instead of the unwound one.
+topology instead of the unwound one.  A solver that sets ``refines_chunks = True`` may return a
+schedule of a refinement of the collective (each chunk split into equal pieces, same layout).
 
 Options: a solver class declares the options it reads in ``options`` (name ->
 :class:`tacos.solvers.options.Option`); :func:`tacos.synthesize` rejects any other option
@@ -77,6 +78,7 @@ SOLVERS: dict[str, str] = {
     "dbtree": "tacos.solvers.baselines:DoubleBinaryTreeSolver",
     "hierarchical": "tacos.solvers.baselines:HierarchicalSolver",
     "multicast": "tacos.solvers.multicast:MulticastSolver",
+    "forest": "tacos.solvers.forest:ForestSolver",
 }
 
 

@@ -1,0 +1,234 @@
+"""``forest``: throughput-optimal synthesis by spanning-tree packing (ForestColl's method).
+
+For all-gather, reduce-scatter, all-reduce, broadcast and reduce on any topology (switches and
+process groups included):
+
+1. **Rate** (:mod:`~tacos.solvers.forest_rate`): the min-cut optimum x* as an exact rational and
+   integer capacities for k trees per root: the exact (U, k), or a fixed k (option ``trees``).
+2. **Switches** (:mod:`~tacos.solvers.forest_split`): edge splitting removes switches (and NPUs
+   outside the group) without losing rate; every split arc remembers its physical path.
+3. **Packing** (:mod:`~tacos.solvers.forest_pack`): k capacity-respecting out-arborescences
+   per root (Edmonds/Lovász), checked against the capacities.
+4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
+   its trees and sent in s rounds; s from α and β (formula in that module), best of s*/2, s*, 2s*
+   by the list schedule's makespan.
+
+Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
+the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
+all-reduce is reduce-scatter then all-gather.  The schedule's collective is the user's refined to
+``q·K·s`` chunks per NPU (q the user's, K the lcm of the phases' k); ``meta['pipeline']`` says so,
+and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.first_round`).
+
+Options: ``trees`` (``"auto"``, ``"exact"`` or k), ``slices`` (``"auto"`` or s),
+``max_transfers`` (bound on the schedule size used to cap s, default 300000).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from tacos import patterns
+from tacos.collective import Collective
+from tacos.errors import UsageError
+from tacos.passes.inversion import assemble, plan_inversion
+from tacos.schedule import Schedule
+from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
+from tacos.solvers.forest_pipeline import emit, slice_count
+from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
+from tacos.solvers.forest_split import SplitGraph, split_switches
+from tacos.solvers.forest_view import LinkView
+from tacos.solvers.registry import Problem, SolveResult
+from tacos.topology import Topology
+
+PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
+    "allgather": (("copy", False, "group"),),
+    "broadcast": (("copy", False, "root"),),
+    "reducescatter": (("reduce", True, "group"),),
+    "reduce": (("reduce", True, "root"),),
+    "allreduce": (("reduce", True, "group"), ("copy", False, "group")),
+}
+MAX_TRANSFERS = 300_000
+
+
+@dataclass
+class Forest:
+    """One phase's packing: trees on the topology (reversed for a reduction phase)."""
+
+    phase: str
+    reverse: bool
+    roots: tuple[int, ...]
+    rate: Rate
+    unit: float
+    split: SplitGraph
+    trees: list[Tree]
+    tests: int
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def optimal_time(self, data_per_root: float) -> float:
+        """Bandwidth-optimal time for ``data_per_root`` bytes from every root (x* · data)."""
+        return float(self.rate.x) / self.unit * data_per_root
+
+    def facts(self, data_per_root: float) -> dict[str, Any]:
+        """JSON-safe summary for ``meta``."""
+        return {"phase": self.phase, "k": self.rate.k, "U": str(self.rate.u),
+                "exact": self.rate.exact, "rate_loss": self.rate.slowdown - 1,
+                "trees": len(self.trees), "depth": max((t.depth() for t in self.trees),
+                                                       default=0),
+                "optimal_time": self.optimal_time(data_per_root),
+                "max_flows": self.rate.checks + self.split.flows + self.tests,
+                "seconds": {k: round(v, 4) for k, v in self.seconds.items()}}
+
+
+def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
+    """The topology without links touching NPUs outside ``group`` (trees relay only through
+    group members and switches)."""
+    members = set(group)
+
+    def keep(v: int) -> bool:
+        return topology.is_switch(v) or v in members
+
+    return topology.with_links(lk for lk in topology.links if keep(lk.src) and keep(lk.dst))
+
+
+def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
+                phase: str, reverse: bool, trees: int | str = "auto") -> Forest:
+    """Rate, switch splitting and tree packing for one phase."""
+    clock = time.perf_counter()
+    topo = group_topology(topology, group)
+    if reverse:
+        topo = topo.reversed()
+    graph = link_capacities(topo, group, roots)
+    rate = choose_rate(topo, graph, trees)
+    t_rate = time.perf_counter()
+    split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
+    t_split = time.perf_counter()
+    packed, tests = pack_trees(group, graph.sources, split, rate.k)
+    check_packing(group, graph.sources, packed, rate.k, rate.caps)
+    t_pack = time.perf_counter()
+    return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,
+                  {"rate": t_rate - clock, "split": t_split - t_rate, "pack": t_pack - t_split})
+
+
+def _check_collective(coll: Collective) -> None:
+    if coll.kind not in PHASES:
+        raise UsageError(f"solver 'forest' does not handle {coll.label()}",
+                         hint="it synthesizes allgather, reducescatter, allreduce, broadcast "
+                              "and reduce; use greedy for the others")
+    std = patterns.build(coll.kind, coll.group, size=coll.size,
+                         chunks_per_npu=coll.chunks_per_npu, root=coll.root)
+    if [(c.pre, c.post, c.reduce) for c in std.chunks] != [
+            (c.pre, c.post, c.reduce) for c in coll.chunks]:
+        raise UsageError(f"solver 'forest' needs the standard layout of {coll.kind}",
+                         hint="declare the collective with its standard name (no custom chunks)")
+
+
+def _rounds(forest: Forest, sub: Collective, ids: tuple[int, ...], refined: Collective,
+            per: int, s: int, base: int) -> list[list[tuple[int, ...]]]:
+    """Chunk ids (of ``sub``) each tree sends in each round."""
+    slot: dict[int, dict[int, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
+    for c in sub.chunks:
+        (root,) = tuple(c.pre)
+        i = refined.chunks[ids[c.id]].index % per
+        slot[root][i // s][i % s] = c.id
+    out: list[list[tuple[int, ...]]] = []
+    taken: dict[int, int] = defaultdict(int)
+    k = forest.rate.k
+    for tree in forest.trees:
+        n = base * tree.mult // k
+        first = taken[tree.root]
+        taken[tree.root] += n
+        mine = range(first, first + n)
+        out.append([tuple(sorted(slot[tree.root][b][j] for b in mine)) for j in range(s)]
+                   if n else [])
+    return out
+
+
+class ForestSolver:
+    """Spanning-tree packing (see the module docstring)."""
+
+    name = "forest"
+    supports_combining = True
+    native_switches = True
+    refines_chunks = True
+
+    def solve(self, problem: Problem) -> SolveResult:
+        """Pack, pipeline and time a schedule for ``problem``."""
+        clock = time.perf_counter()
+        coll, topo, opts = problem.collective, problem.topology, problem.options
+        _check_collective(coll)
+        trees_opt = opts.get("trees", "auto")
+        group = tuple(coll.group)
+        forests = []
+        for phase, reverse, who in PHASES[coll.kind]:
+            roots = group if who == "group" else (int(coll.root),)
+            forests.append(plan_forest(topo, group, roots, phase, reverse, trees_opt))
+        view = LinkView(topo)
+        for f in forests:
+            view.add_paths(f.split, f.rate.u, f.unit, f.reverse)
+        big_k = math.lcm(*(f.rate.k for f in forests))
+        q = max(1, coll.chunks_per_npu)
+        candidates = self._slices(coll, forests, view, big_k, q, opts)
+        best: Schedule | None = None
+        for s in candidates:
+            sched = self._schedule(coll, view, forests, big_k, q, s)
+            if best is None or sched.makespan < best.makespan * (1 - 1e-9):
+                best = sched
+        assert best is not None
+        data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
+        optimal = sum(f.optimal_time(data) for f in forests)
+        best.meta.update(
+            solver=self.name, status="feasible",
+            forest={"phases": [f.facts(data) for f in forests],
+                    "trees": sum(len(f.trees) for f in forests),
+                    "optimal_time": optimal,
+                    "optimal_algbw": coll.size / optimal if optimal > 0 else None,
+                    "slices_tried": list(candidates)},
+            synthesis_time=time.perf_counter() - clock)
+        return SolveResult("feasible", best, None, {"trees": best.meta["forest"]["trees"]})
+
+    def _slices(self, coll: Collective, forests: list[Forest], view: LinkView, big_k: int,
+                q: int, opts: dict[str, Any]) -> list[int]:
+        n_edges = sum(len(t.edges) for f in forests for t in f.trees)
+        per_root = coll.size / len(coll.group) if len(forests[0].roots) > 1 else coll.size
+        by_size = max(1, int(per_root // (q * big_k)))  # chunks of at least one byte
+        cap = max(1, min(by_size, int(opts.get("max_transfers", MAX_TRANSFERS))
+                         // max(1, n_edges)))
+        if opts.get("slices", "auto") != "auto":
+            return [max(1, min(cap, int(opts["slices"])))]
+        best = 1
+        for f in forests:
+            nbytes = [per_root * t.mult / f.rate.k for t in f.trees]
+            best = max(best, slice_count(f.trees, nbytes,
+                                         lambda p, f=f: view.hop(p, f.reverse), cap))
+        return sorted({max(1, best // 2), best, min(cap, 2 * best)})
+
+    def _schedule(self, coll: Collective, view: LinkView, forests: list[Forest], big_k: int,
+                  q: int, s: int) -> Schedule:
+        per = q * big_k * s
+        refined = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per,
+                                 root=coll.root, name=coll.name)
+        if refined.combining:
+            plan = plan_inversion(refined)
+            parts = {"reduce": (plan.dual, plan.dual_ids), "copy": (plan.forward, plan.forward_ids)}
+        else:
+            plan = None
+            parts = {"copy": (refined, tuple(range(refined.n_chunks)))}
+        scheds: dict[str, Schedule] = {}
+        for f in forests:
+            sub, ids = parts[f.phase]
+            if sub is None:
+                continue
+            rounds = _rounds(f, sub, ids, refined, per, s, q * big_k)
+            sizes = [c.size for c in sub.chunks]
+            transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse))
+            scheds[f.phase] = Schedule(view.topology, sub, tuple(sorted(transfers)))
+        topo = view.result()
+        meta = {"pipeline": {"slices": s, "chunks_per_npu": per, "base_chunks_per_npu": q * big_k}}
+        if plan is not None:
+            out = assemble(topo, refined, plan, scheds.get("reduce"), scheds.get("copy"))
+            return Schedule(topo, refined, out.transfers, meta)
+        return Schedule(topo, refined, scheds["copy"].transfers, meta)

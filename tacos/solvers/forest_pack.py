@@ -1,0 +1,202 @@
+"""Packing k capacity-respecting out-arborescences per group NPU.
+
+Edmonds' branching theorem (1973) guarantees the packing once every max-flow σ → v reaches N·k
+(:mod:`tacos.solvers.forest_rate`).  The construction is the constructive proof of Lovász (1976)
+in the form ForestColl's ``BranchingGenerator`` uses (Zhao et al., arXiv 2402.06787): trees are
+grown one at a time by BFS from their root; an arc (x, y) joins tree T with multiplicity
+
+    min(C_T, c(x, y), maxflow(x → y) − Σ_{T' ≠ T} C_{T'})
+
+in an auxiliary network where every unfinished tree T' is a node s_{T'} with arcs to the nodes it
+already spans and x reaches each s_{T'} with capacity C_{T'} (C = how many of the root's k trees
+the partial tree stands for).  When fewer than C_T units fit, T is split: a copy with the rest
+continues later.  The test is valid for any number of partial trees (Edmonds' theorem with root
+sets), so unlike ForestColl, which completes one tree before the next, all trees grow together,
+one BFS node per tree in turn: every tree takes its shallow arcs before any tree goes deep, which
+keeps trees shallow (the pipeline's fill time grows with depth).  A finished tree spans every group NPU, and the edge loads never exceed the
+capacities; both are checked again by :func:`check_packing`.
+
+Written here, not taken from a library: networkx has single arborescences (Edmonds' optimum
+branching) but no packing; the max-flows come from OR-Tools or networkx through
+:class:`~tacos.solvers.forest_flow.FlowNetwork` (the x → s_{T'} arcs go through one hub node so a
+test changes three capacities instead of one per tree).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+from tacos.solvers.forest_flow import INF, FlowNetwork
+from tacos.solvers.forest_rate import Edge
+from tacos.solvers.forest_split import Path, SplitGraph
+
+
+@dataclass
+class Tree:
+    """An out-arborescence of ``root`` standing for ``mult`` of the root's k trees.
+
+    ``edges`` are (parent, child) in BFS order; ``paths[i]`` is the physical node path of
+    ``edges[i]`` (just the two ends without switches).
+    """
+
+    root: int
+    mult: int
+    edges: list[Edge] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)
+
+    def depth(self) -> int:
+        """Largest number of tree edges from the root to a node."""
+        level = {self.root: 0}
+        for x, y in self.edges:
+            level[y] = level[x] + 1
+        return max(level.values())
+
+
+class _Packer:
+    def __init__(self, compute: tuple[int, ...], caps: dict[Edge, int], k: int) -> None:
+        self.compute = compute
+        n = max([*compute, *(v for e in caps for v in e)], default=0) + 1
+        self.net = FlowNetwork(n)
+        self.hub = self.net.add_node()
+        self.caps = {e: c for e, c in caps.items() if c > 0}
+        self.arc = {e: self.net.add_arc(e[0], e[1], c) for e, c in self.caps.items()}
+        self.to_hub = {x: self.net.add_arc(x, self.hub, 0) for x in compute}
+        self.succ: dict[int, list[int]] = defaultdict(list)
+        for x, y in sorted(self.caps):
+            self.succ[x].append(y)
+        self.live = 0  # Σ C over unfinished trees
+        self.tests = 0
+
+    def new(self, root: int, mult: int, edges: list[Edge], nodes: set[int]) -> dict:
+        s = self.net.add_node()
+        t = {"tree": Tree(root, mult, list(edges)), "nodes": set(nodes), "s": s,
+             "hub": self.net.add_arc(self.hub, s, mult), "depth": {root: 0}, "bfs": deque()}
+        for v in nodes:
+            self.net.add_arc(s, v, INF)
+        self.live += mult
+        return t
+
+    def test(self, t: dict, x: int, y: int) -> int:
+        self.tests += 1
+        mult = t["tree"].mult
+        self.net.set_cap(self.to_hub[x], INF)
+        self.net.set_cap(t["hub"], 0)
+        value, _ = self.net.max_flow(x, y)
+        self.net.set_cap(self.to_hub[x], 0)
+        self.net.set_cap(t["hub"], mult)
+        return max(0, min(mult, self.caps[(x, y)], value - (self.live - mult)))
+
+    def expand(self, t: dict, x: int, trees: deque) -> bool:
+        """Try every arc out of ``x`` for tree ``t``; True when some arc joined it."""
+        tree: Tree = t["tree"]
+        grew = False
+        for y in self.succ[x]:
+            if y in t["nodes"] or self.caps[(x, y)] <= 0:
+                continue
+            units = self.test(t, x, y)
+            if units == 0:
+                continue
+            if units < tree.mult:
+                rest = tree.mult - units
+                self.live -= rest
+                copy = self.new(tree.root, rest, tree.edges, t["nodes"])
+                copy["depth"] = dict(t["depth"])
+                trees.append(copy)
+                tree.mult = units
+                self.net.set_cap(t["hub"], units)
+            tree.edges.append((x, y))
+            t["nodes"].add(y)
+            t["depth"][y] = t["depth"][x] + 1
+            t["bfs"].append(y)
+            self.net.add_arc(t["s"], y, INF)
+            self.caps[(x, y)] -= units
+            self.net.set_cap(self.arc[(x, y)], self.caps[(x, y)])
+            grew = True
+        return grew
+
+    def finish(self, t: dict) -> None:
+        self.net.set_cap(t["hub"], 0)
+        self.live -= t["tree"].mult
+
+
+def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGraph,
+               k: int) -> tuple[list[Tree], int]:
+    """k trees per root (counted with multiplicity) spanning ``compute`` within ``split.caps``;
+    each tree edge gets one physical path (a tree whose edge stands for several paths is cut into
+    sub-trees).
+
+    Returns the trees and the number of max-flow tests made.
+    """
+    p = _Packer(compute, split.caps, k)
+    trees = deque(p.new(r, k, [], {r}) for r in sorted(roots))
+    done: list[Tree] = []
+    idle = 0  # node expansions in a row that added nothing
+    while trees:
+        t = trees.popleft()
+        if not t["bfs"]:  # every node tried once: try again from the shallowest
+            t["bfs"] = deque(sorted(t["nodes"], key=lambda v: (t["depth"][v], v)))
+        grew = p.expand(t, t["bfs"].popleft(), trees)
+        idle = 0 if grew else idle + 1
+        if len(t["nodes"]) == len(compute):
+            p.finish(t)
+            done.append(t["tree"])
+            idle = 0
+            continue
+        if idle > len(compute) * (len(trees) + 1) + 1:
+            raise RuntimeError(f"tree of root {t['tree'].root} cannot grow: the capacities do "
+                               "not satisfy Edmonds' condition")
+        trees.append(t)
+    pools = {e: list(v) for e, v in split.paths.items()}
+    out: list[Tree] = []
+    for tree in sorted(done, key=lambda t: t.root):
+        out += _map_paths(tree, pools)
+    return out, p.tests
+
+
+def _map_paths(tree: Tree, pools: dict[Edge, list[tuple[Path, int]]]) -> list[Tree]:
+    from tacos.solvers.forest_split import _take
+
+    parts: list[tuple[list[Path], int]] = [([], tree.mult)]
+    for e in tree.edges:
+        choices = _take(pools[e], tree.mult)
+        merged: list[tuple[list[Path], int]] = []
+        i = j = 0
+        a = [[p, c] for p, c in parts]
+        b = [[p, c] for p, c in choices]
+        while i < len(a) and j < len(b):
+            used = min(a[i][1], b[j][1])
+            merged.append((a[i][0] + [b[j][0]], used))
+            a[i][1] -= used
+            b[j][1] -= used
+            i += a[i][1] == 0
+            j += b[j][1] == 0
+        parts = merged
+    return [Tree(tree.root, mult, list(tree.edges), paths) for paths, mult in parts]
+
+
+def check_packing(compute: tuple[int, ...], roots: tuple[int, ...], trees: list[Tree], k: int,
+                  caps: dict[Edge, int]) -> dict[Edge, int]:
+    """Raise if a tree is not a spanning out-arborescence of its root, a root does not have k
+    trees, or a physical arc carries more than its capacity; returns the physical loads."""
+    per_root: dict[int, int] = defaultdict(int)
+    load: dict[Edge, int] = defaultdict(int)
+    group = set(compute)
+    for t in trees:
+        per_root[t.root] += t.mult
+        reached = {t.root}
+        for (x, y), path in zip(t.edges, t.paths, strict=True):
+            if x not in reached or y in reached or path[0] != x or path[-1] != y:
+                raise RuntimeError(f"tree of root {t.root} is not an arborescence at {x}->{y}")
+            reached.add(y)
+            for hop in zip(path, path[1:], strict=False):
+                load[hop] += t.mult
+        if reached != group:
+            raise RuntimeError(f"tree of root {t.root} misses {sorted(group - reached)}")
+    bad = [r for r in roots if per_root[r] != k]
+    if bad:
+        raise RuntimeError(f"roots {bad} do not have {k} trees")
+    over = [e for e, u in load.items() if u > caps.get(e, 0)]
+    if over:
+        raise RuntimeError(f"tree loads exceed capacities on {over[:3]}")
+    return dict(load)
