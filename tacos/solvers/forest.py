@@ -10,8 +10,9 @@ process groups included):
 3. **Packing** (:mod:`~tacos.solvers.forest_pack`): k capacity-respecting out-arborescences
    per root (Edmonds/Lovász), checked against the capacities.
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
-   its trees and sent in s rounds; s from α and β (formula in that module), best of s*/2, s*, 2s*
-   by the list schedule's makespan.
+   its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
+   halved while the list schedule's makespan improves, with and without merging a round's slices
+   on a link into one transfer (at most 10 schedules are timed).
 
 Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
@@ -52,6 +53,7 @@ PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
     "allreduce": (("reduce", True, "group"), ("copy", False, "group")),
 }
 MAX_TRANSFERS = 300_000
+MAX_SLICE_TRIALS = 10
 
 
 @dataclass
@@ -171,13 +173,26 @@ class ForestSolver:
             view.add_paths(f.split, f.rate.u, f.unit, f.reverse)
         big_k = math.lcm(*(f.rate.k for f in forests))
         q = max(1, coll.chunks_per_npu)
-        candidates = self._slices(coll, forests, view, big_k, q, opts)
-        best: Schedule | None = None
-        for s in candidates:
-            sched = self._schedule(coll, view, forests, big_k, q, s)
-            if best is None or sched.makespan < best.makespan * (1 - 1e-9):
-                best = sched
-        assert best is not None
+        tried: dict[tuple[int, bool], Schedule] = {}
+        for batch in (True, False):
+            s0, cap = self._slices(coll, forests, view, big_k, q, opts, batch)
+
+            def run(s: float, batch: bool = batch, cap: int = cap) -> float:
+                key = (max(1, min(cap, int(s))), batch)
+                if key not in tried:
+                    tried[key] = self._schedule(coll, view, forests, big_k, q, key[0], batch)
+                return tried[key].makespan
+
+            run(s0)
+            if opts.get("slices", "auto") != "auto":
+                continue
+            for step in (2, 0.5):  # walk by factors of 2 while it improves
+                s = s0
+                while (len(tried) < MAX_SLICE_TRIALS and 1 <= s * step <= cap
+                       and run(s * step) < run(s)):
+                    s = int(s * step)
+        best = min(tried.values(), key=lambda sc: sc.makespan)
+        candidates = sorted(tried)
         data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
         optimal = sum(f.optimal_time(data) for f in forests)
         best.meta.update(
@@ -191,23 +206,24 @@ class ForestSolver:
         return SolveResult("feasible", best, None, {"trees": best.meta["forest"]["trees"]})
 
     def _slices(self, coll: Collective, forests: list[Forest], view: LinkView, big_k: int,
-                q: int, opts: dict[str, Any]) -> list[int]:
+                q: int, opts: dict[str, Any], batch: bool) -> tuple[int, int]:
+        """The slice count s* of the formula and the largest s allowed."""
         n_edges = sum(len(t.edges) for f in forests for t in f.trees)
         per_root = coll.size / len(coll.group) if len(forests[0].roots) > 1 else coll.size
         by_size = max(1, int(per_root // (q * big_k)))  # chunks of at least one byte
         cap = max(1, min(by_size, int(opts.get("max_transfers", MAX_TRANSFERS))
                          // max(1, n_edges)))
         if opts.get("slices", "auto") != "auto":
-            return [max(1, min(cap, int(opts["slices"])))]
+            return max(1, min(cap, int(opts["slices"]))), cap
         best = 1
         for f in forests:
             nbytes = [per_root * t.mult / f.rate.k for t in f.trees]
             best = max(best, slice_count(f.trees, nbytes,
-                                         lambda p, f=f: view.hop(p, f.reverse), cap))
-        return sorted({max(1, best // 2), best, min(cap, 2 * best)})
+                                         lambda p, f=f: view.hop(p, f.reverse), cap, batch))
+        return best, cap
 
     def _schedule(self, coll: Collective, view: LinkView, forests: list[Forest], big_k: int,
-                  q: int, s: int) -> Schedule:
+                  q: int, s: int, batch: bool) -> Schedule:
         per = q * big_k * s
         refined = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per,
                                  root=coll.root, name=coll.name)
@@ -224,10 +240,12 @@ class ForestSolver:
                 continue
             rounds = _rounds(f, sub, ids, refined, per, s, q * big_k)
             sizes = [c.size for c in sub.chunks]
-            transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse))
+            transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
+                             batch=batch)
             scheds[f.phase] = Schedule(view.topology, sub, tuple(sorted(transfers)))
         topo = view.result()
-        meta = {"pipeline": {"slices": s, "chunks_per_npu": per, "base_chunks_per_npu": q * big_k}}
+        meta = {"pipeline": {"slices": s, "chunks_per_npu": per, "base_chunks_per_npu": q * big_k,
+                             "batched": batch}}
         if plan is not None:
             out = assemble(topo, refined, plan, scheds.get("reduce"), scheds.get("copy"))
             return Schedule(topo, refined, out.transfers, meta)

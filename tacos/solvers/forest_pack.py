@@ -12,9 +12,12 @@ already spans and x reaches each s_{T'} with capacity C_{T'} (C = how many of th
 the partial tree stands for).  When fewer than C_T units fit, T is split: a copy with the rest
 continues later.  The test is valid for any number of partial trees (Edmonds' theorem with root
 sets), so unlike ForestColl, which completes one tree before the next, all trees grow together,
-one BFS node per tree in turn: every tree takes its shallow arcs before any tree goes deep, which
-keeps trees shallow (the pipeline's fill time grows with depth).  A finished tree spans every group NPU, and the edge loads never exceed the
-capacities; both are checked again by :func:`check_packing`.
+one BFS node per tree in turn, and a tree only grows from nodes above a depth limit (first the
+root's hop eccentricity, raised by one whenever the tree cannot grow within it): every tree takes
+its shallow arcs before any tree goes deep, which keeps trees shallow (the pipeline's fill time
+grows with depth).  The limit only orders the additions; every addition passes the same test, so
+the packing is still complete.  A finished tree spans every group NPU, and the edge loads never
+exceed the capacities; both are checked again by :func:`check_packing`.
 
 Written here, not taken from a library: networkx has single arborescences (Edmonds' optimum
 branching) but no packing; the max-flows come from OR-Tools or networkx through
@@ -102,13 +105,15 @@ class _Packer:
                 self.live -= rest
                 copy = self.new(tree.root, rest, tree.edges, t["nodes"])
                 copy["depth"] = dict(t["depth"])
+                copy["limit"] = t["limit"]
                 trees.append(copy)
                 tree.mult = units
                 self.net.set_cap(t["hub"], units)
             tree.edges.append((x, y))
             t["nodes"].add(y)
             t["depth"][y] = t["depth"][x] + 1
-            t["bfs"].append(y)
+            if t["depth"][y] < t["limit"]:
+                t["bfs"].append(y)
             self.net.add_arc(t["s"], y, INF)
             self.caps[(x, y)] -= units
             self.net.set_cap(self.arc[(x, y)], self.caps[(x, y)])
@@ -129,21 +134,30 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
     Returns the trees and the number of max-flow tests made.
     """
     p = _Packer(compute, split.caps, k)
+    ecc = _eccentricity(compute, split.caps)
     trees = deque(p.new(r, k, [], {r}) for r in sorted(roots))
+    for t in trees:
+        t["limit"] = ecc[t["tree"].root]
     done: list[Tree] = []
     idle = 0  # node expansions in a row that added nothing
     while trees:
         t = trees.popleft()
-        if not t["bfs"]:  # every node tried once: try again from the shallowest
-            t["bfs"] = deque(sorted(t["nodes"], key=lambda v: (t["depth"][v], v)))
-        grew = p.expand(t, t["bfs"].popleft(), trees)
-        idle = 0 if grew else idle + 1
+        if not t["bfs"]:  # every node tried: try again from the shallowest, deeper if stuck
+            if not t.get("grew", True):
+                t["limit"] += 1
+            t["grew"] = False
+            t["bfs"] = deque(sorted((v for v in t["nodes"] if t["depth"][v] < t["limit"]),
+                                    key=lambda v: (t["depth"][v], v)))
+        if t["bfs"]:
+            grew = p.expand(t, t["bfs"].popleft(), trees)
+            t["grew"] = t["grew"] or grew
+            idle = 0 if grew else idle + 1
         if len(t["nodes"]) == len(compute):
             p.finish(t)
             done.append(t["tree"])
             idle = 0
             continue
-        if idle > len(compute) * (len(trees) + 1) + 1:
+        if idle > 2 * len(compute) ** 2 * (len(trees) + 1):
             raise RuntimeError(f"tree of root {t['tree'].root} cannot grow: the capacities do "
                                "not satisfy Edmonds' condition")
         trees.append(t)
@@ -152,6 +166,26 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
     for tree in sorted(done, key=lambda t: t.root):
         out += _map_paths(tree, pools)
     return out, p.tests
+
+
+def _eccentricity(compute: tuple[int, ...], caps: dict[Edge, int]) -> dict[int, int]:
+    """Hop eccentricity of every NPU in the graph of positive-capacity arcs."""
+    succ: dict[int, list[int]] = defaultdict(list)
+    for (x, y), c in caps.items():
+        if c > 0:
+            succ[x].append(y)
+    out = {}
+    for r in compute:
+        dist = {r: 0}
+        frontier = deque([r])
+        while frontier:
+            x = frontier.popleft()
+            for y in succ[x]:
+                if y not in dist:
+                    dist[y] = dist[x] + 1
+                    frontier.append(y)
+        out[r] = max(dist.values())
+    return out
 
 
 def _map_paths(tree: Tree, pools: dict[Edge, list[tuple[Path, int]]]) -> list[Tree]:

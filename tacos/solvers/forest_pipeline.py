@@ -6,8 +6,9 @@ phases' k, s = slices): a tree owns ``q·mult·K/k`` *base* chunks and sends the
 carries slice j of each of its base chunks as one transfer (MSCCL's ``cnt``), so α is paid once
 per round and hop.  A relay forwards slice j as soon as it has it (store-and-forward per slice).
 
-**Slice count.**  With s rounds, the busiest link l spends ``bytes_l/b_l + s·n_l·α_l`` (n_l = trees
-crossing it) and the last slice needs the pipeline's fill and drain, about
+**Slice count.**  With s rounds, the busiest link l spends ``bytes_l/b_l + s·n_l·α_l`` (n_l
+trees cross it; n_l = 1 when a round's slices travel together, see ``batch``) and the last slice
+needs the pipeline's fill and drain, about
 ``(Σ_h d/b_h − max_h d/b_h)/s`` along the deepest root-to-leaf path (d = the tree's bytes, b_h the
 hop bandwidths; the slowest hop is the pipeline's own pace, the others are paid once per slice).
 Minimizing ``s·A + F/s`` with ``A = max_l n_l·α_l`` and ``F`` the largest such fill gives
@@ -19,9 +20,11 @@ returns s* (clipped to [1, ``max_slices``]); the solver also times s*/2 and 2·s
 fastest.
 
 **Timing** (:func:`emit`) is a list schedule: a transfer is ready when its slice is at the sender;
-a link (``multiplicity`` parallel copies) starts ready transfers lowest slice first, then the
-one with the deepest subtree below it.  :func:`make_transfer` is the one place that turns a hop
-into a :class:`~tacos.schedule.Transfer`.
+a link (``multiplicity`` parallel copies) starts ready transfers lowest round first, then the
+one with the deepest subtree below it.  With ``batch`` it takes every other ready transfer of
+the same round (other trees crossing the link) into the same transfer, so α is paid once per
+round and link, at the price of longer pipeline stages; the solver tries both.
+:func:`make_transfer` is the one place that turns a hop into a :class:`~tacos.schedule.Transfer`.
 """
 
 from __future__ import annotations
@@ -59,36 +62,38 @@ def _heights(tree: Tree) -> dict[int, int]:
     for x, y in tree.edges:
         children[x].append(y)
     h: dict[int, int] = {}
-    for x, y in reversed(tree.edges):
+    for _, y in reversed(tree.edges):
         h[y] = 1 + max((h[c] for c in children[y]), default=0)
     return h
 
 
 def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Path], Hop],
-                max_slices: int) -> int:
-    """s* = sqrt(F/A) from the module docstring, clipped to ``[1, max_slices]``."""
-    per_link: dict[int, int] = defaultdict(int)
+                max_slices: int, batch: bool = True) -> int:
+    """s* = sqrt(F/A) from the module docstring, clipped to ``[1, max_slices]``; without
+    ``batch`` a link pays α once per tree crossing it: A = max_l n_l·α_l."""
     alpha: dict[int, float] = {}
+    per_link: dict[int, int] = defaultdict(int)
     fill = 0.0
     for tree, d in zip(trees, tree_bytes, strict=True):
         times: dict[int, list[float]] = {tree.root: []}
         for (x, y), path in zip(tree.edges, tree.paths, strict=True):
             hop = hop_of(path)
             for li in hop.links[:1]:
-                per_link[li] += 1
                 alpha[li] = hop.alpha / max(1, hop.slots[0])
+                per_link[li] += 1
             times[y] = times[x] + [d / hop.bandwidth]
             fill = max(fill, sum(times[y]) - max(times[y]))
-    a = max((n * alpha[li] for li, n in per_link.items()), default=0.0)
+    a = max((a * (1 if batch else per_link[li]) for li, a in alpha.items()), default=0.0)
     if a <= 0 or fill <= 0:
         return 1 if fill <= 0 else max_slices
     return max(1, min(max_slices, round(math.sqrt(fill / a))))
 
 
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
-         hop_of: Callable[[Path], Hop], op: str = "copy") -> list[Transfer]:
+         hop_of: Callable[[Path], Hop], op: str = "copy", batch: bool = True) -> list[Transfer]:
     """List-schedule every (tree, round) along its tree; ``rounds[i][j]`` = chunk ids tree i
-    sends in round j.  Returns the timed transfers."""
+    sends in round j; ``batch`` merges a round's ready slices on a link into one transfer.
+    Returns the timed transfers."""
     # transfer id -> (tree, round, edge index)
     resources: dict[tuple[int, ...], list[int]] = {}
     free: dict[tuple[int, ...], list[tuple[int, int]]] = {}
@@ -101,7 +106,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
         children.append(ch)
         height.append(_heights(tree))
     ready: dict[tuple[int, ...], list] = defaultdict(list)
-    events: list[tuple[float, int, int, int, int, tuple[int, ...], int]] = []
+    events: list[tuple[float, int, int, tuple, tuple[int, ...], int]] = []
     out: list[Transfer] = []
     seq = 0
 
@@ -127,15 +132,19 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
         nonlocal seq
         while ready[key] and free[key]:
             j, _, i, e = heapq.heappop(ready[key])
+            group = [(i, e)]
+            while batch and ready[key] and ready[key][0][0] == j:  # same round: one transfer
+                _, _, i2, e2 = heapq.heappop(ready[key])
+                group.append((i2, e2))
             li, slot = free[key].pop()
             hop = hop_of(trees[i].paths[e])
-            chunks = rounds[i][j]
+            chunks = tuple(sorted(c for i2, _ in group for c in rounds[i2][j]))
             nbytes = sum(chunk_bytes[c] for c in chunks)
             end = now + hop.alpha + nbytes / hop.bandwidth
             x, y = trees[i].edges[e]
             out.append(make_transfer(now, end, x, y, li, chunks, op))
             seq += 1
-            heapq.heappush(events, (end, seq, i, j, e, key, li * 1_000_003 + slot))
+            heapq.heappush(events, (end, seq, j, tuple(group), key, li * 1_000_003 + slot))
 
     touched: set[tuple[int, ...]] = set()
     for i, tree in enumerate(trees):
@@ -144,11 +153,11 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     for key in sorted(touched):
         start(key, 0.0)
     while events:
-        now, _, i, j, e, key, code = heapq.heappop(events)
+        now, _, j, done, key, code = heapq.heappop(events)
         free[key].append((code // 1_000_003, code % 1_000_003))
-        y = trees[i].edges[e][1]
-        keys = push(i, j, y)
-        start(key, now)
+        keys = [key]
+        for i, e in done:
+            keys += push(i, j, trees[i].edges[e][1])
         for k2 in keys:
             start(k2, now)
     return out

@@ -9,7 +9,8 @@ tree rate is unchanged.  The largest safe μ for a pair is
 
     min(c(u,w), c(w,t), min over *dangerous* sets X of ρ_σ(X) − N·k)
 
-where ρ_σ counts σ's arcs (k to each root) and X is dangerous if it holds a group NPU, avoids σ, and either contains w but neither u nor t
+where ρ_σ counts σ's arcs (k to each root) and X is dangerous if it holds a group NPU, avoids σ,
+and either contains w but neither u nor t
 (splitting removes μ from its in-capacity through u → w) or contains u and t but not w (the
 arc w → t it loses).  Each family's minimum is one multi-source/multi-sink max-flow
 (:class:`~tacos.solvers.forest_flow.FlowNetwork`); only when the minimizing set holds no group
