@@ -41,7 +41,7 @@ from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
 from tacos.solvers.forest_split import SplitGraph, split_switches
-from tacos.solvers.forest_view import LinkView
+from tacos.solvers.forest_view import RouteView
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
@@ -168,9 +168,7 @@ class ForestSolver:
         for phase, reverse, who in PHASES[coll.kind]:
             roots = group if who == "group" else (int(coll.root),)
             forests.append(plan_forest(topo, group, roots, phase, reverse, trees_opt))
-        view = LinkView(topo)
-        for f in forests:
-            view.add_paths(f.split, f.rate.u, f.unit, f.reverse)
+        view = RouteView(topo)
         big_k = math.lcm(*(f.rate.k for f in forests))
         q = max(1, coll.chunks_per_npu)
         tried: dict[tuple[int, bool], Schedule] = {}
@@ -205,7 +203,7 @@ class ForestSolver:
             synthesis_time=time.perf_counter() - clock)
         return SolveResult("feasible", best, None, {"trees": best.meta["forest"]["trees"]})
 
-    def _slices(self, coll: Collective, forests: list[Forest], view: LinkView, big_k: int,
+    def _slices(self, coll: Collective, forests: list[Forest], view: RouteView, big_k: int,
                 q: int, opts: dict[str, Any], batch: bool) -> tuple[int, int]:
         """The slice count s* of the formula and the largest s allowed."""
         n_edges = sum(len(t.edges) for f in forests for t in f.trees)
@@ -222,7 +220,7 @@ class ForestSolver:
                                          lambda p, f=f: view.hop(p, f.reverse), cap, batch))
         return best, cap
 
-    def _schedule(self, coll: Collective, view: LinkView, forests: list[Forest], big_k: int,
+    def _schedule(self, coll: Collective, view: RouteView, forests: list[Forest], big_k: int,
                   q: int, s: int, batch: bool) -> Schedule:
         per = q * big_k * s
         refined = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per,
@@ -234,6 +232,7 @@ class ForestSolver:
             plan = None
             parts = {"copy": (refined, tuple(range(refined.n_chunks)))}
         scheds: dict[str, Schedule] = {}
+        lanes = [lk.multiplicity for lk in view.topology.links]
         for f in forests:
             sub, ids = parts[f.phase]
             if sub is None:
@@ -241,9 +240,9 @@ class ForestSolver:
             rounds = _rounds(f, sub, ids, refined, per, s, q * big_k)
             sizes = [c.size for c in sub.chunks]
             transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
-                             batch=batch)
+                             lanes, batch=batch)
             scheds[f.phase] = Schedule(view.topology, sub, tuple(sorted(transfers)))
-        topo = view.result()
+        topo = view.topology
         meta = {"pipeline": {"slices": s, "chunks_per_npu": per, "base_chunks_per_npu": q * big_k,
                              "batched": batch}}
         if plan is not None:

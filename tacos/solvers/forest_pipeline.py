@@ -19,11 +19,13 @@ and an overhead of ``2·sqrt(A·F)`` over the bandwidth-optimal time.  :func:`sl
 returns s* (clipped to [1, ``max_slices``]); the solver also times s*/2 and 2·s* and keeps the
 fastest.
 
-**Timing** (:func:`emit`) is a list schedule: a transfer is ready when its slice is at the sender;
-a link (``multiplicity`` parallel copies) starts ready transfers lowest round first, then the
-one with the deepest subtree below it.  With ``batch`` it takes every other ready transfer of
-the same round (other trees crossing the link) into the same transfer, so α is paid once per
-round and link, at the price of longer pipeline stages; the solver tries both.
+**Timing** (:func:`emit`) is a list schedule on the physical links: a transfer is ready when its
+slice is at the sender and starts when every link of its route has a free lane (``multiplicity``
+lanes; a switch port is one link, shared by every route through it); ready transfers go lowest
+round first, then the one with the deepest subtree below it.  With ``batch`` it takes every
+other ready transfer of the same round (other trees crossing the route) into the same transfer,
+so α is paid once per round and route, at the price of longer pipeline stages; the solver tries
+both.
 :func:`make_transfer` is the one place that turns a hop into a :class:`~tacos.schedule.Transfer`.
 """
 
@@ -42,19 +44,18 @@ from tacos.solvers.forest_split import Path
 
 @dataclass(frozen=True)
 class Hop:
-    """How a tree edge travels: the schedule links it may use (parallel choices), their α and
-    per-copy bandwidth, and how many transfers each can carry at once."""
+    """How a tree edge travels: for each link of its route the parallel link ids it may take
+    (``links[h]``), the route's α (sum) and bandwidth (narrowest link)."""
 
-    links: tuple[int, ...]
+    links: tuple[tuple[int, ...], ...]
     alpha: float
     bandwidth: float
-    slots: tuple[int, ...]
 
 
-def make_transfer(start: float, end: float, src: int, dst: int, link: int,
+def make_transfer(start: float, end: float, src: int, dst: int, route: tuple[int, ...],
                   chunks: tuple[int, ...], op: str = "copy") -> Transfer:
-    """The transfer of one slice over one hop (the only place transfers are built)."""
-    return Transfer(start, end, src, dst, link, chunks, op)
+    """The transfer of one slice over one route (the only place transfers are built)."""
+    return Transfer(start, end, src, dst, route, chunks, op)
 
 
 def _heights(tree: Tree) -> dict[int, int]:
@@ -78,8 +79,8 @@ def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Pa
         times: dict[int, list[float]] = {tree.root: []}
         for (x, y), path in zip(tree.edges, tree.paths, strict=True):
             hop = hop_of(path)
-            for li in hop.links[:1]:
-                alpha[li] = hop.alpha / max(1, hop.slots[0])
+            for li in hop.links[0][:1]:
+                alpha[li] = hop.alpha
                 per_link[li] += 1
             times[y] = times[x] + [d / hop.bandwidth]
             fill = max(fill, sum(times[y]) - max(times[y]))
@@ -90,13 +91,12 @@ def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Pa
 
 
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
-         hop_of: Callable[[Path], Hop], op: str = "copy", batch: bool = True) -> list[Transfer]:
+         hop_of: Callable[[Path], Hop], lanes: list[int], op: str = "copy",
+         batch: bool = True) -> list[Transfer]:
     """List-schedule every (tree, round) along its tree; ``rounds[i][j]`` = chunk ids tree i
-    sends in round j; ``batch`` merges a round's ready slices on a link into one transfer.
-    Returns the timed transfers."""
-    # transfer id -> (tree, round, edge index)
-    resources: dict[tuple[int, ...], list[int]] = {}
-    free: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    sends in round j; ``lanes[l]`` = transfers link l carries at once; ``batch`` merges a
+    round's ready slices on a route into one transfer.  Returns the timed transfers."""
+    free = list(lanes)
     children = []
     height = []
     for tree in trees:
@@ -105,61 +105,77 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
             ch[x].append(e)
         children.append(ch)
         height.append(_heights(tree))
-    ready: dict[tuple[int, ...], list] = defaultdict(list)
-    events: list[tuple[float, int, int, tuple, tuple[int, ...], int]] = []
+    ready: dict[Hop, list] = defaultdict(list)
+    users: dict[int, set[Hop]] = defaultdict(set)  # link -> hops that may wait for it
+    events: list = []
     out: list[Transfer] = []
     seq = 0
 
-    def hop_key(i: int, e: int) -> tuple[tuple[int, ...], Hop]:
-        hop = hop_of(trees[i].paths[e])
-        key = hop.links
-        if key not in free:
-            free[key] = [(li, slot) for li, n in zip(hop.links, hop.slots, strict=True)
-                         for slot in range(n)]
-            resources[key] = list(hop.links)
-        return key, hop
-
-    def push(i: int, j: int, node: int) -> list[tuple[int, ...]]:
-        touched = []
+    def push(i: int, j: int, node: int) -> list[Hop]:
+        got = []
         for e in children[i][node]:
-            key, _ = hop_key(i, e)
-            y = trees[i].edges[e][1]
-            heapq.heappush(ready[key], (j, -height[i][y], i, e))
-            touched.append(key)
-        return touched
-
-    def start(key: tuple[int, ...], now: float) -> None:
-        nonlocal seq
-        while ready[key] and free[key]:
-            j, _, i, e = heapq.heappop(ready[key])
-            group = [(i, e)]
-            while batch and ready[key] and ready[key][0][0] == j:  # same round: one transfer
-                _, _, i2, e2 = heapq.heappop(ready[key])
-                group.append((i2, e2))
-            li, slot = free[key].pop()
             hop = hop_of(trees[i].paths[e])
-            chunks = tuple(sorted(c for i2, _ in group for c in rounds[i2][j]))
-            nbytes = sum(chunk_bytes[c] for c in chunks)
-            end = now + hop.alpha + nbytes / hop.bandwidth
-            x, y = trees[i].edges[e]
-            out.append(make_transfer(now, end, x, y, li, chunks, op))
-            seq += 1
-            heapq.heappush(events, (end, seq, j, tuple(group), key, li * 1_000_003 + slot))
+            if hop not in ready:
+                for choice in hop.links:
+                    for li in choice:
+                        users[li].add(hop)
+            y = trees[i].edges[e][1]
+            heapq.heappush(ready[hop], (j, -height[i][y], i, e))
+            got.append(hop)
+        return got
 
-    touched: set[tuple[int, ...]] = set()
+    def lanes_for(hop: Hop) -> tuple[int, ...] | None:
+        route = []
+        for choice in hop.links:
+            li = next((x for x in choice if free[x] > 0), None)
+            if li is None:
+                return None
+            route.append(li)
+        return tuple(route)
+
+    def start(hops: set[Hop], now: float) -> None:
+        nonlocal seq
+        for hop in sorted((h for h in hops if ready[h]), key=lambda h: ready[h][0]):
+            while ready[hop]:
+                route = lanes_for(hop)
+                if route is None:
+                    break
+                j, _, i, e = heapq.heappop(ready[hop])
+                group = [(i, e)]
+                while batch and ready[hop] and ready[hop][0][0] == j:  # same round: one transfer
+                    _, _, i2, e2 = heapq.heappop(ready[hop])
+                    group.append((i2, e2))
+                for li in route:
+                    free[li] -= 1
+                chunks = tuple(sorted(c for i2, _ in group for c in rounds[i2][j]))
+                nbytes = sum(chunk_bytes[c] for c in chunks)
+                end = now + hop.alpha + nbytes / hop.bandwidth
+                x, y = trees[i].edges[e]
+                out.append(make_transfer(now, end, x, y, route, chunks, op))
+                seq += 1
+                heapq.heappush(events, (end, seq, j, tuple(group), route))
+
+    pending: set[Hop] = set()
     for i, tree in enumerate(trees):
         for j in range(len(rounds[i])):
-            touched.update(push(i, j, tree.root))
-    for key in sorted(touched):
-        start(key, 0.0)
+            pending.update(push(i, j, tree.root))
+    start(pending, 0.0)
     while events:
-        now, _, j, done, key, code = heapq.heappop(events)
-        free[key].append((code // 1_000_003, code % 1_000_003))
-        keys = [key]
+        now, _, j, done, route = heapq.heappop(events)
+        touched: set[Hop] = set()
+        for li in route:
+            free[li] += 1
+            touched |= users[li]
         for i, e in done:
-            keys += push(i, j, trees[i].edges[e][1])
-        for k2 in keys:
-            start(k2, now)
+            touched.update(push(i, j, trees[i].edges[e][1]))
+        while events and events[0][0] <= now:  # everything ending now frees first
+            _, _, j2, done2, route2 = heapq.heappop(events)
+            for li in route2:
+                free[li] += 1
+                touched |= users[li]
+            for i, e in done2:
+                touched.update(push(i, j2, trees[i].edges[e][1]))
+        start(touched, now)
     return out
 
 
@@ -172,6 +188,7 @@ def first_round(schedule: Schedule) -> Schedule:
     chunks renumbered as the collective with ``P / s`` chunks per NPU.
     """
     from tacos import patterns
+    from tacos.simulate import simulate
 
     info = schedule.meta.get("pipeline") or {}
     s = int(info.get("slices", 1))
@@ -190,7 +207,8 @@ def first_round(schedule: Schedule) -> Schedule:
             if i % s == 0:
                 ids.append(owner * (per // s) + i // s)
         if ids:
-            keep.append(Transfer(t.start, t.end, t.src, t.dst, t.link, tuple(sorted(ids)), t.op))
+            keep.append(Transfer(t.start, t.end, t.src, t.dst, t.route, tuple(sorted(ids)),
+                                 t.op))
     meta = dict(schedule.meta)
     meta["pipeline"] = dict(info, slices=1, lowered_from_slices=s)
-    return Schedule(schedule.topology, base, tuple(sorted(keep)), meta)
+    return simulate(Schedule(schedule.topology, base, tuple(sorted(keep)), meta)).schedule
