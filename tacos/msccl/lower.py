@@ -27,6 +27,7 @@ from tacos.msccl.lower_flow import Flow, build_flow
 from tacos.msccl.lower_layout import build_layout
 from tacos.msccl.lower_steps import build_steps
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
+from tacos.passes.rounds import first_round
 from tacos.schedule import Schedule
 
 REDOPS = ("sum", "prod", "min", "max")
@@ -109,6 +110,7 @@ def lower(schedule: Schedule, *, options: MscclOptions | None = None) -> Program
     """
     opts = options or MscclOptions()
     opts.validate()
+    schedule = first_round(schedule)  # a pipelined schedule: the runtime loops over slices
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
     flow = build_flow(schedule, layout)
     cuts: dict[tuple[int, int, int, int], list[int]] = {}

@@ -37,7 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tacos.schedule import Schedule, Transfer
+from tacos.schedule import Transfer
 from tacos.solvers.forest_pack import Tree
 from tacos.solvers.forest_split import Path
 
@@ -177,38 +177,3 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                 touched.update(push(i, j2, trees[i].edges[e][1]))
         start(touched, now)
     return out
-
-
-def first_round(schedule: Schedule) -> Schedule:
-    """The schedule of one pipeline round: MSCCL's runtime loops over slices of every chunk
-    itself, so a pipelined schedule is lowered as its first round.
-
-    Needs ``meta['pipeline'] = {'slices': s, 'chunks_per_npu': P}``: refined chunk i of a root is
-    slice ``i % s`` of base chunk ``i // s``; the result keeps the transfers of slice 0 with
-    chunks renumbered as the collective with ``P / s`` chunks per NPU.
-    """
-    from tacos import patterns
-    from tacos.simulate import simulate
-
-    info = schedule.meta.get("pipeline") or {}
-    s = int(info.get("slices", 1))
-    if s <= 1:
-        return schedule
-    coll = schedule.collective
-    per = coll.chunks_per_npu
-    base = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per // s,
-                          root=coll.root, name=coll.name)
-    keep = []
-    for t in schedule.transfers:
-        ids = []
-        for c in t.chunks:
-            idx = coll.chunks[c].index
-            owner, i = divmod(idx, per)
-            if i % s == 0:
-                ids.append(owner * (per // s) + i // s)
-        if ids:
-            keep.append(Transfer(t.start, t.end, t.src, t.dst, t.route, tuple(sorted(ids)),
-                                 t.op))
-    meta = dict(schedule.meta)
-    meta["pipeline"] = dict(info, slices=1, lowered_from_slices=s)
-    return simulate(Schedule(schedule.topology, base, tuple(sorted(keep)), meta)).schedule
