@@ -1,9 +1,20 @@
-"""Lower bounds on the collective time under the α-β store-and-forward model.
+"""Lower bounds on the collective time.
 
-Every bound here is in seconds.  A chunk crosses each hop whole (a transfer moves whole chunks
-over one of a link's parallel copies), links with ``multiplicity`` m carry m transfers at once.
+Every bound here is in seconds.  Two kinds, kept apart in :class:`Bound`:
 
-* :func:`latency_bound` — the slowest chunk's fastest path (edge weight α + size/bw).
+* **physical** bounds hold for any way of moving the data over the machine (data cut as finely as
+  one likes, cut-through or pipelined): the min-cut bandwidth bound, the ingress/egress bound and
+  the hop latency (Σ α of the fastest path).  ``Bound.value`` is their maximum, and the gap every
+  report shows is time / this value: the distance to the machine, not to a choice of ours.
+* **model** bounds hold only for schedules of the tacos IR with the collective's own chunks: a
+  chunk crosses each hop whole (store-and-forward at NPUs) and, for the chunk-granular bound, one
+  chunk per transfer.  They say how far a schedule is from the best one *with these chunks*.
+
+The functions:
+
+* :func:`hop_latency_bound` — physical: the farthest needed pair's fastest path in Σ α.
+* :func:`latency_bound` — model: the slowest chunk's fastest path (edge weight α + size/bw) with
+  whole chunks store-and-forward.
 * :func:`ingress_egress_bound` — bytes an NPU must receive (send) over its ingress (egress)
   bandwidth.
 * :func:`cut_bound` — ForestColl's min-cut bound for all-gather (every group NPU sources a shard
@@ -40,12 +51,21 @@ _SIGMA = "sigma"
 _FLOW_RTOL = 1e-9
 
 
+MODEL_ASSUMPTIONS = {
+    "chunk_latency": "whole chunks of the collective, store-and-forward at every NPU",
+    "chunk_granular": "whole chunks, one chunk per transfer, identical links",
+}
+"""What each model-specific bound assumes (reports print it next to the value)."""
+
+
 @dataclass(frozen=True)
 class Bound:
-    """A lower bound: ``value = max(latency, bandwidth)``; ``kind`` names the binding term.
+    """The physical lower bound ``value = max(latency, bandwidth)`` (hop latency; the larger of
+    the min-cut and ingress/egress bounds); ``kind`` names the binding term.
 
-    ``parts`` holds every computed term (``latency``, ``ingress_egress``, ``cut``,
-    ``chunk_granular``; None when not applicable).
+    ``parts`` holds the physical terms (``latency``, ``ingress_egress``, ``cut``; None when not
+    applicable); ``model`` the model-specific ones (``chunk_latency``, ``chunk_granular``, see
+    :data:`MODEL_ASSUMPTIONS`), which only schedules with the collective's own chunks obey.
     """
 
     latency: float
@@ -53,6 +73,13 @@ class Bound:
     value: float
     kind: str
     parts: dict[str, float | None] = field(default_factory=dict, compare=False)
+    model: dict[str, float | None] = field(default_factory=dict, compare=False)
+
+    @property
+    def model_value(self) -> float:
+        """The largest bound, model-specific ones included (valid for the tacos IR with the
+        collective's own chunks only)."""
+        return max([self.value, *(v for v in self.model.values() if v is not None)])
 
 
 # -- chunk classes ---------------------------------------------------------------------------
@@ -128,12 +155,12 @@ class _Paths:
 
 
 def _latency(topology: Topology, collective: Collective, *, hops: bool,
-             cache: dict | None = None) -> float:
+             cache: dict | None = None, zero_size: bool = False) -> float:
     cache = {} if cache is None else cache
     best = 0.0
     by_size: dict[float, list[tuple]] = defaultdict(list)
     for key in _classes(collective):
-        by_size[key[3]].append(key)
+        by_size[0.0 if zero_size else key[3]].append(key)
     for size, keys in sorted(by_size.items()):
         paths = _Paths(topology, size, hops=hops, cache=cache)
         for pre, post, reduce, _ in keys:
@@ -155,10 +182,17 @@ def _latency(topology: Topology, collective: Collective, *, hops: bool,
 def latency_bound(topology: Topology, collective: Collective) -> float:
     """Max over chunks and NPUs that need them of the fastest path time (α + size/bw per hop).
 
-    A copy chunk may come from the nearest ``pre`` NPU; a reduction chunk needs every
-    contribution, so the farthest ``pre`` NPU counts.  ``inf`` when some NPU is unreachable.
+    A model bound: it assumes each chunk crosses every hop whole.  A copy chunk may come from
+    the nearest ``pre`` NPU; a reduction chunk needs every contribution, so the farthest ``pre``
+    NPU counts.  ``inf`` when some NPU is unreachable.
     """
     return _latency(topology, collective, hops=False)
+
+
+def hop_latency_bound(topology: Topology, collective: Collective) -> float:
+    """Max over needed (source, destination) pairs of the fastest path's Σ α (physical: no data
+    can arrive sooner, however finely it is cut).  ``inf`` when some NPU is unreachable."""
+    return _latency(topology, collective, hops=False, zero_size=True)
 
 
 # -- ingress / egress ------------------------------------------------------------------------
@@ -433,9 +467,11 @@ def chunk_granular_bound(topology: Topology, collective: Collective, *,
 
 # -- combined --------------------------------------------------------------------------------
 def lower_bound(topology: Topology, collective: Collective) -> Bound:
-    """All bounds together: ``value = max(latency, max(ingress_egress, cut))``."""
+    """All bounds together: ``value = max(hop latency, max(ingress_egress, cut))`` (physical);
+    the model-specific ones in ``model``."""
     cache: dict = {}
-    lat = _latency(topology, collective, hops=False, cache=cache)
+    lat = _latency(topology, collective, hops=False, cache=cache, zero_size=True)
+    chunk_lat = _latency(topology, collective, hops=False, cache=cache)
     ie = ingress_egress_bound(topology, collective)
     cut = cut_bound(topology, collective)
     cg = chunk_granular_bound(topology, collective, _cache=cache)
@@ -453,15 +489,16 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
         kind = "group_cut"
     else:
         kind = "ingress_egress"
-    parts = {"latency": lat, "ingress_egress": ie, "cut": cut, "chunk_granular": cg,
-             "group_cut": groups}
-    return Bound(lat, bw, value, kind, parts)
+    parts = {"latency": lat, "ingress_egress": ie, "cut": cut, "group_cut": groups}
+    model = {"chunk_latency": chunk_lat, "chunk_granular": cg}
+    return Bound(lat, bw, value, kind, parts, model)
 
 
 __all__ = [
     "Bound",
     "chunk_granular_bound",
     "cut_bound",
+    "hop_latency_bound",
     "ingress_egress_bound",
     "latency_bound",
     "lower_bound",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tacos.bounds import lower_bound
+from tacos.bounds import MODEL_ASSUMPTIONS, lower_bound
 from tacos.schedule import Schedule
 from tacos.simulate import simulate
 from tacos.topology import Topology
@@ -46,16 +46,25 @@ def report(schedule: Schedule, *, topology: Topology | None = None,
     """Facts about ``schedule`` as a JSON-safe dict.
 
     Times are estimates of the α-β model (α + bytes / bandwidth per transfer), not
-    measurements.  ``time`` is the α-β replay time (:func:`tacos.simulate.simulate`),
-    ``schedule_time`` the schedule's own makespan.  The bound is computed on ``topology``
-    (default: the schedule's own, switch-unwound topology); ``gap`` = time / bound.
-    ``verify=False`` skips the verifier.
+    measurements.  ``time`` is the α-β replay time (:func:`tacos.simulate.simulate`), ``schedule_time`` the
+    schedule's own makespan.  The bound is computed on ``topology`` (default: the schedule's
+    own); ``gap`` = time / the *physical* bound (min-cut bandwidth, hop latency), the same for
+    every solver.  ``model_bounds`` lists the bounds that hold only for the collective's own
+    chunks, each with what it assumes (the chunk-granular one only when every transfer carries
+    one chunk), and ``model_gap`` = time / the largest bound including them.  ``forest`` (from
+    the forest solver's ``meta``) gives its optimal rate, the achieved fraction of it, tree and
+    slice counts.  ``verify=False`` skips the verifier.
     """
     coll = schedule.collective
     sim = simulate(schedule)
     bound = lower_bound(topology or schedule.topology, coll)
     time = sim.time
     gap = time / bound.value if bound.value > 0 and math.isfinite(bound.value) else None
+    models = dict(bound.model)
+    if any(len(t.chunks) > 1 for t in schedule.transfers):  # its assumption does not hold
+        models.pop("chunk_granular", None)
+    model = max([bound.value, *(v for v in models.values() if v is not None)])
+    model_gap = time / model if model > 0 and math.isfinite(model) else None
     util = sim.link_utilization
     busiest = sim.busiest_link
     topo = schedule.topology
@@ -78,6 +87,9 @@ def report(schedule: Schedule, *, topology: Topology | None = None,
         "bound": {"value": bound.value, "latency": bound.latency,
                   "bandwidth": bound.bandwidth, "kind": bound.kind, "parts": bound.parts},
         "gap": gap,
+        "model_bounds": {k: {"value": v, "assumes": MODEL_ASSUMPTIONS[k]}
+                         for k, v in models.items() if v is not None},
+        "model_gap": model_gap,
         "transfers": len(schedule.transfers),
         "chunk_hops": sum(len(t.chunks) for t in schedule.transfers),
         "bytes_moved": sum(schedule.transfer_bytes(t) for t in schedule.transfers),
@@ -91,6 +103,17 @@ def report(schedule: Schedule, *, topology: Topology | None = None,
         },
         "solver": {k: schedule.meta[k] for k in SOLVER_KEYS if k in schedule.meta},
     }
+    forest = schedule.meta.get("forest")
+    if forest:
+        opt = forest.get("optimal_algbw")
+        out["forest"] = {
+            "optimal_algbw": opt,
+            "achieved_fraction": sim.algbw / opt if opt else None,
+            "trees": forest.get("trees"),
+            "phases": [{k: p.get(k) for k in ("phase", "k", "U", "exact", "trees", "depth")}
+                       for p in forest.get("phases", [])],
+            "slices": (schedule.meta.get("pipeline") or {}).get("slices"),
+        }
     if verify:
         rep = verify_schedule(schedule)
         out["verified"] = rep.ok
@@ -108,9 +131,12 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
     r = report(schedule, topology=topology, verify=verify)
     c, b, u = r["collective"], r["bound"], r["link_utilization"]
     parts = b["parts"]
-    names = {"latency": "latency", "ingress_egress": "ingress/egress", "cut": "min-cut",
-             "chunk_granular": "chunk-granular", "group_cut": "group cut"}
+    names = {"latency": "hop latency", "ingress_egress": "ingress/egress", "cut": "min-cut",
+             "chunk_latency": "chunk latency", "chunk_granular": "chunk-granular",
+             "group_cut": "group cut"}
     part_text = ", ".join(f"{names[k]} {_t(v)}" for k, v in parts.items() if v is not None)
+    model_text = "; ".join(f"{names[k]} {_t(m['value'])} (assumes {m['assumes']})"
+                           for k, m in r["model_bounds"].items())
     lines = [
         ("collective", f"{c['label']} on {c['npus']} NPUs, {format_size(c['size'])}, "
                        f"{c['chunks']} chunks of {format_size(c['chunk_size'])}"),
@@ -119,13 +145,25 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
         ("time", f"{_t(r['time'])} (schedule says {_t(r['schedule_time'])})"),
         ("algbw", format_bandwidth(r["algbw"]) if r["algbw"] is not None else "n/a"),
         ("busbw", format_bandwidth(r["busbw"]) if r["busbw"] is not None else "n/a"),
-        ("bound", f"{_t(b['value'])} ({b['kind']}): {part_text}"),
-        ("gap", f"{r['gap']:.3f}x" if r["gap"] is not None else "n/a"),
+        ("bound", f"{_t(b['value'])} physical ({b['kind']}): {part_text}"),
+        ("gap", (f"{r['gap']:.3f}x" if r["gap"] is not None else "n/a")
+                + " (time / physical bound)"),
         ("transfers", f"{r['transfers']} ({r['chunk_hops']} chunk hops, "
                       f"{format_size(r['bytes_moved'])} moved)"),
         ("links", f"utilization mean {u['mean']:.0%}, max {u['max']:.0%}"
                   + (f" ({u['busiest']})" if u["busiest"] else "")),
     ]
+    if model_text:
+        lines.insert(7, ("model bounds", model_text + (
+            f"; time / largest {r['model_gap']:.3f}x" if r["model_gap"] is not None else "")))
+    f = r.get("forest")
+    if f:
+        ks = ", ".join(f"{p['phase']} k={p['k']} U={p['U']}{'' if p['exact'] else ' (fixed k)'}"
+                       for p in f["phases"])
+        frac = f"{f['achieved_fraction']:.1%}" if f["achieved_fraction"] is not None else "n/a"
+        opt = format_bandwidth(f["optimal_algbw"]) if f["optimal_algbw"] else "n/a"
+        lines.append(("forest", f"optimal algbw {opt}, achieved {frac}; {f['trees']} trees "
+                                f"({ks}), {f['slices']} slices"))
     if "verified" in r:
         lines.append(("verified", "yes" if r["verified"] else
                       f"NO ({r['violations']} violations)"))
