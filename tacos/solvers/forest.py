@@ -81,8 +81,7 @@ class Forest:
                 "trees": len(self.trees), "depth": max((t.depth() for t in self.trees),
                                                        default=0),
                 "optimal_time": self.optimal_time(data_per_root),
-                "max_flows": self.rate.checks + self.split.flows + self.tests,
-                "seconds": {k: round(v, 4) for k, v in self.seconds.items()}}
+                "max_flows": self.rate.checks + self.split.flows + self.tests}
 
 
 def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
@@ -201,7 +200,9 @@ class ForestSolver:
                     "optimal_algbw": coll.size / optimal if optimal > 0 else None,
                     "slices_tried": list(candidates)},
             synthesis_time=time.perf_counter() - clock)
-        return SolveResult("feasible", best, None, {"trees": best.meta["forest"]["trees"]})
+        stats = {"trees": best.meta["forest"]["trees"],
+                 "seconds": [dict(f.seconds) for f in forests]}
+        return SolveResult("feasible", best, None, stats)
 
     def _slices(self, coll: Collective, forests: list[Forest], view: RouteView, big_k: int,
                 q: int, opts: dict[str, Any], batch: bool) -> tuple[int, int]:

@@ -23,12 +23,15 @@ switches (a leaf-spine fabric) maps back to the full physical path.
 
 from __future__ import annotations
 
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from tacos.solvers.forest_flow import FlowNetwork
 from tacos.solvers.forest_rate import Edge
 
 Path = tuple[int, ...]
+FAN_OUT = 8
+"""Most peers one switch port is first split towards (the rest follows if needed)."""
 
 
 @dataclass
@@ -115,18 +118,18 @@ class _Splitter:
         return best
 
     def split(self, w: int) -> None:
-        """Split off every arc pair at ``w``: first each pair up to its proportional share
-        c(u,w)·c(w,t)/Σ_{t'≠u} c(w,t') (so that a port's capacity spreads over all peers, as
-        a switch does, instead of going to the first peer in id order), then the rest."""
-        out_total = sum(c for (x, _), c in self.caps.items() if x == w)
+        """Split off every arc pair at ``w``: first each in-port's capacity spread over up to
+        :data:`FAN_OUT` peers in proportion to their out-capacity (peers the rest of the graph
+        reaches last come first), so that a port's capacity spreads as a switch spreads it
+        instead of going to the first peer in id order; then the rest, pair by pair."""
         ins = sorted(u for (u, x), c in self.caps.items() if x == w and c > 0)
         outs = sorted(t for (x, t), c in self.caps.items() if x == w and c > 0)
         share = {}
         for u in ins:
-            rest = out_total - self.caps.get((w, u), 0)
-            for t in outs:
-                if t != u and rest > 0:
-                    share[(u, t)] = -(-self.caps[(u, w)] * self.caps[(w, t)] // rest)
+            peers = self._preferred(u, w, [t for t in outs if t != u])
+            rest = sum(self.caps[(w, t)] for t in peers)
+            for t in peers:
+                share[(u, t)] = -(-self.caps[(u, w)] * self.caps[(w, t)] // rest)
         for proportional in (True, False):
             for u in ins:
                 for t in outs:
@@ -137,6 +140,30 @@ class _Splitter:
                         cap = min(cap, share[(u, t)])
                     if cap > 0:
                         self._split_pair(u, w, t, cap)
+
+    def _preferred(self, u: int, w: int, peers: list[int]) -> list[int]:
+        """At most :data:`FAN_OUT` of ``peers``: farthest from ``u`` without ``w`` first, then
+        by circular offset from ``u`` (a rail-like pattern on a switch shared by several
+        nodes)."""
+        if len(peers) <= FAN_OUT:
+            return peers
+        succ: dict[int, list[int]] = defaultdict(list)
+        for (a, b), c in self.caps.items():
+            if c > 0 and w not in (a, b):
+                succ[a].append(b)
+        dist = {u: 0}
+        frontier = deque([u])
+        while frontier:
+            a = frontier.popleft()
+            for b in succ[a]:
+                if b not in dist:
+                    dist[b] = dist[a] + 1
+                    frontier.append(b)
+        order = sorted(peers + [u])
+        pos = {v: i for i, v in enumerate(order)}
+        n = len(order)
+        far = sorted(peers, key=lambda t: (-dist.get(t, n + 1), (pos[t] - pos[u]) % n))
+        return far[:FAN_OUT]
 
     def _split_pair(self, u: int, w: int, t: int, cap: int) -> None:
         ends = [u] if u == t else [u, t]
