@@ -31,6 +31,8 @@ class FlowNetwork:
         self.head: list[int] = []
         self.cap: list[int] = []
         self._smf = None
+        self._supers: dict[str, int] = {}
+        self._super_arcs: dict[tuple[str, int], int] = {}
         if _has_ortools():
             try:
                 from ortools.graph.python import max_flow
@@ -74,22 +76,39 @@ class FlowNetwork:
         """
         src = [sources] if isinstance(sources, int) else list(sources)
         dst = [sinks] if isinstance(sinks, int) else list(sinks)
-        extra: list[int] = []
+        opened: list[int] = []
         s, t = src[0], dst[0]
         if len(src) > 1:
-            s = self.add_node()
-            extra += [self.add_arc(s, v, INF) for v in src]
+            s = self._super("source")
+            opened += [self._super_arc("source", v) for v in src]
         if len(dst) > 1:
-            t = self.add_node()
-            extra += [self.add_arc(v, t, INF) for v in dst]
+            t = self._super("sink")
+            opened += [self._super_arc("sink", v) for v in dst]
+        for a in opened:
+            self.set_cap(a, INF)
         try:
             value, side = self._solve(s, t, min_cut)
         finally:
-            for a in extra:  # arcs cannot be removed: close them and leave the node isolated
+            for a in opened:  # close them again; the super nodes stay for the next call
                 self.set_cap(a, 0)
         if side is not None and len(src) > 1:
             side = side - {s}
         return value, side
+
+    def _super(self, kind: str) -> int:
+        node = self._supers.get(kind)
+        if node is None:
+            node = self._supers[kind] = self.add_node()
+        return node
+
+    def _super_arc(self, kind: str, v: int) -> int:
+        key = (kind, v)
+        arc = self._super_arcs.get(key)
+        if arc is None:
+            node = self._super(kind)
+            arc = self.add_arc(node, v, 0) if kind == "source" else self.add_arc(v, node, 0)
+            self._super_arcs[key] = arc
+        return arc
 
     def _solve(self, s: int, t: int, min_cut: bool) -> tuple[int, frozenset[int] | None]:
         if self._smf is not None:

@@ -14,7 +14,10 @@ and either contains w but neither u nor t
 (splitting removes μ from its in-capacity through u → w) or contains u and t but not w (the
 arc w → t it loses).  Each family's minimum is one multi-source/multi-sink max-flow
 (:class:`~tacos.solvers.forest_flow.FlowNetwork`); only when the minimizing set holds no group
-NPU are the group NPUs tried one by one, as ForestColl does for every pair.
+NPU are the group NPUs tried one by one, as ForestColl does for every pair.  A switch's first,
+proportional splits (see :meth:`_Splitter.split`) are made unchecked and confirmed by one
+feasibility check (N max-flows), which on real switches replaces thousands of pair checks; if
+it fails they are undone and made checked.
 
 Every arc keeps the physical paths it stands for, as ``(path, units)`` pairs (``path`` is a
 node list); a split concatenates μ units of both arcs' paths, so a split arc through several
@@ -130,16 +133,33 @@ class _Splitter:
             rest = sum(self.caps[(w, t)] for t in peers)
             for t in peers:
                 share[(u, t)] = -(-self.caps[(u, w)] * self.caps[(w, t)] // rest)
-        for proportional in (True, False):
+        # the proportional splits unchecked, then one feasibility check (N max-flows) instead
+        # of a check per pair; if it fails they are undone and redone pair by pair, checked
+        saved = (dict(self.caps), {e: list(p) for e, p in self.paths.items()})
+        for checked in (False, True):
             for u in ins:
                 for t in outs:
-                    if proportional and (u, t) not in share:
-                        continue
-                    cap = min(self.caps.get((u, w), 0), self.caps.get((w, t), 0))
-                    if proportional:
-                        cap = min(cap, share[(u, t)])
-                    if cap > 0:
-                        self._split_pair(u, w, t, cap)
+                    if (u, t) in share:
+                        cap = min(self.caps.get((u, w), 0), self.caps.get((w, t), 0),
+                                  share[(u, t)])
+                        if cap > 0:
+                            self._split_pair(u, w, t, cap, checked)
+            if checked or self._feasible():
+                break
+            for e, c in saved[0].items():
+                self._set(e, c)
+            for e in [e for e in self.caps if e not in saved[0]]:
+                self._set(e, 0)
+            self.paths = saved[1]
+        for u in ins:
+            for t in outs:
+                cap = min(self.caps.get((u, w), 0), self.caps.get((w, t), 0))
+                if cap > 0:
+                    self._split_pair(u, w, t, cap, True)
+
+    def _feasible(self) -> bool:
+        """Every max-flow σ → group NPU still reaches N·k."""
+        return all(self._flow([self.sigma], [v])[0] >= self.need for v in self.compute)
 
     def _preferred(self, u: int, w: int, peers: list[int]) -> list[int]:
         """At most :data:`FAN_OUT` of ``peers``: farthest from ``u`` without ``w`` first, then
@@ -165,11 +185,13 @@ class _Splitter:
         far = sorted(peers, key=lambda t: (-dist.get(t, n + 1), (pos[t] - pos[u]) % n))
         return far[:FAN_OUT]
 
-    def _split_pair(self, u: int, w: int, t: int, cap: int) -> None:
+    def _split_pair(self, u: int, w: int, t: int, cap: int, checked: bool = True) -> None:
         ends = [u] if u == t else [u, t]
-        mu = self._slack([self.sigma, *ends], [w], cap)
-        if mu > 0:
-            mu = self._slack([self.sigma, w], ends, mu)
+        mu = cap
+        if checked:
+            mu = self._slack([self.sigma, *ends], [w], cap)
+            if mu > 0:
+                mu = self._slack([self.sigma, w], ends, mu)
         if mu <= 0:
             return
         self._set((u, w), self.caps[(u, w)] - mu)
