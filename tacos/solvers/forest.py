@@ -12,7 +12,7 @@ process groups included):
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
-   on a link into one transfer (at most 10 schedules are timed).
+   on a route into one transfer (at most 10 schedules, 250000 transfers in all, are timed).
 
 Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
@@ -36,7 +36,7 @@ from tacos import patterns
 from tacos.collective import Collective
 from tacos.errors import UsageError
 from tacos.passes.inversion import assemble, plan_inversion
-from tacos.schedule import Schedule
+from tacos.schedule import Schedule, Transfer
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
@@ -54,6 +54,10 @@ PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
 }
 MAX_TRANSFERS = 300_000
 MAX_SLICE_TRIALS = 10
+SEARCH_TRANSFERS = 250_000
+"""The slice search stops once the schedules it timed hold this many transfers."""
+MODES = ((True, True), (False, True))
+"""(merge a round's slices on a route, equal rounds per tree) pairs the slice search tries."""
 
 
 @dataclass
@@ -82,6 +86,10 @@ class Forest:
                                                        default=0),
                 "optimal_time": self.optimal_time(data_per_root),
                 "max_flows": self.rate.checks + self.split.flows + self.tests}
+
+
+def _order(t: Transfer) -> tuple:
+    return (t.start, t.end, t.src, t.dst, t.route, t.chunks, t.op)
 
 
 def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
@@ -128,8 +136,13 @@ def _check_collective(coll: Collective) -> None:
 
 
 def _rounds(forest: Forest, sub: Collective, ids: tuple[int, ...], refined: Collective,
-            per: int, s: int, base: int) -> list[list[tuple[int, ...]]]:
-    """Chunk ids (of ``sub``) each tree sends in each round."""
+            per: int, s: int, base: int, even: bool = True) -> list[list[tuple[int, ...]]]:
+    """Chunk ids (of ``sub``) each tree sends in each of its rounds.
+
+    ``even``: every tree sends slice j of all its base chunks in round j (s rounds each).
+    Otherwise a tree sends in rounds of about the same bytes as the largest tree's: a tree
+    carrying less data has fewer rounds, so it pays α fewer times.
+    """
     slot: dict[int, dict[int, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
     for c in sub.chunks:
         (root,) = tuple(c.pre)
@@ -138,13 +151,21 @@ def _rounds(forest: Forest, sub: Collective, ids: tuple[int, ...], refined: Coll
     out: list[list[tuple[int, ...]]] = []
     taken: dict[int, int] = defaultdict(int)
     k = forest.rate.k
+    top = max((t.mult for t in forest.trees), default=1)
     for tree in forest.trees:
         n = base * tree.mult // k
         first = taken[tree.root]
         taken[tree.root] += n
         mine = range(first, first + n)
-        out.append([tuple(sorted(slot[tree.root][b][j] for b in mine)) for j in range(s)]
-                   if n else [])
+        if not n:
+            out.append([])
+        elif even:
+            out.append([tuple(sorted(slot[tree.root][b][j] for b in mine)) for j in range(s)])
+        else:
+            order = [slot[tree.root][b][j] for j in range(s) for b in mine]
+            r = max(1, min(len(order), -(-s * tree.mult // top)))
+            cuts = [len(order) * q // r for q in range(r + 1)]
+            out.append([tuple(sorted(order[a:b])) for a, b in zip(cuts, cuts[1:], strict=False)])
     return out
 
 
@@ -170,14 +191,15 @@ class ForestSolver:
         view = RouteView(topo)
         big_k = math.lcm(*(f.rate.k for f in forests))
         q = max(1, coll.chunks_per_npu)
-        tried: dict[tuple[int, bool], Schedule] = {}
-        for batch in (True, False):
+        tried: dict[tuple[int, bool, bool], Schedule] = {}
+        for batch, even in MODES:
             s0, cap = self._slices(coll, forests, view, big_k, q, opts, batch)
 
-            def run(s: float, batch: bool = batch, cap: int = cap) -> float:
-                key = (max(1, min(cap, int(s))), batch)
+            def run(s: float, batch: bool = batch, even: bool = even, cap: int = cap) -> float:
+                key = (max(1, min(cap, int(s))), batch, even)
                 if key not in tried:
-                    tried[key] = self._schedule(coll, view, forests, big_k, q, key[0], batch)
+                    tried[key] = self._schedule(coll, view, forests, big_k, q, key[0], batch,
+                                                even)
                 return tried[key].makespan
 
             run(s0)
@@ -186,6 +208,7 @@ class ForestSolver:
             for step in (2, 0.5):  # walk by factors of 2 while it improves
                 s = s0
                 while (len(tried) < MAX_SLICE_TRIALS and 1 <= s * step <= cap
+                       and sum(len(t.transfers) for t in tried.values()) < SEARCH_TRANSFERS
                        and run(s * step) < run(s)):
                     s = int(s * step)
         best = min(tried.values(), key=lambda sc: sc.makespan)
@@ -222,7 +245,7 @@ class ForestSolver:
         return best, cap
 
     def _schedule(self, coll: Collective, view: RouteView, forests: list[Forest], big_k: int,
-                  q: int, s: int, batch: bool) -> Schedule:
+                  q: int, s: int, batch: bool, even: bool = True) -> Schedule:
         per = q * big_k * s
         refined = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per,
                                  root=coll.root, name=coll.name)
@@ -238,14 +261,15 @@ class ForestSolver:
             sub, ids = parts[f.phase]
             if sub is None:
                 continue
-            rounds = _rounds(f, sub, ids, refined, per, s, q * big_k)
+            rounds = _rounds(f, sub, ids, refined, per, s, q * big_k, even)
             sizes = [c.size for c in sub.chunks]
             transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
                              lanes, batch=batch)
-            scheds[f.phase] = Schedule(view.topology, sub, tuple(sorted(transfers)))
+            transfers.sort(key=_order)
+            scheds[f.phase] = Schedule(view.topology, sub, tuple(transfers))
         topo = view.topology
         meta = {"pipeline": {"slices": s, "chunks_per_npu": per, "base_chunks_per_npu": q * big_k,
-                             "batched": batch}}
+                             "batched": batch, "equal_rounds": even}}
         if plan is not None:
             out = assemble(topo, refined, plan, scheds.get("reduce"), scheds.get("copy"))
             return Schedule(topo, refined, out.transfers, meta)

@@ -97,83 +97,91 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     sends in round j; ``lanes[l]`` = transfers link l carries at once; ``batch`` merges a
     round's ready slices on a route into one transfer.  Returns the timed transfers."""
     free = list(lanes)
-    children = []
-    height = []
+    longest = max((len(r) for r in rounds), default=1)
+    scale = [longest / max(1, len(r)) for r in rounds]
+    hop_index: dict[Hop, int] = {}
+    hops: list[Hop] = []
+    users: dict[int, list[int]] = defaultdict(list)  # link -> hops that may wait for it
+    children = []  # children[i][node] = [(edge, hop id, -height of the child)]
     for tree in trees:
-        ch: dict[int, list[int]] = defaultdict(list)
-        for e, (x, _) in enumerate(tree.edges):
-            ch[x].append(e)
+        h = _heights(tree)
+        ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        for e, (x, y) in enumerate(tree.edges):
+            hop = hop_of(tree.paths[e])
+            hid = hop_index.get(hop)
+            if hid is None:
+                hid = hop_index[hop] = len(hops)
+                hops.append(hop)
+                for choice in hop.links:
+                    for li in choice:
+                        users[li].append(hid)
+            ch[x].append((e, hid, -h[y]))
         children.append(ch)
-        height.append(_heights(tree))
-    ready: dict[Hop, list] = defaultdict(list)
-    users: dict[int, set[Hop]] = defaultdict(set)  # link -> hops that may wait for it
+    ready: list[list] = [[] for _ in hops]
+    round_bytes = [[sum(chunk_bytes[c] for c in r) for r in tree_rounds] for tree_rounds in rounds]
     events: list = []
     out: list[Transfer] = []
     seq = 0
 
-    def push(i: int, j: int, node: int) -> list[Hop]:
-        got = []
-        for e in children[i][node]:
-            hop = hop_of(trees[i].paths[e])
-            if hop not in ready:
-                for choice in hop.links:
-                    for li in choice:
-                        users[li].add(hop)
-            y = trees[i].edges[e][1]
-            heapq.heappush(ready[hop], (j, -height[i][y], i, e))
-            got.append(hop)
-        return got
+    def push(i: int, j: int, node: int, touched: set[int]) -> None:
+        key = j * scale[i]
+        for e, hid, neg_height in children[i][node]:
+            heapq.heappush(ready[hid], (key, neg_height, i, j, e))
+            touched.add(hid)
 
     def lanes_for(hop: Hop) -> tuple[int, ...] | None:
         route = []
         for choice in hop.links:
-            li = next((x for x in choice if free[x] > 0), None)
-            if li is None:
+            for li in choice:
+                if free[li] > 0:
+                    route.append(li)
+                    break
+            else:
                 return None
-            route.append(li)
         return tuple(route)
 
-    def start(hops: set[Hop], now: float) -> None:
+    def start(touched: set[int], now: float) -> None:
         nonlocal seq
-        for hop in sorted((h for h in hops if ready[h]), key=lambda h: ready[h][0]):
-            while ready[hop]:
+        for hid in sorted((h for h in touched if ready[h]), key=lambda h: ready[h][0]):
+            queue, hop = ready[hid], hops[hid]
+            while queue:
                 route = lanes_for(hop)
                 if route is None:
                     break
-                j, _, i, e = heapq.heappop(ready[hop])
-                group = [(i, e)]
-                while batch and ready[hop] and ready[hop][0][0] == j:  # same round: one transfer
-                    _, _, i2, e2 = heapq.heappop(ready[hop])
-                    group.append((i2, e2))
+                key, _, i, j, e = heapq.heappop(queue)
+                group = [(i, j, e)]
+                while batch and queue and queue[0][0] == key:  # same round: one transfer
+                    _, _, i2, j2, e2 = heapq.heappop(queue)
+                    group.append((i2, j2, e2))
                 for li in route:
                     free[li] -= 1
-                chunks = tuple(sorted(c for i2, _ in group for c in rounds[i2][j]))
-                nbytes = sum(chunk_bytes[c] for c in chunks)
+                if len(group) == 1:
+                    chunks, nbytes = rounds[i][j], round_bytes[i][j]
+                else:
+                    chunks = tuple(sorted(c for i2, j2, _ in group for c in rounds[i2][j2]))
+                    nbytes = sum(round_bytes[i2][j2] for i2, j2, _ in group)
                 end = now + hop.alpha + nbytes / hop.bandwidth
                 x, y = trees[i].edges[e]
                 out.append(make_transfer(now, end, x, y, route, chunks, op))
                 seq += 1
-                heapq.heappush(events, (end, seq, j, tuple(group), route))
+                heapq.heappush(events, (end, seq, group, route))
 
-    pending: set[Hop] = set()
+    pending: set[int] = set()
     for i, tree in enumerate(trees):
         for j in range(len(rounds[i])):
-            pending.update(push(i, j, tree.root))
+            push(i, j, tree.root, pending)
     start(pending, 0.0)
     while events:
-        now, _, j, done, route = heapq.heappop(events)
-        touched: set[Hop] = set()
-        for li in route:
-            free[li] += 1
-            touched |= users[li]
-        for i, e in done:
-            touched.update(push(i, j, trees[i].edges[e][1]))
-        while events and events[0][0] <= now:  # everything ending now frees first
-            _, _, j2, done2, route2 = heapq.heappop(events)
-            for li in route2:
+        now, _, done, route = heapq.heappop(events)
+        touched: set[int] = set()
+        while True:
+            for li in route:
                 free[li] += 1
-                touched |= users[li]
-            for i, e in done2:
-                touched.update(push(i, j2, trees[i].edges[e][1]))
+                touched.update(users[li])
+            for i, j, e in done:
+                push(i, j, trees[i].edges[e][1], touched)
+            if not events or events[0][0] > now:  # everything ending now frees first
+                break
+            _, _, done, route = heapq.heappop(events)
         start(touched, now)
     return out
