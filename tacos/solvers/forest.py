@@ -53,6 +53,8 @@ PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
     "allreduce": (("reduce", True, "group"), ("copy", False, "group")),
 }
 MAX_TRANSFERS = 300_000
+INTERLEAVE_MAX = 128
+"""Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
 MAX_SLICE_TRIALS = 10
 SEARCH_TRANSFERS = 250_000
 """The slice search stops once the schedules it timed hold this many transfers."""
@@ -115,7 +117,8 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     t_rate = time.perf_counter()
     split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
     t_split = time.perf_counter()
-    packed, tests = pack_trees(group, graph.sources, split, rate.k)
+    packed, tests = pack_trees(group, graph.sources, split, rate.k,
+                               interleave=len(group) <= INTERLEAVE_MAX)
     check_packing(group, graph.sources, packed, rate.k, rate.caps)
     t_pack = time.perf_counter()
     return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,

@@ -126,10 +126,11 @@ class _Packer:
 
 
 def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGraph,
-               k: int) -> tuple[list[Tree], int]:
+               k: int, interleave: bool = True) -> tuple[list[Tree], int]:
     """k trees per root (counted with multiplicity) spanning ``compute`` within ``split.caps``;
     each tree edge gets one physical path (a tree whose edge stands for several paths is cut into
-    sub-trees).
+    sub-trees).  ``interleave=False`` grows one tree to the end before the next (ForestColl's
+    order): deeper trees, but the auxiliary network stays small, which matters for large N.
 
     Returns the trees and the number of max-flow tests made.
     """
@@ -160,7 +161,10 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
         if idle > 2 * len(compute) ** 2 * (len(trees) + 1):
             raise RuntimeError(f"tree of root {t['tree'].root} cannot grow: the capacities do "
                                "not satisfy Edmonds' condition")
-        trees.append(t)
+        if interleave:
+            trees.append(t)
+        else:
+            trees.appendleft(t)
     pools = {e: list(v) for e, v in split.paths.items()}
     out: list[Tree] = []
     for tree in sorted(done, key=lambda t: t.root):
