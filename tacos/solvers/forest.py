@@ -12,7 +12,8 @@ process groups included):
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
-   on a route into one transfer (at most 10 schedules, 250000 transfers in all, are timed).
+   on a route into one transfer and with tapered rounds (:func:`taper`; at most 16 schedules,
+   250000 transfers in all, are timed).
 
 Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
@@ -55,11 +56,11 @@ PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
 MAX_TRANSFERS = 300_000
 INTERLEAVE_MAX = 128
 """Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
-MAX_SLICE_TRIALS = 10
+MAX_SLICE_TRIALS = 16
 SEARCH_TRANSFERS = 250_000
 """The slice search stops once the schedules it timed hold this many transfers."""
-MODES = ((True, True), (False, True))
-"""(merge a round's slices on a route, equal rounds per tree) pairs the slice search tries."""
+MODES = tuple((batch, depth) for depth in (0, 2, 4) for batch in (True, False))
+"""(merge a round's slices on a route, taper depth) pairs the slice search tries."""
 
 
 @dataclass
@@ -138,37 +139,38 @@ def _check_collective(coll: Collective) -> None:
                          hint="declare the collective with its standard name (no custom chunks)")
 
 
-def _rounds(forest: Forest, sub: Collective, ids: tuple[int, ...], refined: Collective,
-            per: int, s: int, base: int, even: bool = True) -> list[list[tuple[int, ...]]]:
-    """Chunk ids (of ``sub``) each tree sends in each of its rounds.
+def taper(rounds: int, depth: int) -> list[int]:
+    """Slices per round: ``depth`` rounds doubling 1, 2, 4 … up to 2^depth, ``rounds`` rounds of
+    2^depth slices, then the same halving.  Small first and last rounds make the pipeline fill
+    and drain quickly while the middle rounds pay α on large transfers."""
+    ramp = [1 << i for i in range(depth)]
+    return ramp + [1 << depth] * max(1, rounds) + ramp[::-1]
 
-    ``even``: every tree sends slice j of all its base chunks in round j (s rounds each).
-    Otherwise a tree sends in rounds of about the same bytes as the largest tree's: a tree
-    carrying less data has fewer rounds, so it pays α fewer times.
-    """
+
+def _rounds(forest: Forest, sub: Collective, ids: tuple[int, ...], refined: Collective,
+            per: int, groups: list[int], base: int) -> list[list[tuple[int, ...]]]:
+    """Chunk ids (of ``sub``) each tree sends in each round: round r carries slices
+    ``sum(groups[:r]) .. sum(groups[:r+1]) - 1`` of all the tree's base chunks."""
+    s = sum(groups)
     slot: dict[int, dict[int, dict[int, int]]] = defaultdict(lambda: defaultdict(dict))
     for c in sub.chunks:
         (root,) = tuple(c.pre)
         i = refined.chunks[ids[c.id]].index % per
         slot[root][i // s][i % s] = c.id
+    bounds = [0]
+    for g in groups:
+        bounds.append(bounds[-1] + g)
     out: list[list[tuple[int, ...]]] = []
     taken: dict[int, int] = defaultdict(int)
     k = forest.rate.k
-    top = max((t.mult for t in forest.trees), default=1)
     for tree in forest.trees:
         n = base * tree.mult // k
         first = taken[tree.root]
         taken[tree.root] += n
         mine = range(first, first + n)
-        if not n:
-            out.append([])
-        elif even:
-            out.append([tuple(sorted(slot[tree.root][b][j] for b in mine)) for j in range(s)])
-        else:
-            order = [slot[tree.root][b][j] for j in range(s) for b in mine]
-            r = max(1, min(len(order), -(-s * tree.mult // top)))
-            cuts = [len(order) * q // r for q in range(r + 1)]
-            out.append([tuple(sorted(order[a:b])) for a, b in zip(cuts, cuts[1:], strict=False)])
+        mine_slots = slot[tree.root]
+        out.append([tuple(sorted(mine_slots[b][j] for b in mine for j in range(lo, hi)))
+                    for lo, hi in zip(bounds, bounds[1:], strict=False)] if n else [])
     return out
 
 
@@ -194,26 +196,31 @@ class ForestSolver:
         view = RouteView(topo)
         big_k = math.lcm(*(f.rate.k for f in forests))
         q = max(1, coll.chunks_per_npu)
-        tried: dict[tuple[int, bool, bool], Schedule] = {}
-        for batch, even in MODES:
+        tried: dict[tuple[int, bool, int], Schedule] = {}
+        auto = opts.get("slices", "auto") == "auto"
+        for batch, depth in MODES if auto else [m for m in MODES if m[1] == 0]:
             s0, cap = self._slices(coll, forests, view, big_k, q, opts, batch)
+            s0 = max(1, round(s0 / (1 << depth)))  # middle rounds carry 2^depth slices each
 
-            def run(s: float, batch: bool = batch, even: bool = even, cap: int = cap) -> float:
-                key = (max(1, min(cap, int(s))), batch, even)
+            def run(m: float, batch: bool = batch, depth: int = depth, cap: int = cap) -> float:
+                m = max(1, int(m))
+                while m > 1 and sum(taper(m, depth)) > cap:
+                    m //= 2
+                key = (m, batch, depth)
                 if key not in tried:
-                    tried[key] = self._schedule(coll, view, forests, big_k, q, key[0], batch,
-                                                even)
+                    tried[key] = self._schedule(coll, view, forests, big_k, q,
+                                                taper(m, depth), batch)
                 return tried[key].makespan
 
             run(s0)
-            if opts.get("slices", "auto") != "auto":
+            if not auto:
                 continue
             for step in (2, 0.5):  # walk by factors of 2 while it improves
-                s = s0
-                while (len(tried) < MAX_SLICE_TRIALS and 1 <= s * step <= cap
+                m = s0
+                while (len(tried) < MAX_SLICE_TRIALS and 1 <= m * step
                        and sum(len(t.transfers) for t in tried.values()) < SEARCH_TRANSFERS
-                       and run(s * step) < run(s)):
-                    s = int(s * step)
+                       and run(m * step) < run(m)):
+                    m = int(m * step)
         best = min(tried.values(), key=lambda sc: sc.makespan)
         candidates = sorted(tried)
         data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
@@ -248,7 +255,8 @@ class ForestSolver:
         return best, cap
 
     def _schedule(self, coll: Collective, view: RouteView, forests: list[Forest], big_k: int,
-                  q: int, s: int, batch: bool, even: bool = True) -> Schedule:
+                  q: int, groups: list[int], batch: bool) -> Schedule:
+        s = sum(groups)
         per = q * big_k * s
         refined = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per,
                                  root=coll.root, name=coll.name)
@@ -264,15 +272,16 @@ class ForestSolver:
             sub, ids = parts[f.phase]
             if sub is None:
                 continue
-            rounds = _rounds(f, sub, ids, refined, per, s, q * big_k, even)
+            rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
             sizes = [c.size for c in sub.chunks]
             transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
                              lanes, batch=batch)
             transfers.sort(key=_order)
             scheds[f.phase] = Schedule(view.topology, sub, tuple(transfers))
         topo = view.topology
-        meta = {"pipeline": {"slices": s, "chunks_per_npu": per, "base_chunks_per_npu": q * big_k,
-                             "batched": batch, "equal_rounds": even}}
+        meta = {"pipeline": {"slices": s, "rounds": len(groups), "chunks_per_npu": per,
+                             "base_chunks_per_npu": q * big_k, "batched": batch,
+                             "slices_per_round": list(groups)}}
         if plan is not None:
             out = assemble(topo, refined, plan, scheds.get("reduce"), scheds.get("copy"))
             return Schedule(topo, refined, out.transfers, meta)

@@ -90,6 +90,9 @@ def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Pa
     return max(1, min(max_slices, round(math.sqrt(fill / a))))
 
 
+LOOKAHEAD = 0.0
+
+
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
          hop_of: Callable[[Path], Hop], lanes: list[int], op: str = "copy",
          batch: bool = True) -> list[Transfer]:
@@ -126,7 +129,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     def push(i: int, j: int, node: int, touched: set[int]) -> None:
         key = j * scale[i]
         for e, hid, neg_height in children[i][node]:
-            heapq.heappush(ready[hid], (key, neg_height, i, j, e))
+            heapq.heappush(ready[hid], (key + LOOKAHEAD * neg_height, neg_height, i, j, e))
             touched.add(hid)
 
     def lanes_for(hop: Hop) -> tuple[int, ...] | None:
