@@ -108,8 +108,8 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "(default: the file's)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set a TDL parameter, e.g. --param nodes=2 (repeatable)")
-    p.add_argument("--solver", help="greedy (default), ilp, taccl, ring, biring, direct, rhd, "
-                   "dbtree, hierarchical, multicast ('tacosc solvers' lists options); files "
+    p.add_argument("--solver", help="greedy (default), ilp, taccl, forest, ring, biring, direct, "
+                   "rhd, dbtree, hierarchical, multicast ('tacosc solvers' lists options); files "
                    "with reshard or job statements: multicast (default), and for reshards the "
                    "baselines sendrecv, alpa, broadcast")
     p.add_argument("--objective", choices=("makespan", "fairness", "priority"),

@@ -21,7 +21,8 @@ all-reduce is reduce-scatter then all-gather.  The schedule's collective is the 
 ``q·K·s`` chunks per NPU (q the user's, K the lcm of the phases' k); ``meta['pipeline']`` says so,
 and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.first_round`).
 
-Options: ``trees`` (``"auto"``, ``"exact"`` or k), ``slices`` (``"auto"`` or s),
+Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, keeping
+the fastest schedule; ``"exact"``; or a fixed k), ``slices`` (``"auto"`` or s),
 ``max_transfers`` (bound on the schedule size used to cap s, default 300000).
 """
 
@@ -189,11 +190,43 @@ class ForestSolver:
         _check_collective(coll)
         trees_opt = opts.get("trees", "auto")
         group = tuple(coll.group)
-        forests = []
-        for phase, reverse, who in PHASES[coll.kind]:
-            roots = group if who == "group" else (int(coll.root),)
-            forests.append(plan_forest(topo, group, roots, phase, reverse, trees_opt))
         view = RouteView(topo)
+        # "auto" also tries one and two trees per root: fewer, larger trees pay α less often,
+        # which can beat the exact rate's many small trees on small messages
+        choices = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
+        found: list[tuple[Schedule, list[Forest], list]] = []
+        seen: set[tuple[int, ...]] = set()
+        for n, choice in enumerate(choices):
+            forests = []
+            for phase, reverse, who in PHASES[coll.kind]:
+                roots = group if who == "group" else (int(coll.root),)
+                forests.append(plan_forest(topo, group, roots, phase, reverse, choice))
+            ks = tuple(f.rate.k for f in forests)
+            if ks in seen:
+                continue
+            seen.add(ks)
+            budget = MAX_SLICE_TRIALS if n == 0 else MAX_SLICE_TRIALS // 2
+            best, tried = self._pipeline(coll, view, forests, opts, budget)
+            found.append((best, forests, tried))
+        best, forests, tried = min(found, key=lambda f: f[0].makespan)
+        data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
+        optimal = sum(f.optimal_time(data) for f in forests)
+        best.meta.update(
+            solver=self.name, status="feasible",
+            forest={"phases": [f.facts(data) for f in forests],
+                    "trees": sum(len(f.trees) for f in forests),
+                    "optimal_time": optimal,
+                    "optimal_algbw": coll.size / optimal if optimal > 0 else None,
+                    "tried": [{"k": [f.rate.k for f in fs], "makespan": b.makespan,
+                               "schedules": len(t)} for b, fs, t in found]},
+            synthesis_time=time.perf_counter() - clock)
+        stats = {"trees": best.meta["forest"]["trees"],
+                 "seconds": [dict(f.seconds) for f in forests]}
+        return SolveResult("feasible", best, None, stats)
+
+    def _pipeline(self, coll: Collective, view: RouteView, forests: list[Forest],
+                  opts: dict[str, Any], budget: int) -> tuple[Schedule, list]:
+        """The fastest pipelined schedule the slice search finds for these forests."""
         big_k = math.lcm(*(f.rate.k for f in forests))
         q = max(1, coll.chunks_per_npu)
         tried: dict[tuple[int, bool, int], Schedule] = {}
@@ -212,30 +245,19 @@ class ForestSolver:
                                                 taper(m, depth), batch)
                 return tried[key].makespan
 
+            if len(tried) >= budget:
+                break
             run(s0)
             if not auto:
                 continue
             for step in (2, 0.5):  # walk by factors of 2 while it improves
                 m = s0
-                while (len(tried) < MAX_SLICE_TRIALS and 1 <= m * step
+                while (len(tried) < budget and 1 <= m * step
                        and sum(len(t.transfers) for t in tried.values()) < SEARCH_TRANSFERS
                        and run(m * step) < run(m)):
                     m = int(m * step)
         best = min(tried.values(), key=lambda sc: sc.makespan)
-        candidates = sorted(tried)
-        data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
-        optimal = sum(f.optimal_time(data) for f in forests)
-        best.meta.update(
-            solver=self.name, status="feasible",
-            forest={"phases": [f.facts(data) for f in forests],
-                    "trees": sum(len(f.trees) for f in forests),
-                    "optimal_time": optimal,
-                    "optimal_algbw": coll.size / optimal if optimal > 0 else None,
-                    "slices_tried": list(candidates)},
-            synthesis_time=time.perf_counter() - clock)
-        stats = {"trees": best.meta["forest"]["trees"],
-                 "seconds": [dict(f.seconds) for f in forests]}
-        return SolveResult("feasible", best, None, stats)
+        return best, sorted(tried)
 
     def _slices(self, coll: Collective, forests: list[Forest], view: RouteView, big_k: int,
                 q: int, opts: dict[str, Any], batch: bool) -> tuple[int, int]:
