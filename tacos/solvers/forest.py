@@ -12,8 +12,8 @@ process groups included):
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
-   on a route into one transfer and with tapered rounds (:func:`taper`; at most 16 schedules,
-   250000 transfers in all, are timed).
+   on a route into one transfer and with tapered rounds (:func:`taper`; at most 12 schedules,
+   250000 transfers in all, are timed; for all-reduce only its all-gather phase is timed).
 
 Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
@@ -57,7 +57,7 @@ PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
 MAX_TRANSFERS = 300_000
 INTERLEAVE_MAX = 128
 """Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
-MAX_SLICE_TRIALS = 16
+MAX_SLICE_TRIALS = 12
 SEARCH_TRANSFERS = 250_000
 """The slice search stops once the schedules it timed hold this many transfers."""
 MODES = tuple((batch, depth) for depth in (0, 2, 4) for batch in (True, False))
@@ -209,6 +209,12 @@ class ForestSolver:
             best, tried = self._pipeline(coll, view, forests, opts, budget)
             found.append((best, forests, tried))
         best, forests, tried = min(found, key=lambda f: f[0].makespan)
+        if coll.combining:  # the search timed a copy-shaped stand-in: build the real schedule
+            info = best.meta["pipeline"]
+            best = self._schedule(coll, view, forests,
+                                  math.lcm(*(f.rate.k for f in forests)),
+                                  max(1, coll.chunks_per_npu), info["slices_per_round"],
+                                  info["batched"])
         data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
         optimal = sum(f.optimal_time(data) for f in forests)
         best.meta.update(
@@ -226,8 +232,15 @@ class ForestSolver:
 
     def _pipeline(self, coll: Collective, view: RouteView, forests: list[Forest],
                   opts: dict[str, Any], budget: int) -> tuple[Schedule, list]:
-        """The fastest pipelined schedule the slice search finds for these forests."""
+        """The fastest pipelined schedule the slice search finds for these forests (timing the
+        last phase only: all-reduce's phases are mirror images and share the slicing)."""
         big_k = math.lcm(*(f.rate.k for f in forests))
+        forests = forests[-1:]
+        # time the copy-shaped equivalent: the phase's trees moving the same bytes per root
+        proxy = "broadcast" if coll.root is not None else "allgather"
+        root = None if coll.root is None else coll.root
+        coll = Collective(proxy, (), coll.group, coll.size, coll.chunks_per_npu, root,
+                          coll.name)
         q = max(1, coll.chunks_per_npu)
         tried: dict[tuple[int, bool, int], Schedule] = {}
         auto = opts.get("slices", "auto") == "auto"
@@ -278,6 +291,7 @@ class ForestSolver:
 
     def _schedule(self, coll: Collective, view: RouteView, forests: list[Forest], big_k: int,
                   q: int, groups: list[int], batch: bool) -> Schedule:
+        """The schedule of ``coll`` (refined) with rounds of ``groups`` slices."""
         s = sum(groups)
         per = q * big_k * s
         refined = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per,
@@ -291,7 +305,7 @@ class ForestSolver:
         scheds: dict[str, Schedule] = {}
         lanes = [lk.multiplicity for lk in view.topology.links]
         for f in forests:
-            sub, ids = parts[f.phase]
+            sub, ids = parts[f.phase] if plan is not None else parts["copy"]
             if sub is None:
                 continue
             rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
@@ -299,7 +313,8 @@ class ForestSolver:
             transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
                              lanes, batch=batch)
             transfers.sort(key=_order)
-            scheds[f.phase] = Schedule(view.topology, sub, tuple(transfers))
+            scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
+                                                                        tuple(transfers))
         topo = view.topology
         meta = {"pipeline": {"slices": s, "rounds": len(groups), "chunks_per_npu": per,
                              "base_chunks_per_npu": q * big_k, "batched": batch,
