@@ -12,8 +12,8 @@ process groups included):
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
-   on a route into one transfer and with tapered rounds (:func:`taper`; at most 12 schedules,
-   250000 transfers in all, are timed; for all-reduce only its all-gather phase is timed).
+   on a route into one transfer and with tapered rounds (:func:`taper`; at most 10 schedules,
+   120000 transfers in all, are timed; for all-reduce only its all-gather phase is timed).
 
 Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
@@ -57,8 +57,8 @@ PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
 MAX_TRANSFERS = 300_000
 INTERLEAVE_MAX = 128
 """Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
-MAX_SLICE_TRIALS = 12
-SEARCH_TRANSFERS = 250_000
+MAX_SLICE_TRIALS = 10
+SEARCH_TRANSFERS = 120_000
 """The slice search stops once the schedules it timed hold this many transfers."""
 MODES = tuple((batch, depth) for depth in (0, 2, 4) for batch in (True, False))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
