@@ -216,6 +216,15 @@ def test_process_group_uses_only_its_members():
     assert s.meta["forest"]["optimal_algbw"] == pytest.approx(300e9 * 4 / 3 / 2, rel=1e-9)
 
 
+def test_relays_all_lets_trees_pass_through_other_npus():
+    # 0 - 1 - 2 in a line: the group {0, 2} can only talk through NPU 1
+    topo = _topo(3, [(0, 1, 1), (1, 2, 1)])
+    coll = build("allgather", (0, 2), size=2**20)
+    s = tacos.synthesize(topo, coll, solver="forest", relays="all")
+    assert verify_schedule(s).ok
+    assert {t.src for t in s.transfers} >= {0, 1, 2}
+
+
 def test_fixed_k_option_and_determinism():
     topo = TOPOS["mesh"]()
     coll = build("allgather", topo.live_npus, size=2**24)

@@ -108,10 +108,12 @@ def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
 
 
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
-                phase: str, reverse: bool, trees: int | str = "auto") -> Forest:
-    """Rate, switch splitting and tree packing for one phase."""
+                phase: str, reverse: bool, trees: int | str = "auto",
+                relays: str = "members") -> Forest:
+    """Rate, switch splitting and tree packing for one phase.  NPUs outside ``group`` are left
+    out unless ``relays='all'``; then they are relays, split off like switches."""
     clock = time.perf_counter()
-    topo = group_topology(topology, group)
+    topo = topology if relays == "all" else group_topology(topology, group)
     if reverse:
         topo = topo.reversed()
     graph = link_capacities(topo, group, roots)
@@ -200,7 +202,8 @@ class ForestSolver:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
-                forests.append(plan_forest(topo, group, roots, phase, reverse, choice))
+                forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
+                                           opts.get("relays", "members")))
             ks = tuple(f.rate.k for f in forests)
             if ks in seen:
                 continue
@@ -311,7 +314,7 @@ class ForestSolver:
             rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
             sizes = [c.size for c in sub.chunks]
             transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
-                             lanes, batch=batch)
+                             lanes, batch=batch, is_switch=view.topology.is_switch)
             transfers.sort(key=_order)
             scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
                                                                         tuple(transfers))

@@ -68,6 +68,28 @@ def _heights(tree: Tree) -> dict[int, int]:
     return h
 
 
+def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, list[int]]:
+    """``tree`` on local node ids (0 = root) with every path cut at the NPUs it passes
+    (``relays='all'``: a relay NPU stores and forwards, so its segments are separate transfers;
+    each passage is its own local node).  Returns the local tree and each local node's NPU."""
+    npus = [tree.root]
+    where = {tree.root: 0}
+    edges: list[tuple[int, int]] = []
+    paths: list[Path] = []
+    for (x, y), path in zip(tree.edges, tree.paths, strict=True):
+        cur, seg = where[x], [path[0]]
+        for v in path[1:]:
+            seg.append(v)
+            if v != y and (is_switch is None or is_switch(v)):
+                continue
+            npus.append(v)
+            edges.append((cur, len(npus) - 1))
+            paths.append(tuple(seg))
+            cur, seg = len(npus) - 1, [v]
+        where[y] = cur
+    return Tree(0, tree.mult, edges, paths), npus
+
+
 def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Path], Hop],
                 max_slices: int, batch: bool = True) -> int:
     """s* = sqrt(F/A) from the module docstring, clipped to ``[1, max_slices]``; without
@@ -95,10 +117,14 @@ LOOKAHEAD = 0.0
 
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
          hop_of: Callable[[Path], Hop], lanes: list[int], op: str = "copy",
-         batch: bool = True) -> list[Transfer]:
+         batch: bool = True, is_switch: Callable[[int], bool] | None = None) -> list[Transfer]:
     """List-schedule every (tree, round) along its tree; ``rounds[i][j]`` = chunk ids tree i
     sends in round j; ``lanes[l]`` = transfers link l carries at once; ``batch`` merges a
-    round's ready slices on a route into one transfer.  Returns the timed transfers."""
+    round's ready slices on a route into one transfer; ``is_switch`` tells relay NPUs on a
+    path (stored and forwarded) from switches (cut through).  Returns the timed transfers."""
+    local = [_local(t, is_switch) for t in trees]
+    trees = [t for t, _ in local]
+    npu_of = [n for _, n in local]
     free = list(lanes)
     longest = max((len(r) for r in rounds), default=1)
     scale = [longest / max(1, len(r)) for r in rounds]
@@ -165,7 +191,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                     nbytes = sum(round_bytes[i2][j2] for i2, j2, _ in group)
                 end = now + hop.alpha + nbytes / hop.bandwidth
                 x, y = trees[i].edges[e]
-                out.append(make_transfer(now, end, x, y, route, chunks, op))
+                out.append(make_transfer(now, end, npu_of[i][x], npu_of[i][y], route, chunks, op))
                 seq += 1
                 heapq.heappush(events, (end, seq, group, route))
 
