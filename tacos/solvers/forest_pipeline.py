@@ -117,11 +117,14 @@ LOOKAHEAD = 0.0
 
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
          hop_of: Callable[[Path], Hop], lanes: list[int], op: str = "copy",
-         batch: bool = True, is_switch: Callable[[int], bool] | None = None) -> list[Transfer]:
+         batch: bool = True, is_switch: Callable[[int], bool] | None = None,
+         stripe: bool = True) -> list[Transfer]:
     """List-schedule every (tree, round) along its tree; ``rounds[i][j]`` = chunk ids tree i
     sends in round j; ``lanes[l]`` = transfers link l carries at once; ``batch`` merges a
     round's ready slices on a route into one transfer; ``is_switch`` tells relay NPUs on a
-    path (stored and forwarded) from switches (cut through).  Returns the timed transfers."""
+    path (stored and forwarded) from switches (cut through); ``stripe`` spreads a slice over
+    the idle parallel lanes of its route when nothing else waits for them.  Returns the timed
+    transfers."""
     local = [_local(t, is_switch) for t in trees]
     trees = [t for t, _ in local]
     npu_of = [n for _, n in local]
@@ -149,6 +152,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     ready: list[list] = [[] for _ in hops]
     round_bytes = [[sum(chunk_bytes[c] for c in r) for r in tree_rounds] for tree_rounds in rounds]
     events: list = []
+    parts: dict[int, int] = {}  # transfer group -> stripes still under way
     out: list[Transfer] = []
     seq = 0
 
@@ -189,11 +193,25 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                 else:
                     chunks = tuple(sorted(c for i2, j2, _ in group for c in rounds[i2][j2]))
                     nbytes = sum(round_bytes[i2][j2] for i2, j2, _ in group)
-                end = now + hop.alpha + nbytes / hop.bandwidth
+                routes = [route]
+                while stripe and not queue and len(routes) < len(chunks):  # idle lanes too
+                    more = lanes_for(hop)
+                    if more is None:
+                        break
+                    for li in more:
+                        free[li] -= 1
+                    routes.append(more)
                 x, y = trees[i].edges[e]
-                out.append(make_transfer(now, end, npu_of[i][x], npu_of[i][y], route, chunks, op))
                 seq += 1
-                heapq.heappush(events, (end, seq, group, route))
+                parts[seq] = len(routes)
+                for q, lanes_q in enumerate(routes):
+                    piece = chunks[q * len(chunks) // len(routes):
+                                   (q + 1) * len(chunks) // len(routes)]
+                    share = nbytes * len(piece) / len(chunks)
+                    end = now + hop.alpha + share / hop.bandwidth
+                    out.append(make_transfer(now, end, npu_of[i][x], npu_of[i][y], lanes_q,
+                                             piece, op))
+                    heapq.heappush(events, (end, seq, group, lanes_q))
 
     pending: set[int] = set()
     for i, tree in enumerate(trees):
@@ -201,16 +219,18 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
             push(i, j, tree.root, pending)
     start(pending, 0.0)
     while events:
-        now, _, done, route = heapq.heappop(events)
+        now, key, done, route = heapq.heappop(events)
         touched: set[int] = set()
         while True:
             for li in route:
                 free[li] += 1
                 touched.update(users[li])
-            for i, j, e in done:
-                push(i, j, trees[i].edges[e][1], touched)
+            parts[key] -= 1
+            if parts[key] == 0:  # every stripe of the slice has arrived
+                for i, j, e in done:
+                    push(i, j, trees[i].edges[e][1], touched)
             if not events or events[0][0] > now:  # everything ending now frees first
                 break
-            _, _, done, route = heapq.heappop(events)
+            _, key, done, route = heapq.heappop(events)
         start(touched, now)
     return out
