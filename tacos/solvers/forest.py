@@ -58,6 +58,8 @@ MAX_TRANSFERS = 300_000
 INTERLEAVE_MAX = 128
 """Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
 MAX_SLICE_TRIALS = 10
+SCREEN_TRIALS = 3
+"""Schedules timed per tree count before the best tree count gets the full search."""
 SEARCH_TRANSFERS = 120_000
 """The slice search stops once the schedules it timed hold this many transfers."""
 MODES = tuple((batch, depth) for depth in (0, 2, 4) for batch in (True, False))
@@ -198,7 +200,7 @@ class ForestSolver:
         choices = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
         found: list[tuple[Schedule, list[Forest], list]] = []
         seen: set[tuple[int, ...]] = set()
-        for n, choice in enumerate(choices):
+        for choice in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
@@ -208,10 +210,16 @@ class ForestSolver:
             if ks in seen:
                 continue
             seen.add(ks)
-            budget = MAX_SLICE_TRIALS if n == 0 else MAX_SLICE_TRIALS // 2
+            # screen each tree count with a few schedules, then search the best one fully
+            budget = SCREEN_TRIALS if len(choices) > 1 else MAX_SLICE_TRIALS
             best, tried = self._pipeline(coll, view, forests, opts, budget)
             found.append((best, forests, tried))
         best, forests, tried = min(found, key=lambda f: f[0].makespan)
+        if len(found) > 1:
+            full, more = self._pipeline(coll, view, forests, opts, MAX_SLICE_TRIALS)
+            tried = sorted(set(tried) | set(more))
+            if full.makespan < best.makespan:
+                best = full
         if coll.combining:  # the search timed a copy-shaped stand-in: build the real schedule
             info = best.meta["pipeline"]
             best = self._schedule(coll, view, forests,
