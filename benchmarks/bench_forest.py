@@ -153,7 +153,10 @@ def scale(args) -> None:
 
     print("| system | NPUs | trees | k | synthesis (s) | fraction of optimum |")
     print("|---|---|---|---|---|---|")
+    only = set(args.only.split(",")) if args.only else None
     for name, make in SCALE.items():
+        if only and name not in only:
+            continue
         topo = make()
         coll = build("allgather", topo.live_npus, size=1 << 30)
         res, synth = _median_solve(topo, coll, args.repeat, solver="forest")

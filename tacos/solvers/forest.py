@@ -13,7 +13,7 @@ process groups included):
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
    on a route into one transfer and with tapered rounds (:func:`taper`; at most 10 schedules,
-   120000 transfers in all, are timed; for all-reduce only its all-gather phase is timed).
+   100000 transfers in all, are timed; for all-reduce only its all-gather phase is timed).
 
 Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
@@ -58,9 +58,9 @@ MAX_TRANSFERS = 300_000
 INTERLEAVE_MAX = 128
 """Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
 MAX_SLICE_TRIALS = 10
-SCREEN_TRIALS = 3
+SCREEN_TRIALS = 2
 """Schedules timed per tree count before the best tree count gets the full search."""
-SEARCH_TRANSFERS = 120_000
+SEARCH_TRANSFERS = 100_000
 """The slice search stops once the schedules it timed hold this many transfers."""
 MODES = tuple((batch, depth) for depth in (0, 2, 4) for batch in (True, False))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
