@@ -79,7 +79,7 @@ def _bound_doc(schedule: Schedule) -> dict[str, Any]:
     b = lower_bound(schedule.topology, schedule.collective)
     return {"value": _opt_float(b.value), "latency": _opt_float(b.latency),
             "bandwidth": _opt_float(b.bandwidth), "kind": b.kind,
-            "parts": {k: _opt_float(v) for k, v in b.parts.items()}}
+            "parts": {k: _opt_float(v) for k, v in {**b.parts, **b.model}.items()}}
 
 
 def to_document(schedule: Schedule, *, bound: bool = True) -> dict[str, Any]:
