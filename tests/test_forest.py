@@ -254,6 +254,20 @@ def test_first_round_is_a_valid_schedule_of_the_base_chunks():
     assert f'nchunksperloop="{base.collective.n_chunks}"' in xml
 
 
+def test_tree_groups_get_their_own_channels():
+    import re
+
+    topo = tacos.load(str(_preset("dgx1"))).topology
+    coll = build("allgather", topo.live_npus, size=2**24)
+    s = tacos.synthesize(topo, coll, solver="forest", trees="exact", slices=2)
+    assert s.meta["forest"]["phases"][0]["k"] == 6
+    base = first_round(s)
+    hints = base.meta["channel_of_transfer"]
+    assert len(hints) == len(base.transfers) and len(set(hints)) > 1
+    xml = schedule_to_xml(s)  # lowered and verified
+    assert int(re.search(r'nchannels="(\d+)"', xml).group(1)) >= len(set(hints))
+
+
 def test_cli_writes_verified_xml(tmp_path, capsys):
     out = tmp_path / "plan.xml"
     assert main([str(_preset("dgx1")), "--collective", "allgather", "--size", "64MiB",

@@ -111,12 +111,15 @@ def lower(schedule: Schedule, *, options: MscclOptions | None = None) -> Program
     opts = options or MscclOptions()
     opts.validate()
     schedule = first_round(schedule)  # a pipelined schedule: the runtime loops over slices
+    hints = schedule.meta.get("channel_of_transfer")
+    if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
+        hints = None
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
     flow = build_flow(schedule, layout)
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
     for _ in range(MAX_ROUNDS):
-        chan, _n = assign_channels(flow, cuts, opts.max_channels)
+        chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
         plan = plan_tbs(flow, chan, forbidden)
         built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb)
         if built.unsafe:

@@ -1,10 +1,12 @@
 """Channels, thread blocks and fused operations of a lowered schedule.
 
 * **Channels.**  Every run travels on a FIFO lane ``(src, dst, piece, lane)`` (lanes separate
-  transfers that overlap in time on parallel links).  Its channel key is ``(piece, group,
-  segment, lane)``: ``group`` spreads the peers of a rank so that no channel has more than 32
-  send (receive) peers; ``segment`` counts the cuts the step limit put on the lane.  Keys are
-  numbered densely in sorted order, so a plain ring uses channel 0 only.
+  transfers that overlap in time on parallel links).  Its channel key is ``(hint, piece, group,
+  segment, lane)``: ``hint`` is a channel group the schedule asks for per transfer
+  (``meta['channel_of_transfer']``, e.g. one per tree group of the forest solver; 0 otherwise),
+  ``group`` spreads the peers of a rank so that no channel has more than 32 send (receive)
+  peers; ``segment`` counts the cuts the step limit put on the lane.  Keys are numbered densely
+  in sorted order, so a plain ring uses channel 0 only.
 * **Thread blocks.**  One tb owns each ``(channel, direction, peer)`` connection.  On every rank
   and channel, receive peers are paired with send peers by a maximum-weight matching whose
   weights count the receives that directly feed a send (candidates for ``rcs``/``rrs``/
@@ -29,9 +31,10 @@ from tacos.msccl.program import MAX_TBS_PER_CHANNEL
 TbKey = tuple[int, int, int]  # (chan, send peer, recv peer); -1 = none
 
 
-def channel_keys(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]]
-                 ) -> list[tuple[int, int, int, int]]:
-    """The channel key ``(piece, group, segment, lane)`` of every run."""
+def channel_keys(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]],
+                 hints: list[int] | None = None) -> list[tuple[int, int, int, int, int]]:
+    """The channel key ``(hint, piece, group, segment, lane)`` of every run; ``hints[t]`` is a
+    channel group asked for by the schedule for transfer t (0 without hints)."""
     pairs = sorted({(r.src, r.dst) for r in flow.runs})
     out_n: dict[tuple[int, int], int] = defaultdict(int)
     in_n: dict[tuple[int, int], int] = defaultdict(int)
@@ -46,14 +49,15 @@ def channel_keys(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]]
     keys = []
     for r in flow.runs:
         seg = bisect_right(cuts.get(r.conn, []), r.conn_index)
-        keys.append((r.piece, group[(r.src, r.dst)], seg, r.lane))
+        hint = hints[r.transfer] if hints else 0
+        keys.append((hint, r.piece, group[(r.src, r.dst)], seg, r.lane))
     return keys
 
 
 def assign_channels(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]],
-                    max_channels: int) -> tuple[list[int], int]:
+                    max_channels: int, hints: list[int] | None = None) -> tuple[list[int], int]:
     """Channel of every run and the channel count; raises if more than ``max_channels``."""
-    keys = channel_keys(flow, cuts)
+    keys = channel_keys(flow, cuts, hints)
     dense = {k: n for n, k in enumerate(sorted(set(keys)))}
     if len(dense) > max_channels:
         raise TacosError(

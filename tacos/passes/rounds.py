@@ -6,7 +6,9 @@ A pipelined schedule (``meta['pipeline'] = {'slices': s, 'chunks_per_npu': P}``,
 base chunk along the same routes.  MSCCL's runtime loops over slices of every chunk itself
 (``docs/msccl.md``), so its program is one round: :func:`first_round` keeps the transfers of
 slice 0, renumbers their chunks as the collective with ``P / s`` chunks per NPU, and retimes
-them with the simulator.
+them with the simulator.  ``meta['pipeline']['channel_groups']`` (phase → root → group of each
+base chunk) becomes ``meta['channel_of_transfer']``, which the MSCCL lowering uses to put
+transfers of different tree groups on different channels.
 """
 
 from __future__ import annotations
@@ -45,4 +47,15 @@ def first_round(schedule: Schedule) -> Schedule:
                                  t.op))
     meta = dict(schedule.meta)
     meta["pipeline"] = dict(info, slices=1, lowered_from_slices=s)
-    return simulate(Schedule(schedule.topology, base, tuple(sorted(keep)), meta)).schedule
+    out = simulate(Schedule(schedule.topology, base, tuple(sorted(keep)), meta)).schedule
+    groups = info.get("channel_groups")
+    if groups:  # channel group of each transfer: that of its first chunk's tree
+        per_base = per // s
+        hints = []
+        for t in out.transfers:
+            owner, b = divmod(base.chunks[t.chunks[0]].index, per_base)
+            root = base.group[owner] if coll.root is None else coll.root
+            row = groups.get("reduce" if t.op == "reduce" else "copy", {}).get(str(root))
+            hints.append(row[b] if row and b < len(row) else 0)
+        out.meta["channel_of_transfer"] = hints
+    return out

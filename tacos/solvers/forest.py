@@ -55,6 +55,8 @@ PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
     "allreduce": (("reduce", True, "group"), ("copy", False, "group")),
 }
 MAX_TRANSFERS = 300_000
+MAX_TREE_CHANNELS = 8
+TB_BUDGET = 64
 INTERLEAVE_MAX = 128
 """Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
 MAX_SLICE_TRIALS = 10
@@ -152,6 +154,42 @@ def taper(rounds: int, depth: int) -> list[int]:
     return ramp + [1 << depth] * max(1, rounds) + ramp[::-1]
 
 
+def _base_ranges(forest: Forest, base: int) -> list[tuple[int, int]]:
+    """(first base chunk, count) of every tree: a root's ``base`` chunks in tree order, in
+    proportion to the trees' multiplicities."""
+    taken: dict[int, int] = defaultdict(int)
+    out = []
+    for tree in forest.trees:
+        n = base * tree.mult // forest.rate.k
+        out.append((taken[tree.root], n))
+        taken[tree.root] += n
+    return out
+
+
+def channel_groups(forests: list[Forest], base: int) -> dict[str, dict[str, list[int]]]:
+    """MSCCL channel group of every base chunk, per phase and root: the tree's rank among its
+    root's trees, modulo as many groups as keep the thread blocks per GPU within
+    :data:`TB_BUDGET` (about two per peer and channel) and at most :data:`MAX_TREE_CHANNELS`."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for f in forests:
+        peers: dict[int, set[int]] = defaultdict(set)
+        for t in f.trees:
+            for x, y in t.edges:
+                peers[x].add(y)
+                peers[y].add(x)
+        most = max((len(p) for p in peers.values()), default=1)
+        groups = max(1, min(MAX_TREE_CHANNELS, TB_BUDGET // max(1, 2 * most)))
+        rank: dict[int, int] = defaultdict(int)
+        per_root: dict[str, list[int]] = {}
+        for tree, (first, n) in zip(f.trees, _base_ranges(f, base), strict=True):
+            row = per_root.setdefault(str(tree.root), [0] * base)
+            for b in range(first, first + n):
+                row[b] = rank[tree.root] % groups
+            rank[tree.root] += 1
+        out[f.phase] = per_root
+    return out
+
+
 def _rounds(forest: Forest, sub: Collective, ids: tuple[int, ...], refined: Collective,
             per: int, groups: list[int], base: int) -> list[list[tuple[int, ...]]]:
     """Chunk ids (of ``sub``) each tree sends in each round: round r carries slices
@@ -166,12 +204,7 @@ def _rounds(forest: Forest, sub: Collective, ids: tuple[int, ...], refined: Coll
     for g in groups:
         bounds.append(bounds[-1] + g)
     out: list[list[tuple[int, ...]]] = []
-    taken: dict[int, int] = defaultdict(int)
-    k = forest.rate.k
-    for tree in forest.trees:
-        n = base * tree.mult // k
-        first = taken[tree.root]
-        taken[tree.root] += n
+    for tree, (first, n) in zip(forest.trees, _base_ranges(forest, base), strict=True):
         mine = range(first, first + n)
         mine_slots = slot[tree.root]
         out.append([tuple(sorted(mine_slots[b][j] for b in mine for j in range(lo, hi)))
@@ -329,7 +362,8 @@ class ForestSolver:
         topo = view.topology
         meta = {"pipeline": {"slices": s, "rounds": len(groups), "chunks_per_npu": per,
                              "base_chunks_per_npu": q * big_k, "batched": batch,
-                             "slices_per_round": list(groups)}}
+                             "slices_per_round": list(groups),
+                             "channel_groups": channel_groups(forests, q * big_k)}}
         if plan is not None:
             out = assemble(topo, refined, plan, scheds.get("reduce"), scheds.get("copy"))
             return Schedule(topo, refined, out.transfers, meta)
