@@ -175,7 +175,7 @@ TOPOS = {
 def test_schedules_verify_and_approach_the_optimum(name, kind):
     topo = TOPOS[name]()
     root = 1 if kind in ("broadcast", "reduce") else None
-    coll = build(kind, topo.live_npus, size=64 * 2**20, root=root)
+    coll = build(kind, topo.live_npus, size=len(topo.live_npus) * 2**22, root=root)
     s = tacos.synthesize(topo, coll, solver="forest")
     rep = verify_schedule(s)
     assert rep.ok, rep.text(5)
@@ -227,7 +227,7 @@ def test_relays_all_lets_trees_pass_through_other_npus():
 
 def test_fixed_k_option_and_determinism():
     topo = TOPOS["mesh"]()
-    coll = build("allgather", topo.live_npus, size=2**24)
+    coll = build("allgather", topo.live_npus, size=9 * 2**21)
     a = tacos.synthesize(topo, coll, solver="forest", trees=1, slices=4)
     b = tacos.synthesize(topo, coll, solver="forest", trees=1, slices=4)
     assert a.to_json() == b.to_json()
@@ -245,7 +245,7 @@ def test_unsupported_collective_is_a_clear_error():
 # -- MSCCL: one pipeline round per program --------------------------------------------------
 def test_first_round_is_a_valid_schedule_of_the_base_chunks():
     topo = TOPOS["mesh"]()
-    coll = build("allreduce", topo.live_npus, size=2**24)
+    coll = build("allreduce", topo.live_npus, size=9 * 2**21)
     s = tacos.synthesize(topo, coll, solver="forest", slices=4)
     base = first_round(s)
     assert base.collective.chunks_per_npu * 4 == s.collective.chunks_per_npu

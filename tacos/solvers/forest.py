@@ -44,6 +44,7 @@ from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_view import RouteView
+from tacos.solvers.options import Option, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
@@ -216,6 +217,15 @@ class ForestSolver:
     """Spanning-tree packing (see the module docstring)."""
 
     name = "forest"
+    options = {
+        "trees": Option("trees per root: 'auto' (the exact k when small, also 1 and 2, keeping "
+                        "the fastest schedule), 'exact', or a fixed k",
+                        int_or_text("auto", "exact"), default="auto"),
+        "slices": Option("slices per chunk: 'auto' (searched) or a number",
+                         int_or_text("auto"), default="auto"),
+        "max_transfers": Option("most transfers a schedule may have (caps the slices)", int,
+                                default=MAX_TRANSFERS),
+    }
     supports_combining = True
     native_switches = True
     refines_chunks = True
