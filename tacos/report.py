@@ -48,12 +48,12 @@ def report(schedule: Schedule, *, topology: Topology | None = None,
     Times are estimates of the α-β model (α + bytes / bandwidth per transfer), not
     measurements.  ``time`` is the α-β replay time (:func:`tacos.simulate.simulate`),
     ``schedule_time`` the schedule's own makespan.  The bound is computed on ``topology``
-    (default: the schedule's own); ``gap`` = time / the *physical* bound (min-cut bandwidth, hop latency), the same for
-    every solver.  ``model_bounds`` lists the bounds that hold only for the collective's own
-    chunks, each with what it assumes (the chunk-granular one only when every transfer carries
-    one chunk), and ``model_gap`` = time / the largest bound including them.  ``forest`` (from
-    the forest solver's ``meta``) gives its optimal rate, the achieved fraction of it, tree and
-    slice counts.  ``verify=False`` skips the verifier.
+    (default: the schedule's own); ``gap`` = time / the *physical* bound (min-cut bandwidth,
+    hop latency), the same for every solver.  ``model_bounds`` lists the bounds that hold only
+    for the collective's own chunks, each with what it assumes (the chunk-granular one only
+    when every transfer carries one chunk), and ``model_gap`` = time / the largest bound
+    including them.  ``forest`` (from the forest solver's ``meta``) gives its optimal rate, the
+    achieved fraction of it, tree and slice counts.  ``verify=False`` skips the verifier.
     """
     coll = schedule.collective
     sim = simulate(schedule)
