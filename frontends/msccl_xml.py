@@ -159,11 +159,17 @@ class _Builder:
         missing = [k for k in SELECTION_ATTRS if k not in algo.attrs]
         if missing:
             names = ", ".join(repr(k) for k in missing)
+            fill = {"outofplace": int(algo.attrs.get("inplace") != "1"), "minBytes": 0,
+                    "maxBytes": 0}  # outofplace=1 only where in-place is not declared
+            add = " ".join(f'{k}="{fill[k]}"' for k in missing)
             r.problem("missing-attribute", f"<algo> lacks {names}, which the runtime requires "
-                      f"(\"Attribute {missing[0]} of node algo not found\"); older "
-                      "msccl-tools/TACCL omit them", algo.line, algo.col,
+                      f"(\"Attribute {missing[0]} of node algo not found\": the file, and "
+                      "every algorithm in its folder, fails to load); older msccl-tools/TACCL "
+                      "omit them", algo.line, algo.col,
                       severity="error" if r.strict else "warning",
-                      hint='add outofplace="0" minBytes="0" maxBytes="0" (0 = unlimited)')
+                      hint=f"add {add} to <algo> (maxBytes 0 = unlimited)"
+                      + ("; to check msccl-tools output you will fix up, run  tacosc verify "
+                         "--lenient" if r.strict else ""))
         for k in SELECTION_ATTRS:
             sel[k] = None if k in missing else self.int_attr(algo, k, where)
         self.unknown_attrs(algo, ALGO_ATTRS + ALGO_OPTIONAL, where)
