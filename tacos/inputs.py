@@ -103,3 +103,55 @@ def decode_text(data: bytes, source: str, what: str, empty_hint: str | None = No
         raise InputFileError(f"{source} is empty", span=Span(source, 1, 1),
                              hint=empty_hint or f"a {what} is not empty")
     return text
+
+
+def check_json_nesting(doc: object, source: str, sample: int = 64) -> None:
+    """Refuse a parsed JSON document nested deeper than ``limits.current().nesting``.
+
+    Iterative, so it cannot itself run out of stack.  Arrays are followed through their first
+    ``sample`` items only: those are what recursive consumers (schema validation of a sample)
+    see; every other item is checked field by field by the structural readers.
+    """
+    limit = limits.current().nesting
+    stack: list[tuple[object, int, str]] = [(doc, 1, "$")]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, dict):
+            items = [(v, f"{path}.{k}") for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(v, f"{path}[{i}]") for i, v in enumerate(value[:sample])]
+        else:
+            continue
+        if depth > limit:
+            raise limits.LimitError(f"{source}: {path}: JSON nested deeper than {limit} levels",
+                                    hint="a schedule file is a few levels deep; raise the "
+                                    "limit with --limit nesting=N if this one is intended")
+        stack.extend((v, depth + 1, p) for v, p in items if isinstance(v, dict | list))
+
+
+def json_nesting_error(text: str, source: str) -> limits.LimitError:
+    """The located error for JSON text too deeply nested for the parser (error path only)."""
+    limit = limits.current().nesting
+    depth, in_string, escaped = 0, False, False
+    where = len(text)
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                where = i
+                break
+        elif ch in "]}":
+            depth -= 1
+    line, col = position(text, where)
+    return limits.LimitError(f"JSON nested deeper than {limit} levels",
+                             span=Span(source, line, col),
+                             hint="a schedule file is a few levels deep")
