@@ -80,15 +80,15 @@ def check_writable(path: str | Path, what: str = "output") -> None:
     dest = Path(path)
     folder = dest.parent if str(dest.parent) else Path(".")
     if dest.is_dir():
-        raise TacosError(f"cannot write {what} {dest}: it is a folder")
+        raise TacosError(f"cannot write {dest}: it is a folder (the {what} must be a file)")
     if not folder.is_dir():
-        raise TacosError(f"cannot write {what} {dest}: folder {folder} does not exist",
-                         hint="create the folder first, or write somewhere else")
+        raise TacosError(f"cannot write {dest}: folder {folder} does not exist",
+                         hint=f"create the folder first, or write the {what} somewhere else")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".check", dir=folder)
     except OSError as exc:
-        raise TacosError(f"cannot write {what} {dest}: {exc.strerror or exc}",
-                         hint="check that the folder is writable") from None
+        raise TacosError(f"cannot write {dest}: {exc.strerror or exc}",
+                         hint=f"check that the folder of the {what} is writable") from None
     os.close(fd)
     os.unlink(tmp)
 
