@@ -600,6 +600,9 @@ class Scope(ReshardStatements, JobStatements):
             raise self.error(exc.message, node, exc.hint) from None
         if nbytes < 1:
             raise self.error("a size must be at least 1 byte", node)
+        problem = limits.check_number("size", nbytes)
+        if problem is not None:
+            raise self.error(problem, node)
         return nbytes
 
     def do_custom_stmt(self, t: Tree) -> None:

@@ -42,11 +42,12 @@ def number(tok: Token) -> int | float:
 
 
 def _bounded(value: int | float, where: Any) -> int | float:
-    """``value`` if finite and at most :data:`~tacos.limits.MAX_INTEGER` in magnitude."""
+    """``value`` if finite (a float) or at most :data:`~tacos.limits.MAX_INTEGER` in magnitude
+    (an int)."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError_("number out of range (not finite)", where,
                           "numbers must be finite; check the exponent")
-    if abs(value) > MAX_INTEGER:
+    if isinstance(value, int) and abs(value) > MAX_INTEGER:
         raise ValueError_(f"number out of range (larger than 2^53 = {MAX_INTEGER})", where)
     return value
 
@@ -134,7 +135,8 @@ def _apply(op: str, a: int | float, b: int | float, node: Tree) -> int | float:
     if op == "sub":
         return a - b
     if op == "mul":
-        if a and b and abs(a) > MAX_INTEGER / abs(b):
+        if isinstance(a, int) and isinstance(b, int) and a and b \
+                and abs(a) > MAX_INTEGER // abs(b):
             raise ValueError_(f"number out of range (larger than 2^53 = {MAX_INTEGER})", node)
         return a * b
     if op in ("div", "mod"):

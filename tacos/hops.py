@@ -21,8 +21,8 @@ import numpy as np
 
 from tacos.topology import Topology
 
-BATCH_WORDS = 4_000_000
-"""Largest ``links × W`` (64-bit words) one batch may gather: 32 MB."""
+BATCH_WORDS = 1_000_000
+"""Largest ``links × W`` (64-bit words) one batch may gather: 8 MB."""
 DEFAULT_BUDGET = 2e9
 """Word operations an exact diameter may take before bounds are reported instead."""
 

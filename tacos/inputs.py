@@ -123,7 +123,8 @@ def check_json_nesting(doc: object, source: str, sample: int = 64) -> None:
         else:
             continue
         if depth > limit:
-            raise limits.LimitError(f"{source}: {path}: JSON nested deeper than {limit} levels",
+            raise limits.LimitError(f"{source}: {path}: JSON nested deeper than {limit} levels "
+                                    "(nesting)",
                                     hint="a schedule file is a few levels deep; raise the "
                                     "limit with --limit nesting=N if this one is intended")
         stack.extend((v, depth + 1, p) for v, p in items if isinstance(v, dict | list))
@@ -152,6 +153,7 @@ def json_nesting_error(text: str, source: str) -> limits.LimitError:
         elif ch in "]}":
             depth -= 1
     line, col = position(text, where)
-    return limits.LimitError(f"JSON nested deeper than {limit} levels",
+    return limits.LimitError(f"JSON nested deeper than {limit} levels (nesting)",
                              span=Span(source, line, col),
-                             hint="a schedule file is a few levels deep")
+                             hint="a schedule file is a few levels deep; raise the limit with "
+                             f"--limit nesting={limit * 2} if this one is intended")
