@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from tacos.collective import Chunk, Collective
+from tacos.declared import differences
 from tacos.errors import Span, TacosError
 from tacos.inputs import check_json_nesting, decode_text, json_nesting_error, read_capped
 from tacos.limits import MAX_INTEGER, check_number
 from tacos.schedule import Schedule, Transfer
 from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES, Link, Npu, Switch, Topology
-from tacos.verify_bulk import paused_gc
+from tacos.verify_bulk import TIME_EPS, paused_gc
 
 SCHEMA_ID = "tacos.schedule/2"
 SCHEMA_IDS = {"tacos.schedule/1": 1, "tacos.schedule/2": 2}
@@ -336,8 +337,21 @@ def _loads(text: str, source: str) -> Schedule:
     topology = _topology(r, r.get(top, "topology", "$", "obj"), "$.topology", version)
     collective = _collective(r, r.get(top, "collective", "$", "obj"), "$.collective",
                              topology.n_npus)
+    found = differences(collective)
+    if found:
+        where, message = found[0]
+        more = f" (and {len(found) - 1} more difference(s))" if len(found) > 1 else ""
+        raise TacosError(f"{source}: {where}: {message}{more}",
+                         hint="the chunks must be what the declared collective (kind, group, "
+                         "size, chunks per NPU, root) has; the file was changed or is not from "
+                         "tacos")
     transfers = _transfers(r, r.get(top, "transfers", "$", "list"), version)
-    r.get(top, "time", "$", "num")
+    time = r.get(top, "time", "$", "num")
+    makespan = max((t.end for t in transfers), default=0.0)
+    if abs(time - makespan) > TIME_EPS * max(abs(time), abs(makespan)):
+        raise TacosError(f"{source}: $.time: {time!r} s, but the last transfer ends at "
+                         f"{makespan!r} s", hint="the collective time is the schedule's "
+                         "makespan; the file was changed or is not from tacos")
     r.get(top, "chunk_size", "$", "int?")
     r.get(top, "bound", "$", "obj?")
     meta = r.get(top, "meta", "$", "obj")
