@@ -154,7 +154,7 @@ def integer(node: Tree | Token, env: dict[str, Any], what: str = "value") -> int
     if isinstance(val, float):
         if not val.is_integer():
             raise ValueError_(f"{what} must be a whole number, not {val}", node)
-        val = int(val)
+        val = _bounded(int(val), node)
     return val
 
 

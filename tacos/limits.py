@@ -152,16 +152,33 @@ def require_number(kind: str, value: float, where: str = "") -> float:
 
 
 def check_topology(topology: Topology) -> None:
-    """Every link's bandwidth and latency is finite and in range; multiplicities are bounded."""
-    limit = current().multiplicity
-    for i, lk in enumerate(topology.links):
-        for kind, value in (("bandwidth", lk.bandwidth), ("latency", lk.alpha)):
-            problem = check_number(kind, value)
-            if problem is not None:
-                raise TacosError(f"link {i} ({topology.node_name(lk.src)} -> "
-                                 f"{topology.node_name(lk.dst)}): {problem}")
-        if not isinstance(lk.multiplicity, int) or not 1 <= lk.multiplicity <= limit:
-            raise TacosError(f"link {i}: multiplicity {lk.multiplicity!r} is not in 1..{limit}")
+    """Every link's bandwidth and latency is finite and in range; multiplicities are bounded.
+
+    Vectorized: a million links take milliseconds; the first bad link is named.
+    """
+    import numpy as np
+
+    links = topology.links
+    if not links:
+        return
+    bw = np.fromiter((lk.bandwidth for lk in links), dtype=np.float64, count=len(links))
+    alpha = np.fromiter((lk.alpha for lk in links), dtype=np.float64, count=len(links))
+    mult = np.fromiter((lk.multiplicity for lk in links), dtype=np.float64, count=len(links))
+    (blo, bhi, _), (alo, ahi, _) = RANGES["bandwidth"], RANGES["latency"]
+    with np.errstate(invalid="ignore"):
+        ok = ((bw >= blo) & (bw <= bhi) & (alpha >= alo) & (alpha <= ahi)
+              & (mult >= 1) & (mult <= current().multiplicity) & (mult == np.floor(mult)))
+    if ok.all():
+        return
+    i = int(np.flatnonzero(~ok)[0])
+    lk = links[i]
+    where = f"link {i} ({topology.node_name(lk.src)} -> {topology.node_name(lk.dst)})"
+    for kind, value in (("bandwidth", lk.bandwidth), ("latency", lk.alpha)):
+        problem = check_number(kind, value)
+        if problem is not None:
+            raise TacosError(f"{where}: {problem}")
+    raise TacosError(f"{where}: multiplicity {lk.multiplicity!r} is not in "
+                     f"1..{current().multiplicity}")
 
 
 def check_collective(collective: Collective) -> None:
@@ -170,10 +187,10 @@ def check_collective(collective: Collective) -> None:
           "has too many chunks")
     check("deliveries", sum(len(c.post) for c in collective.chunks),
           f"collective {collective.name or collective.kind} demands too many chunk arrivals")
-    for c in collective.chunks:
-        problem = check_number("size", c.size)
-        if problem is not None:
-            raise TacosError(f"chunk {c.id}: {problem}")
+    lo, hi, _ = RANGES["size"]
+    bad = [c for c in collective.chunks if not lo <= c.size <= hi]
+    if bad:
+        raise TacosError(f"chunk {bad[0].id}: {check_number('size', bad[0].size)}")
 
 
 def unwound_link_count(topology: Topology) -> int:
