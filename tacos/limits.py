@@ -151,36 +151,6 @@ def require_number(kind: str, value: float, where: str = "") -> float:
     return value
 
 
-def check_topology(topology: Topology) -> None:
-    """Every link's bandwidth and latency is finite and in range; multiplicities are bounded.
-
-    Vectorized: a million links take milliseconds; the first bad link is named.
-    """
-    import numpy as np
-
-    links = topology.links
-    if not links:
-        return
-    bw = np.fromiter((lk.bandwidth for lk in links), dtype=np.float64, count=len(links))
-    alpha = np.fromiter((lk.alpha for lk in links), dtype=np.float64, count=len(links))
-    mult = np.fromiter((lk.multiplicity for lk in links), dtype=np.float64, count=len(links))
-    (blo, bhi, _), (alo, ahi, _) = RANGES["bandwidth"], RANGES["latency"]
-    with np.errstate(invalid="ignore"):
-        ok = ((bw >= blo) & (bw <= bhi) & (alpha >= alo) & (alpha <= ahi)
-              & (mult >= 1) & (mult <= current().multiplicity) & (mult == np.floor(mult)))
-    if ok.all():
-        return
-    i = int(np.flatnonzero(~ok)[0])
-    lk = links[i]
-    where = f"link {i} ({topology.node_name(lk.src)} -> {topology.node_name(lk.dst)})"
-    for kind, value in (("bandwidth", lk.bandwidth), ("latency", lk.alpha)):
-        problem = check_number(kind, value)
-        if problem is not None:
-            raise TacosError(f"{where}: {problem}")
-    raise TacosError(f"{where}: multiplicity {lk.multiplicity!r} is not in "
-                     f"1..{current().multiplicity}")
-
-
 def check_collective(collective: Collective) -> None:
     """Chunk count, demanded deliveries and chunk sizes are within limits and ranges."""
     check("chunks", collective.n_chunks, f"collective {collective.name or collective.kind} "
@@ -225,8 +195,8 @@ def unwound_link_count(topology: Topology) -> int:
 
 
 def check_problem(topology: Topology, collective: Collective) -> None:
-    """Everything synthesis needs to hold before it starts work (API entry point check)."""
-    check_topology(topology)
+    """The limits synthesis needs to hold before it starts work (the API's entry check; link
+    values are checked by :func:`tacos.passes.validate.check_topology`)."""
     check_collective(collective)
     check("links", unwound_link_count(topology), "switch unwinding would create too many "
           "links (a fully unwound switch of n ports gives n(n-1))")

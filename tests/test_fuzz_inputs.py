@@ -214,9 +214,9 @@ def check_json(edits: list[tuple[int, str, bool]]) -> None:
         path.write_text(text)
         code, out = run_cli(["verify", str(path)])
         assert code in (0, 1), out
-        if code == 1:  # a JSON path, a line:col, or the verifier's violations
-            assert (f"{path}: $" in out or re.search(rf"{re.escape(str(path))}:\d+:\d+", out)
-                    or "violation" in out), out
+        if code == 1:  # the file (and a JSON path or line:col), or the verifier's violations
+            assert out.startswith(f"error: {path}: ") or re.match(
+                rf"{re.escape(str(path))}:\d+:\d+: error: ", out) or "violation" in out, out
 
 
 FAST = settings(max_examples=25, deadline=None, derandomize=True,

@@ -157,4 +157,4 @@ def test_api_collectives_and_synthesis_check_limits() -> None:
     with pytest.raises(LimitError, match=r"\(deliveries\)"):
         tacos.collective("allgather", range(20000), size=1 << 30, chunks_per_npu=1)
     with limits.raised(deliveries=10**9):
-        assert tacos.collective("allgather", range(100), size=1 << 20).n_chunks == 100
+        assert tacos.collective("allgather", range(100), size=102400).n_chunks == 100
