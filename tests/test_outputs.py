@@ -70,6 +70,7 @@ def test_plot_path_is_checked_before_synthesis(tmp_path: Path, bad: str,
     assert not out.exists() and time.perf_counter() - t0 < 5
 
 
+@pytest.mark.slow
 def test_plot_is_written_atomically(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "plan.png"
