@@ -12,8 +12,8 @@ written to a temporary folder):
 
 Usage::
 
-    python benchmarks/bench_info_memory.py            # prints a markdown table
-    python benchmarks/bench_info_memory.py --docs     # also writes docs/benchmarks/info-memory.md
+    python -m benchmarks.bench_info_memory            # prints a markdown table
+    python -m benchmarks.bench_info_memory --docs     # also writes docs/benchmarks/info-memory.md
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -74,6 +73,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per point (median)")
     ap.add_argument("--families", default="torus,dgx_h100,fattree")
+    ap.add_argument("--sizes", default=",".join(str(n) for n in SIZES),
+                    help="NPU counts, from " + ", ".join(str(n) for n in SIZES))
     ap.add_argument("--docs", action="store_true", help="write docs/benchmarks/info-memory.md")
     args = ap.parse_args()
     rows = []
@@ -81,7 +82,7 @@ def main() -> None:
         ref_path = Path(tmp) / "ref.tdl"
         ref_path.write_text("ring r[8] 50GB/s 1us\n")
         for family in args.families.split(","):
-            for n in SIZES:
+            for n in (int(x) for x in args.sizes.split(",")):
                 path = Path(tmp) / f"{family}{n}.tdl"
                 path.write_text(tdl(family, n))
                 peaks, refs, walls, doc = [], [], [], {}
@@ -122,15 +123,9 @@ def _markdown(rows: list[dict]) -> str:
 
 
 def _write_docs(table: str, args: argparse.Namespace) -> None:
+    from benchmarks.__main__ import machine
+
     root = Path(__file__).resolve().parent.parent
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     text = f"""# `tacosc info` peak memory
 
 Peak resident memory of `tacosc info --json` on three topology families at 1k, 4k and 16k
@@ -140,10 +135,9 @@ by bit-parallel breadth-first search in batches of bounded size (`tacos/hops.py`
 all-pairs table is built; memory grows with the number of links.  When the exact diameter would
 take too long (long rings and meshes), bounds are shown instead.
 
-Command: `python benchmarks/bench_info_memory.py --repeat {args.repeat} --docs`
+Command: `python -m benchmarks.bench_info_memory --repeat {args.repeat} --docs`
 
-Machine: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python
-{platform.python_version()}; shared with other jobs while measuring.
+Machine: {machine()}; shared with other jobs while measuring.
 Date: {dt.date.today().isoformat()}
 
 {table}
