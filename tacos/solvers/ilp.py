@@ -67,6 +67,7 @@ from tacos.topology import Topology
 
 RESERVE = 0.15  # fraction of the time limit kept for recovery, replay and bookkeeping
 GREEDY_SHARE = 0.25  # most of the time limit the greedy first schedules may take
+POOL_MIN_SECONDS = 5.0  # greedy budgets below this run in-process (no worker start-up)
 GREEDY, GREEDY_MERGED, SHORTEST = "greedy", "greedy_merged", "shortest_path"
 BASELINES = (GREEDY, GREEDY_MERGED, SHORTEST)  # schedules the ILP starts from
 SOFT_SHARE = 0.3  # fraction of the ILP time kept for early termination when probes run long
@@ -202,7 +203,8 @@ def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str =
     problem asks for ``max_merge=1``, greedy with the problem's ``max_merge`` (default
     ``"auto"``: several chunks per transfer may pay α once, which the TEN cannot express) as a
     further candidate.  Otherwise, or without the greedy solver, shortest paths.
-    ``time_limit`` (seconds) bounds the greedy runs (each completes at least one trial).
+    ``time_limit`` (seconds) bounds the greedy runs: the first completes at least one trial,
+    the second runs only if time is left.
     """
     out: list[tuple[list[Transfer], str]] = []
     t0 = time.perf_counter()
@@ -215,9 +217,12 @@ def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str =
             opts = {"seed": seed, "trials": trials, "max_merge": cap,
                     "workers": problem.options.get("workers")}
             if time_limit is not None:  # the first run may use 60% of the budget
-                share = 0.6 if label == GREEDY else 1.0
-                opts["time_limit"] = max(0.0, (time_limit - (time.perf_counter() - t0))
-                                         * share)
+                left = time_limit - (time.perf_counter() - t0)
+                if out and left <= 0:  # a start is in hand: no further run past the budget
+                    break
+                opts["time_limit"] = max(0.0, left * (0.6 if label == GREEDY else 1.0))
+                if opts["time_limit"] < POOL_MIN_SECONDS:  # worker start-up would eat it
+                    opts["workers"] = 1
             res = greedy.solve(Problem(problem.topology, problem.collective, opts))
             if res.schedule is not None:
                 out.append((list(res.schedule.transfers), label))
