@@ -158,3 +158,12 @@ def test_api_collectives_and_synthesis_check_limits() -> None:
         tacos.collective("allgather", range(20000), size=1 << 30, chunks_per_npu=1)
     with limits.raised(deliveries=10**9):
         assert tacos.collective("allgather", range(100), size=102400).n_chunks == 100
+
+
+def test_reshard_sizes_and_pieces_are_bounded() -> None:
+    mesh = "from g[0..3] shape [4] spec S0R to g[4..7] shape [4] spec RS0"
+    err = located(f"npu g[8]\nreshard \"x\" tensor [1000000000, 1000000000] dtype f32 {mesh}\n")
+    assert "out of range (1 B to 1 PiB)" in err.message and err.span.line == 2
+    err = located(f"npu g[8]\nreshard \"x\" tensor [1024, 1024] dtype f32 {mesh} "
+                  "pieces 100000000\n")
+    assert "(chunks)" in err.message and err.span.line == 2
