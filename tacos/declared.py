@@ -3,8 +3,9 @@
 A schedule file carries its collective twice: as a declaration (kind, group, size, chunks per
 NPU, root) and as the chunks with their pre- and postconditions that the verifier checks the
 transfers against.  :func:`differences` rebuilds the chunks from the declaration with
-:mod:`tacos.patterns` (``custom`` collectives from their own chunks, multi-tenant ones tenant by
-tenant and then combined as :func:`tacos.collective.combine` does) and lists every place where
+:mod:`tacos.patterns` (``custom`` collectives from their own chunks: the group must be the NPUs
+they name, in any order, and the size their sum; multi-tenant ones tenant by tenant and then
+combined as :func:`tacos.collective.combine` does) and lists every place where
 the two disagree, so that a file whose obligations were cut down (a postcondition reduced to one
 NPU, a chunk dropped, a group that no longer holds an NPU the chunks use, a wrong size or an
 unknown kind) is rejected instead of verified against its own weakened terms.
@@ -59,8 +60,16 @@ def differences(coll: Collective, path: str = "$.collective") -> list[tuple[str,
     what = f"{coll.kind} over {len(coll.group)} NPUs" if coll.kind not in ("custom", "multi") \
         else f"this {coll.kind} collective"
     out: list[tuple[str, str]] = []
+    custom = coll.kind == "custom"
     for field in ("group", "size", "chunks_per_npu", "root"):
         have, need = getattr(coll, field), getattr(want, field)
+        if custom and field == "group":  # any order of the NPUs its chunks name
+            have, need = frozenset(have), frozenset(need)
+            if len(coll.group) != len(have):
+                out.append((f"{path}.group", "the group names an NPU twice"))
+                continue
+        if custom and field == "chunks_per_npu":  # free for a custom collective
+            continue
         if have != need:
             out.append((f"{path}.{field}", f"{_show(have)}, but {what} has {_show(need)}"))
     if coll.n_chunks != want.n_chunks:
