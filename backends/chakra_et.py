@@ -24,6 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from tacos.atomic import write_bytes
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
 
@@ -151,11 +152,7 @@ def write_traces(schedule: Schedule, prefix: str | Path) -> list[Path]:
     paths = []
     for npu, data in encode_traces(schedule).items():
         path = Path(f"{prefix}.{npu}.et")
-        try:
-            path.write_bytes(data)
-        except OSError as exc:
-            raise TacosError(f"cannot write {path}: {exc.strerror or exc}",
-                             hint="check that the folder exists and is writable") from None
+        write_bytes(path, data)  # atomically: a trace is whole or the previous one
         paths.append(path)
     return paths
 

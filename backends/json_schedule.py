@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tacos.atomic import write_text
 from tacos.collective import Collective
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
@@ -140,5 +141,5 @@ def dumps(schedule: Schedule, *, bound: bool = True) -> str:
 
 
 def dump(schedule: Schedule, path: str | Path, *, bound: bool = True) -> None:
-    """Write :func:`dumps` to ``path`` (UTF-8)."""
-    Path(path).write_text(dumps(schedule, bound=bound), encoding="utf-8")
+    """Write :func:`dumps` to ``path`` (UTF-8) atomically."""
+    write_text(path, dumps(schedule, bound=bound))

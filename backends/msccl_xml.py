@@ -24,6 +24,7 @@ returns the text.
 
 from __future__ import annotations
 
+from tacos.atomic import write_text
 from tacos.errors import TacosError, VerificationError
 from tacos.msccl.program import (
     ALGO_ATTRS,
@@ -132,6 +133,5 @@ def schedule_to_xml(schedule: Schedule, options=None) -> str:
 
 
 def write_xml(program: Program, path) -> None:
-    """Write :func:`emit_xml` output to ``path`` (UTF-8, ``\\n`` line ends)."""
-    with open(path, "w", encoding="ascii", newline="\n") as fh:
-        fh.write(emit_xml(program))
+    """Write :func:`emit_xml` output to ``path`` atomically (ASCII, ``\\n`` line ends)."""
+    write_text(path, emit_xml(program), encoding="ascii")

@@ -11,9 +11,11 @@ imported lazily; without it a :class:`~tacos.errors.TacosError` says how to inst
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from tacos.atomic import check_writable, write_with
 from tacos.errors import TacosError
 from tacos.schedule import Schedule
 
@@ -29,6 +31,24 @@ class PlotInfo:
     links_used: int
     transfers: int
     utilization: tuple[float, ...]
+
+
+FORMATS = ("png", "svg", "pdf")
+
+
+def check_plot_path(path: str | Path) -> None:
+    """Raise a :class:`TacosError` now if a plot cannot be written to ``path`` later.
+
+    The suffix must name a supported format, matplotlib must be installed and the folder must
+    exist and be writable (``tacosc --plot`` checks this before synthesizing).
+    """
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise TacosError(f"cannot plot to {path}: unknown picture format {suffix or '(none)'!r}",
+                         hint=f"name the file .{', .'.join(FORMATS)}")
+    if importlib.util.find_spec("matplotlib") is None:
+        _pyplot()  # raises with the install hint
+    check_writable(path, "plot")
 
 
 def _pyplot():
@@ -122,7 +142,10 @@ def plot_schedule(schedule: Schedule, path: str | Path, *, title: str | None = N
     fig.suptitle(head, fontsize=10)
     fig.text(0.01, 0.005, "colour = chunk, hatched = reduce", fontsize=7)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
+    fmt = path.suffix.lower().lstrip(".") or "png"
+    try:
+        write_with(path, lambda tmp: fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format=fmt))
+    finally:
+        plt.close(fig)
     return PlotInfo(path, tuple(labels), len(used), len(schedule.transfers),
                     tuple(util[li] for li in shown))

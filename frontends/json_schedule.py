@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from tacos.collective import Chunk, Collective
-from tacos.errors import InputFileError, Span, TacosError
+from tacos.declared import differences
+from tacos.errors import Span, TacosError
+from tacos.inputs import check_json_nesting, decode_text, json_nesting_error, read_capped
+from tacos.limits import MAX_INTEGER, check_number
 from tacos.schedule import Schedule, Transfer
 from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES, Link, Npu, Switch, Topology
-from tacos.verify_bulk import paused_gc
+from tacos.verify_bulk import TIME_EPS, paused_gc
 
 SCHEMA_ID = "tacos.schedule/2"
 SCHEMA_IDS = {"tacos.schedule/1": 1, "tacos.schedule/2": 2}
@@ -75,7 +78,8 @@ class _Doc:
         if value is None and nullable:
             return None
         ok = {
-            "int": isinstance(value, int) and not isinstance(value, bool),
+            "int": isinstance(value, int) and not isinstance(value, bool)
+            and abs(value) <= MAX_INTEGER,
             "num": isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value),
             "str": isinstance(value, str),
@@ -101,7 +105,7 @@ class _Doc:
              what: str = "id") -> list[int]:
         values = self.get(d, key, path, "list")
         for i, v in enumerate(values):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_INTEGER:
                 raise self.fail(f"{path}.{key}[{i}]", f"expected a non-negative integer, "
                                 f"got {_kind(v)}")
             if limit is not None and v >= limit:
@@ -161,10 +165,15 @@ def _links(r: _Doc, items: list[Any], path: str, n_nodes: int) -> tuple[Link, ..
         bw = r.get(d, "bandwidth", p, "num")
         if bw <= 0:
             raise r.fail(f"{p}.bandwidth", "bandwidth must be positive")
+        alpha = r.get(d, "alpha", p, "num")
+        for key, kind, value in (("bandwidth", "bandwidth", bw), ("alpha", "latency", alpha)):
+            problem = check_number(kind, value)
+            if problem is not None:
+                raise r.fail(f"{p}.{key}", problem)
         mult = r.get(d, "multiplicity", p, "int")
         if mult < 1:
             raise r.fail(f"{p}.multiplicity", "multiplicity must be at least 1")
-        out.append(Link(src, dst, float(r.get(d, "alpha", p, "num")), float(bw), mult,
+        out.append(Link(src, dst, float(alpha), float(bw), mult,
                         r.get(d, "dim", p, "int?"), r.get(d, "tag", p, "str"), via))
     return tuple(out)
 
@@ -219,6 +228,8 @@ def _collective(r: _Doc, d: dict[str, Any], path: str, n_npus: int) -> Collectiv
         size = r.get(c, "size", p, "int")
         if size < 1:
             raise r.fail(f"{p}.size", "a chunk has at least one byte")
+        if check_number("size", size) is not None:
+            raise r.fail(f"{p}.size", check_number("size", size))
         chunks.append(Chunk(i, size, frozenset(r.ints(c, "pre", p, n_npus, "NPU")),
                             frozenset(r.ints(c, "post", p, n_npus, "NPU")),
                             r.get(c, "reduce", p, "bool"), r.get(c, "index", p, "int"),
@@ -248,10 +259,10 @@ def _transfers(r: _Doc, items: list[Any], version: int) -> tuple[Transfer, ...]:
             if (type(start) in (float, int) and type(end) in (float, int)
                     and 0 <= start < math.inf and 0 <= end < math.inf
                     and type(src) is int and type(dst) is int and type(route) is list
-                    and route and all(type(x) is int and x >= 0 for x in route)
-                    and src >= 0 and dst >= 0 and op in ("copy", "reduce")
-                    and type(chunks) is list and chunks
-                    and all(type(c) is int and c >= 0 for c in chunks)):
+                    and route and all(type(x) is int and 0 <= x <= MAX_INTEGER for x in route)
+                    and 0 <= src <= MAX_INTEGER and 0 <= dst <= MAX_INTEGER
+                    and op in ("copy", "reduce") and type(chunks) is list and chunks
+                    and all(type(c) is int and 0 <= c <= MAX_INTEGER for c in chunks)):
                 append(Transfer(float(start), float(end), src, dst, tuple(route), tuple(chunks),
                                 op))
                 continue
@@ -310,6 +321,9 @@ def _loads(text: str, source: str) -> Schedule:
                          source_line=line, hint=_HINT) from None
     except ValueError as e:
         raise TacosError(f"{source}: not valid JSON: {e}", hint=_HINT) from None
+    except RecursionError:
+        raise json_nesting_error(text, source) from None
+    check_json_nesting(doc, source)
     r = _Doc(source)
     top = r.obj(doc, "$")
     declared = top.get("schema")
@@ -323,8 +337,21 @@ def _loads(text: str, source: str) -> Schedule:
     topology = _topology(r, r.get(top, "topology", "$", "obj"), "$.topology", version)
     collective = _collective(r, r.get(top, "collective", "$", "obj"), "$.collective",
                              topology.n_npus)
+    found = differences(collective)
+    if found:
+        where, message = found[0]
+        more = f" (and {len(found) - 1} more difference(s))" if len(found) > 1 else ""
+        raise TacosError(f"{source}: {where}: {message}{more}",
+                         hint="the chunks must be what the declared collective (kind, group, "
+                         "size, chunks per NPU, root) has; the file was changed or is not from "
+                         "tacos")
     transfers = _transfers(r, r.get(top, "transfers", "$", "list"), version)
-    r.get(top, "time", "$", "num")
+    time = r.get(top, "time", "$", "num")
+    makespan = max((t.end for t in transfers), default=0.0)
+    if abs(time - makespan) > TIME_EPS * max(abs(time), abs(makespan)):
+        raise TacosError(f"{source}: $.time: {time!r} s, but the last transfer ends at "
+                         f"{makespan!r} s", hint="the collective time is the schedule's "
+                         "makespan; the file was changed or is not from tacos")
     r.get(top, "chunk_size", "$", "int?")
     r.get(top, "bound", "$", "obj?")
     meta = r.get(top, "meta", "$", "obj")
@@ -333,18 +360,8 @@ def _loads(text: str, source: str) -> Schedule:
 
 def load(path: str | Path) -> Schedule:
     """Read and parse a JSON schedule file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise InputFileError(f"{p}: is a directory, not a schedule file") from None
-    except UnicodeDecodeError:
-        raise InputFileError(f"{p}: not a UTF-8 text file") from None
-    except OSError as e:
-        raise InputFileError(f"{p}: cannot read ({e.strerror})") from None
-    return loads(text, source=str(p))
+    data = read_capped(path, limit="schedule_bytes", what="schedule file")
+    return loads(decode_text(data, str(path), "schedule file"), source=str(path))
 
 
 def _close(a: float, b: float) -> bool:

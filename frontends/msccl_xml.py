@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tacos.errors import InputFileError, Span, TacosError
+from tacos.errors import Span, TacosError
+from tacos.inputs import decode_text, read_capped
 from tacos.msccl.program import (
     ALGO_ATTRS,
     ALGO_OPTIONAL,
@@ -95,10 +96,17 @@ class _Builder:
                 self.r.damaged = True
                 return default
             return None
-        if DECIMAL.match(raw):
-            return int(raw)
-        value = strtol(raw)
         col = e.cols.get(key, e.col)
+        value = int(raw) if DECIMAL.match(raw) and len(raw) < 24 else strtol(raw[:64])
+        bits = 64 if key in ("minBytes", "maxBytes") else 32
+        if value is not None and not -2 ** (bits - 1) <= value < 2 ** (bits - 1):
+            self.r.problem("number-range", f"{key}={raw[:40]!r} does not fit the runtime's "
+                           f"{bits}-bit integer", e.line, col,
+                           hint="write a value the runtime can store", **where)
+            self.r.damaged = True
+            return default
+        if DECIMAL.match(raw):
+            return value
         if value is None:
             self.r.problem("number-format", f"{key}={raw!r} is not a number (the runtime "
                            "reads it as 0)", e.line, col, hint="write a plain decimal integer",
@@ -159,11 +167,17 @@ class _Builder:
         missing = [k for k in SELECTION_ATTRS if k not in algo.attrs]
         if missing:
             names = ", ".join(repr(k) for k in missing)
+            fill = {"outofplace": int(algo.attrs.get("inplace") != "1"), "minBytes": 0,
+                    "maxBytes": 0}  # outofplace=1 only where in-place is not declared
+            add = " ".join(f'{k}="{fill[k]}"' for k in missing)
             r.problem("missing-attribute", f"<algo> lacks {names}, which the runtime requires "
-                      f"(\"Attribute {missing[0]} of node algo not found\"); older "
-                      "msccl-tools/TACCL omit them", algo.line, algo.col,
+                      f"(\"Attribute {missing[0]} of node algo not found\": the file, and "
+                      "every algorithm in its folder, fails to load); older msccl-tools/TACCL "
+                      "omit them", algo.line, algo.col,
                       severity="error" if r.strict else "warning",
-                      hint='add outofplace="0" minBytes="0" maxBytes="0" (0 = unlimited)')
+                      hint=f"add {add} to <algo> (maxBytes 0 = unlimited)"
+                      + ("; to check msccl-tools output you will fix up, run  tacosc verify "
+                         "--lenient" if r.strict else ""))
         for k in SELECTION_ATTRS:
             sel[k] = None if k in missing else self.int_attr(algo, k, where)
         self.unknown_attrs(algo, ALGO_ATTRS + ALGO_OPTIONAL, where)
@@ -305,22 +319,9 @@ def parse_xml(text: str, *, source: str = "<string>", strict: bool = False) -> P
 
 
 def _read(path: str | Path) -> str:
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputFileError(f"no such file: {p}", hint="check the path") from None
-    except IsADirectoryError:
-        raise InputFileError(f"{p} is a directory, not an MSCCL XML file") from None
-    except OSError as exc:
-        raise InputFileError(f"cannot read {p}: {exc.strerror}") from None
-    if not data.strip():
-        raise InputFileError(f"{p} is empty", hint="an MSCCL file starts with <algo ...>")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputFileError(f"{p} is not UTF-8 text (byte {exc.start})",
-                             hint="MSCCL XML files are plain ASCII") from None
+    data = read_capped(path, limit="xml_bytes", what="MSCCL XML file")
+    return decode_text(data, str(path), "MSCCL XML file",
+                       "an MSCCL file starts with <algo ...>")
 
 
 def load_xml_collect(path: str | Path, *, strict: bool = False) -> ParseOutcome:

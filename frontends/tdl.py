@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,9 @@ from tacos.frontends.tdl_jobs import build_job
 from tacos.frontends.tdl_parser import read_source
 from tacos.frontends.tdl_reshard import build_reshard
 
-from tacos import patterns
+from tacos import limits, patterns
 from tacos.collective import Collective
-from tacos.errors import InfeasibleError, TacosError, TdlSemanticError
+from tacos.errors import InfeasibleError, Span, TacosError, TdlSemanticError
 from tacos.passes.feasibility import check_feasible
 from tacos.spec import Spec
 from tacos.topology import Link, Npu, Switch, Topology
@@ -22,14 +23,19 @@ from tacos.topology import Link, Npu, Switch, Topology
 DEFAULT_COLLECTIVE_SIZE = patterns.DEFAULT_SIZE
 
 
-def parse_tdl(text: str, source: str = "<string>", params: dict[str, Any] | None = None) -> Spec:
-    """Parse TDL text into a Spec (raises :class:`tacos.errors.TacosError` on bad input)."""
-    return build_spec(evaluate(text, source, params), source)
+def parse_tdl(text: str, source: str = "<string>", params: dict[str, Any] | None = None,
+              include_dirs: Iterable[str | Path] | None = None) -> Spec:
+    """Parse TDL text into a Spec (raises :class:`tacos.errors.TacosError` on bad input).
+
+    ``include_dirs``: further folders ``use "path"`` may read from.
+    """
+    return build_spec(evaluate(text, source, params, include_dirs), source)
 
 
-def load_tdl(path: str | Path, params: dict[str, Any] | None = None) -> Spec:
+def load_tdl(path: str | Path, params: dict[str, Any] | None = None,
+             include_dirs: Iterable[str | Path] | None = None) -> Spec:
     """Read and parse a TDL file."""
-    return parse_tdl(read_source(path), str(path), params)
+    return parse_tdl(read_source(path), str(path), params, include_dirs)
 
 
 def _error(state: State, message: str, span: Any, hint: str | None = None) -> TdlSemanticError:
@@ -44,7 +50,11 @@ def build_spec(state: State, source: str) -> Spec:
     """Number the nodes (NPUs first, then switches) and build the IR."""
     n = len(state.npus)
     if n == 0:
-        raise TdlSemanticError(f"{source} declares no NPU",
+        text = state.texts.get(source, "")
+        lines = text.splitlines() or [""]
+        raise TdlSemanticError("the file declares no NPU",
+                               span=Span(source, len(lines), len(lines[-1]) + 1),
+                               source_line=lines[-1],
                                hint="declare some, e.g.  npu gpu[8]  or  ring r[8] 50GB/s 1us")
 
     def node_id(key: int) -> int:
@@ -127,6 +137,12 @@ def _collective(state: State, decl: Any, topology: Topology, index: int) -> Coll
         raise _error(state, f"{decl.kind} takes no root", decl.span)
     if len(group) < 2 and decl.kind != "custom":
         raise _error(state, f"{decl.kind} needs at least 2 NPUs in its group", decl.span)
+    try:
+        limits.check_deliveries_of(decl.kind, len(group), decl.chunks)
+    except limits.LimitError as exc:
+        located = _error(state, exc.message, decl.span, exc.hint)
+        raise limits.LimitError(located.message, span=located.span, hint=located.hint,
+                                source_line=located.source_line) from None
     size = decl.size
     if size is None:  # the default, not the user's: fitted to whole chunks
         size = patterns.default_size(decl.kind, len(group), decl.chunks)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from itertools import product
@@ -12,9 +14,10 @@ from typing import Any
 
 from lark import Token, Tree
 from tacos.frontends import tdl_generators as gen
+from tacos.frontends.tdl_includes import IncludePolicy, read_included
 from tacos.frontends.tdl_jobs import JobDecl, JobStatements
 from tacos.frontends.tdl_names import Group, Namespace, flat_indices, index_label
-from tacos.frontends.tdl_parser import STATEMENT_FORMS, parse_tree, read_source
+from tacos.frontends.tdl_parser import STATEMENT_FORMS, parse_tree
 from tacos.frontends.tdl_reshard import ReshardDecl, ReshardStatements
 from tacos.frontends.tdl_values import (
     LinkProps,
@@ -26,12 +29,10 @@ from tacos.frontends.tdl_values import (
     quantity,
 )
 
-from tacos.errors import Span, TacosError, TdlSemanticError
+from tacos import limits
+from tacos.errors import InputFileError, Span, TacosError, TdlSemanticError
 from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES
 from tacos.units import parse_size
-
-MAX_NODES = 1_000_000
-MAX_INCLUDE_DEPTH = 16
 
 
 @dataclass
@@ -57,6 +58,7 @@ class CollectiveDecl:
     chunks: int = 1
     name: str = ""
     custom: list[tuple[list[int], list[int], bool, int, Span | None]] = field(default_factory=list)
+    deliveries: int = 0
 
 
 @dataclass
@@ -75,6 +77,11 @@ class State:
     name: str = ""
     texts: dict[str, str] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    includes: IncludePolicy | None = None
+    parsed: dict[tuple[str, str, str], tuple[str, str, Tree]] = field(default_factory=dict)
+    iterations: int = 0  # loop iterations run so far (limit loop_iterations)
+    instances: int = 0  # file instances created by `use` so far (limit includes)
+    blocks: int = 0  # blocks and file instances currently open (limit nesting)
 
 
 class Scope(ReshardStatements, JobStatements):
@@ -85,6 +92,7 @@ class Scope(ReshardStatements, JobStatements):
         self.state, self.source, self.text = state, source, text
         self.ns, self.prefix, self.env, self.depth = ns, prefix, env, depth
         self.defaults = LinkProps()
+        self.defined: dict[str, Span | None] = {}  # names set by let/param, for duplicates
         state.texts[source] = text
 
     # -- errors ------------------------------------------------------------------------------
@@ -130,15 +138,29 @@ class Scope(ReshardStatements, JobStatements):
             return quantity(Tree("quantity", node.children, node.meta), self.env)
         return expr(node, self.env)
 
-    def do_param_stmt(self, t: Tree) -> None:
+    def define(self, t: Tree, what: str) -> str:
+        """The name a let/param statement sets, refusing a name already set in this file."""
         name = str(t.children[0])
+        if name in self.defined:
+            prev = self.defined[name]
+            raise self.error(
+                f"{name!r} is already defined" + (f" at {prev}" if prev else ""),
+                t.children[0],
+                f"a name is set once per file; pick another name for this {what}"
+                + (", or set the parameter from outside: --param NAME=VALUE or "
+                   "use ...(NAME=VALUE)" if what == "param" else ""))
+        self.defined[name] = self.span(t.children[0])
+        return name
+
+    def do_param_stmt(self, t: Tree) -> None:
+        name = self.define(t, "param")
         if name not in self.env:  # a value passed by `use ...(name=...)` wins
             self.env[name] = self.value(t.children[1])
         if self.depth == 0:
             self.state.params[name] = self.env[name]
 
     def do_let_stmt(self, t: Tree) -> None:
-        self.env[str(t.children[0])] = self.value(t.children[1])
+        self.env[self.define(t, "let")] = self.value(t.children[1])
 
     def do_default_stmt(self, t: Tree) -> None:
         props = link_props(t.children, self.env)
@@ -147,8 +169,12 @@ class Scope(ReshardStatements, JobStatements):
         if props.latency is not None:
             self.defaults.latency = props.latency
 
-    def declare(self, decl: Tree, make: Any) -> Group:
-        """Declare ``NAME`` or ``NAME[d0, d1, ...]``; ``make(label)`` creates one member."""
+    def declare(self, decl: Tree, make: Any, instances: bool = False) -> Group:
+        """Declare ``NAME`` or ``NAME[d0, d1, ...]``; ``make(label)`` creates one member.
+
+        Members are nodes (limit ``nodes``), or file instances when ``instances``
+        (limit ``includes``); the limit is checked before any member is made.
+        """
         name = str(decl.children[0])
         if name in self.ns.groups:
             prev = self.ns.groups[name].span
@@ -159,12 +185,30 @@ class Scope(ReshardStatements, JobStatements):
             if n < 1:
                 raise self.error(f"{name!r} needs a positive size, not {n}", decl)
         count = prod(shape) if shape else 1
-        if len(self.state.npus) + count > MAX_NODES:
-            raise self.error(f"more than {MAX_NODES} nodes", decl)
+        if instances:
+            self.check_limit("includes", self.state.instances + count,
+                             f"{name!r} makes too many file instances", decl)
+            self.state.instances += count
+        else:
+            self.check_limit("nodes", self.n_nodes + count, f"{name!r} makes too many nodes "
+                             "(NPUs and switches)", decl)
         members = [make(f"{self.prefix}{name}{index_label(shape, i)}") for i in range(count)]
         group = Group(name, shape, members, self.span(decl))
         self.ns.groups[name] = group
         return group
+
+    @property
+    def n_nodes(self) -> int:
+        """NPUs and switches declared so far."""
+        return len(self.state.npus) + len(self.state.switches)
+
+    def check_limit(self, name: str, amount: int, what: str, where: Any) -> None:
+        """A located :class:`~tacos.limits.LimitError` when ``amount`` is over limit ``name``."""
+        if amount > getattr(limits.current(), name):
+            exc = limits.exceeded(name, amount, what)
+            located = self.error(exc.message, where, exc.hint)
+            raise limits.LimitError(located.message, span=located.span, hint=located.hint,
+                                    source_line=located.source_line)
 
     def new_npu(self, label: str, span: Span | None = None) -> int:
         self.state.npus.append((label, span))
@@ -227,6 +271,9 @@ class Scope(ReshardStatements, JobStatements):
             if o.data == "attach_opt":
                 npus = self.refs(o.children[0])
                 props = self.props(o.children[1:], o)
+                self.check_limit("links", len(self.state.links)
+                                 + 2 * len(npus) * len(group.members),
+                                 "attaching these NPUs makes too many links", o)
                 for sw in group.members:
                     for n in npus:
                         self.add_link(n, sw, props, o)
@@ -245,6 +292,8 @@ class Scope(ReshardStatements, JobStatements):
 
     def add_link(self, src: int, dst: int, props: LinkProps, where: Any) -> None:
         key = (src, dst)
+        if len(self.state.links) >= limits.current().links:
+            self.check_limit("links", len(self.state.links) + 1, "too many links", where)
         if key in self.state.links:
             prev = self.state.links[key].span
             raise self.error(
@@ -262,6 +311,10 @@ class Scope(ReshardStatements, JobStatements):
         if len(srcs) == 1 and srcs == dsts:
             raise self.error(f"self link: {self.label(srcs[0])} -> itself", t,
                              "a link joins two different nodes")
+        self.check_limit("links", len(self.state.links) + len(srcs) * len(dsts)
+                         * (2 if arrow == "<->" else 1),
+                         f"this statement links {len(srcs):,} x {len(dsts):,} nodes: too many "
+                         "links", t)
         for s, d in product(srcs, dsts):
             if s != d:
                 self.add_link(s, d, props, t)
@@ -296,6 +349,7 @@ class Scope(ReshardStatements, JobStatements):
         if kind in need and len(shape) != need[kind]:
             raise self.error(f"{kind} takes {need[kind]} size(s) in brackets, got {len(shape)}",
                              decl, STATEMENT_FORMS.get(kind))
+        self.check_generated(kind, shape, options, decl)
         if kind in ("mesh", "torus"):
             pattern = gen.grid(shape, wrap=kind == "torus")
         elif kind in ("ring", "biring"):
@@ -321,6 +375,15 @@ class Scope(ReshardStatements, JobStatements):
                              "switch capabilities go on star, fattree and dims Switch(n)")
         self.instantiate(t, decl, pattern, common, labelled, policy, degree, tag,
                          caps=caps or frozenset())
+
+    def check_generated(self, kind: str, shape: tuple[int, ...], options: dict[Any, int],
+                        where: Tree) -> None:
+        """Node and link limits for a generator, checked before the generator runs."""
+        nodes, links = gen.size_of(kind, shape, options)
+        self.check_limit("nodes", self.n_nodes + nodes,
+                         f"{kind} {list(shape)} makes too many nodes (NPUs and switches)", where)
+        self.check_limit("links", len(self.state.links) + links,
+                         f"{kind} {list(shape)} makes too many links", where)
 
     def instantiate(self, t: Tree, decl: Tree, pattern: gen.Pattern, common: list[Tree],
                     labelled: dict[str, list[Tree]], policy: str, degree: int | None,
@@ -384,6 +447,9 @@ class Scope(ReshardStatements, JobStatements):
             raise self.error(
                 f"{len(dims)} dimensions need {len(dims)} bandwidth/latency groups "
                 f"(separated by commas), got {len(rest)}", t, STATEMENT_FORMS.get("dims"))
+        forms = {k: {"Switch": 1, "FullyConnected": 2}.get(kind, 0)
+                 for k, (kind, _) in enumerate(dims)}
+        self.check_generated("dims", tuple(n for _, n in dims), forms, t)
         pattern = gen.multi_dim(dims)
         per_label = {f"d{k}": (rest[k] if len(rest) > 1 else rest[0]).children
                      for k in range(len(dims))}
@@ -406,10 +472,15 @@ class Scope(ReshardStatements, JobStatements):
                     args[str(a.children[0])] = self.value(a.children[1])
             elif isinstance(c, Tree) and c.data == "decl":
                 decl = c
-        if self.depth >= MAX_INCLUDE_DEPTH:
-            raise self.error("files use each other too deeply (a cycle?)", t)
-        source, text = self.locate(target)
-        tree = parse_tree(text, source)
+        if self.depth >= limits.current().include_depth:
+            raise self.error(f"files use each other more than "
+                             f"{limits.current().include_depth} levels deep (a cycle?)", t,
+                             "raise the limit with --limit include_depth=N if this is intended")
+        if decl is None:
+            self.check_limit("includes", self.state.instances + 1,
+                             "too many file instances", t)
+            self.state.instances += 1
+        source, text, tree = self.locate(target)
         declared = {str(s.children[0]) for s in tree.children
                     if isinstance(s, Tree) and s.data == "param_stmt"}
         for a in args:
@@ -421,27 +492,50 @@ class Scope(ReshardStatements, JobStatements):
         if decl is None:
             child = Scope(self.state, source, text, self.ns, self.prefix, dict(args),
                           self.depth + 1)
-            child.run(tree.children)
+            with self.block(t):
+                child.run(tree.children)
             return
 
         def make(label: str) -> Namespace:
             ns = Namespace()
-            Scope(self.state, source, text, ns, label + ".", dict(args), self.depth + 1) \
-                .run(tree.children)
+            with self.block(t):
+                Scope(self.state, source, text, ns, label + ".", dict(args), self.depth + 1) \
+                    .run(tree.children)
             return ns
 
-        self.declare(decl, make)
+        self.declare(decl, make, instances=True)
 
-    def locate(self, target: Token) -> tuple[str, str]:
-        """Find the text of a ``use``d preset (NAME) or file ("path")."""
+    def locate(self, target: Token) -> tuple[str, str, Tree]:
+        """The source name, text and tree of a ``use``d preset (NAME) or file ("path").
+
+        Each file is read and parsed once per run, however many instances use it.
+        """
+        key = (target.type, str(target), self.source)
+        if key not in self.state.parsed:
+            source, text = self.find(target)
+            self.state.parsed[key] = (source, text, parse_tree(text, source))
+        return self.state.parsed[key]
+
+    def find(self, target: Token) -> tuple[str, str]:
+        """Find and read a ``use``d preset (NAME) or file ("path")."""
         if target.type == "STRING":
             rel = str(target)[1:-1]
-            base = Path(self.source).parent if not self.source.startswith("<") else Path.cwd()
-            path = (base / rel) if not Path(rel).is_absolute() else Path(rel)
-            if not path.exists():
+            policy = self.state.includes or IncludePolicy.for_source(self.source)
+            path, why = policy.locate(rel, self.source)
+            if why == "not found":
                 raise self.error(f"cannot find {rel!r}", target,
-                                 f"paths are relative to {base}")
-            return str(path), read_source(path)
+                                 f"paths are relative to {path.parent}")
+            if why is not None:
+                raise self.error(f"cannot use {rel!r}: {why}", target,
+                                 "files may be used from " + policy.describe()
+                                 + "; allow another folder with --include-dir DIR (tacosc) or "
+                                 "include_dirs=[DIR] (tacos.load)"
+                                 if why.startswith("outside") else
+                                 "use reads TDL files only (name them *.tdl)")
+            try:
+                return str(path), read_included(path)
+            except InputFileError as exc:
+                raise self.error(exc.message, target, exc.hint) from None
         name = str(target)
         files = resources.files("tacos") / "presets"
         preset = files / f"{name}.tdl"
@@ -506,6 +600,9 @@ class Scope(ReshardStatements, JobStatements):
             raise self.error(exc.message, node, exc.hint) from None
         if nbytes < 1:
             raise self.error("a size must be at least 1 byte", node)
+        problem = limits.check_number("size", nbytes)
+        if problem is not None:
+            raise self.error(problem, node)
         return nbytes
 
     def do_custom_stmt(self, t: Tree) -> None:
@@ -523,12 +620,14 @@ class Scope(ReshardStatements, JobStatements):
     def chunk_items(self, items: list[Tree], decl: CollectiveDecl) -> None:
         for it in items:
             if it.data == "chunk_for":
-                for env in self.loop_envs(it.children[0]):
-                    saved, self.env = self.env, env
-                    try:
-                        self.chunk_items(it.children[1:], decl)
-                    finally:
-                        self.env = saved
+                with self.block(it):
+                    for env, defined in self.loop_envs(it.children[0]):
+                        saved = self.env, self.defined
+                        self.env, self.defined = env, defined
+                        try:
+                            self.chunk_items(it.children[1:], decl)
+                        finally:
+                            self.env, self.defined = saved
                 continue
             kids = list(it.children)
             reduce = bool(kids) and isinstance(kids[0], Token) and kids[0].type == "REDUCE"
@@ -541,44 +640,72 @@ class Scope(ReshardStatements, JobStatements):
                     size = self.size(extra)
                 else:
                     count = integer(extra, self.env, "count")
+                    if count < 1:
+                        raise self.error(f"count must be at least 1, not {count}", extra)
             for k in pre + post:
                 if k < 0:
                     raise self.error(f"{self.label(k)} is a switch; chunks live on NPUs", it)
-            for _ in range(count):
-                decl.custom.append((pre, post, reduce, size, self.span(it)))
+            self.check_limit("chunks", len(decl.custom) + count,
+                             "this custom collective has too many chunks", it)
+            self.check_limit("deliveries", decl.deliveries + count * len(post),
+                             "this custom collective demands too many chunk arrivals", it)
+            decl.deliveries += count * len(post)
+            span = self.span(it)
+            decl.custom.extend([(pre, post, reduce, size, span)] * count)
 
     # -- loops -------------------------------------------------------------------------------
-    def loop_envs(self, loop_vars: Tree) -> list[dict[str, Any]]:
+    def loop_envs(self, loop_vars: Tree) -> Iterator[tuple[dict[str, Any], dict]]:
+        """Environments of a loop's iterations, made one at a time.
+
+        The iteration count (every combination of the loop variables) is checked against the
+        ``loop_iterations`` limit, all loops of the run together, before the first iteration.
+        """
         ranges = []
         for lv in loop_vars.children:
             lo = integer(lv.children[1], self.env, "a range bound")
             hi = integer(lv.children[2], self.env, "a range bound")
             ranges.append((str(lv.children[0]), range(lo, hi + 1)))
-        envs = []
+        count = prod(len(r) for _, r in ranges)
+        self.check_limit("loop_iterations", self.state.iterations + count,
+                         f"this loop runs {count:,} iterations", loop_vars)
+        self.state.iterations += count
         for combo in product(*(r for _, r in ranges)):
             env = dict(self.env)
             env.update({name: v for (name, _), v in zip(ranges, combo, strict=True)})
-            envs.append(env)
-        return envs
+            yield env, dict(self.defined)
+
+    @contextmanager
+    def block(self, where: Any) -> Iterator[None]:
+        """Count one more open block (loop/if body or used file) against ``nesting``."""
+        self.state.blocks += 1
+        try:
+            self.check_limit("nesting", self.state.blocks,
+                             "blocks and used files nest too deeply", where)
+            yield
+        finally:
+            self.state.blocks -= 1
 
     def do_if_stmt(self, t: Tree) -> None:
         a, op, b = t.children[0].children
         x, y = expr(a, self.env), expr(b, self.env)
         holds = {"==": x == y, "!=": x != y, "<=": x <= y, ">=": x >= y, "<": x < y,
                  ">": x > y}[str(op)]
-        if holds:
-            self.run(t.children[1].children)
-        elif len(t.children) > 2:
-            self.run(t.children[2].children)
+        with self.block(t):
+            if holds:
+                self.run(t.children[1].children)
+            elif len(t.children) > 2:
+                self.run(t.children[2].children)
 
     def do_for_stmt(self, t: Tree) -> None:
         body = t.children[1].children
-        for env in self.loop_envs(t.children[0]):
-            saved, self.env = self.env, env
-            try:
-                self.run(body)
-            finally:
-                self.env = saved
+        with self.block(t):
+            for env, defined in self.loop_envs(t.children[0]):
+                saved = self.env, self.defined
+                self.env, self.defined = env, defined
+                try:
+                    self.run(body)
+                finally:
+                    self.env, self.defined = saved
 
     # -- references --------------------------------------------------------------------------
     def refs(self, t: Tree) -> list[int]:
@@ -619,7 +746,8 @@ class Scope(ReshardStatements, JobStatements):
                     continue
                 if not group.shape:
                     raise self.error(f"{name!r} is a single node and takes no index", seg)
-                lists = [self.index(i, group.shape, len(idx), a) for a, i in enumerate(idx)]
+                lists = [self.index(i, group.shape, len(idx), a, name)
+                         for a, i in enumerate(idx)]
                 flats, err = flat_indices(group.shape, lists)
                 if err:
                     raise self.error(f"{name}: {err}", seg)
@@ -630,7 +758,8 @@ class Scope(ReshardStatements, JobStatements):
             out.extend(m.keys() if isinstance(m, Namespace) else [m])
         return out
 
-    def index(self, node: Tree, shape: tuple[int, ...], n_idx: int, axis: int) -> list[int]:
+    def index(self, node: Tree, shape: tuple[int, ...], n_idx: int, axis: int,
+              name: str) -> list[int]:
         size = prod(shape) if n_idx == 1 else shape[axis]
         if isinstance(node, Tree) and node.data == "all_index":
             return list(range(size))
@@ -639,14 +768,25 @@ class Scope(ReshardStatements, JobStatements):
             hi = integer(node.children[1], self.env, "an index")
             if hi < lo:
                 raise self.error(f"empty range {lo}..{hi}", node, "ranges go from low to high")
+            if n_idx == len(shape) or n_idx == 1:  # bounds first: a range may be huge
+                for bad in (lo, hi):
+                    if not 0 <= bad < size:
+                        where = f" in dimension {axis}" if n_idx > 1 else ""
+                        raise self.error(f"{name}: index {bad} is out of range "
+                                         f"0..{size - 1}{where}", node)
             return list(range(lo, hi + 1))
         return [integer(node, self.env, "an index")]
 
 
-def evaluate(text: str, source: str, params: dict[str, Any] | None = None) -> State:
-    """Parse and evaluate a TDL file's text; ``params`` override its ``param`` defaults."""
+def evaluate(text: str, source: str, params: dict[str, Any] | None = None,
+             include_dirs: Iterable[str | Path] | None = None) -> State:
+    """Parse and evaluate a TDL file's text; ``params`` override its ``param`` defaults.
+
+    ``include_dirs`` are further folders ``use "path"`` may read from (see
+    :mod:`tacos.frontends.tdl_includes`).
+    """
     tree = parse_tree(text, source)
-    state = State()
+    state = State(includes=IncludePolicy.for_source(source, include_dirs))
     declared = {str(s.children[0]) for s in tree.children
                 if isinstance(s, Tree) and s.data == "param_stmt"}
     for p in params or {}:

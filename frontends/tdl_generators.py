@@ -149,6 +149,50 @@ def fat_tree(hosts: int, leaves: int, spines: int) -> Pattern:
     return p
 
 
+def size_of(kind: str, shape: tuple[int, ...], options: dict[str, int] | None = None
+            ) -> tuple[int, int]:
+    """(nodes, directed links) a generator would create, at most, computed without building it.
+
+    ``kind`` is a generator name or ``'dims'`` (then ``shape`` holds the dimension sizes and
+    ``options`` maps dimension index to 1 for a ``Switch`` dimension, 2 for ``FullyConnected``).
+    Sizes below 1 count as 0 (the generator itself reports them).
+    """
+    shape = tuple(max(0, n) for n in shape)
+    opts = options or {}
+    n = prod(shape)
+    if kind in ("mesh", "torus"):
+        return n, sum(2 * (n // k) * k for k in shape if k > 1)
+    if kind in ("ring", "biring"):
+        return n, 2 * n
+    if kind == "fullyconnected":
+        return n, n * (n - 1)
+    if kind == "hypercube":
+        return n, n * max(1, n.bit_length())
+    if kind == "star":
+        return n + 1, 2 * n
+    if kind == "dragonfly":
+        routers, groups = shape
+        return n, groups * routers * (routers - 1) + groups * (groups - 1)
+    if kind == "fattree":
+        leaves, spines = max(0, opts.get("leaves", 1)), max(0, opts.get("spines", 1))
+        return n + leaves + spines, 2 * n + 2 * leaves * spines
+    if kind == "dims":
+        nodes, links = n, 0
+        for k, size in enumerate(shape):
+            if size < 2:
+                continue
+            form = opts.get(k, 0)
+            if form == 1:  # Switch: one switch per line, two links per NPU
+                nodes += n // size
+                links += 2 * n
+            elif form == 2:  # FullyConnected
+                links += n * (size - 1)
+            else:  # Ring, both ways
+                links += 2 * n
+        return nodes, links
+    raise GeneratorError(f"unknown generator {kind!r}")
+
+
 _DIM = re.compile(r"([A-Za-z]+)\(([^()]+)\)")
 DIM_KINDS = {"ring": "Ring", "fullyconnected": "FullyConnected", "fc": "FullyConnected",
              "switch": "Switch"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -11,9 +12,9 @@ from lark import Lark, Token, Tree
 from lark import __version__ as lark_version
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from tacos import limits
 from tacos.errors import InputFileError, Span, TdlSyntaxError
-
-MAX_FILE_BYTES = 8 * 1024 * 1024
+from tacos.inputs import decode_text, position, read_capped
 
 # How each statement is written, shown as a hint when a line starting with that keyword breaks.
 STATEMENT_FORMS: dict[str, str] = {
@@ -124,32 +125,43 @@ def grammar() -> Lark:
     )
 
 
-def read_source(path: str | Path) -> str:
-    """Read a TDL file, refusing missing, non-text, empty or huge files with a clear error."""
-    p = Path(path)
-    if not p.exists():
-        raise InputFileError(f"{p}: no such file", hint="check the path, or run  tacosc --help")
-    if p.is_dir():
-        raise InputFileError(f"{p} is a directory, not a TDL file")
-    size = p.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise InputFileError(
-            f"{p} is {size} bytes; TDL files are limited to {MAX_FILE_BYTES} bytes",
-            hint="use generators, loops and ranges instead of listing every link",
-        )
-    data = p.read_bytes()
-    if b"\x00" in data:
-        raise InputFileError(f"{p} is not a text file (it contains NUL bytes)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputFileError(
-            f"{p} is not UTF-8 text (byte {exc.start} cannot be decoded)",
-            hint="save the file as UTF-8",
-        ) from None
-    if not text.strip():
-        raise InputFileError(f"{p} is empty", hint="a TDL file declares at least one NPU")
-    return text
+def read_source(path: str | Path, *, regular_only: bool = False) -> str:
+    """Read a TDL file, refusing missing, non-text, empty or huge files with a located error.
+
+    At most ``limits.current().tdl_bytes`` bytes are read, whatever the file claims to be;
+    ``regular_only`` (for included files) refuses devices, pipes and sockets unopened.
+    """
+    data = read_capped(path, limit="tdl_bytes", what="TDL file", regular_only=regular_only)
+    return decode_text(data, str(path), "TDL file", EMPTY_HINT)
+
+
+def check_nesting(text: str, source: str) -> None:
+    """Refuse blocks, brackets or parentheses nested deeper than ``limits.current().nesting``.
+
+    Checked on the raw text (comments and strings blanked) before parsing, so that no stage
+    recurses deeper than the limit.
+    """
+    if not any(c in text for c in "{[("):
+        return
+    blanked = _BLANK.sub(lambda m: " " * len(m.group()), text)
+    limit = limits.current().nesting
+    depth = 0
+    for m in _BRACKET.finditer(blanked):
+        if m.group() in "{[(":
+            depth += 1
+            if depth > limit:
+                line, col = position(text, m.start())
+                raise limits.LimitError(
+                    f"blocks, brackets or parentheses nested deeper than {limit} levels "
+                    "(nesting)", span=Span(source, line, col), source_line=_line(text, line),
+                    hint=f"flatten the nesting, or raise the limit: --limit nesting={limit * 2}")
+        else:
+            depth -= 1
+
+
+_BLANK = re.compile(r'#[^\n]*|"[^"\n]*"')
+_BRACKET = re.compile(r"[][{}()]")
+EMPTY_HINT = "a TDL file declares at least one NPU"
 
 
 def _line(text: str, lineno: int) -> str:
@@ -246,10 +258,14 @@ def _syntax_error(exc: UnexpectedInput, text: str, source: str) -> TdlSyntaxErro
 
 def parse_tree(text: str, source: str = "<string>") -> Tree:
     """Parse TDL text into a lark tree or raise :class:`TdlSyntaxError`."""
-    if "\x00" in text:
-        raise InputFileError(f"{source} is not a text file (it contains NUL bytes)")
+    nul = text.find("\x00")
+    if nul >= 0:
+        line, col = position(text, nul)
+        raise InputFileError(f"{source} is not a text file (it contains NUL bytes)",
+                             span=Span(source, line, col), hint="a TDL file is UTF-8 text")
     if not text.strip():
-        raise InputFileError(f"{source} is empty", hint="a TDL file declares at least one NPU")
+        raise InputFileError(f"{source} is empty", span=Span(source, 1, 1), hint=EMPTY_HINT)
+    check_nesting(text, source)
     if not text.endswith("\n"):
         text += "\n"
     try:

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from math import prod
 from typing import Any
 
 from lark import Token, Tree
 from tacos.frontends.tdl_values import integer
 
+from tacos import limits
 from tacos.errors import Span, TacosError
 from tacos.reshard.sharding import DeviceMesh, ShardingError, ShardingSpec
 from tacos.reshard.tasks import DTYPES, Reshard
@@ -110,6 +112,9 @@ class ReshardStatements:
                 decl.pieces = integer(it.children[0], self.env, "pieces")
                 if decl.pieces < 1:
                     raise self.error("pieces per tile must be at least 1", it)
+                if decl.pieces > limits.current().chunks:  # each piece of a tile is a chunk
+                    exc = limits.exceeded("chunks", decl.pieces, "pieces per tile")
+                    raise self.error(exc.message, it, exc.hint)
         self.state.reshards.append(decl)
 
 
@@ -149,6 +154,9 @@ def build_reshard(decl: ReshardDecl, failed: set[int], label: Callable[[int], st
                           name=decl.name)
     except ShardingError as exc:
         raise error(exc.message, decl.shape_span, exc.hint) from None
+    problem = limits.check_number("size", prod(made.shape) * made.element_bytes)
+    if problem is not None:
+        raise error(f"the tensor: {problem}", decl.shape_span, None)
     return replace(made, span=decl.span, pieces=decl.pieces, relays=decl.relays)
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from lark import Token, Tree
 
+from tacos import limits
+from tacos.limits import MAX_INTEGER
 from tacos.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, unit_kind
 
 DEFAULT_UNITS = {"bandwidth": "GB/s", "time": "us", "size": "B"}
@@ -31,11 +34,22 @@ class ValueError_(Exception):
 
 
 def number(tok: Token) -> int | float:
-    """A NUMBER token as int when it has no fraction/exponent, else float."""
+    """A NUMBER token as int when it has no fraction/exponent, else float (finite, bounded)."""
     text = str(tok)
     if text.isdigit():
-        return int(text)
-    return float(text)
+        return _bounded(int(text) if len(text) < 20 else MAX_INTEGER + 1, tok)
+    return _bounded(float(text), tok)
+
+
+def _bounded(value: int | float, where: Any) -> int | float:
+    """``value`` if finite (a float) or at most :data:`~tacos.limits.MAX_INTEGER` in magnitude
+    (an int)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError_("number out of range (not finite)", where,
+                          "numbers must be finite; check the exponent")
+    if isinstance(value, int) and abs(value) > MAX_INTEGER:
+        raise ValueError_(f"number out of range (larger than 2^53 = {MAX_INTEGER})", where)
+    return value
 
 
 def quantity(node: Tree, env: dict[str, Any]) -> Quantity:
@@ -57,7 +71,10 @@ def quantity(node: Tree, env: dict[str, Any]) -> Quantity:
     unit = str(node.children[1])
     kind = unit_kind(unit)
     table = {"time": TIME_UNITS, "size": SIZE_UNITS, "bandwidth": BANDWIDTH_UNITS}[kind or "time"]
-    return Quantity(value * table[unit], kind, unit)
+    value *= table[unit]
+    if not math.isfinite(value):
+        raise ValueError_("quantity out of range (not finite)", node)
+    return Quantity(value, kind, unit)
 
 
 def _did_you_mean(name: str, options: Any) -> str | None:
@@ -66,34 +83,61 @@ def _did_you_mean(name: str, options: Any) -> str | None:
 
 
 def expr(node: Tree | Token, env: dict[str, Any]) -> int | float:
-    """Evaluate an integer/float expression tree with variables from ``env``."""
-    if isinstance(node, Token):
-        if node.type == "NUMBER":
-            return number(node)
-        raise ValueError_(f"unexpected {node!s}", node)
-    op = node.data
-    if op == "num":
+    """Evaluate an integer/float expression tree with variables from ``env``.
+
+    Iterative (an explicit stack), so a long ``1 + 1 + ...`` cannot exhaust Python's stack;
+    every intermediate value must stay finite and within 2^53.
+    """
+    values: list[int | float] = []
+    stack: list[tuple[Tree | Token, bool]] = [(node, False)]
+    while stack:
+        item, ready = stack.pop()
+        if isinstance(item, Token):
+            if item.type != "NUMBER":
+                raise ValueError_(f"unexpected {item!s}", item)
+            values.append(number(item))
+            continue
+        op = item.data
+        if op in ("num", "var"):
+            values.append(_leaf(item, env))
+            continue
+        if not ready:
+            stack.append((item, True))
+            stack.extend((c, False) for c in reversed(item.children))
+            continue
+        if op == "neg":
+            values.append(-values.pop())
+            continue
+        b, a = values.pop(), values.pop()
+        values.append(_bounded(_apply(op, a, b, item), item))
+    return values[0]
+
+
+def _leaf(node: Tree, env: dict[str, Any]) -> int | float:
+    if node.data == "num":
         return number(node.children[0])
-    if op == "var":
-        name = str(node.children[0])
-        if name not in env:
-            raise ValueError_(f"unknown name {name!r}", node.children[0],
-                              _did_you_mean(name, env) or "declare it with  let NAME = VALUE")
-        val = env[name]
-        if isinstance(val, Quantity):
-            raise ValueError_(f"{name!r} is a quantity, not a number; write ${name}",
-                              node.children[0])
-        if not isinstance(val, int | float):
-            raise ValueError_(f"{name!r} is not a number", node.children[0])
-        return val
-    if op == "neg":
-        return -expr(node.children[0], env)
-    a, b = (expr(c, env) for c in node.children)
+    name = str(node.children[0])
+    if name not in env:
+        raise ValueError_(f"unknown name {name!r}", node.children[0],
+                          _did_you_mean(name, env) or "declare it with  let NAME = VALUE")
+    val = env[name]
+    if isinstance(val, Quantity):
+        raise ValueError_(f"{name!r} is a quantity, not a number; write ${name}",
+                          node.children[0])
+    if isinstance(val, bool) or not isinstance(val, int | float):
+        raise ValueError_(f"{name!r} is not a number", node.children[0])
+    return _bounded(val, node.children[0])
+
+
+def _apply(op: str, a: int | float, b: int | float, node: Tree) -> int | float:
     if op == "add":
         return a + b
     if op == "sub":
         return a - b
     if op == "mul":
+        if isinstance(a, int) and isinstance(b, int) and a and b \
+                and abs(a) > MAX_INTEGER // abs(b):
+            raise ValueError_(f"number out of range (larger than 2^53 = {MAX_INTEGER})", node)
         return a * b
     if op in ("div", "mod"):
         if b == 0:
@@ -110,7 +154,7 @@ def integer(node: Tree | Token, env: dict[str, Any], what: str = "value") -> int
     if isinstance(val, float):
         if not val.is_integer():
             raise ValueError_(f"{what} must be a whole number, not {val}", node)
-        val = int(val)
+        val = _bounded(int(val), node)
     return val
 
 
@@ -142,23 +186,37 @@ def link_props(items: list[Tree], env: dict[str, Any]) -> LinkProps:
                 if q.value <= 0:
                     raise ValueError_("bandwidth must be positive", item,
                                       "a failed link is written  fail link SRC -> DST")
+                _in_range("bandwidth", q.value, item)
                 props.bandwidth = q.value
             elif kind == "time":
                 if props.latency is not None:
                     raise ValueError_("latency given twice", item)
                 if q.value < 0:
                     raise ValueError_("latency cannot be negative", item)
+                _in_range("latency", q.value, item)
                 props.latency = q.value
             else:
                 raise ValueError_(f"a link has a bandwidth and a latency, not a {kind}", item,
                                   "bandwidth units: GB/s GiB/s Gb/s MB/s; time: ns us ms s")
         elif item.data == "mult":
-            m = int(str(item.children[0])[1:])
+            digits = str(item.children[0])[1:]
+            m = int(digits) if len(digits) < 20 else MAX_INTEGER
             if m < 1:
                 raise ValueError_("multiplicity must be at least x1", item)
+            limit = limits.current().multiplicity
+            if m > limit:
+                raise ValueError_(f"multiplicity x{m} exceeds the limit of x{limit} "
+                                  "(multiplicity)", item,
+                                  f"raise it with --limit multiplicity={m} if this is intended")
             props.multiplicity = m
         elif item.data == "tag_opt":
             props.tag = str(item.children[0])
         elif item.data == "dim_opt":
             props.dim = integer(item.children[0], env, "dim")
     return props
+
+
+def _in_range(kind: str, value: float, where: Any) -> None:
+    problem = limits.check_number(kind, value)
+    if problem is not None:
+        raise ValueError_(problem, where)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,21 +87,27 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def load(path: str | Path, params: dict[str, Any] | None = None, **import_options: Any
-         ) -> Spec:
+def load(path: str | Path, params: dict[str, Any] | None = None, *,
+         include_dirs: Iterable[str | Path] | None = None, **import_options: Any) -> Spec:
     """Load a TDL file (``params`` override its ``param`` defaults), or a file
     :mod:`tacos.importers` reads (NCCL topology XML, ``nvidia-smi topo -m`` output, TACCL or
-    TE-CCL JSON; ``import_options`` such as ``node="dgx_a100_node"`` go to its importer)."""
+    TE-CCL JSON; ``import_options`` such as ``node="dgx_a100_node"`` go to its importer).
+
+    ``include_dirs``: folders ``use "path"`` may read from besides the file's own folder and
+    the presets.  Input limits (:mod:`tacos.limits`) apply; raise them with
+    ``tacos.limits.raised(...)``.
+    """
     from tacos.importers import load_any
 
-    return load_any(path, params, **import_options)
+    return load_any(path, params, include_dirs=include_dirs, **import_options)
 
 
-def parse(text: str, source: str = "<string>", params: dict[str, Any] | None = None) -> Spec:
-    """Parse TDL text."""
+def parse(text: str, source: str = "<string>", params: dict[str, Any] | None = None, *,
+          include_dirs: Iterable[str | Path] | None = None) -> Spec:
+    """Parse TDL text (``use "path"`` is relative to the working directory)."""
     from tacos.frontends.tdl import parse_tdl
 
-    return parse_tdl(text, source, params)
+    return parse_tdl(text, source, params, include_dirs)
 
 
 def solver_options(solver: str) -> dict[str, Any]:
@@ -132,6 +139,7 @@ __all__ = [
     "collective",
     "combine",
     "custom_collective",
+    "limits",
     "load",
     "parse",
     "parse_size",

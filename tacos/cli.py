@@ -20,8 +20,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,16 +66,23 @@ def _params(pairs: Sequence[str]) -> dict[str, Any]:
         except ValueError:
             pass
         try:
-            out[name.strip()] = float(text)
-            continue
+            value = float(text)
         except ValueError:
             pass
+        else:
+            if not math.isfinite(value):
+                raise UsageError(f"--param {name}: {text!r} is not a finite number")
+            out[name.strip()] = value
+            continue
         unit = text.lstrip("0123456789.eE+- ")
         kind = unit_kind(unit)
         if kind is None:
             raise UsageError(f"--param {name}: cannot read {text!r}",
                              hint="give a number or a quantity such as 25GB/s, 2us, 1MiB")
-        out[name.strip()] = Quantity(parse_quantity(text, kind), kind, unit)
+        try:
+            out[name.strip()] = Quantity(parse_quantity(text, kind), kind, unit)
+        except ValueError as exc:
+            raise UsageError(f"--param {name}: {exc}") from None
     return out
 
 
@@ -86,7 +96,70 @@ def _size(text: str, flag: str = "--size", minimum: int = 1) -> int:
         raise UsageError(exc.message, hint=exc.hint or "e.g. 64MiB") from None
     if value < minimum:
         raise UsageError(f"{flag} must be at least {minimum} byte{'s' if minimum > 1 else ''}")
+    if value:
+        from tacos.limits import check_number
+
+        problem = check_number("size", value)
+        if problem is not None:
+            raise UsageError(f"{flag}: {problem}", hint="e.g. 64MiB")
     return value
+
+
+def _add_input_options(p: argparse.ArgumentParser) -> None:
+    """``--limit`` and ``--include-dir``, shared by every command that reads TDL."""
+    p.add_argument("--limit", action="append", default=[], metavar="NAME=N",
+                   help="raise (or lower) an input limit for this run, e.g. --limit "
+                   "links=10000000 (repeatable; see docs/tdl.md, Limits)")
+    p.add_argument("--include-dir", action="append", default=[], metavar="DIR",
+                   help="a further folder that 'use \"path\"' may read TDL files from "
+                   "(repeatable)")
+
+
+def limits_of(args: argparse.Namespace) -> Any:
+    """A context manager applying ``--limit NAME=N`` for the command."""
+    from tacos import limits
+
+    changes: dict[str, int] = {}
+    for pair in args.limit:
+        name, sep, value = pair.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise UsageError(f"--limit {pair!r} is not NAME=N",
+                             hint=f"e.g. --limit links=10000000; limits: "
+                             f"{', '.join(limits.LIMIT_NAMES)}")
+        changes[name.strip()] = int(value)
+    try:
+        limits.with_changes(limits.current(), changes)
+    except TacosError as exc:
+        raise UsageError(f"--limit: {exc.message}", hint=exc.hint) from None
+    return limits.raised(**changes)
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse numeric options that are out of range before any work is done."""
+    from tacos.limits import check_number
+
+    for key in ("instances", "max_steps"):
+        value = getattr(args, key)
+        if value is not None and value < 1:
+            raise UsageError(f"--{key.replace('_', '-')} must be at least 1, not {value}")
+    if args.time_limit is not None:
+        problem = check_number("time_limit", args.time_limit)
+        if problem is not None:
+            raise UsageError(f"--time-limit: {problem}", hint="e.g. --time-limit 60")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every file the command will write can be written: checked before any work."""
+    from tacos.atomic import check_writable
+
+    if args.output:
+        check_writable(args.output)
+    if args.plot:
+        from tacos.backends.plot import check_plot_path
+
+        check_plot_path(args.plot)
+    if args.chakra:
+        check_writable(f"{args.chakra}.0.et", "Chakra trace")
 
 
 def _compile_parser() -> argparse.ArgumentParser:
@@ -151,6 +224,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--chakra", metavar="PREFIX", help="also write Chakra execution traces for "
                    "ASTRA-sim: PREFIX.<npu>.et (needs tacos[astra])")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    _add_input_options(p)
     return p
 
 
@@ -164,6 +238,7 @@ def _info_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--astra-sim", metavar="YML", help="also write the ASTRA-sim analytical "
                    "network config (multi-dimensional topologies only)")
+    _add_input_options(p)
     return p
 
 
@@ -187,10 +262,13 @@ def _verify_parser() -> argparse.ArgumentParser:
                    help="XML: the NPU (name or id) of each rank, in rank order, for a process "
                    "group's plan (default: the plan's 'tacos ranks' comment, else the group "
                    "of the collective declared in --topology, else rank r = NPU r)")
-    p.add_argument("--strict", action="store_true",
-                   help="XML: treat attributes the runtime needs to select a plan (outofplace, "
-                   "minBytes, maxBytes) as errors when missing, not warnings")
+    p.add_argument("--lenient", action="store_true",
+                   help="XML: report a missing outofplace/minBytes/maxBytes (older msccl-tools "
+                   "and TACCL output, which the runtime refuses to load) as a warning, not an "
+                   "error; for checking a file you will fix up")
+    p.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # the default
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_input_options(p)
     return p
 
 
@@ -299,16 +377,23 @@ def _output_format(args: argparse.Namespace) -> str | None:
 
 
 def cmd_compile(argv: Sequence[str]) -> int:
-    """``tacosc TOPO.tdl ...``: synthesize, verify, write."""
+    """``tacosc TOPO.tdl ...``: synthesize, verify, write (outputs are written atomically)."""
+    args = _compile_parser().parse_args(argv)
+    _check_numbers(args)
+    fmt = _output_format(args)
+    _check_outputs(args)  # fail now, not after a long synthesis
+    with limits_of(args):
+        return _compile(args, fmt)
+
+
+def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     from tacos.importers import load_any
     from tacos.progress import TerminalReporter
     from tacos.synthesize import synthesize
 
-    args = _compile_parser().parse_args(argv)
-    fmt = _output_format(args)
     reporter = TerminalReporter(enabled=not args.quiet and not args.json)
     with reporter.phase(f"loading {args.topology}"):
-        spec = load_any(args.topology, _params(args.param))
+        spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
     if args.collective is None and (getattr(spec, "jobs", ()) or getattr(spec, "reshards", ())):
         args.solver_given = args.solver is not None
         args.solver = args.solver or "multicast"
@@ -353,12 +438,11 @@ def cmd_compile(argv: Sequence[str]) -> int:
 
 
 def write_output(path: str | Path, data: str) -> None:
-    """Write ``data`` to ``path``; a user error (not a traceback) when that fails."""
-    try:
-        Path(path).write_text(data, encoding="utf-8")
-    except OSError as exc:
-        raise TacosError(f"cannot write {path}: {exc.strerror or exc}",
-                         hint="check that the folder exists and is writable") from None
+    """Write ``data`` to ``path`` atomically (:mod:`tacos.atomic`): the previous file or the
+    whole new one, never a part; a user error (not a traceback) when that fails."""
+    from tacos.atomic import write_text
+
+    write_text(path, data)
 
 
 def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:
@@ -406,8 +490,30 @@ def run(argv: Sequence[str]) -> int:
     return getattr(cli_commands, f"cmd_{command}")(rest)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM as an exception, so that clean-up (worker processes, temporary files) runs."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point: errors become messages and exit codes, never tracebacks."""
+    """Console entry point: errors become messages and exit codes, never tracebacks.
+
+    SIGTERM is handled like Ctrl-C: worker processes are stopped and nothing half-written is
+    left behind; the exit code is 128 + the signal number.
+    """
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    try:
+        return _main(argv)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         return run(list(sys.argv[1:] if argv is None else argv))
     except TacosError as exc:
@@ -416,9 +522,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
     except SystemExit as exc:  # argparse usage errors
         return int(exc.code) if isinstance(exc.code, int) else 2
     except ImportError as exc:

@@ -14,7 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tacos.cli import _info_parser, _params, _size, _verify_parser
+from tacos.atomic import check_writable, write_text
+from tacos.cli import _info_parser, _params, _size, _verify_parser, limits_of
 from tacos.errors import TacosError, UsageError
 
 
@@ -25,20 +26,18 @@ def cmd_info(argv: Sequence[str]) -> int:
     from tacos.progress import TerminalReporter
 
     args = _info_parser().parse_args(argv)
-    with TerminalReporter(enabled=not args.json).phase(f"loading {args.topology}"):
-        spec = load_any(args.topology, _params(args.param))
     if args.astra_sim:
-        from tacos.backends.astra_sim import network_yaml
+        check_writable(args.astra_sim, "ASTRA-sim config")
+    with limits_of(args):
+        with TerminalReporter(enabled=not args.json).phase(f"loading {args.topology}"):
+            spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
+        if args.astra_sim:
+            from tacos.backends.astra_sim import network_yaml
 
-        text = network_yaml(spec.topology)
-        try:
-            Path(args.astra_sim).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise TacosError(f"cannot write {args.astra_sim}: {exc.strerror or exc}") from None
-    if args.json:
-        print(json.dumps(describe(spec), indent=2))
-    else:
-        print(format_info(spec, per_npu=True if args.per_npu else None))
+            write_text(args.astra_sim, network_yaml(spec.topology))
+        text = json.dumps(describe(spec), indent=2) if args.json else \
+            format_info(spec, per_npu=True if args.per_npu else None)
+    print(text)
     return 0
 
 
@@ -154,10 +153,7 @@ def cmd_import(argv: Sequence[str]) -> int:
 
     spec = parse_tdl(text, args.output or f"{args.file} (imported)")
     if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise TacosError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        write_text(args.output, text)
     elif not args.json:
         print(text, end="")
     topo = spec.topology
@@ -175,9 +171,15 @@ def cmd_import(argv: Sequence[str]) -> int:
 
 def cmd_verify(argv: Sequence[str]) -> int:
     """``tacosc verify``: MSCCL XML, MSCCL++ JSON or a tacos JSON schedule."""
-    from tacos.verify_plan import sniff
 
     args = _verify_parser().parse_args(argv)
+    with limits_of(args):
+        return _verify(args)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from tacos.verify_plan import sniff
+
     path = Path(args.plan)
     if not path.is_file():
         raise TacosError(f"{path}: no such file")
@@ -185,11 +187,15 @@ def cmd_verify(argv: Sequence[str]) -> int:
     if args.topology:
         from tacos.importers import load_any
 
-        spec = load_any(args.topology, _params(args.param))
+        spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
         topology = spec.topology
         groups = [c.group for c in spec.collectives]
-    text = path.read_text(encoding="utf-8", errors="replace")
-    kind = sniff(text)
+    with open(path, "rb") as fh:  # a regular file (checked above); its format from its head
+        text = fh.read(1 << 16).decode("utf-8", "replace")
+    try:
+        kind = sniff(text)
+    except TacosError as exc:
+        raise TacosError(f"{path}: {exc.message}", hint=exc.hint) from None
     if args.size and (kind != "msccl-xml" or topology is None):
         raise UsageError("--size times an MSCCL XML plan on --topology",
                          hint="give --topology too, or leave --size out")
@@ -205,7 +211,7 @@ def cmd_verify(argv: Sequence[str]) -> int:
 
             ranks = parse_ranks(args.ranks, topology) if args.ranks is not None else None
             report = verify_xml_file(path, topology=topology, max_steps=args.max_steps,
-                                     strict=args.strict, ranks=ranks, groups=groups,
+                                     strict=not args.lenient, ranks=ranks, groups=groups,
                                      nbytes=_size(args.size) if args.size else None)
         else:
             from tacos.verify_plan import verify

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +104,11 @@ def _peek(path: str | Path) -> str:
         return ""
 
 
-def load_any(path: str | Path, params: dict[str, Any] | None = None,
-             **options: Any) -> Spec:
-    """A TDL file (``params`` set its parameters), or any file :func:`sniff_format`
-    recognizes (``options`` go to its importer)."""
+def load_any(path: str | Path, params: dict[str, Any] | None = None, *,
+             include_dirs: Iterable[str | Path] | None = None, **options: Any) -> Spec:
+    """A TDL file (``params`` set its parameters; ``use "path"`` may also read from
+    ``include_dirs``), or any file :func:`sniff_format` recognizes (``options`` go to its
+    importer)."""
     from tacos.frontends.tdl import load_tdl
 
     fmt = sniff_format(_peek(path)) if Path(path).is_file() else None
@@ -115,7 +117,7 @@ def load_any(path: str | Path, params: dict[str, Any] | None = None,
             raise TacosError(f"{path} is read as TDL; import options "
                              f"({', '.join(sorted(options))}) do not apply",
                              hint="TDL parameters go in params={...}")
-        return load_tdl(path, params)
+        return load_tdl(path, params, include_dirs)
     if params:
         raise TacosError(f"{path} is {fmt}, not TDL: TDL parameters do not apply",
                          hint=f"convert it with  tacosc import {fmt} {path} -o system.tdl")

@@ -59,7 +59,7 @@ def describe(spec: Spec) -> dict[str, Any]:
         "failed_links": len(t.failed_links),
         "out_degree": {"min": min(out_deg, default=0), "max": max(out_deg, default=0)},
         "in_degree": {"min": min(in_deg, default=0), "max": max(in_deg, default=0)},
-        "diameter": t.diameter(),
+        **_diameter(t),
         "per_npu": npus,
         "collectives": collectives,
         "reshards": [
@@ -74,6 +74,15 @@ def describe(spec: Spec) -> dict[str, Any]:
             for j in spec.jobs],
         "params": {k: _plain(v) for k, v in spec.params.items()},
     }
+
+
+def _diameter(t: Any) -> dict[str, Any]:
+    """``diameter`` (None when disconnected or not computed exactly) and its bounds."""
+    from tacos.hops import diameter
+
+    d = diameter(t)
+    return {"diameter": d.exact, "diameter_bounds": [d.low, d.high] if d.connected else None,
+            "connected": d.connected}
 
 
 def _plain(value: Any) -> Any:
@@ -104,8 +113,14 @@ def format_info(spec: Spec, per_npu: bool | None = None) -> str:
     lines.append(f"degree: out {od['min']}..{od['max']}, in {idg['min']}..{idg['max']}"
                  " (physical links per live NPU)")
     diameter = d["diameter"]
-    lines.append(f"diameter: {diameter} hops" if diameter is not None
-                 else "diameter: infinite (some NPUs cannot reach each other)")
+    if not d["connected"]:
+        lines.append("diameter: infinite (some NPUs cannot reach each other)")
+    elif diameter is not None:
+        lines.append(f"diameter: {diameter} hops")
+    else:
+        low, high = d["diameter_bounds"]
+        lines.append(f"diameter: {low}..{high} hops (bounds: the exact value would take long "
+                     f"on {d['npus']} NPUs)")
     rows = d["per_npu"]
     show_all = per_npu if per_npu is not None else len(rows) <= PER_NPU_TABLE_LIMIT
     if show_all:

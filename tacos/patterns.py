@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
+from tacos import limits
 from tacos.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES, Chunk, Collective
 from tacos.errors import TacosError
 from tacos.units import format_size, parse_size
@@ -136,6 +137,11 @@ def build(
         raise TacosError("a collective needs at least one NPU")
     if k < 1:
         raise TacosError("chunks per NPU must be at least 1", hint="chunks_per_npu=1")
+    limits.check_deliveries_of(kind, n, k)  # before building (or sizing) that many chunks
+    nbytes = parse_size(size)
+    problem = limits.check_number("size", nbytes) if nbytes >= 1 else None
+    if problem is not None:
+        raise TacosError(problem)
     if kind in ROOTED_COLLECTIVES:
         if root is None:
             raise TacosError(f"{kind} needs a root", hint=f"e.g. root={g[0]}")

@@ -34,14 +34,13 @@ from tacos.errors import VerificationError
 from tacos.schedule import Schedule, Transfer
 from tacos.verify_bulk import (
     HopTable,
+    early,
     hop_table,
     paused_gc,
     range_join,
     route_costs,
     route_table,
 )
-
-_TIME_RTOL = 1e-12
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ def _utilization(schedule: Schedule, time: float) -> tuple[float, ...]:
     return tuple((busy / (time * mult)).tolist())
 
 
-def _dependencies(schedule: Schedule, tol: float, h: HopTable | None = None
+def _dependencies(schedule: Schedule, h: HopTable | None = None
                   ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """Data dependences and read blockers as ``(waiter, predecessor)`` index arrays."""
     h = hop_table(schedule) if h is None else h
@@ -140,11 +139,11 @@ def _dependencies(schedule: Schedule, tol: float, h: HopTable | None = None
     n = len(schedule.transfers)
     into = h.dst * n_chunks + h.chunk
     out_of = h.src * n_chunks + h.chunk
-    w, p = range_join(into, h.end, h.tr, out_of, h.start + tol, h.tr, inclusive=True)
+    w, p = range_join(into, early(h.end), h.tr, out_of, h.start, h.tr, inclusive=True)
     raw = _unique_pairs(w, p, n)
     is_reduce = np.fromiter((c.reduce for c in coll.chunks), dtype=bool, count=coll.n_chunks)
     red = is_reduce[h.chunk] if coll.n_chunks else np.zeros(len(h.chunk), dtype=bool)
-    w, p = range_join(out_of[red], h.start[red], h.tr[red], into[red], h.end[red] - tol,
+    w, p = range_join(out_of[red], h.start[red], h.tr[red], into[red], early(h.end[red]),
                       h.tr[red], inclusive=False)
     war = _unique_pairs(w, p, n)
     return raw, war
@@ -204,11 +203,10 @@ def _prepare(schedule: Schedule) -> _Prepared:
                                 f"{list(transfers[i].route)} or chunks "
                                 f"{list(transfers[i].chunks)}",
                                 hint="run the verifier on the schedule")
-    tol = _TIME_RTOL * float(np.abs(h.end).max(initial=0.0))
     sizes = np.fromiter((c.size for c in coll.chunks), dtype=np.int64, count=coll.n_chunks)
     nbytes = np.add.reduceat(sizes[h.chunk], h.offsets)
     alpha, bw = route_costs(schedule, rt)
-    (raw_w, raw_p), (war_w, war_p) = _dependencies(schedule, tol, h)
+    (raw_w, raw_p), (war_w, war_p) = _dependencies(schedule, h)
     pending = (np.bincount(raw_w, minlength=n) + np.bincount(war_w, minlength=n)).tolist()
     end_ptr, end_targets = _csr(raw_w, raw_p, n)
     start_ptr, start_targets = _csr(war_w, war_p, n)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tacos import limits
 from tacos.collective import Collective
 from tacos.errors import InfeasibleError, TacosError, UsageError
 from tacos.passes.feasibility import check_feasible
@@ -88,6 +89,7 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
     if not isinstance(collective, Collective):
         raise TacosError(f"expected a tacos.Collective, not {type(collective).__name__}",
                          hint="build one with tacos.collective('allgather', group, size=...)")
+    limits.check_problem(topology, collective)  # ranges and limits, before any work
     options: dict[str, Any] = {"seed": seed, "relays": relays, **solver_options}
     for key, value in (("trials", trials), ("workers", workers), ("time_limit", time_limit)):
         if value is not None:
@@ -112,8 +114,7 @@ def _check_common(seed: Any, trials: Any, workers: Any, time_limit: Any) -> None
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise UsageError(f"{key} must be an integer >= {low}, not {value!r}")
     if time_limit is not None and (isinstance(time_limit, bool)
-                                   or not isinstance(time_limit, int | float)
-                                   or not time_limit > 0):
+                                   or limits.check_number("time_limit", time_limit)):
         raise UsageError(f"time_limit must be a positive number of seconds, not "
                          f"{time_limit!r}")
 

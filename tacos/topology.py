@@ -9,6 +9,7 @@ in ``failed_links`` for reporting only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -230,19 +231,13 @@ class Topology:
         return dict(nx.all_pairs_shortest_path_length(self.to_digraph()))
 
     def diameter(self, among: Iterable[int] | None = None) -> int | None:
-        """Largest hop distance between live NPUs (or ``among``); None if some pair is cut off."""
-        nodes = list(self.live_npus if among is None else among)
-        dist = self.hop_distances
-        best = 0
-        for u in nodes:
-            du = dist.get(u, {})
-            for v in nodes:
-                if u == v:
-                    continue
-                if v not in du:
-                    return None
-                best = max(best, du[v])
-        return best
+        """Largest hop distance between live NPUs (or ``among``); None if some pair is cut off.
+
+        Exact, in memory linear in the links (:func:`tacos.hops.diameter`).
+        """
+        from tacos.hops import diameter
+
+        return diameter(self, among, budget=math.inf).exact
 
     def with_links(self, links: Iterable[Link]) -> Topology:
         """A copy with another link set (used by passes such as switch unwinding)."""

@@ -67,7 +67,8 @@ def unit_kind(unit: str) -> str | None:
 def parse_quantity(text: str, kind: str, default_unit: str | None = None) -> float:
     """Parse ``'64MiB'``, ``'0.5 us'`` or ``'50GB/s'`` into base units of ``kind``.
 
-    Raises ``ValueError`` with a readable message when the text is not a quantity of that kind.
+    Raises ``ValueError`` with a readable message when the text is not a finite quantity of
+    that kind.
 
     >>> parse_quantity("64MiB", "size")
     67108864.0
@@ -85,7 +86,10 @@ def parse_quantity(text: str, kind: str, default_unit: str | None = None) -> flo
         raise ValueError(
             f"unknown {kind} unit {unit!r}; use one of {', '.join(sorted(set(table)))}"
         )
-    return value * table[unit]
+    result = value * table[unit]
+    if not math.isfinite(result):
+        raise ValueError(f"{text!r} is not a finite {kind}")
+    return result
 
 
 def as_quantity(value: int | float | str, kind: str, what: str,

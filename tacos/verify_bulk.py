@@ -20,6 +20,23 @@ import numpy as np
 from tacos.schedule import OPS, Schedule
 
 DURATION_RTOL = 1e-9
+TIME_EPS = 64 * float(np.finfo(np.float64).eps)
+"""Relative slack of time comparisons (about 1.4e-14).  Times come out of α-β arithmetic
+(sums of latencies and bytes/bandwidth, tick conversions) with a rounding error of a few ulps of
+their own magnitude, so two times closer than ``TIME_EPS × |t|`` are the same instant: an
+arrival at ``t`` counts from :func:`early` ``(t)``.  Relative, not a fraction of the makespan, so
+a schedule with huge latencies verifies and a short transfer late in a long one is not taken
+for a zero-length one."""
+
+
+def early(t):
+    """``t`` less its rounding slack (float or array): when an arrival at ``t`` counts."""
+    return t - TIME_EPS * np.abs(t)
+
+
+def duration_slack(start, end):
+    """Rounding slack of ``end - start`` (float or array), for the duration rule."""
+    return TIME_EPS * np.maximum(np.abs(start), np.abs(end))
 
 
 @contextmanager
@@ -210,12 +227,13 @@ def transfer_suspects(schedule: Schedule, h: HopTable | None) -> np.ndarray:
         alpha, bw = route_costs(schedule, rt)
         need = alpha + nbytes / bw
         with np.errstate(invalid="ignore"):
-            bad |= ~((end - start) >= need * (1 - DURATION_RTOL))
+            bad |= ~((end - start) >= need * (1 - DURATION_RTOL)
+                     - duration_slack(start, end))
     bad |= ~np.isfinite(start) | ~np.isfinite(end) | (start < 0)
     return bad
 
 
-def screen_copies(schedule: Schedule, usable: list[bool], tol: float, h: HopTable
+def screen_copies(schedule: Schedule, usable: list[bool], h: HopTable
                   ) -> tuple[set[int], list[tuple[int, int]]]:
     """Bulk check of copy chunks: ``(ids that need an exact replay, missing (chunk, npu))``.
 
@@ -244,10 +262,10 @@ def screen_copies(schedule: Schedule, usable: list[bool], tol: float, h: HopTabl
         dtype=np.int64))
     sender = src * n_chunks + chunk
     pos = np.minimum(np.searchsorted(arrived, sender), max(0, len(arrived) - 1))
-    has = (arrived[pos] == sender) & (first_end[pos] - tol <= start) if len(arrived) else \
+    has = (arrived[pos] == sender) & (early(first_end[pos]) <= start) if len(arrived) else \
         np.zeros(len(sender), dtype=bool)
     fail = ~(np.isin(sender, pre_keys) | has)
-    fail |= end - tol <= start  # zero-length: the exact replay drops its delivery
+    fail |= early(end) <= start  # zero-length: the exact replay drops its delivery
     bad = set(np.unique(chunk[fail]).tolist())
     required = np.fromiter(
         chain.from_iterable((v * n_chunks + c.id for v in sorted(c.post - c.pre))
@@ -257,12 +275,12 @@ def screen_copies(schedule: Schedule, usable: list[bool], tol: float, h: HopTabl
     return bad, missing
 
 
-def overlap_suspects(schedule: Schedule, usable: list[bool], tol: float) -> set[int]:
+def overlap_suspects(schedule: Schedule, usable: list[bool]) -> set[int]:
     """Physical links that may carry more than ``multiplicity`` transfers at once (a transfer
     occupies every link of its route).
 
     On a single-lane link, transfers sorted by start never overlap iff each starts no earlier
-    than the previous one ends (within ``tol``); links with multiplicity > 1 are always
+    than the previous one ends (up to :func:`early`); links with multiplicity > 1 are always
     returned when used.
     """
     ts = schedule.transfers
@@ -277,14 +295,13 @@ def overlap_suspects(schedule: Schedule, usable: list[bool], tol: float) -> set[
     end = np.fromiter((t.end for t in ts), dtype=np.float64, count=len(ts))[tr]
     order = np.lexsort((tr, start, link))
     lk, st, en = link[order], start[order], end[order]
-    clash = (lk[1:] == lk[:-1]) & (st[1:] < en[:-1] - tol)
+    clash = (lk[1:] == lk[:-1]) & (st[1:] < early(en[:-1]))
     out = set(np.unique(lk[1:][clash]).tolist())
     multi = {li for li, x in enumerate(schedule.topology.links) if x.multiplicity > 1}
     return out | (multi & set(np.unique(lk).tolist()))
 
 
-def screen_reductions(schedule: Schedule, usable: list[bool], tol: float, h: HopTable
-                      ) -> set[int]:
+def screen_reductions(schedule: Schedule, usable: list[bool], h: HopTable) -> set[int]:
     """Reduction chunks whose replay may break causality or contributions.
 
     The same replay as the verifier's, with each NPU's contribution a random 64-bit number and a
@@ -307,7 +324,7 @@ def screen_reductions(schedule: Schedule, usable: list[bool], tol: float, h: Hop
                          count=len(schedule.transfers))[tr]
     m = len(tr)
     ev_chunk = np.concatenate([chunk, chunk])
-    ev_time = np.concatenate([start, end - tol])
+    ev_time = np.concatenate([start, early(end)])
     ev_kind = np.concatenate([np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)])
     ev_start = np.concatenate([start, start])
     ev_tr = np.concatenate([tr, tr])
@@ -319,7 +336,7 @@ def screen_reductions(schedule: Schedule, usable: list[bool], tol: float, h: Hop
     kind_l, tr_l, src_l, dst_l, red_l = cols
     bounds = np.searchsorted(sorted_chunk, np.asarray(reduce_ids), "left").tolist()
     bounds_hi = np.searchsorted(sorted_chunk, np.asarray(reduce_ids), "right").tolist()
-    bad: set[int] = set(np.unique(chunk[end - tol <= start]).tolist())  # zero-length
+    bad: set[int] = set(np.unique(chunk[early(end) <= start]).tolist())  # zero-length
     for cid, lo, hi in zip(reduce_ids, bounds, bounds_hi, strict=True):
         c = coll.chunks[cid]
         value = {u: weight[u] for u in c.pre}

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tacos.errors import InputFileError, TacosError, VerificationError
+from tacos.errors import TacosError, VerificationError
 from tacos.schedule import Schedule
 from tacos.topology import Topology
 
@@ -33,7 +33,7 @@ def sniff(text: str) -> str:
     if head.startswith("{"):
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad or too deeply nested: the reader says
             doc = None
         if isinstance(doc, dict):
             if str(doc.get("schema", "")).startswith("tacos.schedule"):
@@ -53,23 +53,25 @@ def _read(plan: str | Path) -> tuple[str, str]:
     """(text, source name) of a path or of plan text."""
     if isinstance(plan, Path) or (isinstance(plan, str) and "\n" not in plan
                                   and not plan.lstrip().startswith(("<", "{"))):
+        from tacos import limits
+        from tacos.inputs import decode_text, read_capped
+
         p = Path(plan)
-        if not p.exists():
-            raise InputFileError(f"{p}: no such file")
-        try:
-            return p.read_text(encoding="utf-8"), str(p)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputFileError(f"{p}: cannot read ({exc})") from None
+        cap = max(limits.current().xml_bytes, limits.current().schedule_bytes)
+        with limits.raised(xml_bytes=cap):
+            data = read_capped(p, limit="xml_bytes", what="plan file")
+        return decode_text(data, str(p), "plan file"), str(p)
     return plan, "<string>"
 
 
 def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
-           max_steps: int = 64, strict: bool = False) -> Any:
+           max_steps: int = 64, strict: bool = True) -> Any:
     """Verify a schedule or a plan (path or text); returns the report.
 
     ``topology`` (MSCCL XML: also time the plan on it with the α-β model; schedule JSON:
-    check the schedule was made for it), ``max_steps`` and ``strict`` (MSCCL XML) are passed
-    on to the format's verifier.
+    check the schedule was made for it), ``max_steps`` and ``strict`` (MSCCL XML: missing
+    ``outofplace``/``minBytes``/``maxBytes`` fail as the runtime's loader does unless
+    ``strict=False``) are passed on to the format's verifier.
 
     >>> import tacos
     >>> ring = tacos.builders.ring(4, bandwidth=1e9, latency=1e-6)

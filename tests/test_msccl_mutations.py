@@ -193,12 +193,13 @@ def test_missing_required_attribute() -> None:
     assert (at(hits[0]), hits[0].line) == (places(AP2LL)[step_line], step_line)
 
 
-def test_missing_outofplace_is_an_error_in_strict_mode() -> None:
+def test_missing_outofplace_is_an_error_unless_lenient() -> None:
     line = line_of(AR1M, r"<algo ")
     text = edit(AR1M, line, ' outofplace="0"', "")
-    assert verify_xml(text).ok  # older tools omit it: a warning by default
-    strict = verify_xml(text, strict=True)
+    assert verify_xml(text, strict=False).ok  # lenient: older tools omit it, a warning
+    strict = verify_xml(text)
     assert [v.rule for v in strict.violations] == ["missing-attribute"]
+    assert 'outofplace="0"' in strict.violations[0].hint
 
 
 def test_xml_prolog() -> None:

@@ -33,7 +33,7 @@ def test_golden_error(case: Path, monkeypatch: pytest.MonkeyPatch,
     assert err.rstrip("\n") == case.with_suffix(".txt").read_text().rstrip("\n")
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.stem != "30_no_npus"],
+@pytest.mark.parametrize("case", CASES,
                          ids=lambda p: p.stem)
 def test_error_has_location_source_line_and_caret(case: Path) -> None:
     with pytest.raises(TacosError) as info:

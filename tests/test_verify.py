@@ -222,7 +222,7 @@ def _exact(schedule: Schedule):
 
     with mock.patch.object(v, "hop_table", no_table), \
             mock.patch.object(v, "overlap_suspects",
-                              lambda s, u, t: set(range(len(s.topology.links)))):
+                              lambda s, u: set(range(len(s.topology.links)))):
         return verify_schedule(schedule)
 
 

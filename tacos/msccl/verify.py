@@ -194,14 +194,15 @@ def verify_program(program: Program, *, topology: Topology | None = None,
 
 
 def verify_xml(text: str, *, source: str = "<string>", topology: Topology | None = None,
-               strict: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
+               strict: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None,
                ranks: Sequence[int] | None = None, groups: Iterable[Sequence[int]] = ()
                ) -> MscclReport:
     """Verify MSCCL XML text; parse problems become violations (nothing is raised).
 
-    ``strict`` makes a missing ``outofplace``/``minBytes``/``maxBytes`` (older msccl-tools and
-    TACCL output, which the runtime refuses to load) an error instead of a warning.  With a
+    A missing ``outofplace``/``minBytes``/``maxBytes`` (older msccl-tools and TACCL output)
+    is an error, as it is for the runtime, which refuses to load the file; ``strict=False``
+    reports it as a warning, for checking such output before fixing it up.  With a
     ``topology``, rank r is timed on NPU ``ranks[r]``; without ``ranks`` the mapping comes from
     the plan's ``tacos ranks`` comment, else from the one of ``groups`` (the topology file's
     declared collective groups) with ``ngpus`` NPUs, else rank r = NPU r
@@ -215,7 +216,7 @@ def verify_xml(text: str, *, source: str = "<string>", topology: Topology | None
 
 
 def verify_xml_file(path: str | Path, *, topology: Topology | None = None,
-                    strict: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
+                    strict: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                     sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None,
                     ranks: Sequence[int] | None = None, groups: Iterable[Sequence[int]] = ()
                     ) -> MscclReport:

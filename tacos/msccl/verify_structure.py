@@ -32,6 +32,11 @@ from tacos.msccl.program import (
 )
 from tacos.msccl.verify_report import Violation
 
+MAX_BUFFER_CHUNKS = 1 << 24
+"""Most buffer chunks (ngpus × nchunksperloop) the whole-program analyses replay."""
+MAX_REPORTED = 64
+"""Missing ranks reported one by one before the rest are summed up."""
+
 
 class _Out:
     """Collects violations and tracks whether later analyses may run."""
@@ -88,6 +93,11 @@ def _check_algo(p: Program, out: _Out) -> None:
     if p.nchunksperloop < 1:
         out.add("algo-attribute", f"nchunksperloop={p.nchunksperloop} must be at least 1",
                 line=line, breaks=True)
+    elif p.ngpus >= 1 and p.ngpus * p.nchunksperloop > MAX_BUFFER_CHUNKS:
+        out.add("chunk-geometry", f"ngpus={p.ngpus} x nchunksperloop={p.nchunksperloop} "
+                f"buffer chunks exceed the {MAX_BUFFER_CHUNKS:,} this verifier replays",
+                line=line, breaks=True,
+                hint="no real program has that many chunks per loop; check the value")
     elif p.ngpus >= 1 and needs_multiple_of_ngpus(p.coll) and p.nchunksperloop % p.ngpus:
         out.add("chunk-geometry", f"nchunksperloop={p.nchunksperloop} is not a multiple of "
                 f"ngpus={p.ngpus}, which {p.coll} needs", line=line, breaks=True)
@@ -133,10 +143,18 @@ def _check_gpus(p: Program, out: _Out) -> set[int]:
             continue
         ok.add(g.id)
         _check_chunks(p, g, out)
+    missing = 0
     for r in range(max(p.ngpus, 0)):
-        if r not in seen:
-            out.add("gpu-ids", f"no <gpu id=\"{r}\">: that rank launches 0 thread blocks "
-                    "(CUDA rejects the launch)", rank=r, line=p.line, breaks=True)
+        if r in seen:
+            continue
+        missing += 1
+        if missing > MAX_REPORTED:  # ngpus may be huge: stop after a few
+            out.add("gpu-ids", f"ranks {r}..{p.ngpus - 1} have no <gpu> either "
+                    f"(ngpus={p.ngpus}, {len(seen)} <gpu> elements)", line=p.line,
+                    breaks=True)
+            break
+        out.add("gpu-ids", f"no <gpu id=\"{r}\">: that rank launches 0 thread blocks "
+                "(CUDA rejects the launch)", rank=r, line=p.line, breaks=True)
     return ok
 
 

@@ -12,6 +12,7 @@ import difflib
 import math
 from collections.abc import Callable
 
+from tacos import limits
 from tacos.errors import TacosError
 from tacos.topology import UNWIND_POLICIES, Link, Topology
 
@@ -57,6 +58,12 @@ def check_link(link: Link, n_nodes: int | None, where: str,
             or link.multiplicity < 1:
         raise TacosError(f"{where}: multiplicity must be an integer >= 1, "
                          f"not {link.multiplicity!r}")
+    for kind, value in (("bandwidth", link.bandwidth), ("latency", link.alpha)):
+        problem = limits.check_number(kind, value)
+        if problem is not None:
+            raise TacosError(f"{where}: {problem}")
+    if link.multiplicity > limits.current().multiplicity:
+        raise limits.exceeded("multiplicity", link.multiplicity, f"{where}: multiplicity")
 
 
 def check_topology(topology: Topology) -> Topology:

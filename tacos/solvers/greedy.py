@@ -20,15 +20,18 @@ Options (``Problem.options``):
     Allow resending a chunk already in flight on a slower transfer (with causal replacement).
 ``progress`` (callable ``(done, total)``, optional)
     Called after each finished trial.
+``time_limit`` (seconds, optional)
+    No trial starts after this much time (at least one always runs); the best so far wins.
+    Results then depend on machine speed, like any time-limited search.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from tacos.schedule import Schedule, Transfer
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
@@ -36,6 +39,7 @@ from tacos.solvers.greedy_instance import TICK, Instance, bits_to_tuple, build_i
 from tacos.solvers.merge import UNLIMITED, merge_caps, unmerged_lower_bound
 from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
+from tacos.workers import die_with_parent
 
 DEFAULT_TRIALS = 16
 """Default number of trials on small problems: enough to cycle the merge ladder several times
@@ -101,7 +105,9 @@ class GreedySolver:
         if max_merge == "auto" and any(c != 1 for c in caps):
             extra = [(i, 1) for i, c in enumerate(caps) if c != 1]
         total = len(jobs) + len(extra)
-        runner = _Runner(inst, seed, speculate, workers, progress, total)
+        limit = opts.get("time_limit")
+        deadline = t0 + float(limit) if limit is not None else None
+        runner = _Runner(inst, seed, speculate, workers, progress, total, deadline)
         try:
             best = runner.run(jobs)
             if extra and best.makespan > unmerged_lower_bound(inst):
@@ -140,9 +146,11 @@ class _Runner:
     """Runs (trial, cap) jobs in-process or in a process pool and keeps the best."""
 
     def __init__(self, inst: Instance, seed: int, speculate: bool, workers: int,
-                 progress: Callable[[int, int], None] | None, total: int) -> None:
+                 progress: Callable[[int, int], None] | None, total: int,
+                 deadline: float | None = None) -> None:
         self.inst, self.seed, self.speculate = inst, seed, speculate
         self.workers, self.progress, self.total = workers, progress, total
+        self.deadline = deadline
         self.done = 0
 
     def _tick(self) -> None:
@@ -151,29 +159,56 @@ class _Runner:
             self.progress(self.done, self.total)
 
     def run(self, jobs: list[tuple[int, int]]) -> TrialResult:
+        """The best result of ``jobs``; after the deadline (if any) no further job starts, but
+        at least one always finishes."""
         work = self.inst.total_need * len(jobs)
         n = min(self.workers, len(jobs))
         if n <= 1 or work < IN_PROCESS_WORK or "fork" not in mp.get_all_start_methods():
             best: TrialResult | None = None
             for trial, cap in jobs:
+                if best is not None and self._late():
+                    break
                 r = run_trial(self.inst, self.seed, trial, cap, self.speculate)
                 if best is None or _key(r) < _key(best):
                     best = r
                 self._tick()
             assert best is not None
             return best
+        return self._run_pool(jobs, n)
+
+    def _late(self) -> bool:
+        return self.deadline is not None and time.perf_counter() >= self.deadline
+
+    def _run_pool(self, jobs: list[tuple[int, int]], n: int) -> TrialResult:
+        """Run ``jobs`` on ``n`` forked workers.
+
+        The pool is terminated (workers killed at once) on any exception, Ctrl-C and SIGTERM
+        included, and when the deadline passes with a result in hand; workers ignore SIGINT
+        (the parent stops them) and die with the parent (Linux ``PR_SET_PDEATHSIG``).
+        """
         ctx = mp.get_context("fork")
         results: list[TrialResult] = []
         keys: list[_Key] = []
-        with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(self.inst, self.seed, self.speculate)) as ex:
-            futures = [ex.submit(_work, trial, cap) for trial, cap in jobs]
-            for fut in as_completed(futures):
-                key, payload = fut.result()
+        pool = ctx.Pool(n, initializer=_init_worker,
+                        initargs=(self.inst, self.seed, self.speculate, os.getpid()))
+        try:
+            answers = pool.imap_unordered(_work, jobs)
+            for _ in jobs:
+                wait = None
+                if keys and self.deadline is not None:
+                    wait = max(0.0, self.deadline - time.perf_counter())
+                try:
+                    key, payload = answers.next(wait)
+                except mp.TimeoutError:
+                    break
                 keys.append(key)
                 if payload is not None:
                     results.append(payload)
                 self._tick()
+            pool.close()
+        finally:
+            pool.terminate()
+            pool.join()
         target = min(keys)
         return next(r for r in results if _key(r) == target)
 
@@ -181,16 +216,17 @@ class _Runner:
 _WORKER: dict = {}
 
 
-def _init_worker(inst: Instance, seed: int, speculate: bool) -> None:
+def _init_worker(inst: Instance, seed: int, speculate: bool, parent: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool on Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: just end
+    die_with_parent(parent)
     _WORKER.update(inst=inst, seed=seed, speculate=speculate, best=None)
 
 
-def _work(trial: int, cap: int) -> tuple[_Key, TrialResult | None]:
+def _work(job: tuple[int, int]) -> tuple[_Key, TrialResult | None]:
     """Run one trial in a worker; ship the transfers only if it beats this worker's best."""
-    try:
-        r = run_trial(_WORKER["inst"], _WORKER["seed"], trial, cap, _WORKER["speculate"])
-    except Stuck:
-        raise
+    trial, cap = job
+    r = run_trial(_WORKER["inst"], _WORKER["seed"], trial, cap, _WORKER["speculate"])
     key = _key(r)
     if _WORKER["best"] is None or key < _WORKER["best"]:
         _WORKER["best"] = key

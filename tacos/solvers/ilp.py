@@ -65,7 +65,9 @@ from tacos.solvers.recovery import complete_schedule
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
-RESERVE = 0.05  # fraction of the time limit kept for recovery and bookkeeping
+RESERVE = 0.15  # fraction of the time limit kept for recovery, replay and bookkeeping
+GREEDY_SHARE = 0.25  # most of the time limit the greedy first schedules may take
+POOL_MIN_SECONDS = 5.0  # greedy budgets below this run in-process (no worker start-up)
 GREEDY, GREEDY_MERGED, SHORTEST = "greedy", "greedy_merged", "shortest_path"
 BASELINES = (GREEDY, GREEDY_MERGED, SHORTEST)  # schedules the ILP starts from
 SOFT_SHARE = 0.3  # fraction of the ILP time kept for early termination when probes run long
@@ -192,8 +194,8 @@ def continuous_lower_bound(topology: Topology, collective: Collective) -> float:
     return best
 
 
-def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str = "greedy"
-                         ) -> list[tuple[list[Transfer], str]]:
+def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str = "greedy",
+                         time_limit: float | None = None) -> list[tuple[list[Transfer], str]]:
     """Complete schedules to start from; the first one sets the top of the horizon search.
 
     ``source="greedy"``: TACOS-Greedy (best of ``trials``) with ``max_merge=1`` (one chunk per
@@ -201,15 +203,26 @@ def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str =
     problem asks for ``max_merge=1``, greedy with the problem's ``max_merge`` (default
     ``"auto"``: several chunks per transfer may pay α once, which the TEN cannot express) as a
     further candidate.  Otherwise, or without the greedy solver, shortest paths.
+    ``time_limit`` (seconds) bounds the greedy runs: the first completes at least one trial,
+    the second runs only if time is left.
     """
     out: list[tuple[list[Transfer], str]] = []
+    t0 = time.perf_counter()
     if source == "greedy" and importlib.util.find_spec("tacos.solvers.greedy") is not None:
         greedy = importlib.import_module("tacos.solvers.greedy").GreedySolver()
         merge = problem.options.get("max_merge", "auto")
         for cap, label in ((1, GREEDY), (merge, GREEDY_MERGED)):
             if label == GREEDY_MERGED and cap in (1, "1"):
                 break
-            opts = {"seed": seed, "trials": trials, "max_merge": cap}
+            opts = {"seed": seed, "trials": trials, "max_merge": cap,
+                    "workers": problem.options.get("workers")}
+            if time_limit is not None:  # the first run may use 60% of the budget
+                left = time_limit - (time.perf_counter() - t0)
+                if out and left <= 0:  # a start is in hand: no further run past the budget
+                    break
+                opts["time_limit"] = max(0.0, left * (0.6 if label == GREEDY else 1.0))
+                if opts["time_limit"] < POOL_MIN_SECONDS:  # worker start-up would eat it
+                    opts["workers"] = 1
             res = greedy.solve(Problem(problem.topology, problem.collective, opts))
             if res.schedule is not None:
                 out.append((list(res.schedule.transfers), label))
@@ -228,9 +241,12 @@ def _options(problem: Problem) -> dict[str, Any]:
     mode = o.get("mode", "exact")
     if mode not in ("exact", "cluster"):
         raise UsageError(f"unknown ILP mode {mode!r}", hint="use mode 'exact' or 'cluster'")
-    limit = float(o.get("time_limit", 60.0) or 60.0)
-    if limit <= 0:
-        raise UsageError("time_limit must be positive")
+    limit = o.get("time_limit")
+    limit = 60.0 if limit is None else limit
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not (
+            math.isfinite(limit) and limit > 0):
+        raise UsageError(f"time_limit must be a positive number of seconds, not {limit!r}")
+    limit = float(limit)
     factor = int(o.get("discretization_factor", 1) or 1)
     if factor < 1:
         raise UsageError("discretization_factor must be at least 1")
@@ -284,7 +300,8 @@ class IlpSolver:
             return SolveResult("infeasible", None, None, {"reason": reason})
         lower = continuous_lower_bound(topo, coll)
         tp = TenProblem.of(topo, coll, opt["factor"])
-        starts = upper_bound_schedule(problem, opt["seed"], opt["trials"], opt["upper_bound"])
+        starts = upper_bound_schedule(problem, opt["seed"], opt["trials"], opt["upper_bound"],
+                                      time_limit=opt["time_limit"] * GREEDY_SHARE)
         ub_transfers, ub_source = starts[0]
         ub_sends = transfers_to_sends(ub_transfers, tp.steps, tp.pre, topo)
         lb = ten_lower_bound(tp)

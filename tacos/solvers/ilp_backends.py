@@ -165,6 +165,11 @@ def _solve_in_subprocess(backend: str, model: IlpModel, wall_deadline: float, se
             proc.kill()
             raise ToolFailure(f"ILP back end {backend!r} failed in its worker process ({exc})",
                               hint="run again with another back end, e.g. backend='cbc'") from exc
+        except BaseException:  # Ctrl-C, SIGTERM: the worker's answer is no longer wanted
+            _WORKERS.pop(backend, None)
+            proc.kill()
+            proc.wait()
+            raise
         if answer is None:  # hung past the deadline
             _WORKERS.pop(backend, None)
             proc.kill()
@@ -182,7 +187,8 @@ _WORKER_CODE = ("import importlib.util as u, sys; s = u.spec_from_file_location(
 
 
 def _start_worker() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _WORKER_CODE, os.path.abspath(__file__)],
+    return subprocess.Popen([sys.executable, "-c", _WORKER_CODE, os.path.abspath(__file__),
+                             str(os.getpid())],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
 
@@ -231,6 +237,7 @@ def _worker() -> None:
     The protocol uses a private copy of stdout; file descriptor 1 is pointed at stderr so that
     anything a solver library prints cannot corrupt it.
     """
+    _die_with_parent(int(sys.argv[2]))
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     inp = sys.stdin.buffer
@@ -245,6 +252,16 @@ def _worker() -> None:
         data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
         out.write(len(data).to_bytes(8, "big") + data)
         out.flush()
+
+
+def _die_with_parent(parent: int) -> None:
+    """``tacos.workers.die_with_parent``, loaded by file name (the worker imports no tacos)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "workers.py")
+    spec = importlib.util.spec_from_file_location("_tacos_workers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.die_with_parent(parent)
 
 
 def _rows(model: Any):
@@ -408,6 +425,10 @@ def _solve_cbc(model: IlpModel, deadline: float, seed: int, threads: int,
                 proc.kill()
                 proc.wait()
                 return "time_limit", None, None, None
+        except BaseException:  # Ctrl-C, SIGTERM: stop CBC with us
+            proc.kill()
+            proc.wait()
+            raise
         if not os.path.exists(sol) or os.path.getsize(sol) == 0:
             return "time_limit", None, None, None
         with open(sol) as fh:

@@ -325,18 +325,19 @@ def transfers_to_sends(transfers: Iterable, steps: Sequence[int], pre: Sequence[
             have[(c, v)] = 0
     lanes: dict[int, list[int]] = {}
     out: list[Send] = []
-    for tr in sorted(transfers, key=lambda t: (t.start, t.end, t.link, t.chunks)):
-        lk = topology.links[tr.link]
-        mult = (multiplicity or {}).get(tr.link, lk.multiplicity)
-        free = lanes.setdefault(tr.link, [0] * mult)
-        for c in tr.chunks:
+    rows = sorted((t.start, t.end, t.link, t.chunks) for t in transfers)
+    for _, _, li, chunks in rows:
+        lk = topology.links[li]
+        mult = (multiplicity or {}).get(li, lk.multiplicity)
+        free = lanes.setdefault(li, [0] * mult)
+        for c in chunks:
             if (c, lk.dst) in have or (c, lk.src) not in have:
                 continue
             lane = min(range(len(free)), key=free.__getitem__)
             t = max(have[(c, lk.src)], free[lane])
-            free[lane] = t + steps[tr.link]
-            have[(c, lk.dst)] = t + steps[tr.link]
-            out.append((c, tr.link, t))
+            free[lane] = t + steps[li]
+            have[(c, lk.dst)] = t + steps[li]
+            out.append((c, li, t))
     return out
 
 

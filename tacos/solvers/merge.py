@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from tacos.errors import UsageError
 from tacos.solvers.greedy_instance import Instance
 
 UNLIMITED = 1 << 30
@@ -94,10 +95,10 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
         return [UNLIMITED] * trials
     if isinstance(max_merge, int):
         if max_merge < 1:
-            raise ValueError("max_merge must be at least 1")
+            raise UsageError(f"max_merge must be at least 1, not {max_merge}")
         return [max_merge] * trials
     if max_merge != "auto":
-        raise ValueError(f"max_merge must be an int, None or 'auto', not {max_merge!r}")
+        raise UsageError(f"max_merge must be an int, None or 'auto', not {max_merge!r}")
     if not inst.sizes or not inst.alpha:
         return [1] * trials
     size = inst.uniform_size or (sum(inst.sizes) / len(inst.sizes))

@@ -1,0 +1,159 @@
+"""Reading input files with a size cap applied while reading, and locating whole-file errors.
+
+A size taken from ``stat`` says nothing about devices and pipes (``/dev/zero`` reports 0
+bytes), so the cap is enforced on the bytes actually read.  Included files must be regular
+files (:func:`read_capped` with ``regular_only``): a device, named pipe or socket could block or
+stream forever.  Errors about a whole file (not text, not UTF-8, empty) carry a position: the
+first offending byte, or line 1.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from tacos import limits
+from tacos.errors import InputFileError, Span
+
+_BLOCK = 1 << 20
+
+
+def read_capped(path: str | Path, *, limit: str, what: str,
+                regular_only: bool = False) -> bytes:
+    """The bytes of ``path``, refusing more than ``limits.current().<limit>`` bytes.
+
+    ``what`` names the kind of file in messages (``"TDL file"``).  With ``regular_only``,
+    anything but a regular file is refused before it is opened.
+    """
+    p = Path(path)
+    cap = getattr(limits.current(), limit)
+    try:
+        info = p.stat()
+    except FileNotFoundError:
+        raise InputFileError(f"{p}: no such file", hint="check the path") from None
+    except OSError as exc:
+        raise InputFileError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputFileError(f"{p} is a directory, not a {what}")
+    if regular_only and not stat.S_ISREG(info.st_mode):
+        raise InputFileError(f"{p} is not a regular file (a device, pipe or socket)",
+                             hint=f"a {what} must be an ordinary file")
+    if stat.S_ISREG(info.st_mode) and info.st_size > cap:
+        raise _too_big(p, info.st_size, cap, limit, what)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputFileError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        if regular_only and not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced meanwhile
+            raise InputFileError(f"{p} is not a regular file")
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            block = os.read(fd, min(_BLOCK, cap + 1 - total))
+            if not block:
+                break
+            parts.append(block)
+            total += len(block)
+            if total > cap:
+                raise _too_big(p, None, cap, limit, what)
+    except OSError as exc:
+        raise InputFileError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    return b"".join(parts)
+
+
+def _too_big(p: Path, size: int | None, cap: int, limit: str, what: str) -> InputFileError:
+    got = f"is {size:,} bytes" if size is not None else f"has more than {cap:,} bytes"
+    return InputFileError(
+        f"{p} {got}; a {what} is limited to {cap:,} bytes ({limit})",
+        hint=f"raise the limit with --limit {limit}=BYTES if the file is really that big")
+
+
+def position(data: bytes | str, offset: int) -> tuple[int, int]:
+    """1-based (line, column) of ``offset`` in ``data``."""
+    nl = b"\n" if isinstance(data, bytes) else "\n"
+    line = data.count(nl, 0, offset) + 1
+    start = data.rfind(nl, 0, offset) + 1
+    return line, offset - start + 1
+
+
+def decode_text(data: bytes, source: str, what: str, empty_hint: str | None = None) -> str:
+    """``data`` as UTF-8 text, or a located :class:`InputFileError` (never echoing the bytes).
+
+    Refused: NUL bytes (position of the first), undecodable bytes (position of the first) and
+    text that is empty or only white space (line 1).
+    """
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line, col = position(data, nul)
+        raise InputFileError(f"{source} is not a text file (it contains NUL bytes; the first "
+                             f"at byte {nul})", span=Span(source, line, col),
+                             hint=f"a {what} is UTF-8 text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, col = position(data, exc.start)
+        raise InputFileError(f"{source} is not UTF-8 text (byte {exc.start} cannot be "
+                             "decoded)", span=Span(source, line, col),
+                             hint="save the file as UTF-8") from None
+    if not text.strip():
+        raise InputFileError(f"{source} is empty", span=Span(source, 1, 1),
+                             hint=empty_hint or f"a {what} is not empty")
+    return text
+
+
+def check_json_nesting(doc: object, source: str, sample: int = 64) -> None:
+    """Refuse a parsed JSON document nested deeper than ``limits.current().nesting``.
+
+    Iterative, so it cannot itself run out of stack.  Arrays are followed through their first
+    ``sample`` items only: those are what recursive consumers (schema validation of a sample)
+    see; every other item is checked field by field by the structural readers.
+    """
+    limit = limits.current().nesting
+    stack: list[tuple[object, int, str]] = [(doc, 1, "$")]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, dict):
+            items = [(v, f"{path}.{k}") for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(v, f"{path}[{i}]") for i, v in enumerate(value[:sample])]
+        else:
+            continue
+        if depth > limit:
+            raise limits.LimitError(f"{source}: {path}: JSON nested deeper than {limit} levels "
+                                    "(nesting)",
+                                    hint="a schedule file is a few levels deep; raise the "
+                                    "limit with --limit nesting=N if this one is intended")
+        stack.extend((v, depth + 1, p) for v, p in items if isinstance(v, dict | list))
+
+
+def json_nesting_error(text: str, source: str) -> limits.LimitError:
+    """The located error for JSON text too deeply nested for the parser (error path only)."""
+    limit = limits.current().nesting
+    depth, in_string, escaped = 0, False, False
+    where = len(text)
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                where = i
+                break
+        elif ch in "]}":
+            depth -= 1
+    line, col = position(text, where)
+    return limits.LimitError(f"JSON nested deeper than {limit} levels (nesting)",
+                             span=Span(source, line, col),
+                             hint="a schedule file is a few levels deep; raise the limit with "
+                             f"--limit nesting={limit * 2} if this one is intended")
