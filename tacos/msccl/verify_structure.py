@@ -16,7 +16,9 @@ from tacos.msccl.program import (
     DEFAULT_MAX_STEPS,
     DEFAULT_SMS,
     MAX_CHANNELS,
+    MAX_CHILDREN,
     MAX_COUNT,
+    MAX_NODES,
     MAX_TBS,
     MAX_TBS_PER_CHANNEL,
     PROTOS,
@@ -58,6 +60,7 @@ def check_structure(program: Program, *, max_steps: int = DEFAULT_MAX_STEPS,
     """
     out = _Out()
     _check_algo(program, out)
+    _check_parser_limits(program, out)
     ok_ranks = _check_gpus(program, out)
     for g in program.gpus:
         if g.id not in ok_ranks:
@@ -112,6 +115,29 @@ def _check_algo(p: Program, out: _Out) -> None:
     if lo is not None and hi not in (None, 0) and hi < lo:
         out.add("size-window", f"maxBytes={hi} < minBytes={lo}: no message size selects this "
                 "algorithm", line=line)
+
+
+def _check_parser_limits(p: Program, out: _Out) -> None:
+    """The runtime parser's fixed tables: children per element and parsed nodes per rank."""
+    ngpus = len(p.gpus)
+    if ngpus > MAX_CHILDREN:
+        out.add("children-limit", f"{ngpus} <gpu> elements exceed the runtime's "
+                f"{MAX_CHILDREN} children per element", line=p.line)
+    for g in p.gpus:
+        if len(g.tbs) > MAX_CHILDREN:
+            out.add("children-limit", f"{len(g.tbs)} <tb> elements exceed {MAX_CHILDREN}",
+                    rank=g.id, line=g.line)
+        steps = 0
+        for tb in g.tbs:
+            steps += len(tb.steps)
+            if len(tb.steps) > MAX_CHILDREN:
+                out.add("children-limit", f"{len(tb.steps)} <step> elements exceed "
+                        f"{MAX_CHILDREN}", rank=g.id, tb=tb.id, line=tb.line)
+        nodes = 1 + ngpus + len(g.tbs) + steps
+        if nodes > MAX_NODES:
+            out.add("node-limit", f"rank {g.id} needs {nodes} parsed nodes (1 algo + {ngpus} "
+                    f"gpu + tbs + steps); the runtime parser holds {MAX_NODES}", rank=g.id,
+                    line=g.line, hint="use fewer, longer steps")
 
 
 def _check_gpus(p: Program, out: _Out) -> set[int]:

@@ -30,6 +30,11 @@ Value = tuple[int, int] | dict[Label, int] | None
 CHECKED = ("allgather", "allreduce", "reducescatter", "alltoall", "broadcast", "reduce")
 
 
+def label(rank: int, chunk: int) -> Value:
+    """The initial value of input chunk ``chunk`` of ``rank``."""
+    return (chunk, 1 << rank)
+
+
 def _labels(v: Value) -> dict[Label, int]:
     """The multiset of a non-empty value."""
     if isinstance(v, tuple):
@@ -128,7 +133,7 @@ class _Replay:
         count = c // n if p.coll == "allgather" else c
         for r in range(n):
             for k in range(count):
-                self.mem[self.loc(r, "i", k)] = (k, 1 << r)
+                self.mem[self.loc(r, "i", k)] = label(r, k)
 
 
 def _fmt(labels: list[Label]) -> str:
