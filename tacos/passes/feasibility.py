@@ -37,9 +37,6 @@ class _Reach:
     turned into component bitsets once per set object (patterns share one ``everyone``)."""
 
     def __init__(self, topology: Topology, members: frozenset[int] | None = None) -> None:
-        from scipy.sparse import csr_matrix
-        from scipy.sparse.csgraph import connected_components
-
         n = topology.n_nodes
         usable = np.ones(n, dtype=bool)
         if members is not None:
@@ -51,6 +48,13 @@ class _Reach:
         dst = np.fromiter((lk.dst for lk in links), dtype=np.int64, count=len(links))
         keep = usable[src] & usable[dst]
         src, dst = src[keep], dst[keep]
+        self._sets: dict[int, tuple[frozenset[int], int]] = {}
+        if members is None and _strongly_connected(n, src, dst):
+            self.comp, self.ncomp, self.reach = [0] * n, 1, [1]
+            return
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import connected_components
+
         g = csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
         ncomp, labels = connected_components(g, directed=True, connection="strong")
         self.comp = labels.tolist()
@@ -76,7 +80,6 @@ class _Reach:
             for b in succ[c]:
                 r |= self.reach[b]
             self.reach[c] = r
-        self._sets: dict[int, tuple[frozenset[int], int]] = {}
 
     def __call__(self, u: int, v: int) -> bool:
         return bool(self.reach[self.comp[u]] >> self.comp[v] & 1)
@@ -110,6 +113,34 @@ class _Reach:
             have |= self.reach[low.bit_length() - 1]
             sources ^= low
         return want & ~have == 0
+
+
+BFS_WORK = 50_000_000
+"""Link visits the breadth-first test of :func:`_strongly_connected` may spend."""
+
+
+def _strongly_connected(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """True when node 0 reaches every node and every node reaches it (numpy frontiers, one
+    pass over the links per level); False also when that would exceed :data:`BFS_WORK`
+    (long chains), leaving the answer to the full component analysis."""
+    if n <= 1:
+        return True
+    for a, b in ((src, dst), (dst, src)):
+        seen = np.zeros(n, dtype=bool)
+        seen[0] = True
+        frontier = seen.copy()
+        work = 0
+        while frontier.any():
+            work += len(a)
+            if work > BFS_WORK:
+                return False
+            nxt = np.zeros(n, dtype=bool)
+            nxt[b[frontier[a]]] = True
+            frontier = nxt & ~seen
+            seen |= frontier
+        if not seen.all():
+            return False
+    return True
 
 
 def _hint(topology: Topology, target: int, members: frozenset[int] | None = None) -> str:
