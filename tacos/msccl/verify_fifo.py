@@ -45,9 +45,7 @@ def run_fifo(model: Model, *, capacity: int = 1) -> FifoRun:
     phase: dict[TbKey, int] = dict.fromkeys(model.by_tb, 0)
     flag: dict[TbKey, int] = dict.fromkeys(model.by_tb, -1)
     fifo: dict[ConnKey, deque[Tx]] = defaultdict(deque)
-    on_rank: dict[int, list[TbKey]] = defaultdict(list)
-    for key in model.by_tb:
-        on_rank[key[0]].append(key)
+    waiting: dict[TbKey, list[TbKey]] = defaultdict(list)  # tb -> tbs waiting on its flag
     work = deque(model.by_tb)
     queued = set(work)
 
@@ -64,7 +62,10 @@ def run_fifo(model: Model, *, capacity: int = 1) -> FifoRun:
             tx = txs[pc[key]]
             st = tx.step
             if phase[key] == 0:
-                if any(flag.get((tx.rank, d), -1) < k for d, k, _ in tx.waits):
+                short = next(((tx.rank, d) for d, k, _ in tx.waits
+                              if flag.get((tx.rank, d), -1) < k), None)
+                if short is not None:
+                    waiting[short].append(key)
                     break
                 if st.receives:
                     conn = model.recv_conn(tx)
@@ -90,7 +91,7 @@ def run_fifo(model: Model, *, capacity: int = 1) -> FifoRun:
             pc[key] += 1
             if tx.hasdep:
                 flag[key] = tx.post
-                for other in on_rank[key[0]]:
+                for other in waiting.pop(key, ()):
                     wake(other)
     for key, txs in model.by_tb.items():
         if pc[key] < len(txs):
