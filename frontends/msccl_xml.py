@@ -216,6 +216,8 @@ class _Builder:
         return Threadblock(tid, send, recv, chan, tuple(steps), te.line)
 
     def step(self, se: Element, rank: int, tb: int, index: int) -> Step:
+        if se.step is not None:  # canonical line, read by the lexer's fast path
+            return se.step
         where = {"rank": rank, "tb": tb, "step": index}
         s = self.int_attr(se, "s", where, default=index)
         st = self.str_attr(se, "type", where)

@@ -92,3 +92,28 @@ def test_accesses_ordered_through_another_rank_are_not_races() -> None:
     races = [v for v in bad.violations if v.rule == "race"]
     assert len(races) == 1 and races[0].rank == 0
     assert "cpy reads o[0]" in races[0].message and "cpy writes o[0]" in races[0].message
+
+
+def test_canonical_steps_read_on_the_fast_path_equal_the_general_reader(
+        torus_allreduce, monkeypatch) -> None:
+    """Steps the lexer reads with one pattern give the same program, lines and problems as the
+    general reader; variants it does not recognise (a space before ``/>``, an octal number)
+    still go through the general reader and its diagnostics."""
+    import re
+
+    from tacos.frontends import msccl_xml_lex
+    from tacos.frontends.msccl_xml import parse_xml_collect
+
+    text = emit_xml(lower_verified(torus_allreduce))
+    odd = text.replace('hasdep="0"/>', 'hasdep="0" />', 3).replace('cnt="1"', 'cnt="01"', 2)
+    fast = [parse_xml_collect(t) for t in (text, odd)]
+    monkeypatch.setattr(msccl_xml_lex, "_STEP", re.compile(r"(?!)"))
+    slow = [parse_xml_collect(t) for t in (text, odd)]
+    for a, b in zip(fast, slow, strict=True):
+        assert a.program == b.program
+        steps_a = [st.line for g in a.program.gpus for tb in g.tbs for st in tb.steps]
+        steps_b = [st.line for g in b.program.gpus for tb in g.tbs for st in tb.steps]
+        assert steps_a == steps_b
+        assert [(p.rule, p.line, p.col) for p in a.problems] == \
+            [(p.rule, p.line, p.col) for p in b.problems]
+    assert any(p.rule == "number-format" for p in fast[1].problems)
