@@ -139,8 +139,7 @@ def lower_verified(schedule: Schedule, options=None, *, progress=None) -> Progra
 
     opts = options or MscclOptions()
     reporter = as_reporter(progress)
-    with reporter.phase("lowering to MSCCL"):
-        program = lower(schedule, options=opts)
+    program = lower(schedule, options=opts, progress=reporter)
     report = verify_program(program, max_steps=opts.max_steps_per_tb, source="<lowered plan>",
                             progress=reporter)
     if not report.ok:

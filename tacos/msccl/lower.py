@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tacos.errors import TacosError
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
@@ -29,6 +30,7 @@ from tacos.msccl.lower_layout import build_layout
 from tacos.msccl.lower_steps import build_steps
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
 from tacos.nogc import paused_gc
+from tacos.progress import Reporter, as_reporter
 from tacos.schedule import Schedule
 
 REDOPS = ("sum", "prod", "min", "max")
@@ -101,32 +103,37 @@ def check_name(name: str) -> None:
                               "quotes, '<', '>' or '&'")
 
 
-def lower(schedule: Schedule, *, options: MscclOptions | None = None) -> Program:
+def lower(schedule: Schedule, *, options: MscclOptions | None = None,
+          progress: Any = None) -> Program:
     """Lower a (verified) schedule to an MSCCL program.
 
     The schedule must be one the runtime can run: a standard allgather, reducescatter,
     allreduce, alltoall, broadcast or reduce whose transfers only use ranks of the collective's
     group.  Raises :class:`~tacos.errors.TacosError` otherwise, or when the limits in
-    ``options`` cannot be met.  Never mutates its input.
+    ``options`` cannot be met.  Never mutates its input.  ``progress`` (a
+    :class:`tacos.progress.Reporter`) is told each stage as a phase.
     """
     opts = options or MscclOptions()
     opts.validate()
     with paused_gc():
-        return _lower(schedule, opts)
+        return _lower(schedule, opts, as_reporter(progress))
 
 
-def _lower(schedule: Schedule, opts: MscclOptions) -> Program:
+def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Program:
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
-    flow = build_flow(schedule, layout)
+    with progress.phase(f"ordering {len(schedule.transfers)} transfers"):
+        flow = build_flow(schedule, layout)
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
-    for _ in range(MAX_ROUNDS):
-        chan, _n = assign_channels(flow, cuts, opts.max_channels)
-        plan = plan_tbs(flow, chan, forbidden)
-        if _cut(flow, _long_sequences(plan, opts.max_steps_per_tb), cuts,
-                opts.max_steps_per_tb):
+    for round_ in range(MAX_ROUNDS):
+        with progress.phase(f"channels and thread blocks (round {round_ + 1})"):
+            chan, _n = assign_channels(flow, cuts, opts.max_channels)
+            plan = plan_tbs(flow, chan, forbidden)
+            long = _long_sequences(plan, opts.max_steps_per_tb)
+        if _cut(flow, long, cuts, opts.max_steps_per_tb):
             continue  # cut lanes that certainly overflow before building any step
-        built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb)
+        with progress.phase(f"steps and dependencies (round {round_ + 1})"):
+            built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb)
         if built.unsafe:
             forbidden |= built.unsafe
             continue
