@@ -23,7 +23,7 @@ TbKey = tuple[int, int]  # (rank, tb id)
 ConnKey = tuple[int, int, int]  # (sending rank, receiving rank, channel)
 
 
-@dataclass
+@dataclass(slots=True)
 class Tx:
     """One transmission: a stored step, or a fused chain of ``re`` steps.
 
