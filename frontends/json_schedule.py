@@ -21,9 +21,9 @@ from typing import Any
 
 from tacos.collective import Chunk, Collective
 from tacos.errors import InputFileError, Span, TacosError
+from tacos.nogc import paused_gc
 from tacos.schedule import Schedule, Transfer
 from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES, Link, Npu, Switch, Topology
-from tacos.verify_bulk import paused_gc
 
 SCHEMA_ID = "tacos.schedule/2"
 SCHEMA_IDS = {"tacos.schedule/1": 1, "tacos.schedule/2": 2}

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from tacos.errors import VerificationError
+from tacos.nogc import paused_gc
 from tacos.routes import RouteError, link_name
 from tacos.schedule import OPS, Schedule, Transfer
 from tacos.verify_bulk import (
@@ -50,7 +51,6 @@ from tacos.verify_bulk import (
     HopTable,
     hop_table,
     overlap_suspects,
-    paused_gc,
     screen_copies,
     screen_reductions,
     transfer_suspects,

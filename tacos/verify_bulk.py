@@ -8,10 +8,7 @@ conservative: anything it lets through provably passes the exact check.
 
 from __future__ import annotations
 
-import gc
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 
@@ -20,19 +17,6 @@ import numpy as np
 from tacos.schedule import OPS, Schedule
 
 DURATION_RTOL = 1e-9
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector during bulk work on large schedules (it would
-    rescan every transfer again and again); restores the previous state."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @dataclass(frozen=True)
