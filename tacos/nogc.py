@@ -1,8 +1,8 @@
 """Pausing Python's cyclic garbage collector during allocation-heavy phases.
 
-Lowering, verifying and parsing large schedules and MSCCL programs allocate millions of small objects that
-stay alive until the phase ends and form no reference cycles; each full collection would walk
-all of them again, which made these phases grow faster than their work (40% of a 216-NPU
+Lowering, verifying and parsing large schedules and MSCCL programs allocate millions of small
+objects that stay alive until the phase ends and form no reference cycles; each full collection
+would walk all of them again, which made these phases grow faster than their work (40% of a 216-NPU
 lowering).  Reference counting still frees everything as usual.
 """
 
