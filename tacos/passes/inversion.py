@@ -161,9 +161,10 @@ def invert_transfers(dual: Schedule, ids: tuple[int, ...],
     Without ``horizons`` the whole dual phase is reversed within its makespan; with them
     (tenant → horizon) each tenant's transfers within its own horizon."""
     chunks = dual.collective.chunks
+    makespan = dual.makespan  # once: a property that scans every transfer
     out = []
     for t in dual.transfers:
-        horizon = _horizon(t, chunks, horizons, dual.makespan)
+        horizon = _horizon(t, chunks, horizons, makespan)
         out.append(Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.route[::-1],
                             tuple(sorted(ids[c] for c in t.chunks)), "reduce"))
     return out
