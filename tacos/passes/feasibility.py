@@ -153,8 +153,12 @@ def _hint(topology: Topology, target: int, members: frozenset[int] | None = None
     return f"add a link toward {describe_npu(topology, target)}, or drop it from the collective"
 
 
-def _check_names(topology: Topology, chunk: Chunk) -> None:
+def _check_names(topology: Topology, chunk: Chunk, named: set[int] | None = None) -> None:
+    """Every NPU the chunk names exists and is alive; sets whose ``id`` is in ``named`` were
+    checked before (for an earlier chunk sharing them) and are skipped."""
     for role, nodes in (("precondition", chunk.pre), ("postcondition", chunk.post)):
+        if named is not None and id(nodes) in named:
+            continue
         for v in sorted(nodes):
             if not 0 <= v < topology.n_npus:
                 raise InfeasibleError(
@@ -193,7 +197,7 @@ def check_feasible(topology: Topology, collective: Collective,
     keep: list[frozenset[int]] = []  # keeps those ids from being reused
     for chunk in collective.chunks:
         if id(chunk.pre) not in named or id(chunk.post) not in named:
-            _check_names(topology, chunk)
+            _check_names(topology, chunk, named)
             named.update((id(chunk.pre), id(chunk.post)))
             keep.extend((chunk.pre, chunk.post))
         if not chunk.post or (not chunk.reduce and chunk.post <= chunk.pre):
