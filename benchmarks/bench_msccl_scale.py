@@ -73,6 +73,20 @@ def _timed(argv: list[str]) -> tuple[float, float, float, int]:
     return wall, cpu, after.ru_maxrss / 1024, proc.returncode
 
 
+_PEAK = ("import resource, runpy, sys; sys.argv = sys.argv[1:]; code = 0\n"
+         "try: runpy.run_module(sys.argv[0], run_name='__main__')\n"
+         "except SystemExit as e: code = e.code or 0\n"
+         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")
+
+
+def _peak_of(argv: list[str]) -> float:
+    """Peak RSS (MiB) of ``python -m MODULE ARGS`` run on its own (``RUSAGE_CHILDREN`` would
+    give the largest of all children so far)."""
+    proc = subprocess.run([argv[0], "-c", _PEAK, *argv[2:]], capture_output=True, text=True,
+                          check=False)
+    return int(proc.stderr.strip().splitlines()[-1]) / 1024
+
+
 def _exponent(xs: list[float], ys: list[float]) -> float | None:
     pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
     if len(pts) < 2:
@@ -105,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                                    "--plan", str(plan)], cwd=ROOT, capture_output=True,
                                   text=True, check=True)
             row = json.loads(proc.stdout.strip().splitlines()[-1])
-            wall, cpu, rss, code = _timed([py, "-m", "tacos", "verify", str(plan)])
+            wall, cpu, _rss, code = _timed([py, "-m", "tacos", "verify", str(plan)])
+            rss = _peak_of([py, "-m", "tacos", "verify", str(plan)])
             row.update(cli_verify_wall_s=wall, cli_verify_cpu_s=cpu, cli_verify_rss_mib=rss,
                        cli_verify_ok=code == 0)
             rows.append(row)
