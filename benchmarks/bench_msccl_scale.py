@@ -61,12 +61,12 @@ def child(k: int, out: Path) -> dict:
     return row
 
 
-def _timed(argv: list[str]) -> tuple[float, float, float, int]:
+def _timed(argv: list[str], cwd: str | Path | None = None) -> tuple[float, float, float, int]:
     """(wall s, CPU s, peak RSS MiB, exit code) of a child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          check=False)
+                          check=False, cwd=cwd)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -79,11 +79,11 @@ _PEAK = ("import resource, runpy, sys; sys.argv = sys.argv[1:]; code = 0\n"
          "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")
 
 
-def _peak_of(argv: list[str]) -> float:
+def _peak_of(argv: list[str], cwd: str | Path | None = None) -> float:
     """Peak RSS (MiB) of ``python -m MODULE ARGS`` run on its own (``RUSAGE_CHILDREN`` would
     give the largest of all children so far)."""
     proc = subprocess.run([argv[0], "-c", _PEAK, *argv[2:]], capture_output=True, text=True,
-                          check=False)
+                          check=False, cwd=cwd)
     return int(proc.stderr.strip().splitlines()[-1]) / 1024
 
 
@@ -102,9 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="4,5,6,8", help="torus side lengths k (k^3 NPUs)")
     ap.add_argument("--out", default=None, help="folder for the plans (default: a temp dir)")
+    ap.add_argument("--tree", default=None,
+                    help="time the tacos of another checkout (e.g. main, for a side-by-side "
+                         "comparison in one session)")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--plan", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.tree:
+        sys.path.insert(0, args.tree)
+        os.environ["PYTHONPATH"] = args.tree + os.pathsep + os.environ.get("PYTHONPATH", "")
     if args.child is not None:
         print(json.dumps(child(args.child, Path(args.plan))))
         return 0
@@ -115,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(args.out or tmp)
         for k in (int(x) for x in args.sizes.split(",")):
             plan = folder / f"torus{k}x{k}x{k}_allreduce.xml"
+            tree = ["--tree", args.tree] if args.tree else []
             proc = subprocess.run([py, "-m", "benchmarks.bench_msccl_scale", "--child", str(k),
-                                   "--plan", str(plan)], cwd=ROOT, capture_output=True,
+                                   "--plan", str(plan), *tree], cwd=ROOT, capture_output=True,
                                   text=True, check=True)
             row = json.loads(proc.stdout.strip().splitlines()[-1])
-            wall, cpu, _rss, code = _timed([py, "-m", "tacos", "verify", str(plan)])
-            rss = _peak_of([py, "-m", "tacos", "verify", str(plan)])
+            verify = [py, "-m", "tacos", "verify", str(plan)]
+            wall, cpu, _rss, code = _timed(verify, cwd=args.tree or ROOT)
+            rss = _peak_of(verify, cwd=args.tree or ROOT)
             row.update(cli_verify_wall_s=wall, cli_verify_cpu_s=cpu, cli_verify_rss_mib=rss,
                        cli_verify_ok=code == 0)
             rows.append(row)
