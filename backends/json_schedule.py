@@ -18,9 +18,9 @@ from typing import Any
 from tacos.atomic import write_text
 from tacos.collective import Collective
 from tacos.errors import TacosError
+from tacos.nogc import paused_gc
 from tacos.schedule import Schedule
 from tacos.topology import Link, Topology
-from tacos.verify_bulk import paused_gc
 
 SCHEMA_ID = "tacos.schedule/2"
 VOLATILE_META = frozenset({"synthesis_time"})  # differs run to run: left out for reproducibility

@@ -17,14 +17,17 @@ the output is fixed byte for byte:
 * ``<step .../>`` self-closes without a space before ``/>`` (the production files' style; the
   msccl-tools output in §3.1 has ``" />"``, which the runtime also accepts).
 
-:func:`emit_xml` never changes its input and is deterministic.  :func:`schedule_to_xml` lowers a
+:func:`emit_xml` never changes its input and is deterministic; :func:`iter_xml` yields the same
+text in pieces and :func:`write_xml` streams it to a file.  :func:`schedule_to_xml` lowers a
 schedule, verifies the program with :func:`tacos.msccl.verify.verify_program` and only then
 returns the text.
 """
 
 from __future__ import annotations
 
-from tacos.atomic import write_text
+from collections.abc import Iterator
+
+from tacos.atomic import atomic_path
 from tacos.errors import TacosError, VerificationError
 from tacos.msccl.program import (
     ALGO_ATTRS,
@@ -39,10 +42,11 @@ from tacos.msccl.program import (
     STEP_TYPES,
     TB_ATTRS,
     Program,
+    Step,
 )
 from tacos.schedule import Schedule
 
-__all__ = ["emit_xml", "schedule_to_xml", "write_xml"]
+__all__ = ["emit_xml", "iter_xml", "lower_verified", "schedule_to_xml", "write_xml"]
 
 
 def _text(value: object, what: str) -> str:
@@ -82,56 +86,88 @@ def _algo_attrs(p: Program) -> list[tuple[str, object]]:
     return pairs
 
 
+def _step_line(st: Step, rank: int, tb: int) -> str:
+    """One ``<step .../>`` line; the values are checked as :func:`_attrs` would, inlined for
+    speed (a large plan has millions of steps)."""
+    if st.type not in STEP_TYPES or st.srcbuf not in BUFFERS or st.dstbuf not in BUFFERS:
+        raise TacosError(f"rank {rank} tb {tb} step {st.s}: type {st.type!r} or "
+                         f"buffers {st.srcbuf!r}/{st.dstbuf!r} are not MSCCL's")
+    nums = (st.s, st.srcoff, st.dstoff, st.cnt, st.depid, st.deps, st.hasdep)
+    if any(type(v) is not int for v in nums):  # noqa: E721 - bool and floats are refused
+        _attrs([(a, getattr(st, a)) for a in STEP_ATTRS], "step")  # raises the exact error
+    return (f'      <step s="{st.s}" type="{st.type}" srcbuf="{st.srcbuf}" '
+            f'srcoff="{st.srcoff}" dstbuf="{st.dstbuf}" dstoff="{st.dstoff}" cnt="{st.cnt}" '
+            f'depid="{st.depid}" deps="{st.deps}" hasdep="{st.hasdep}"/>\n')
+
+
+def iter_xml(program: Program) -> Iterator[str]:
+    """The MSCCL XML text of ``program`` in pieces (one per thread block), for writing large
+    plans without holding the whole text; ``"".join(iter_xml(p)) == emit_xml(p)``."""
+    yield f"<algo {_attrs(_algo_attrs(program), 'algo')}>\n"
+    for g in program.gpus:
+        yield f"  <gpu {_attrs([(a, getattr(g, a)) for a in GPU_ATTRS], 'gpu')}>\n"
+        for tb in g.tbs:
+            lines = [f"    <tb {_attrs([(a, getattr(tb, a)) for a in TB_ATTRS], 'tb')}>\n"]
+            lines.extend(_step_line(st, g.id, tb.id) for st in tb.steps)
+            lines.append("    </tb>\n")
+            yield "".join(lines)
+        yield "  </gpu>\n"
+    yield "</algo>\n"
+
+
 def emit_xml(program: Program) -> str:
     """The MSCCL XML text of ``program`` (see the module docstring for the exact format).
 
     Raises :class:`~tacos.errors.TacosError` if a required attribute is missing or a value
     cannot be written in a form the runtime parses.
     """
-    lines = [f"<algo {_attrs(_algo_attrs(program), 'algo')}>"]
-    for g in program.gpus:
-        lines.append(f"  <gpu {_attrs([(a, getattr(g, a)) for a in GPU_ATTRS], 'gpu')}>")
-        for tb in g.tbs:
-            lines.append(f"    <tb {_attrs([(a, getattr(tb, a)) for a in TB_ATTRS], 'tb')}>")
-            for st in tb.steps:
-                if st.type not in STEP_TYPES or st.srcbuf not in BUFFERS \
-                        or st.dstbuf not in BUFFERS:
-                    raise TacosError(f"rank {g.id} tb {tb.id} step {st.s}: type {st.type!r} or "
-                                     f"buffers {st.srcbuf!r}/{st.dstbuf!r} are not MSCCL's")
-                attrs = _attrs([(a, getattr(st, a)) for a in STEP_ATTRS], "step")
-                lines.append(f"      <step {attrs}/>")
-            lines.append("    </tb>")
-        lines.append("  </gpu>")
-    lines.append("</algo>")
-    return "\n".join(lines) + "\n"
+    return "".join(iter_xml(program))
 
 
-def schedule_to_xml(schedule: Schedule, options=None) -> str:
-    """Lower ``schedule``, verify the emitted XML, and return it.
-
-    ``options`` is a :class:`tacos.msccl.lower.MscclOptions` (defaults: out-of-place, Simple,
-    no size window).  Rank r is the r-th NPU of ``schedule.collective.group``; a group other
-    than NPUs ``0 .. n-1`` is recorded in a ``tacos ranks`` comment before ``<algo>``.  The
-    text is parsed back and checked with :func:`tacos.msccl.verify.verify_xml` (strict parse,
-    same step limit); any violation raises :class:`~tacos.errors.VerificationError` with the
-    verifier's report, so no unverified XML is
-    ever returned.
-    """
+def lower_verified(schedule: Schedule, options=None, *, progress=None) -> Program:
+    """Lower ``schedule`` and verify the program in memory (:func:`tacos.msccl.verify.
+    verify_program`: every rule ``tacosc verify`` applies to the file, with the same step
+    limit).  The emitter writes exactly this program (the tests parse emitted plans back and
+    compare), so the text need not be parsed again.  Raises
+    :class:`~tacos.errors.VerificationError` with the verifier's report on a violation.
+    ``progress`` is a :class:`tacos.progress.Reporter` (one phase for the lowering, one per
+    analysis of the verifier)."""
     from tacos.msccl.lower import MscclOptions, lower
-    from tacos.msccl.ranks import ranks_comment
-    from tacos.msccl.verify import verify_xml
+    from tacos.msccl.verify import verify_program
+    from tacos.progress import as_reporter
 
     opts = options or MscclOptions()
-    text = ranks_comment(schedule.collective.group) + emit_xml(lower(schedule, options=opts))
-    report = verify_xml(text, source="<lowered plan>", strict=True,
-                        max_steps=opts.max_steps_per_tb)
+    reporter = as_reporter(progress)
+    program = lower(schedule, options=opts, progress=reporter)
+    report = verify_program(program, max_steps=opts.max_steps_per_tb, source="<lowered plan>",
+                            progress=reporter)
     if not report.ok:
         raise VerificationError(
             "the lowered MSCCL program fails verification:\n" + report.text(warnings=False),
             hint="this is a bug in the lowering; please report it with the schedule")
-    return text
+    return program
 
 
-def write_xml(program: Program, path) -> None:
-    """Write :func:`emit_xml` output to ``path`` atomically (ASCII, ``\\n`` line ends)."""
-    write_text(path, emit_xml(program), encoding="ascii")
+def schedule_to_xml(schedule: Schedule, options=None) -> str:
+    """Lower ``schedule``, verify the program, and return its XML.
+
+    ``options`` is a :class:`tacos.msccl.lower.MscclOptions` (defaults: out-of-place, Simple,
+    no size window).  Rank r is the r-th NPU of ``schedule.collective.group``; a group other
+    than NPUs ``0 .. n-1`` is recorded in a ``tacos ranks`` comment before ``<algo>``.  Any
+    violation raises :class:`~tacos.errors.VerificationError` with the verifier's report
+    (:func:`lower_verified`), so no unverified XML is ever returned.
+    """
+    from tacos.msccl.ranks import ranks_comment
+
+    program = lower_verified(schedule, options)
+    return ranks_comment(schedule.collective.group) + emit_xml(program)
+
+
+def write_xml(program: Program, path, *, header: str = "") -> None:
+    """Write ``header`` and :func:`emit_xml` output to ``path`` (ASCII, ``\\n`` line ends),
+    streaming: the text is never held whole.  The file appears only complete
+    (:func:`tacos.atomic.atomic_path`: written next to ``path`` and renamed over it)."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="ascii", newline="\n") as fh:
+        fh.write(header)
+        for piece in iter_xml(program):
+            fh.write(piece)

@@ -24,9 +24,10 @@ from tacos.declared import differences
 from tacos.errors import Span, TacosError
 from tacos.inputs import check_json_nesting, decode_text, json_nesting_error, read_capped
 from tacos.limits import MAX_INTEGER, check_number
+from tacos.nogc import paused_gc
 from tacos.schedule import Schedule, Transfer
 from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES, Link, Npu, Switch, Topology
-from tacos.verify_bulk import TIME_EPS, paused_gc
+from tacos.verify_bulk import TIME_EPS
 
 SCHEMA_ID = "tacos.schedule/2"
 SCHEMA_IDS = {"tacos.schedule/1": 1, "tacos.schedule/2": 2}

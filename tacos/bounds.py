@@ -14,7 +14,8 @@ The functions:
 
 * :func:`hop_latency_bound` — physical: the farthest needed pair's fastest path in Σ α.
 * :func:`latency_bound` — model: the slowest chunk's fastest path (edge weight α + size/bw) with
-  whole chunks store-and-forward.
+  whole chunks store-and-forward; both on array graphs (:mod:`tacos.distances`, scipy's C
+  shortest paths, many sources per call).
 * :func:`ingress_egress_bound` — bytes an NPU must receive (send) over its ingress (egress)
   bandwidth.
 * :func:`cut_bound` — ForestColl's min-cut bound for all-gather (every group NPU sources a shard
@@ -41,10 +42,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import networkx as nx
+import numpy as np
 from networkx.algorithms.flow import build_residual_network, preflow_push
 
 from tacos.bounds_groups import group_cut_bound
 from tacos.collective import Collective
+from tacos.distances import Distances
 from tacos.topology import Topology
 
 _SIGMA = "sigma"
@@ -103,55 +106,38 @@ def _needs(pre: frozenset[int], post: frozenset[int], reduce: bool) -> tuple[set
 
 
 # -- latency ---------------------------------------------------------------------------------
-class _Paths:
-    """Fastest times for one chunk of ``size`` (or hop counts when ``hops``) between nodes.
+def _distances(topology: Topology, size: float, *, hops: bool, cache: dict
+               ) -> tuple[Distances, float]:
+    """``(distances, scale)``: fastest times for one chunk of ``size`` (hop counts when
+    ``hops``) are ``distances × scale``.
 
     A hop costs α + size/bw of the best parallel link; a hop into a switch costs only α (a
-    switch cuts through, the bytes are paid leaving it).  When every hop costs the same the
-    distances are BFS layers times that cost, shared through ``cache`` across sizes.
+    switch cuts through, the bytes are paid leaving it).  When every hop costs the same, one
+    unweighted graph serves every size and the hop bound (``scale`` = that cost).
     """
+    def cost(lk) -> float:
+        if topology.is_switch(lk.dst):
+            return 0.0 if hops else lk.alpha
+        return 1.0 if hops else lk.alpha + size / lk.bandwidth
 
-    def __init__(self, topology: Topology, size: float, *, hops: bool, cache: dict) -> None:
-        def cost(lk) -> float:
-            if topology.is_switch(lk.dst):
-                return 0.0 if hops else lk.alpha
-            return 1.0 if hops else lk.alpha + size / lk.bandwidth
+    costs = {cost(lk) for lk in topology.links}
+    if len(costs) == 1 and not topology.switches:
+        if "unit" not in cache:
+            cache["unit"] = Distances(topology, lambda lk: 1.0)
+        return cache["unit"], costs.pop()
+    key = ("distances", size, hops)
+    if key not in cache:
+        cache[key] = Distances(topology, cost)
+    return cache[key], 1.0
 
-        costs = {cost(lk) for lk in topology.links}
-        self.cache = cache
-        self.scale = costs.pop() if len(costs) == 1 and not topology.switches else None
-        if self.scale is not None:
-            if "plain" not in cache:
-                cache["plain"] = topology.to_digraph()
-            self.g = cache["plain"]
-        else:
-            g = nx.DiGraph()
-            g.add_nodes_from(range(topology.n_nodes))
-            for lk in topology.links:
-                w = cost(lk)
-                if not g.has_edge(lk.src, lk.dst) or g.edges[lk.src, lk.dst]["w"] > w:
-                    g.add_edge(lk.src, lk.dst, w=w)
-            self.g = g
-        self.rev: nx.DiGraph | None = None
-        self.memo: dict[tuple, dict] = {}
 
-    def dist(self, sources: frozenset[int], reverse: bool = False) -> tuple[dict, float]:
-        """``(distances, scale)``: time from ``sources`` (to them when ``reverse``) = d × scale."""
-        key = (sources, reverse)
-        if self.scale is not None:
-            layers = self.cache.get(("bfs", key))
-            if layers is None:
-                g = self.g.reverse(copy=False) if reverse else self.g
-                layers = {v: i for i, layer in enumerate(nx.bfs_layers(g, set(sources)))
-                          for v in layer}
-                self.cache[("bfs", key)] = layers
-            return layers, self.scale
-        if key not in self.memo:
-            if reverse and self.rev is None:
-                self.rev = self.g.reverse(copy=False)
-            g = self.rev if reverse else self.g
-            self.memo[key] = nx.multi_source_dijkstra_path_length(g, set(sources), weight="w")
-        return self.memo[key], 1.0
+def _index(nodes: frozenset[int], cache: dict) -> np.ndarray:
+    """``nodes`` as an index array, cached per set object (patterns share their sets)."""
+    hit = cache.get(("index", id(nodes)))
+    if hit is None or hit[0] is not nodes:
+        hit = cache[("index", id(nodes))] = (nodes, np.fromiter(sorted(nodes), dtype=np.int64,
+                                                               count=len(nodes)))
+    return hit[1]
 
 
 def _latency(topology: Topology, collective: Collective, *, hops: bool,
@@ -162,20 +148,36 @@ def _latency(topology: Topology, collective: Collective, *, hops: bool,
     for key in _classes(collective):
         by_size[0.0 if zero_size else key[3]].append(key)
     for size, keys in sorted(by_size.items()):
-        paths = _Paths(topology, size, hops=hops, cache=cache)
-        for pre, post, reduce, _ in keys:
-            if not reduce:
-                targets = post - pre
-                if not targets or not pre:
-                    continue
-                d, scale = paths.dist(pre)
-                best = max(best, scale * max(d.get(v, math.inf) for v in targets))
+        dist, scale = _distances(topology, size, hops=hops, cache=cache)
+        memo = ("farthest", id(dist), tuple(keys))
+        if memo not in cache:
+            cache[memo] = _farthest(dist, keys, cache)
+        best = max(best, scale * cache[memo])
+    return best
+
+
+def _farthest(dist: Distances, keys: list[tuple], cache: dict) -> float:
+    """The largest distance any chunk class in ``keys`` must cover."""
+    best = 0.0
+    single: dict[int, list[frozenset[int]]] = defaultdict(list)  # source -> targets
+    into: dict[int, list[frozenset[int]]] = defaultdict(list)  # output -> contributors
+    for pre, post, reduce, _ in keys:
+        if not reduce:
+            if not post - pre or not pre:
                 continue
-            for v in post:
-                if not pre - {v}:
-                    continue
-                d, scale = paths.dist(frozenset((v,)), reverse=True)
-                best = max(best, scale * max(d.get(u, math.inf) for u in pre if u != v))
+            if len(pre) == 1:  # batched below; a source is 0 from itself
+                single[next(iter(pre))].append(post)
+            else:
+                best = max(best, float(dist.nearest(pre)[_index(post, cache)].max()))
+            continue
+        for v in post:
+            if pre - {v}:
+                into[v].append(pre)
+    for table, reverse in ((single, False), (into, True)):
+        sources = sorted(table)
+        for k, row in dist.rows(sources, reverse=reverse):
+            for nodes in table[sources[k]]:
+                best = max(best, float(row[_index(nodes, cache)].max()))
     return best
 
 
@@ -196,15 +198,51 @@ def hop_latency_bound(topology: Topology, collective: Collective) -> float:
 
 
 # -- ingress / egress ------------------------------------------------------------------------
-def _ingress_egress(topology: Topology, collective: Collective) -> tuple[float, float]:
-    recv_bytes: dict[int, float] = defaultdict(float)
-    send_bytes: dict[int, float] = defaultdict(float)
+def _per_npu(collective: Collective, weight) -> tuple[dict[int, int], dict[int, int]]:
+    """``weight(size, count)`` summed per NPU over the chunk classes it must receive (send),
+    as :func:`_needs` says, without walking a shared set once per class: a set many classes
+    share (``everyone``) is added once per set object with the classes' total, and the few
+    NPUs :func:`_needs` leaves out are subtracted (linear in the collective, not NPUs × chunks).
+    Entries that end at 0 are dropped."""
+    recv: dict[int, int] = defaultdict(int)
+    send: dict[int, int] = defaultdict(int)
+    whole: tuple[dict[int, list], dict[int, list]] = ({}, {})
+
+    def add_all(side: int, nodes: frozenset[int], w: int) -> None:
+        entry = whole[side].get(id(nodes))
+        if entry is None:
+            whole[side][id(nodes)] = [nodes, w]
+        else:
+            entry[1] += w
+
     for (pre, post, reduce, size), count in _classes(collective).items():
-        recv, send = _needs(pre, post, reduce)
-        for v in recv:
-            recv_bytes[v] += size * count
-        for u in send:
-            send_bytes[u] += size * count
+        w = weight(size, count)
+        if not reduce:
+            if len(post) <= len(pre & post):  # nothing to deliver
+                continue
+            add_all(0, post, w)
+            for v in pre & post:
+                recv[v] -= w
+            if len(pre) == 1:
+                send[next(iter(pre))] += w
+            continue
+        if pre:  # v in post receives unless it is the only contributor
+            add_all(0, post, w)
+            if len(pre) == 1 and (p := next(iter(pre))) in post:
+                recv[p] -= w
+        if post:  # u in pre sends unless it is the only output
+            add_all(1, pre, w)
+            if len(post) == 1 and (q := next(iter(post))) in pre:
+                send[q] -= w
+    for side, table in ((0, recv), (1, send)):
+        for nodes, w in whole[side].values():
+            for v in nodes:
+                table[v] += w
+    return ({v: b for v, b in recv.items() if b}, {u: b for u, b in send.items() if b})
+
+
+def _ingress_egress(topology: Topology, collective: Collective) -> tuple[float, float]:
+    recv_bytes, send_bytes = _per_npu(collective, lambda size, count: size * count)
     ing = max((_div(b, topology.ingress_bandwidth(v)) for v, b in recv_bytes.items()),
               default=0.0)
     egr = max((_div(b, topology.egress_bandwidth(u)) for u, b in send_bytes.items()),
@@ -446,14 +484,7 @@ def chunk_granular_bound(topology: Topology, collective: Collective, *,
     if len(sizes) != 1:
         return None
     step = links[0].time(sizes.pop())
-    recv: dict[int, int] = defaultdict(int)
-    send: dict[int, int] = defaultdict(int)
-    for (pre, post, reduce, _), count in _classes(collective).items():
-        r, s = _needs(pre, post, reduce)
-        for v in r:
-            recv[v] += count
-        for u in s:
-            send[u] += count
+    recv, send = _per_npu(collective, lambda size, count: count)
     steps = 0.0
     for v, cnt in recv.items():
         deg = topology.in_degree(v)

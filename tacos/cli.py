@@ -412,7 +412,14 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
                           relays=args.relays or "members", progress=reporter, **options)
     with reporter.phase("verifying"):
         schedule.verify().raise_if_failed()
-    if args.output:
+    if args.output and fmt == "xml":  # large plans: streamed, never held as one text
+        from tacos.backends.msccl_xml import lower_verified, write_xml
+        from tacos.msccl.ranks import ranks_comment
+
+        program = lower_verified(schedule, _msccl_options(args), progress=reporter)
+        with reporter.phase(f"writing {args.output}"):
+            write_xml(program, args.output, header=ranks_comment(schedule.collective.group))
+    elif args.output:
         with reporter.phase(f"writing {args.output}"):
             write_output(args.output, _render(schedule, fmt, args))
     if args.plot:
@@ -450,9 +457,20 @@ def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:
         from tacos.backends.json_schedule import dumps
 
         return dumps(schedule)
+    options = _msccl_options(args)
+    if fmt == "mscclpp":
+        from tacos.backends.mscclpp_json import emit_mscclpp_json
+
+        return emit_mscclpp_json(schedule, options=options)
+    from tacos.backends.msccl_xml import schedule_to_xml
+
+    return schedule_to_xml(schedule, options)
+
+
+def _msccl_options(args: argparse.Namespace) -> Any:
     from tacos.msccl.lower import msccl_options
 
-    options = msccl_options(
+    return msccl_options(
         name=Path(args.output).stem if args.output else "tacos",
         proto=args.proto,
         inplace=args.inplace,
@@ -462,13 +480,6 @@ def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:
         instances=args.instances,
         max_steps_per_tb=args.max_steps,
     )
-    if fmt == "mscclpp":
-        from tacos.backends.mscclpp_json import emit_mscclpp_json
-
-        return emit_mscclpp_json(schedule, options=options)
-    from tacos.backends.msccl_xml import schedule_to_xml
-
-    return schedule_to_xml(schedule, options)
 
 
 def run(argv: Sequence[str]) -> int:

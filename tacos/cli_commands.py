@@ -204,18 +204,20 @@ def _verify(args: argparse.Namespace) -> int:
                          hint="give --topology too, or leave --ranks out")
     from tacos.progress import TerminalReporter
 
-    with TerminalReporter(enabled=not args.json).phase(f"verifying {path}"):
-        if kind == "msccl-xml":
-            from tacos.msccl.ranks import parse_ranks
-            from tacos.msccl.verify import verify_xml_file
+    reporter = TerminalReporter(enabled=not args.json)
+    if kind == "msccl-xml":  # a phase per pass: large plans take a while
+        from tacos.msccl.ranks import parse_ranks
+        from tacos.msccl.verify import verify_xml_file
 
-            ranks = parse_ranks(args.ranks, topology) if args.ranks is not None else None
-            report = verify_xml_file(path, topology=topology, max_steps=args.max_steps,
-                                     strict=not args.lenient, ranks=ranks, groups=groups,
-                                     nbytes=_size(args.size) if args.size else None)
-        else:
-            from tacos.verify_plan import verify
+        ranks = parse_ranks(args.ranks, topology) if args.ranks is not None else None
+        report = verify_xml_file(path, topology=topology, max_steps=args.max_steps,
+                                 strict=not args.lenient, ranks=ranks, groups=groups,
+                                 nbytes=_size(args.size) if args.size else None,
+                                 progress=reporter)
+    else:
+        from tacos.verify_plan import verify
 
+        with reporter.phase(f"verifying {path}"):
             report = verify(path, topology=topology)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
     return 0 if report.ok else 1

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacos.errors import VerificationError
+from tacos.nogc import paused_gc
 from tacos.schedule import Schedule, Transfer
 from tacos.verify_bulk import (
     HopTable,
     early,
     hop_table,
-    paused_gc,
     range_join,
     route_costs,
     route_table,

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from tacos.errors import VerificationError
+from tacos.nogc import paused_gc
 from tacos.routes import RouteError, link_name
 from tacos.schedule import OPS, Schedule, Transfer
 from tacos.verify_bulk import (
@@ -54,7 +55,6 @@ from tacos.verify_bulk import (
     early,
     hop_table,
     overlap_suspects,
-    paused_gc,
     screen_copies,
     screen_reductions,
     transfer_suspects,

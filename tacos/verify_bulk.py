@@ -8,10 +8,7 @@ conservative: anything it lets through provably passes the exact check.
 
 from __future__ import annotations
 
-import gc
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 
@@ -37,19 +34,6 @@ def early(t):
 def duration_slack(start, end):
     """Rounding slack of ``end - start`` (float or array), for the duration rule."""
     return TIME_EPS * np.maximum(np.abs(start), np.abs(end))
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector during bulk work on large schedules (it would
-    rescan every transfer again and again); restores the previous state."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @dataclass(frozen=True)

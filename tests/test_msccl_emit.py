@@ -156,8 +156,8 @@ def test_schedule_to_xml_refuses_to_return_a_failing_plan(monkeypatch):
 
     real = lower_mod.lower
 
-    def broken(schedule, *, options=None):
-        p = real(schedule, options=options)
+    def broken(schedule, *, options=None, progress=None):
+        p = real(schedule, options=options, progress=progress)
         g0 = p.gpus[0]
         tb = g0.tbs[-1]
         cut = replace(tb, steps=tb.steps[:-1])  # drop rank 0's last step: pairing breaks

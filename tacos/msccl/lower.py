@@ -19,15 +19,19 @@ is dropped.  Both repeat until the program fits.  See ``docs/msccl.md``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tacos.errors import TacosError
-from tacos.msccl.lower_channels import assign_channels, plan_tbs
+from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
 from tacos.msccl.lower_flow import Flow, build_flow
 from tacos.msccl.lower_layout import build_layout
 from tacos.msccl.lower_steps import build_steps
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
+from tacos.nogc import paused_gc
 from tacos.passes.rounds import first_round
+from tacos.progress import Reporter, as_reporter
 from tacos.schedule import Schedule
 
 REDOPS = ("sum", "prod", "min", "max")
@@ -100,33 +104,46 @@ def check_name(name: str) -> None:
                               "quotes, '<', '>' or '&'")
 
 
-def lower(schedule: Schedule, *, options: MscclOptions | None = None) -> Program:
+def lower(schedule: Schedule, *, options: MscclOptions | None = None,
+          progress: Any = None) -> Program:
     """Lower a (verified) schedule to an MSCCL program.
 
     The schedule must be one the runtime can run: a standard allgather, reducescatter,
     allreduce, alltoall, broadcast or reduce whose transfers only use ranks of the collective's
     group.  Raises :class:`~tacos.errors.TacosError` otherwise, or when the limits in
-    ``options`` cannot be met.  Never mutates its input.
+    ``options`` cannot be met.  Never mutates its input.  ``progress`` (a
+    :class:`tacos.progress.Reporter`) is told each stage as a phase.
     """
     opts = options or MscclOptions()
     opts.validate()
     schedule = first_round(schedule)  # a pipelined schedule: the runtime loops over slices
+    with paused_gc():
+        return _lower(schedule, opts, as_reporter(progress))
+
+
+def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Program:
     hints = schedule.meta.get("channel_of_transfer")
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
         hints = None
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
-    flow = build_flow(schedule, layout)
+    with progress.phase(f"ordering {len(schedule.transfers)} transfers"):
+        flow = build_flow(schedule, layout)
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
-    for _ in range(MAX_ROUNDS):
-        chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
-        plan = plan_tbs(flow, chan, forbidden)
-        built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb)
+    for round_ in range(MAX_ROUNDS):
+        with progress.phase(f"channels and thread blocks (round {round_ + 1})"):
+            chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
+            plan = plan_tbs(flow, chan, forbidden)
+            long = _long_sequences(plan, opts.max_steps_per_tb)
+        if _cut(flow, long, cuts, opts.max_steps_per_tb):
+            continue  # cut lanes that certainly overflow before building any step
+        with progress.phase(f"steps and dependencies (round {round_ + 1})"):
+            built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb)
         if built.unsafe:
             forbidden |= built.unsafe
             continue
         if built.oversize:
-            if not _cut(flow, built.oversize, cuts):
+            if not _cut(flow, built.oversize, cuts, opts.max_steps_per_tb):
                 rank, tb = built.oversize[0]
                 raise TacosError(f"rank {rank}: a thread block needs {len(tb.steps)} steps, "
                                  f"more than the limit {opts.max_steps_per_tb}, and cannot be "
@@ -143,32 +160,68 @@ def lower(schedule: Schedule, *, options: MscclOptions | None = None) -> Program
                      hint="raise max_steps_per_tb or max_channels")
 
 
-def _cut(flow: Flow, oversize: list, cuts: dict[tuple[int, int, int, int], list[int]]) -> bool:
-    """Cut the FIFO lanes of every oversized tb at its midpoint; False if nothing can be cut."""
+def _long_sequences(plan: TbPlan, max_steps: int) -> list:
+    """Thread blocks whose events alone (a fused receive and send count once, nops not at
+    all) exceed ``max_steps``, as ``(rank, units)`` like an oversized build reports."""
+    out = []
+    for (rank, _key), seq in plan.sequence.items():
+        if len(seq) <= max_steps:
+            continue
+        units: list[tuple[tuple[int, ...], int]] = []
+        for kind, idx in seq:
+            if kind == "send" and idx in plan.absorbed:
+                continue
+            units.append(((idx, plan.fused[idx]) if idx in plan.fused else (idx,), 1))
+        if len(units) > max_steps:
+            out.append((rank, units))
+    return out
+
+
+def _cut(flow: Flow, oversize: list, cuts: dict[tuple[int, int, int, int], list[int]],
+         max_steps: int) -> bool:
+    """Cut the FIFO lanes of every oversized tb into as many even parts as its steps need
+    (``ceil(steps / (0.9 * max_steps))``, one build instead of one per halving); False if
+    nothing can be cut."""
     runs = flow.runs
     changed = False
     for _rank, tb in oversize:
-        total = sum(n for _, n in tb.units)
-        cum, mid = 0, len(tb.units)
-        for k, (_, n) in enumerate(tb.units):
+        units = tb if isinstance(tb, list) else tb.units
+        total = sum(n for _, n in units)
+        parts = max(2, math.ceil(total / max(1.0, 0.9 * max_steps)))
+        bounds, cum, j = [], 0, 1
+        for k, (_, n) in enumerate(units):
             cum += n
-            if 2 * cum >= total:
-                mid = k + 1
-                break
+            while j < parts and parts * cum >= j * total:
+                bounds.append(k + 1)
+                j += 1
         seen: dict[tuple[int, int, int, int], list[int]] = {}
-        later: dict[tuple[int, int, int, int], int] = {}
-        for k, (ids, _) in enumerate(tb.units):
+        for ids, _ in units:
             for rid in ids:
                 r = runs[rid]
                 seen.setdefault(r.conn, []).append(r.conn_index)
-                if k >= mid:
-                    later.setdefault(r.conn, r.conn_index)
-        want = {conn: idx for conn, idx in later.items() if idx > seen[conn][0]}
-        if not want:  # the halves hold different lanes: halve every lane instead
-            want = {conn: idxs[len(idxs) // 2] for conn, idxs in seen.items() if len(idxs) > 1}
-        for conn, idx in want.items():
-            if idx not in cuts.get(conn, []):
-                cuts[conn] = sorted(cuts.get(conn, []) + [idx])
+        want: dict[tuple[int, int, int, int], set[int]] = {}
+        b = 0
+        opened: dict[tuple[int, int, int, int], int] = {}
+        for k, (ids, _) in enumerate(units):
+            while b < len(bounds) and k >= bounds[b]:
+                b += 1
+                opened.clear()
+            if b == 0:
+                continue
+            for rid in ids:
+                r = runs[rid]
+                if r.conn not in opened:
+                    opened[r.conn] = r.conn_index
+                    if r.conn_index > seen[r.conn][0]:
+                        want.setdefault(r.conn, set()).add(r.conn_index)
+        if not want:  # the parts hold different lanes: halve every lane instead
+            want = {conn: {idxs[len(idxs) // 2]} for conn, idxs in seen.items()
+                    if len(idxs) > 1}
+        for conn, idxs in want.items():
+            have = cuts.get(conn, [])
+            new = sorted(set(have) | idxs)
+            if new != have:
+                cuts[conn] = new
                 changed = True
     return changed
 

@@ -28,6 +28,7 @@ others) and the other buffer is declared with 0 chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from tacos.collective import Collective
 from tacos.errors import TacosError
@@ -63,9 +64,14 @@ class Layout:
         """``C``: chunks the whole buffer is cut into."""
         return self.base_chunks * self.instances
 
+    @cached_property
+    def ranks(self) -> dict[int, int]:
+        """NPU id -> NCCL rank (its position in the collective's group)."""
+        return {npu: r for r, npu in enumerate(self.group)}
+
     def rank_of(self, npu: int) -> int:
         """NCCL rank of an NPU (its position in the collective's group)."""
-        return self.group.index(npu)
+        return self.ranks[npu]
 
     def declared(self) -> tuple[int, int]:
         """``(i_chunks, o_chunks)`` every rank declares (0 for the aliased buffer in-place)."""

@@ -130,7 +130,7 @@ DEFAULT_SMS = 108  #: SM count assumed for the co-residency warning (A100).
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """One ``<step>``: an instruction of a thread block (§1.8)."""
 
@@ -187,7 +187,7 @@ def nop_step(s: int, depid: int, deps: int) -> Step:
     return Step(s, "nop", "i", -1, "o", -1, 0, depid, deps, 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Threadblock:
     """One ``<tb>``: a CUDA block with at most one send peer and one recv peer (§1.7)."""
 
@@ -199,7 +199,7 @@ class Threadblock:
     line: int = field(default=0, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Gpu:
     """One ``<gpu>``: a rank, its declared buffer sizes in chunks, and its thread blocks."""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tacos.errors import TacosError
 from tacos.frontends.msccl_xml import ParseOutcome, load_xml_collect, parse_xml_collect
@@ -38,6 +39,8 @@ from tacos.msccl.verify_races import check_races
 from tacos.msccl.verify_report import MscclReport, Violation
 from tacos.msccl.verify_structure import check_structure
 from tacos.msccl.verify_symbolic import check_symbolic
+from tacos.nogc import paused_gc
+from tacos.progress import Reporter, as_reporter
 from tacos.topology import Topology
 
 __all__ = ["MscclReport", "Violation", "summarize", "verify_program", "verify_xml",
@@ -82,35 +85,41 @@ def _modes(p: Program) -> list[bool]:
 
 def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
              topology: Topology | None, max_steps: int, sms: int, capacity: int,
-             nbytes: int | None, ranks: _Ranks) -> tuple[float | None, dict]:
+             nbytes: int | None, ranks: _Ranks, progress: Reporter) -> tuple[float | None, dict]:
     def record(name: str, found: list[Violation]) -> None:
         out.extend(found)
         checks[name] = "failed" if any(v.severity == "error" for v in found) else "passed"
 
-    found, integrity = check_structure(program, max_steps=max_steps, sms=sms)
+    steps = program.num_steps
+    with progress.phase(f"structure ({steps} steps)"):
+        found, integrity = check_structure(program, max_steps=max_steps, sms=sms)
     record("structure", found)
     later = ("connections", "dependencies", "happens-before", "races", "fifo", "symbolic")
     if not integrity:
         for name in later:
             checks[name] = "skipped: fix the structural errors first"
         return None, {}
-    model = build_model(program)
-    record("connections", check_connections(model))
-    found, refs_ok = check_dependencies(model)
-    record("dependencies", found)
-    hb = build_hb(model)
-    record("happens-before", check_cycles(model, hb))
+    with progress.phase("connections and dependencies"):
+        model = build_model(program)
+        record("connections", check_connections(model))
+        found, refs_ok = check_dependencies(model)
+        record("dependencies", found)
+        hb = build_hb(model)
+        record("happens-before", check_cycles(model, hb))
     modes = _modes(program)
     if refs_ok:
-        record("races", check_races(model, hb, aliased=bool(modes) and modes[0]))
+        with progress.phase("races"):
+            record("races", check_races(model, hb, aliased=bool(modes) and modes[0]))
     else:
         checks["races"] = "skipped: dependencies point to missing steps"
-    run = run_fifo(model, capacity=capacity)
+    with progress.phase("FIFO execution"):
+        run = run_fifo(model, capacity=capacity)
     record("fifo", check_deadlock(model, run))
     for aliased in modes:
         name = "symbolic" + ("" if len(modes) == 1 else
                              (" (in-place)" if aliased else " (out-of-place)"))
-        found, status, info = check_symbolic(model, run, aliased=aliased)
+        with progress.phase(f"{name} data flow"):
+            found, status, info = check_symbolic(model, run, aliased=aliased)
         out.extend(found)
         checks[name] = status
         if info:
@@ -122,8 +131,9 @@ def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
         return None, {}
     try:
         mapping, source = resolve_ranks(topology, program.ngpus, **ranks)
-        res = alpha_beta_time(program, topology, nbytes=nbytes, model=model, hb=hb,
-                              ranks=mapping, ranks_from=source)
+        with progress.phase("timing"):
+            res = alpha_beta_time(program, topology, nbytes=nbytes, model=model, hb=hb,
+                                  ranks=mapping, ranks_from=source)
     except TacosError as exc:
         out.append(Violation("topology", exc.message, hint=exc.hint))
         checks["timing"] = "failed"
@@ -149,16 +159,19 @@ def _rank_sources(text: str | None, ranks: Sequence[int] | None,
 
 def _report(source: str, program: Program | None, parse: ParseOutcome | None, *,
             topology: Topology | None, max_steps: int, sms: int, capacity: int,
-            nbytes: int | None, ranks: _Ranks | None = None) -> MscclReport:
+            nbytes: int | None, ranks: _Ranks | None = None, progress: Any = None
+            ) -> MscclReport:
     found: list[Violation] = list(parse.problems) if parse else []
     checks: dict[str, str] = {}
     if parse is not None:
         checks["parse"] = "failed" if parse.errors else "passed"
     time, timing = None, {}
     if program is not None and (parse is None or not parse.damaged):
-        time, timing = _analyse(program, found, checks, topology=topology,
-                                max_steps=max_steps, sms=sms, capacity=capacity, nbytes=nbytes,
-                                ranks=ranks or {})
+        with paused_gc():
+            time, timing = _analyse(program, found, checks, topology=topology,
+                                    max_steps=max_steps, sms=sms, capacity=capacity,
+                                    nbytes=nbytes, ranks=ranks or {},
+                                    progress=as_reporter(progress))
     else:
         checks["structure"] = "skipped: the file has missing or unreadable values"
     errors = tuple(v for v in found if v.severity == "error")
@@ -170,11 +183,12 @@ def _report(source: str, program: Program | None, parse: ParseOutcome | None, *,
 def verify_program(program: Program, *, topology: Topology | None = None,
                    max_steps: int = DEFAULT_MAX_STEPS, sms: int = DEFAULT_SMS,
                    capacity: int = 1, nbytes: int | None = None,
-                   source: str = "<program>", ranks: Sequence[int] | None = None
-                   ) -> MscclReport:
+                   source: str = "<program>", ranks: Sequence[int] | None = None,
+                   progress: Any = None) -> MscclReport:
     """Verify an in-memory program (e.g. before emitting it).
 
     ``max_steps`` is the runtime's MSCCL_MAX_NUM_STEPS (steps per tb, nops included);
+    ``progress`` (a :class:`tacos.progress.Reporter`) is told each analysis as a phase;
     ``sms`` the SM count for the co-residency warning; ``capacity`` the messages per connection
     in the FIFO execution; ``topology`` and ``nbytes`` enable the α-β time, with rank r on NPU
     ``ranks[r]`` (default NPU r).
@@ -183,7 +197,7 @@ def verify_program(program: Program, *, topology: Topology | None = None,
     """
     report = _report(source, program, None, topology=topology, max_steps=max_steps, sms=sms,
                      capacity=capacity, nbytes=nbytes,
-                     ranks={"explicit": ranks})
+                     ranks={"explicit": ranks}, progress=progress)
     missing = [k for k in ("outofplace", "minBytes", "maxBytes") if getattr(program, k) is None]
     if missing:
         v = Violation("missing-attribute", f"<algo> lacks {', '.join(missing)}, which the "
@@ -196,8 +210,8 @@ def verify_program(program: Program, *, topology: Topology | None = None,
 def verify_xml(text: str, *, source: str = "<string>", topology: Topology | None = None,
                strict: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None,
-               ranks: Sequence[int] | None = None, groups: Iterable[Sequence[int]] = ()
-               ) -> MscclReport:
+               ranks: Sequence[int] | None = None, groups: Iterable[Sequence[int]] = (),
+               progress: Any = None) -> MscclReport:
     """Verify MSCCL XML text; parse problems become violations (nothing is raised).
 
     A missing ``outofplace``/``minBytes``/``maxBytes`` (older msccl-tools and TACCL output)
@@ -208,24 +222,26 @@ def verify_xml(text: str, *, source: str = "<string>", topology: Topology | None
     declared collective groups) with ``ngpus`` NPUs, else rank r = NPU r
     (:mod:`tacos.msccl.ranks`).
     """
-    parse = parse_xml_collect(text, source=source, strict=strict)
+    with paused_gc(), as_reporter(progress).phase("parsing"):
+        parse = parse_xml_collect(text, source=source, strict=strict)
     sources, found = _rank_sources(text, ranks, groups)
     parse.problems.extend(found)
     return _report(source, parse.program, parse, topology=topology, max_steps=max_steps,
-                   sms=sms, capacity=capacity, nbytes=nbytes, ranks=sources)
+                   sms=sms, capacity=capacity, nbytes=nbytes, ranks=sources, progress=progress)
 
 
 def verify_xml_file(path: str | Path, *, topology: Topology | None = None,
                     strict: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                     sms: int = DEFAULT_SMS, capacity: int = 1, nbytes: int | None = None,
-                    ranks: Sequence[int] | None = None, groups: Iterable[Sequence[int]] = ()
-                    ) -> MscclReport:
+                    ranks: Sequence[int] | None = None, groups: Iterable[Sequence[int]] = (),
+                    progress: Any = None) -> MscclReport:
     """Verify an MSCCL XML file (see :func:`verify_xml`).
 
     Raises ``InputFileError`` only when the file cannot be read as text.
     """
-    parse = load_xml_collect(path, strict=strict)
+    with paused_gc(), as_reporter(progress).phase(f"parsing {path}"):
+        parse = load_xml_collect(path, strict=strict)
     sources, found = _rank_sources("\n".join(parse.lines), ranks, groups)
     parse.problems.extend(found)
     return _report(str(path), parse.program, parse, topology=topology, max_steps=max_steps,
-                   sms=sms, capacity=capacity, nbytes=nbytes, ranks=sources)
+                   sms=sms, capacity=capacity, nbytes=nbytes, ranks=sources, progress=progress)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
+from tacos.msccl.program import RECEIVING_TYPES, SENDING_TYPES
 from tacos.msccl.verify_model import ConnKey, Model, TbKey, Tx
 from tacos.msccl.verify_report import Violation
 
@@ -41,15 +42,19 @@ class FifoRun:
 def run_fifo(model: Model, *, capacity: int = 1) -> FifoRun:
     """Execute the program with ``capacity`` messages per connection."""
     run = FifoRun()
+    order = run.order
     pc: dict[TbKey, int] = dict.fromkeys(model.by_tb, 0)
     phase: dict[TbKey, int] = dict.fromkeys(model.by_tb, 0)
     flag: dict[TbKey, int] = dict.fromkeys(model.by_tb, -1)
     fifo: dict[ConnKey, deque[Tx]] = defaultdict(deque)
-    on_rank: dict[int, list[TbKey]] = defaultdict(list)
-    for key in model.by_tb:
-        on_rank[key[0]].append(key)
+    waiting: dict[TbKey, list[TbKey]] = defaultdict(list)  # tb -> tbs waiting on its flag
+    ends = {}  # tb -> (its transmissions, the connection it receives on, the one it sends on)
+    for key, txs in model.by_tb.items():
+        tb = model.tbs[key]
+        ends[key] = (txs, (tb.recv, key[0], tb.chan), (key[0], tb.send, tb.chan))
     work = deque(model.by_tb)
     queued = set(work)
+    sender, receiver = model.sender, model.receiver
 
     def wake(key: TbKey | None) -> None:
         if key is not None and key not in queued:
@@ -59,39 +64,46 @@ def run_fifo(model: Model, *, capacity: int = 1) -> FifoRun:
     while work:
         key = work.popleft()
         queued.discard(key)
-        txs = model.by_tb[key]
-        while pc[key] < len(txs):
-            tx = txs[pc[key]]
-            st = tx.step
-            if phase[key] == 0:
-                if any(flag.get((tx.rank, d), -1) < k for d, k, _ in tx.waits):
-                    break
-                if st.receives:
-                    conn = model.recv_conn(tx)
-                    q = fifo[conn]
-                    if not q or q[0].step.cnt != st.cnt:
+        txs, rconn, sconn = ends[key]
+        rank = key[0]
+        i, ph, n = pc[key], phase[key], len(txs)
+        while i < n:
+            tx = txs[i]
+            kind = tx.type
+            recv, send = kind in RECEIVING_TYPES, kind in SENDING_TYPES
+            if ph == 0:
+                if tx.waits:
+                    short = next(((rank, d) for d, k, _ in tx.waits
+                                  if flag.get((rank, d), -1) < k), None)
+                    if short is not None:
+                        waiting[short].append(key)
+                        break
+                if recv:
+                    q = fifo[rconn]
+                    if not q or q[0].steps[0].cnt != tx.steps[0].cnt:
                         break
                     q.popleft()
-                    run.order.append((tx.gid, "recv"))
-                    wake(model.sender.get(conn))
-                    if st.sends:
-                        phase[key] = 1  # a fused op: its send half runs next
+                    order.append((tx.gid, "recv"))
+                    wake(sender.get(rconn))
+                    if send:
+                        ph = 1  # a fused op: its send half runs next
                         continue
-                elif not st.sends:
-                    run.order.append((tx.gid, "exec"))
-            if phase[key] == 1 or (st.sends and not st.receives):
-                conn = model.send_conn(tx)
-                if len(fifo[conn]) >= capacity:
+                elif not send:
+                    order.append((tx.gid, "exec"))
+            if ph == 1 or (send and not recv):
+                q = fifo[sconn]
+                if len(q) >= capacity:
                     break
-                fifo[conn].append(tx)
-                run.order.append((tx.gid, "send"))
-                wake(model.receiver.get(conn))
-            phase[key] = 0
-            pc[key] += 1
+                q.append(tx)
+                order.append((tx.gid, "send"))
+                wake(receiver.get(sconn))
+            ph = 0
+            i += 1
             if tx.hasdep:
                 flag[key] = tx.post
-                for other in on_rank[key[0]]:
+                for other in waiting.pop(key, ()):
                     wake(other)
+        pc[key], phase[key] = i, ph
     for key, txs in model.by_tb.items():
         if pc[key] < len(txs):
             tx = txs[pc[key]]

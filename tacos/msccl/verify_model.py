@@ -14,6 +14,7 @@ dependency, happens-before, race, FIFO and data-flow analyses all see what the G
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from tacos.msccl.program import MAX_REDUCE_FUSION, Program, Step, Threadblock
@@ -22,7 +23,7 @@ TbKey = tuple[int, int]  # (rank, tb id)
 ConnKey = tuple[int, int, int]  # (sending rank, receiving rank, channel)
 
 
-@dataclass
+@dataclass(slots=True)
 class Tx:
     """One transmission: a stored step, or a fused chain of ``re`` steps.
 
@@ -80,14 +81,18 @@ class Model:
     receiver: dict[ConnKey, TbKey] = field(default_factory=dict)
     sends: dict[ConnKey, list[Tx]] = field(default_factory=dict)
     recvs: dict[ConnKey, list[Tx]] = field(default_factory=dict)
+    #: per tb: the posts and transmissions of its ``hasdep`` transmissions (built on demand)
+    flags: dict[TbKey, tuple[list[int], list[Tx]]] = field(default_factory=dict)
 
     def release(self, rank: int, depid: int, deps: int) -> Tx | None:
         """The transmission whose flag first satisfies a wait ``(depid, deps)`` on ``rank``:
         the first ``hasdep`` transmission of tb ``depid`` posting a value ``>= deps``."""
-        for tx in self.by_tb.get((rank, depid), ()):
-            if tx.hasdep and tx.post >= deps:
-                return tx
-        return None
+        flags = self.flags.get((rank, depid))
+        if flags is None:
+            txs = [tx for tx in self.by_tb.get((rank, depid), ()) if tx.hasdep]
+            flags = self.flags[(rank, depid)] = ([tx.post for tx in txs], txs)
+        k = bisect_left(flags[0], deps)  # posts grow along a tb: the first one >= deps
+        return flags[1][k] if k < len(flags[1]) else None
 
     def send_conn(self, tx: Tx) -> ConnKey:
         """Connection a sending transmission pushes into."""

@@ -34,7 +34,16 @@ from typing import Any
 from tacos.frontends.mscclpp_json import OPS_MODELLED, Op, Plan, Ref, load_plan, read_plan_text
 from tacos.msccl.program import inplace_alias
 from tacos.msccl.verify_report import MscclReport, Violation
-from tacos.msccl.verify_symbolic import CHECKED, _expected, _fmt, _merge
+from tacos.msccl.verify_symbolic import (
+    CHECKED,
+    Value,
+    _expected,
+    _fmt,
+    _labels,
+    _merge,
+    _same,
+    label,
+)
 
 DATA_OPS = frozenset({"put", "get", "copy", "re", "rre", "res", "rres"})
 PUBLISH = frozenset({"signal", "sem_release"})
@@ -174,7 +183,7 @@ class _Replay:
                 self.sem[(g, s)].extend([None] * int(v or 0))
         self.barrier: dict[tuple[int, int], list[int]] = defaultdict(list)
         self.released: set[int] = set()  # thread blocks whose barrier has opened
-        self.mem: dict[Loc, dict | None] = {}
+        self.mem: dict[Loc, Value] = {}
         self.last_write: dict[Loc, tuple[int, int, Op]] = {}
         self.reads: dict[Loc, list[tuple[int, int, Op]]] = defaultdict(list)
         self.races: list[Violation] = []
@@ -183,7 +192,7 @@ class _Replay:
         self.total = c.get("o", 0) if plan.coll == "allgather" else c.get("i", 0)
         for r in range(plan.ngpus):
             for k in range(plan.chunks[r].get("i", 0)):
-                self.mem[self.loc(r, "i", k)] = {(r, k): 1}
+                self.mem[self.loc(r, "i", k)] = label(r, k)
 
     # -- memory ------------------------------------------------------------------------------
     def loc(self, rank: int, buf: str, idx: int) -> Loc:
@@ -209,7 +218,7 @@ class _Replay:
             return False
         return True
 
-    def read(self, ref: Ref, op: Op, me: int) -> list[dict | None]:
+    def read(self, ref: Ref, op: Op, me: int) -> list[Value]:
         if not self._in_bounds(ref, op):
             return [None] * ref.size
         vals = []
@@ -229,7 +238,7 @@ class _Replay:
             vals.append(value)
         return vals
 
-    def write(self, ref: Ref, vals: list[dict | None], op: Op, me: int) -> None:
+    def write(self, ref: Ref, vals: list[Value], op: Op, me: int) -> None:
         if not self._in_bounds(ref, op):
             return
         for j in range(ref.size):
@@ -304,7 +313,7 @@ class _Replay:
                 self.write(dst, (vals + [None] * dst.size)[:dst.size], op, me)
             return
         width = min((r.size for r in op.src + op.dst), default=0)
-        acc: list[dict | None] | None = None
+        acc: list[Value] | None = None
         for src in op.src:
             vals = self.read(Ref(src.rank, src.buf, src.index, width), op, me)
             acc = vals if acc is None else [_merge(a, b) for a, b in zip(acc, vals, strict=True)]
@@ -342,7 +351,7 @@ class _Replay:
         if plan.coll in ("broadcast", "reduce"):
             best = -1
             for r in range(plan.ngpus):
-                got = self.mem.get(self.loc(r, "o", 0)) or {}
+                got = _labels(self.mem.get(self.loc(r, "o", 0)))
                 if plan.coll == "broadcast" and len(got) == 1:
                     root = next(iter(got))[0]
                     break
@@ -355,12 +364,13 @@ class _Replay:
                 if want is None:
                     continue
                 got = self.mem.get(self.loc(r, "o", k))
-                if got == want:
+                if _same(got, want):
                     continue
+                want = _labels(want)
                 if got is None:
                     text = f"output o[{k}] of rank {r} is never written; it must hold " \
                         f"{_fmt(sorted(want))}"
-                elif set(got) == set(want):
+                elif set(got := _labels(got)) == set(want):
                     text = f"output o[{k}] of rank {r} counts a contribution more than once"
                 else:
                     miss, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))

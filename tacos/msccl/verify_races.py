@@ -4,13 +4,20 @@ Two accesses to the same physical chunk from different tbs of one GPU, at least 
 must be ordered by happens-before (program order, dependency waits, send -> receive).  Buffer
 capacity never orders anything here.  Under in-place the input and output buffers alias
 (:func:`tacos.msccl.program.inplace_alias`), so ``i[k]`` and ``o[r*C/N+k]`` are one chunk for
-allgather; a ``cpy`` of a chunk onto itself under aliasing is not a write.  Ancestor sets are
-Python integers used as bitsets over the topological order.
+allgather; a ``cpy`` of a chunk onto itself under aliasing is not a write.
+
+The check is linear in the number of accesses.  Transmissions are visited in a topological
+order of happens-before; per chunk it keeps the last write and the reads since then.  A read
+must come after the last write, a write after the last write and after every read since it:
+if all of these hold, every conflicting pair is ordered (by transitivity through the chain of
+writes), and if some conflicting pair is unordered, one of these checks fails.  Each check
+first asks the rank-local order (program order plus dependency waits, as sparse vector clocks
+over the rank's tbs, which is how lowered programs order their accesses); only when that does
+not order the pair does it search the whole happens-before graph (sends and receives of other
+ranks included), backwards from the later access and never below the earlier one's position.
 """
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 from tacos.msccl.program import READS_DST, READS_SRC, WRITES_DST, Program, inplace_alias
 from tacos.msccl.verify_deps import HappensBefore
@@ -34,26 +41,88 @@ def accesses(tx: Tx) -> list[tuple[str, int, int, bool]]:
     return out
 
 
-def ancestors(hb: HappensBefore) -> dict[int, int]:
-    """Bitset of all happens-before ancestors of every orderable transmission."""
-    anc: dict[int, int] = {}
-    for v in hb.order:
-        a = 0
-        for u in hb.preds[v]:
-            a |= anc[u] | (1 << u)
-        anc[v] = a
-    return anc
+class _Order:
+    """Happens-before queries between transmissions of one rank."""
+
+    def __init__(self, model: Model, hb: HappensBefore) -> None:
+        self.model = model
+        self.hb = hb
+        self.pos = [-1] * len(model.txs)
+        for k, v in enumerate(hb.order):
+            self.pos[v] = k
+        self.clock: dict[int, dict[int, int]] = {}  # gid -> rank-local vector clock
+        self.tb_clock: dict[tuple[int, int], dict[int, int]] = {}
+
+    def visit(self, tx: Tx) -> None:
+        """Compute ``tx``'s rank-local vector clock (predecessors visited first)."""
+        vc = self.tb_clock.get(tx.key, {})
+        fresh = False
+        for depid, deps, _ in tx.waits:
+            rel = self.model.release(tx.rank, depid, deps)
+            if rel is None or rel.gid == tx.gid or self.pos[rel.gid] < 0:
+                continue
+            other = self.clock.get(rel.gid, {})
+            if vc.get(rel.tb, -1) >= rel.index and all(vc.get(k, -1) >= i
+                                                      for k, i in other.items()):
+                continue
+            if not fresh:
+                vc, fresh = dict(vc), True
+            for k, i in other.items():
+                if vc.get(k, -1) < i:
+                    vc[k] = i
+            if vc.get(rel.tb, -1) < rel.index:
+                vc[rel.tb] = rel.index
+        self.tb_clock[tx.key] = vc
+        if tx.hasdep:
+            self.clock[tx.gid] = vc
+
+    def before(self, a: Tx, b: Tx) -> bool:
+        """True if ``a`` happens before ``b``; ``a`` was visited earlier and ``b`` is the
+        latest visited transmission of its tb."""
+        if a.tb == b.tb:
+            return a.index < b.index
+        if self.tb_clock.get(b.key, {}).get(a.tb, -1) >= a.index:
+            return True
+        return self._search(a.gid, b.gid)
+
+    def _search(self, a: int, b: int) -> bool:
+        """Exact reachability ``a -> b`` over the whole graph, pruned below ``a``'s position."""
+        floor = self.pos[a]
+        preds = self.hb.preds
+        pos = self.pos
+        seen = {b}
+        stack = [b]
+        while stack:
+            v = stack.pop()
+            for u in preds[v]:
+                if u == a:
+                    return True
+                if u not in seen and pos[u] > floor:
+                    seen.add(u)
+                    stack.append(u)
+        return False
 
 
 def check_races(model: Model, hb: HappensBefore, *, aliased: bool, limit: int = 20
                 ) -> list[Violation]:
     """Report unordered conflicting accesses (at most ``limit`` plus a count of the rest)."""
     p = model.program
-    anc = ancestors(hb)
-    table: dict[tuple[int, str, int], list[Access]] = defaultdict(list)
-    for tx in model.txs:
-        if tx.gid not in anc:
-            continue  # behind a cycle, already reported
+    order = _Order(model, hb)
+    txs = model.txs
+    last_write: dict[tuple[int, str, int], Access] = {}
+    reads: dict[tuple[int, str, int], list[Access]] = {}
+    found: dict[tuple[int, int], tuple[Access, Access]] = {}
+
+    def ordered(x: Access, y: Access) -> bool:
+        return x[1] == y[1] or order.before(txs[x[0]], txs[y[0]])
+
+    def flag(x: Access, y: Access) -> None:
+        key = (min(x[0], y[0]), max(x[0], y[0]))
+        found.setdefault(key, (x, y) if x[0] < y[0] else (y, x))
+
+    for gid in hb.order:
+        tx = txs[gid]
+        order.visit(tx)
         st = tx.step
         self_copy = aliased and st.type == "cpy" and _phys(p, tx.rank, st.srcbuf, st.srcoff) \
             == _phys(p, tx.rank, st.dstbuf, st.dstoff)
@@ -62,20 +131,18 @@ def check_races(model: Model, hb: HappensBefore, *, aliased: bool, limit: int = 
                 continue  # copies a chunk onto itself (in-place): nothing changes
             for j in range(off, off + cnt):
                 phys = _phys(p, tx.rank, buf, j) if aliased else (buf, j)
-                table[(tx.rank, phys[0], phys[1])].append((tx.gid, tx.tb, write, f"{buf}[{j}]"))
-    found: dict[tuple[int, int], tuple[Access, Access]] = {}
-    for accs in table.values():
-        if len(accs) < 2 or not any(a[2] for a in accs):
-            continue
-        for i, a in enumerate(accs):
-            for b in accs[i + 1:]:
-                if a[1] == b[1] or not (a[2] or b[2]):
-                    continue
-                ga, gb = a[0], b[0]
-                if (anc[gb] >> ga) & 1 or (anc[ga] >> gb) & 1:
-                    continue
-                key = (min(ga, gb), max(ga, gb))
-                found.setdefault(key, (a, b) if ga < gb else (b, a))
+                slot = (tx.rank, phys[0], phys[1])
+                acc = (gid, tx.tb, write, f"{buf}[{j}]")
+                w = last_write.get(slot)
+                if w is not None and w[0] != gid and not ordered(w, acc):
+                    flag(w, acc)
+                if write:
+                    for r in reads.pop(slot, ()):
+                        if r[0] != gid and not ordered(r, acc):
+                            flag(r, acc)
+                    last_write[slot] = acc
+                else:
+                    reads.setdefault(slot, []).append(acc)
     out = []
     for a, b in list(found.values())[:limit]:
         ta, tb_ = model.txs[a[0]], model.txs[b[0]]

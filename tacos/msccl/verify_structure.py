@@ -16,12 +16,19 @@ from tacos.msccl.program import (
     DEFAULT_MAX_STEPS,
     DEFAULT_SMS,
     MAX_CHANNELS,
+    MAX_CHILDREN,
     MAX_COUNT,
+    MAX_NODES,
     MAX_TBS,
     MAX_TBS_PER_CHANNEL,
     PROTOS,
+    READS_DST,
+    READS_SRC,
+    RECEIVING_TYPES,
     SELECTABLE_COLLS,
+    SENDING_TYPES,
     STEP_TYPES,
+    WRITES_DST,
     Gpu,
     Program,
     Step,
@@ -63,6 +70,7 @@ def check_structure(program: Program, *, max_steps: int = DEFAULT_MAX_STEPS,
     """
     out = _Out()
     _check_algo(program, out)
+    _check_parser_limits(program, out)
     ok_ranks = _check_gpus(program, out)
     for g in program.gpus:
         if g.id not in ok_ranks:
@@ -122,6 +130,29 @@ def _check_algo(p: Program, out: _Out) -> None:
     if lo is not None and hi not in (None, 0) and hi < lo:
         out.add("size-window", f"maxBytes={hi} < minBytes={lo}: no message size selects this "
                 "algorithm", line=line)
+
+
+def _check_parser_limits(p: Program, out: _Out) -> None:
+    """The runtime parser's fixed tables: children per element and parsed nodes per rank."""
+    ngpus = len(p.gpus)
+    if ngpus > MAX_CHILDREN:
+        out.add("children-limit", f"{ngpus} <gpu> elements exceed the runtime's "
+                f"{MAX_CHILDREN} children per element", line=p.line)
+    for g in p.gpus:
+        if len(g.tbs) > MAX_CHILDREN:
+            out.add("children-limit", f"{len(g.tbs)} <tb> elements exceed {MAX_CHILDREN}",
+                    rank=g.id, line=g.line)
+        steps = 0
+        for tb in g.tbs:
+            steps += len(tb.steps)
+            if len(tb.steps) > MAX_CHILDREN:
+                out.add("children-limit", f"{len(tb.steps)} <step> elements exceed "
+                        f"{MAX_CHILDREN}", rank=g.id, tb=tb.id, line=tb.line)
+        nodes = 1 + ngpus + len(g.tbs) + steps
+        if nodes > MAX_NODES:
+            out.add("node-limit", f"rank {g.id} needs {nodes} parsed nodes (1 algo + {ngpus} "
+                    f"gpu + tbs + steps); the runtime parser holds {MAX_NODES}", rank=g.id,
+                    line=g.line, hint="use fewer, longer steps")
 
 
 def _check_gpus(p: Program, out: _Out) -> set[int]:
@@ -246,37 +277,68 @@ def _check_steps(p: Program, g: Gpu, tb: Threadblock, out: _Out, max_steps: int)
         out.add("step-limit", f"{len(tb.steps)} steps (nops included) exceed the step limit "
                 f"{max_steps} (MSCCL_MAX_NUM_STEPS)", rank=r, tb=tb.id, step=max_steps,
                 line=st.line, hint="spread the work over more tbs or channels")
+    sizes = {"i": g.i_chunks, "o": g.o_chunks, "s": g.s_chunks}
+    can_send, can_recv = tb.send >= 0, tb.recv >= 0
     for pos, st in enumerate(tb.steps):
-        where = {"rank": r, "tb": tb.id, "step": pos, "line": st.line}
-        if st.s != pos:
-            out.add("step-numbering", f"s={st.s} but this is step {pos} of the tb; the "
-                    "runtime counts steps in document order, so dependencies on s would "
-                    "point elsewhere", hint=f'write s="{pos}"', **where)
-        if st.type not in STEP_TYPES:
-            out.add("step-type", f"type={st.type!r} is not one of {', '.join(STEP_TYPES)}",
-                    breaks=True, **where)
+        kind = st.type
+        if (st.s == pos and kind in _PLAIN and st.srcbuf in sizes and st.dstbuf in sizes
+                and st.hasdep in (0, 1) and 0 < st.cnt <= MAX_COUNT
+                and (can_send or kind not in SENDING_TYPES)
+                and (can_recv or kind not in RECEIVING_TYPES)
+                and _in_bounds(st, sizes)):
+            continue  # the common case: nothing to report (checked without building text)
+        if kind == "nop" and st.s == pos and st.srcbuf in sizes and st.dstbuf in sizes \
+                and st.hasdep in (0, 1):
             continue
-        for side in ("srcbuf", "dstbuf"):
-            if getattr(st, side) not in BUFFERS:
-                out.add("buffer", f"{side}={getattr(st, side)!r} is not i, o or s (checked "
-                        "on nops too)", breaks=True, **where)
-        if st.hasdep not in (0, 1):
-            out.add("hasdep", f"hasdep={st.hasdep} must be 0 or 1",
-                    severity="warning" if st.is_nop else "error", **where)
-        if st.is_nop:
-            continue
-        if not 0 <= st.cnt <= MAX_COUNT:
-            out.add("count", f"cnt={st.cnt} is outside 1..{MAX_COUNT}", breaks=True, **where)
-        elif st.cnt == 0:
-            out.add("count", "cnt=0 on a data step moves nothing", severity="warning",
-                    **where)
-        if st.sends and tb.send < 0:
-            out.add("peer-missing", f"{st.type} sends but the tb has send=-1", breaks=True,
-                    **where)
-        if st.receives and tb.recv < 0:
-            out.add("peer-missing", f"{st.type} receives but the tb has recv=-1",
-                    breaks=True, **where)
-        _check_bounds(g, st, out, where)
+        _check_step(g, tb, pos, st, out)
+
+
+_PLAIN = frozenset(STEP_TYPES) - {"nop"}
+
+
+def _in_bounds(st: Step, sizes: dict[str, int]) -> bool:
+    cnt = max(st.cnt, 1)
+    kind = st.type
+    if kind in READS_SRC and not (0 <= st.srcoff and st.srcoff + cnt <= sizes[st.srcbuf]):
+        return False
+    if (kind in WRITES_DST or kind in READS_DST) and \
+            not (0 <= st.dstoff and st.dstoff + cnt <= sizes[st.dstbuf]):
+        return False
+    return True
+
+
+def _check_step(g: Gpu, tb: Threadblock, pos: int, st: Step, out: _Out) -> None:
+    """Every rule for one step, with messages (the slow path of :func:`_check_steps`)."""
+    where = {"rank": g.id, "tb": tb.id, "step": pos, "line": st.line}
+    if st.s != pos:
+        out.add("step-numbering", f"s={st.s} but this is step {pos} of the tb; the "
+                "runtime counts steps in document order, so dependencies on s would "
+                "point elsewhere", hint=f'write s="{pos}"', **where)
+    if st.type not in STEP_TYPES:
+        out.add("step-type", f"type={st.type!r} is not one of {', '.join(STEP_TYPES)}",
+                breaks=True, **where)
+        return
+    for side in ("srcbuf", "dstbuf"):
+        if getattr(st, side) not in BUFFERS:
+            out.add("buffer", f"{side}={getattr(st, side)!r} is not i, o or s (checked "
+                    "on nops too)", breaks=True, **where)
+    if st.hasdep not in (0, 1):
+        out.add("hasdep", f"hasdep={st.hasdep} must be 0 or 1",
+                severity="warning" if st.is_nop else "error", **where)
+    if st.is_nop:
+        return
+    if not 0 <= st.cnt <= MAX_COUNT:
+        out.add("count", f"cnt={st.cnt} is outside 1..{MAX_COUNT}", breaks=True, **where)
+    elif st.cnt == 0:
+        out.add("count", "cnt=0 on a data step moves nothing", severity="warning",
+                **where)
+    if st.sends and tb.send < 0:
+        out.add("peer-missing", f"{st.type} sends but the tb has send=-1", breaks=True,
+                **where)
+    if st.receives and tb.recv < 0:
+        out.add("peer-missing", f"{st.type} receives but the tb has recv=-1",
+                breaks=True, **where)
+    _check_bounds(g, st, out, where)
 
 
 def _check_bounds(g: Gpu, st: Step, out: _Out, where: dict) -> None:

@@ -23,17 +23,41 @@ from tacos.msccl.verify_model import Model, Tx
 from tacos.msccl.verify_report import Violation
 
 Label = tuple[int, int]
-Value = dict[Label, int] | None
+#: A value: ``(chunk, ranks)`` when it holds chunk ``chunk`` of each rank in the bitset
+#: ``ranks`` exactly once (every value of a correct program: an O(1) merge however many ranks
+#: contributed), else the general multiset ``{label: multiplicity}``; None = no data.
+Value = tuple[int, int] | dict[Label, int] | None
 CHECKED = ("allgather", "allreduce", "reducescatter", "alltoall", "broadcast", "reduce")
+
+
+def label(rank: int, chunk: int) -> Value:
+    """The initial value of input chunk ``chunk`` of ``rank``."""
+    return (chunk, 1 << rank)
+
+
+def _labels(v: Value) -> dict[Label, int]:
+    """The multiset of a non-empty value."""
+    if isinstance(v, tuple):
+        chunk, ranks = v
+        return {(q, chunk): 1 for q in range(ranks.bit_length()) if ranks >> q & 1}
+    return dict(v or {})
 
 
 def _merge(a: Value, b: Value) -> Value:
     if a is None or b is None:
         return None
-    out = dict(a)
-    for k, v in b.items():
+    if isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] and not a[1] & b[1]:
+        return (a[0], a[1] | b[1])
+    out = _labels(a)
+    for k, v in _labels(b).items():
         out[k] = out.get(k, 0) + v
     return out
+
+
+def _same(got: Value, want: Value) -> bool:
+    if isinstance(got, tuple) and isinstance(want, tuple):
+        return got == want
+    return got is not None and _labels(got) == _labels(want)
 
 
 class _Replay:
@@ -109,7 +133,7 @@ class _Replay:
         count = c // n if p.coll == "allgather" else c
         for r in range(n):
             for k in range(count):
-                self.mem[self.loc(r, "i", k)] = {(r, k): 1}
+                self.mem[self.loc(r, "i", k)] = label(r, k)
 
 
 def _fmt(labels: list[Label]) -> str:
@@ -117,35 +141,36 @@ def _fmt(labels: list[Label]) -> str:
     return shown + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
 
 
-def _expected(p, rank: int, k: int, root: int) -> dict[Label, int] | None:
+def _expected(p, rank: int, k: int, root: int) -> Value:
     n, c = p.ngpus, p.nchunksperloop
     m = c // n
     coll = p.coll
+    everyone = (1 << n) - 1
     if coll == "allgather":
-        return {(k // m, k % m): 1}
+        return (k % m, 1 << (k // m))
     if coll == "allreduce":
-        return {(q, k): 1 for q in range(n)}
+        return (k, everyone)
     if coll == "reducescatter":
-        return {(q, rank * m + k): 1 for q in range(n)}
+        return (rank * m + k, everyone)
     if coll == "alltoall":
-        return {(k // m, rank * m + k % m): 1}
+        return (rank * m + k % m, 1 << (k // m))
     if coll == "broadcast":
-        return {(root, k): 1}
+        return (k, 1 << root)
     if coll == "reduce":
-        return {(q, k): 1 for q in range(n)} if rank == root else None
+        return (k, everyone) if rank == root else None
     return None
 
 
 def _root(rep: _Replay) -> int:
     p = rep.p
     if p.coll == "broadcast":
-        v = rep.mem.get(rep.loc(0, "o", 0)) or {}
+        v = _labels(rep.mem.get(rep.loc(0, "o", 0)))
         if len(v) == 1:
             return next(iter(v))[0]
         return 0
     best, root = -1, 0
     for r in range(p.ngpus):
-        v = rep.mem.get(rep.loc(r, "o", 0)) or {}
+        v = _labels(rep.mem.get(rep.loc(r, "o", 0)))
         if len(v) > best:
             best, root = len(v), r
     return root
@@ -179,7 +204,7 @@ def check_symbolic(model: Model, run: FifoRun, *, aliased: bool, limit: int = 10
                 continue
             key = rep.loc(r, "o", k)
             got = rep.mem.get(key)
-            if got == want:
+            if _same(got, want):
                 continue
             wrong += 1
             if wrong > limit:
@@ -188,10 +213,11 @@ def check_symbolic(model: Model, run: FifoRun, *, aliased: bool, limit: int = 10
             where = w.where() if w else {"rank": r}
             where["rank"] = r
             name = f"o[{k}]" + (f" (stored as {key[1]}[{key[2]}])" if key[1:] != ("o", k) else "")
+            want = _labels(want)
             if got is None:
                 out = Violation("postcondition", f"output {name} of rank {r} is never written; "
                                 f"it must hold {_fmt(sorted(want))}", **where)
-            elif set(got) == set(want):
+            elif set(got := _labels(got)) == set(want):
                 twice = sorted(lbl for lbl, cnt in got.items() if cnt > 1)
                 out = Violation("double-count", f"output {name} of rank {r} counts "
                                 f"{_fmt(twice)} more than once", **where)

@@ -5,15 +5,16 @@ when every pre NPU reaches every post NPU (each contribution must get to each ou
 may pass through switches and through NPUs outside the chunk's sets; given ``members`` (a
 process group whose schedules relay through members only, the default of
 :func:`tacos.synthesize`), paths pass through switches and member NPUs only.  Reachability
-is computed once on the condensation (strongly connected components) of the topology, so a strongly
-connected network costs one SCC pass whatever the collective.
+is computed once on the condensation (strongly connected components, scipy) of the topology,
+so a strongly connected network costs one SCC pass whatever the collective, and each distinct
+set of NPUs is looked at once, not once per chunk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-import networkx as nx
+import numpy as np
 
 from tacos.collective import Chunk, Collective
 from tacos.errors import InfeasibleError
@@ -30,28 +31,116 @@ def describe_npu(topology: Topology, v: int) -> str:
 
 
 class _Reach:
-    """Reachability between nodes via the SCC condensation."""
+    """Reachability between nodes via the SCC condensation, on arrays: scipy's strongly
+    connected components, then one reachability bitset (a Python int over components) per
+    component, built in reverse topological order of the condensation.  Sets of NPUs are
+    turned into component bitsets once per set object (patterns share one ``everyone``)."""
 
     def __init__(self, topology: Topology, members: frozenset[int] | None = None) -> None:
-        g = nx.DiGraph()
-        g.add_nodes_from(range(topology.n_nodes))
+        n = topology.n_nodes
+        usable = np.ones(n, dtype=bool)
+        if members is not None:
+            usable[:] = False
+            usable[[v for v in members if 0 <= v < n]] = True
+            usable[[sw.id for sw in topology.switches]] = True
+        links = topology.links
+        src = np.fromiter((lk.src for lk in links), dtype=np.int64, count=len(links))
+        dst = np.fromiter((lk.dst for lk in links), dtype=np.int64, count=len(links))
+        keep = usable[src] & usable[dst]
+        src, dst = src[keep], dst[keep]
+        self._sets: dict[int, tuple[frozenset[int], int]] = {}
+        if members is None and _strongly_connected(n, src, dst):
+            self.comp, self.ncomp, self.reach = [0] * n, 1, [1]
+            return
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import connected_components
 
-        def usable(v: int) -> bool:
-            return members is None or topology.is_switch(v) or v in members
-
-        g.add_edges_from((lk.src, lk.dst) for lk in topology.links
-                         if usable(lk.src) and usable(lk.dst))
-        cond = nx.condensation(g)
-        self.comp = cond.graph["mapping"]
-        self.reach: dict[int, set[int]] = {}
-        for c in reversed(list(nx.topological_sort(cond))):
-            r = {c}
-            for s in cond.successors(c):
-                r |= self.reach[s]
+        g = csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
+        ncomp, labels = connected_components(g, directed=True, connection="strong")
+        self.comp = labels.tolist()
+        self.ncomp = ncomp
+        cs, cd = labels[src], labels[dst]
+        across = cs != cd
+        pairs = np.unique(np.stack([cs[across], cd[across]], axis=1), axis=0).tolist() \
+            if across.any() else []
+        succ: list[list[int]] = [[] for _ in range(ncomp)]
+        indeg = [0] * ncomp
+        for a, b in pairs:
+            succ[a].append(b)
+            indeg[b] += 1
+        order = [c for c in range(ncomp) if indeg[c] == 0]
+        for c in order:  # Kahn: the condensation is acyclic
+            for b in succ[c]:
+                indeg[b] -= 1
+                if indeg[b] == 0:
+                    order.append(b)
+        self.reach = [0] * ncomp
+        for c in reversed(order):
+            r = 1 << c
+            for b in succ[c]:
+                r |= self.reach[b]
             self.reach[c] = r
 
     def __call__(self, u: int, v: int) -> bool:
-        return self.comp[v] in self.reach[self.comp[u]]
+        return bool(self.reach[self.comp[u]] >> self.comp[v] & 1)
+
+    def comps(self, nodes: frozenset[int]) -> int:
+        """Bitset of the components of ``nodes`` (cached per set object)."""
+        hit = self._sets.get(id(nodes))
+        if hit is None or hit[0] is not nodes:
+            bits = 0
+            for c in {self.comp[v] for v in nodes}:
+                bits |= 1 << c
+            hit = self._sets[id(nodes)] = (nodes, bits)
+        return hit[1]
+
+    def served(self, chunk: Chunk) -> bool:
+        """Whether every NPU that must receive ``chunk`` can (see :func:`check_feasible`)."""
+        want = self.comps(chunk.post)  # a post NPU that already holds a copy chunk is its own
+        sources = self.comps(chunk.pre)  # nearest source, so it may stay in ``want``
+        if self.ncomp == 1:
+            return True
+        if chunk.reduce:  # every contribution reaches every output
+            have = -1
+            while sources:
+                low = sources & -sources
+                have &= self.reach[low.bit_length() - 1]
+                sources ^= low
+            return want & ~have == 0
+        have = 0
+        while sources:
+            low = sources & -sources
+            have |= self.reach[low.bit_length() - 1]
+            sources ^= low
+        return want & ~have == 0
+
+
+BFS_WORK = 50_000_000
+"""Link visits the breadth-first test of :func:`_strongly_connected` may spend."""
+
+
+def _strongly_connected(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """True when node 0 reaches every node and every node reaches it (numpy frontiers, one
+    pass over the links per level); False also when that would exceed :data:`BFS_WORK`
+    (long chains), leaving the answer to the full component analysis."""
+    if n <= 1:
+        return True
+    for a, b in ((src, dst), (dst, src)):
+        seen = np.zeros(n, dtype=bool)
+        seen[0] = True
+        frontier = seen.copy()
+        work = 0
+        while frontier.any():
+            work += len(a)
+            if work > BFS_WORK:
+                return False
+            nxt = np.zeros(n, dtype=bool)
+            nxt[b[frontier[a]]] = True
+            frontier = nxt & ~seen
+            seen |= frontier
+        if not seen.all():
+            return False
+    return True
 
 
 def _hint(topology: Topology, target: int, members: frozenset[int] | None = None) -> str:
@@ -64,8 +153,12 @@ def _hint(topology: Topology, target: int, members: frozenset[int] | None = None
     return f"add a link toward {describe_npu(topology, target)}, or drop it from the collective"
 
 
-def _check_names(topology: Topology, chunk: Chunk) -> None:
+def _check_names(topology: Topology, chunk: Chunk, named: set[int] | None = None) -> None:
+    """Every NPU the chunk names exists and is alive; sets whose ``id`` is in ``named`` were
+    checked before (for an earlier chunk sharing them) and are skipped."""
     for role, nodes in (("precondition", chunk.pre), ("postcondition", chunk.post)):
+        if named is not None and id(nodes) in named:
+            continue
         for v in sorted(nodes):
             if not 0 <= v < topology.n_npus:
                 raise InfeasibleError(
@@ -100,27 +193,20 @@ def check_feasible(topology: Topology, collective: Collective,
     if group is not None and group >= set(topology.live_npus):
         group = None
     reach: _Reach | None = None
-    done: set[tuple[bool, frozenset[int], frozenset[int]]] = set()
+    named: set[int] = set()  # ids of node sets already checked (patterns share sets)
+    keep: list[frozenset[int]] = []  # keeps those ids from being reused
     for chunk in collective.chunks:
-        _check_names(topology, chunk)
-        targets = chunk.post if chunk.reduce else chunk.post - chunk.pre
-        if not targets:
+        if id(chunk.pre) not in named or id(chunk.post) not in named:
+            _check_names(topology, chunk, named)
+            named.update((id(chunk.pre), id(chunk.post)))
+            keep.extend((chunk.pre, chunk.post))
+        if not chunk.post or (not chunk.reduce and chunk.post <= chunk.pre):
             continue
-        key = (chunk.reduce, chunk.pre, targets)
-        if key in done:
-            continue
-        done.add(key)
         if reach is None:
             reach = _Reach(topology, group)
-        comp, closure = reach.comp, reach.reach
-        pre_comps = {comp[s] for s in chunk.pre}
-        for q in {comp[p] for p in targets}:
-            if chunk.reduce:
-                ok = all(q in closure[s] for s in pre_comps)
-            else:
-                ok = any(q in closure[s] for s in pre_comps)
-            if not ok:
-                _explain(topology, chunk, sorted(targets), reach, group)
+        if not reach.served(chunk):
+            targets = chunk.post if chunk.reduce else chunk.post - chunk.pre
+            _explain(topology, chunk, sorted(targets), reach, group)
 
 
 def _explain(topology: Topology, chunk: Chunk, targets: list[int], reach: _Reach,

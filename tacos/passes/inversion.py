@@ -161,7 +161,7 @@ def invert_transfers(dual: Schedule, ids: tuple[int, ...],
     Without ``horizons`` the whole dual phase is reversed within its makespan; with them
     (tenant → horizon) each tenant's transfers within its own horizon."""
     chunks = dual.collective.chunks
-    makespan = dual.makespan  # once: it scans every transfer
+    makespan = dual.makespan  # once: a property that scans every transfer
     out = []
     for t in dual.transfers:
         horizon = _horizon(t, chunks, horizons, makespan)
