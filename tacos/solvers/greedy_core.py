@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tacos.solvers.greedy_instance import Instance, iter_bits
@@ -30,7 +31,8 @@ from tacos.solvers.merge import split_batches
 
 @dataclass
 class TrialResult:
-    """A finished trial: makespan in ticks and the transfers as parallel lists."""
+    """A finished trial: makespan in ticks and the transfers as parallel lists (``link`` is
+    the channel; ``route`` the route id of each transfer on the physical model, else empty)."""
 
     makespan: int
     trial: int
@@ -40,18 +42,22 @@ class TrialResult:
     link: list[int]
     bits: list[int]
     stats: dict[str, int] = field(default_factory=dict)
+    route: list[int] = field(default_factory=list)
 
 
 class Stuck(Exception):
     """No transfer can make progress (some postcondition is unreachable)."""
 
 
-def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool = True
-              ) -> TrialResult:
-    """Run one randomized trial; deterministic in ``(seed, trial, cap)``."""
+def make_rng(seed: int, trial: int, n_chunks: int
+             ) -> tuple[random.Random, Callable[[], float], Callable[[int], int],
+                        Callable[[int, int], int]]:
+    """The trial's random source: ``(rng, rand, pick, take)``, deterministic in
+    ``(seed, trial)``.  ``pick(x)`` is a random set bit of ``x``; ``take(x, q)`` up to ``q``
+    random bits of ``x``."""
     rng = random.Random(f"tacos-greedy:{seed}:{trial}")
     rand = rng.random
-    nb = max(1, inst.n_chunks)
+    nb = max(1, n_chunks)
 
     def pick(x: int) -> int:
         r = int(rand() * nb)
@@ -75,6 +81,18 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
             x ^= pick(x)
         return x
 
+    return rng, rand, pick, take
+
+
+def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool = True
+              ) -> TrialResult:
+    """Run one randomized trial; deterministic in ``(seed, trial, cap)``."""
+    if inst.physical:
+        from tacos.solvers.greedy_ports import run_port_trial
+
+        return run_port_trial(inst, seed, trial, cap)
+    rng, rand, pick, take = make_rng(seed, trial, inst.n_chunks)
+
     src, dst, out_links, in_links = inst.src, inst.dst, inst.out_links, inst.in_links
     need = inst.need
     held = list(inst.pre)
@@ -89,7 +107,6 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     if not (speculate and (cap > 1 or inst.heterogeneous)):
         speculate = False  # equal single-chunk transfers: a resend never lands earlier
     relay_mask = inst.relay_mask
-    relay_targets, dist_to = inst.relay_targets, inst.dist_to
     best = {c: dict(b) for c, b in inst.relay_best0.items()}
     T_start: list[int] = []
     T_end: list[int] = []
@@ -100,6 +117,10 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     heap: list[int] = []
     remaining = inst.total_need
     stats = {"replaced": 0, "dropped": 0, "speculative": 0}
+    # islands: what each island holds or has on the way; a link entering one carries only
+    # chunks it has not got (see tacos.solvers.islands)
+    guard, npu_isl = inst.guard, inst.npu_islands
+    isl_claimed = island_claims(inst)
 
     def nbytes(bits: int) -> int:
         if uniform is not None:
@@ -122,6 +143,9 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         T_bits.append(bits)
         lane_free[lk] -= 1
         claimed[d] |= bits
+        if guard:
+            for i in npu_isl[d]:
+                isl_claimed[i] |= bits
         if speculate:
             T_snap.append(held[src[lk]])
             active[lk].append(tr)
@@ -132,26 +156,16 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         else:
             lst.append(tr)
         if relay_mask and bits & relay_mask:
-            for c in iter_bits(bits & relay_mask):
-                bc = best[c]
-                for p in relay_targets[c]:
-                    dd = dist_to[p][d]
-                    if dd < bc[p]:
-                        bc[p] = dd
+            relay_sent(inst, best, bits & relay_mask, d)
 
     def relay_wanted(d: int, offered: int) -> int:
-        cand = offered & relay_mask & ~claimed[d] & ~need[d]
-        useful = 0
-        for c in iter_bits(cand):
-            bc = best[c]
-            for p in relay_targets[c]:
-                if not (claimed[p] >> c) & 1 and dist_to[p][d] < bc[p]:
-                    useful |= 1 << c
-                    break
-        return useful
+        return relay_useful(inst, best, claimed, offered & relay_mask & ~claimed[d] & ~need[d],
+                            d)
 
     def speculate_on(t: int, lk: int, d: int) -> bool:
         """Resend a chunk in flight to ``d`` on ``lk`` if it lands strictly earlier."""
+        if guard and guard[lk] >= 0:
+            return False  # never across a scarce cut twice
         have = held[src[lk]] & ~held[d] & ~dupped[d]
         best_gain, best_bit = 0, 0
         for l2 in in_links[d]:
@@ -189,12 +203,17 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
             bit = 1 << c
             bits ^= bit
             cand = T_snap[tr] & need[d] & ~claimed[d]
+            if guard and guard[lk] >= 0:
+                cand &= ~isl_claimed[guard[lk]]
             if uniform is None and cand:
                 cand = sum(1 << x for x in iter_bits(cand) if inst.sizes[x] == inst.sizes[c])
             if cand:
                 new = pick(cand)
                 bits |= new
                 claimed[d] |= new
+                if guard:
+                    for i in npu_isl[d]:
+                        isl_claimed[i] |= new
                 stats["replaced"] += 1
             else:
                 dropped = True
@@ -224,6 +243,8 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                 if not f:
                     continue
                 a = held[src[lk]] & want if want else 0
+                if a and guard and guard[lk] >= 0:
+                    a &= ~isl_claimed[guard[lk]]
                 if a:
                     slots.extend([(lk, a)] * f)
                 elif speculate:
@@ -323,6 +344,44 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         start=[T_start[i] for i in keep], end=[T_end[i] for i in keep],
         link=[T_link[i] for i in keep], bits=[T_bits[i] for i in keep], stats=stats,
     )
+
+
+def relay_sent(inst: Instance, best: dict[int, dict[int, int]], bits: int, d: int) -> None:
+    """Relay chunks ``bits`` are on their way to ``d``: update each one's best hop distance
+    to each of its targets."""
+    dist_to = inst.dist_to
+    for c in iter_bits(bits):
+        bc = best[c]
+        for p in inst.relay_targets[c]:
+            dd = dist_to[p][d]
+            if dd < bc[p]:
+                bc[p] = dd
+
+
+def relay_useful(inst: Instance, best: dict[int, dict[int, int]], claimed: list[int],
+                 cand: int, d: int) -> int:
+    """The relay chunks of ``cand`` that ``d`` would bring closer to a target still waiting."""
+    dist_to = inst.dist_to
+    useful = 0
+    for c in iter_bits(cand):
+        bc = best[c]
+        for p in inst.relay_targets[c]:
+            if not (claimed[p] >> c) & 1 and dist_to[p][d] < bc[p]:
+                useful |= 1 << c
+                break
+    return useful
+
+
+def island_claims(inst: Instance) -> list[int]:
+    """Per island, the chunks its members hold at the start (bitsets)."""
+    return [_or(inst.pre[v] for v in members) for members in inst.island_members]
+
+
+def _or(bits) -> int:
+    out = 0
+    for b in bits:
+        out |= b
+    return out
 
 
 def _prune_relays(inst: Instance, start: list[int], end: list[int], link: list[int],
