@@ -157,6 +157,8 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
     guard, npu_isl = inst.guard, inst.npu_islands
     isl_claimed = island_claims(inst)
     caps = channel_caps(inst, cap)
+    one = inst.uniform_size or min(inst.sizes, default=1)
+    fastest = [min((duration(c, one) for c in in_ch[v]), default=0) for v in range(inst.n_nodes)]
     T_start: list[int] = []
     T_end: list[int] = []
     T_link: list[int] = []
@@ -224,6 +226,7 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
         route); groups are served fewest-live-candidates first (min-degree greedy matching,
         counts updated as links fill up), each taking its least-contested source first."""
         groups: list[tuple[int, list[list]]] = []  # (d, entries [ch, a, ex, alive, first])
+        extra: list[tuple[int, int]] = []  # cut channels with only island-held chunks
         by_port: dict[int, int] = {}
         users: dict[int, list[tuple[int, int]]] = {}
         demand: dict[int, int] = {}
@@ -241,6 +244,9 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
             for ch in in_ch[d]:
                 a = held[src[ch]] & want
                 if a and guard and guard[ch] >= 0:
+                    if not a & ~isl_claimed[guard[ch]]:
+                        extra.append((d, ch))
+                        continue
                     a &= ~isl_claimed[guard[ch]]
                 if a:
                     r = free_route(ch)
@@ -264,8 +270,6 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
                 demand[first] = demand.get(first, 0) + 1
                 for li in {li for r in ch_routes[ch] for li in route_links[r]}:
                     users.setdefault(li, []).append((gid, len(entries) - 1))
-        if not groups:
-            return
         count = [len(e) for _, e in groups]
         heap = [(count[g], rand(), g) for g in range(len(groups))]
         heapq.heapify(heap)
@@ -312,6 +316,25 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
                                     if not done[g2]:
                                         count[g2] -= 1
                                         heapq.heappush(heap, (count[g2], rand(), g2))
+        if extra:
+            relieve(t, extra)
+
+    def relieve(t: int, extra: list[tuple[int, int]]) -> None:
+        """A second copy across a cut whose island has every chunk it needs on the way: only
+        on ports left idle by the matching, and only to a destination whose remaining chunks
+        keep its fast ports busy for longer than the copy takes."""
+        for i in sorted(range(len(extra)), key=lambda _: rand()):
+            d, ch = extra[i]
+            a = held[src[ch]] & need[d] & ~claimed[d]
+            if not a:
+                continue
+            r = free_route(ch)
+            if r < 0:
+                continue
+            left = (need[d] & ~claimed[d]).bit_count()
+            if left * fastest[d] < duration(ch, inst.bits_bytes(a & -a)):
+                continue
+            launch(t, ch, r, d, pick(a))
 
     t = 0
     dirty = {d for d in range(inst.n_nodes) if in_ch[d] and (need[d] or relay_mask)}
