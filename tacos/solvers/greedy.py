@@ -133,7 +133,7 @@ class GreedySolver:
         allowed = relay_npus(topo, coll, relays)
         use_islands = bool(opts.get("islands", True)) and view is None
         islands = find_islands(topo, allowed) if use_islands else []
-        if has_switch_links(topo):
+        if islands or has_switch_links(topo):
             inst = build_port_instance(topo, coll, allowed, islands)
         else:
             inst = build_instance(topo, coll, allowed, islands)

@@ -48,7 +48,7 @@ from tacos.solvers.greedy_core import (
     relay_sent,
     relay_useful,
 )
-from tacos.solvers.greedy_instance import Instance, _flatten, set_islands
+from tacos.solvers.greedy_instance import Instance, _flatten, iter_bits, set_islands
 from tacos.solvers.islands import inner_route, inner_switches
 from tacos.topology import Topology
 
@@ -168,6 +168,38 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
     heap: list[int] = []
     remaining = inst.total_need
 
+    # per channel: the links its routes all start and end with, and every link they use
+    ch_first = [route_links[rs[0]][0] if len({route_links[r][0] for r in rs}) == 1 else -1
+                for rs in ch_routes]
+    ch_last = [route_links[rs[0]][-1] if len({route_links[r][-1] for r in rs}) == 1 else -1
+               for rs in ch_routes]
+    ch_links = [tuple(sorted({li for r in rs for li in route_links[r]})) for rs in ch_routes]
+    d_ports = [sorted({ch_last[c] for c in in_ch[v]}) for v in range(inst.n_nodes)]
+    res_free.append(1)  # link -1: always free (channels whose routes differ in their ends)
+    # rarest first: level[j] holds the chunks claimed by exactly j NPUs so far
+    copies = [0] * inst.n_chunks
+    for v in range(inst.n_nodes):
+        for c in iter_bits(inst.pre[v]):
+            copies[c] += 1
+    level = [0] * (inst.n_nodes + 2)
+    for c, j in enumerate(copies):
+        level[j] |= 1 << c
+
+    def rarest(x: int, q: int) -> int:
+        """Up to ``q`` chunks of ``x`` with the fewest copies claimed so far (random ties)."""
+        if x.bit_count() <= q:
+            return x
+        out = 0
+        for y in level:
+            y &= x
+            if y:
+                got = take(y, q) if q > 1 else pick(y)
+                out |= got
+                q -= got.bit_count()
+                if not q:
+                    return out
+        return out
+
     def free_route(ch: int) -> int:
         """The least-loaded route of ``ch`` whose links all have a free lane, or -1."""
         found, load = -1, 0
@@ -207,6 +239,11 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
             res_free[li] -= 1
             res_busy[li] += w
         claimed[d] |= bits
+        for c in iter_bits(bits):
+            j = copies[c]
+            copies[c] = j + 1
+            level[j] ^= 1 << c
+            level[j + 1] |= 1 << c
         if guard:
             for i in npu_isl[d]:
                 isl_claimed[i] |= bits
@@ -231,6 +268,11 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
         users: dict[int, list[tuple[int, int]]] = {}
         demand: dict[int, int] = {}
         for d in sorted(dirty):
+            for li in d_ports[d]:
+                if res_free[li]:
+                    break
+            else:
+                continue  # every port into d is busy
             want = need[d] & ~claimed[d]
             if relay_mask:
                 offered = 0
@@ -242,6 +284,8 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
                 continue
             lst = []
             for ch in in_ch[d]:
+                if not (res_free[ch_first[ch]] and res_free[ch_last[ch]]):
+                    continue  # its ports are busy (every route shares them)
                 a = held[src[ch]] & want
                 if a and guard and guard[ch] >= 0:
                     if not a & ~isl_claimed[guard[ch]]:
@@ -268,7 +312,7 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
                 entries.append([ch, a, a & ~(prefix | suffix[i + 1]), True, first])
                 prefix |= a
                 demand[first] = demand.get(first, 0) + 1
-                for li in {li for r in ch_routes[ch] for li in route_links[r]}:
+                for li in ch_links[ch]:
                     users.setdefault(li, []).append((gid, len(entries) - 1))
         count = [len(e) for _, e in groups]
         heap = [(count[g], rand(), g) for g in range(len(groups))]
@@ -298,13 +342,10 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
                         break
                     ex &= a
                     q = caps[ch]
-                    if q == 1:
-                        b = pick(ex if ex else a)
-                    else:
-                        b = take(ex, q) if ex else 0
-                        n = b.bit_count()
-                        if n < q:
-                            b |= take(a & ~b, q - n)
+                    b = rarest(ex, q) if ex else 0
+                    n = b.bit_count()
+                    if n < q:
+                        b |= rarest(a & ~b, q - n)
                     launch(t, ch, r, d, b)
                     for li in route_links[r]:
                         if res_free[li] == 0:
