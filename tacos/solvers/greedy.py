@@ -37,7 +37,11 @@ Options (``Problem.options``):
 ``relays`` (``'members'`` or ``'all'``, default ``'members'``)
     Which NPUs may hold a chunk on its way: only the collective's group members (and the NPUs
     its chunks name), or every live NPU.  A process group thus never borrows a non-member's
-    ports or memory unless asked to.
+    ports or memory unless asked to.  A custom collective names chunks, not a group: its
+    chunks may pass through any NPU.
+``members`` (NPU ids or None)
+    The process group when the collective given is a phase of another one (set by
+    :func:`tacos.synthesize` for the two phases of a reduction; None: no group).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from tacos.collective import Collective
@@ -130,7 +134,7 @@ class GreedySolver:
         if model == "unwound" and has_switch_links(topo):
             view = unwind(topo)
             topo = view.topology
-        allowed = relay_npus(topo, coll, relays)
+        allowed = relay_npus(topo, coll, relays, opts.get("members", coll))
         use_islands = bool(opts.get("islands", True)) and view is None
         islands = find_islands(topo, allowed) if use_islands else []
         if islands or has_switch_links(topo):
@@ -174,17 +178,19 @@ def has_switch_links(topology) -> bool:
         topology.is_switch(lk.src) or topology.is_switch(lk.dst) for lk in topology.links)
 
 
-def relay_npus(topology, collective: Collective, relays: str = "members") -> list[int]:
-    """The live NPUs a chunk may pass through: every one for ``relays='all'`` or a custom
-    collective (which names chunks, not a process group), else the collective's group and the
-    NPUs its chunks name."""
+def relay_npus(topology, collective: Collective, relays: str = "members",
+               members: Collective | Iterable[int] | None = None) -> list[int]:
+    """The live NPUs a chunk may pass through: every one for ``relays='all'``, for a custom
+    collective (which names chunks, not a process group) or when ``members`` is None, else
+    the group ``members`` (default: the collective's group and the NPUs its chunks name)."""
     live = topology.live_npus
-    if relays == "all" or collective.kind == "custom":
+    if isinstance(members, Collective):
+        members = (None if members.kind == "custom"
+                   else set(members.group) | members.npus)
+    if relays == "all" or members is None:
         return list(live)
-    members = set(collective.group)
-    for c in collective.chunks:
-        members |= c.pre | c.post
-    return [v for v in live if v in members]
+    keep = set(members) | collective.npus
+    return [v for v in live if v in keep]
 
 
 def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:

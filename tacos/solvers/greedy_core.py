@@ -117,10 +117,6 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     heap: list[int] = []
     remaining = inst.total_need
     stats = {"replaced": 0, "dropped": 0, "speculative": 0}
-    # islands: what each island holds or has on the way; a link entering one carries only
-    # chunks it has not got (see tacos.solvers.islands)
-    guard, npu_isl = inst.guard, inst.npu_islands
-    isl_claimed = island_claims(inst)
 
     def nbytes(bits: int) -> int:
         if uniform is not None:
@@ -143,9 +139,6 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         T_bits.append(bits)
         lane_free[lk] -= 1
         claimed[d] |= bits
-        if guard:
-            for i in npu_isl[d]:
-                isl_claimed[i] |= bits
         if speculate:
             T_snap.append(held[src[lk]])
             active[lk].append(tr)
@@ -164,8 +157,6 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
 
     def speculate_on(t: int, lk: int, d: int) -> bool:
         """Resend a chunk in flight to ``d`` on ``lk`` if it lands strictly earlier."""
-        if guard and guard[lk] >= 0:
-            return False  # never across a scarce cut twice
         have = held[src[lk]] & ~held[d] & ~dupped[d]
         best_gain, best_bit = 0, 0
         for l2 in in_links[d]:
@@ -203,17 +194,12 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
             bit = 1 << c
             bits ^= bit
             cand = T_snap[tr] & need[d] & ~claimed[d]
-            if guard and guard[lk] >= 0:
-                cand &= ~isl_claimed[guard[lk]]
             if uniform is None and cand:
                 cand = sum(1 << x for x in iter_bits(cand) if inst.sizes[x] == inst.sizes[c])
             if cand:
                 new = pick(cand)
                 bits |= new
                 claimed[d] |= new
-                if guard:
-                    for i in npu_isl[d]:
-                        isl_claimed[i] |= new
                 stats["replaced"] += 1
             else:
                 dropped = True
@@ -243,8 +229,6 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                 if not f:
                     continue
                 a = held[src[lk]] & want if want else 0
-                if a and guard and guard[lk] >= 0:
-                    a &= ~isl_claimed[guard[lk]]
                 if a:
                     slots.extend([(lk, a)] * f)
                 elif speculate:

@@ -155,7 +155,10 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
     relay_mask = inst.relay_mask
     best = {c: dict(b) for c, b in inst.relay_best0.items()}
     guard, npu_isl = inst.guard, inst.npu_islands
-    isl_claimed = island_claims(inst)
+    # chunks that may need relays are left out of the island rule: a relay's next hop is
+    # chosen by distance, which a blocked cut would make wrong
+    dense = ~inst.relay_mask
+    isl_claimed = [x & dense for x in island_claims(inst)]
     caps = channel_caps(inst, cap)
     one = inst.uniform_size or min(inst.sizes, default=1)
     fastest = [min((duration(c, one) for c in in_ch[v]), default=0) for v in range(inst.n_nodes)]
@@ -239,14 +242,15 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
             res_free[li] -= 1
             res_busy[li] += w
         claimed[d] |= bits
+        if guard:
+            got = bits & dense
+            for i in npu_isl[d]:
+                isl_claimed[i] |= got
         for c in iter_bits(bits):
             j = copies[c]
             copies[c] = j + 1
             level[j] ^= 1 << c
             level[j + 1] |= 1 << c
-        if guard:
-            for i in npu_isl[d]:
-                isl_claimed[i] |= bits
         lst = pending.get(e)
         if lst is None:
             pending[e] = [tr]
