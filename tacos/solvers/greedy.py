@@ -34,14 +34,11 @@ Options (``Problem.options``):
 ``islands`` (bool, default True)
     Use the islands of :func:`tacos.solvers.islands.find_islands`.  False reproduces the
     island-blind matching (on a switch-free topology: TACOS's greedy as before).
-``relays`` (``'members'`` or ``'all'``, default ``'members'``)
-    Which NPUs may hold a chunk on its way: only the collective's group members (and the NPUs
-    its chunks name), or every live NPU.  A process group thus never borrows a non-member's
-    ports or memory unless asked to.  A custom collective names chunks, not a group: its
-    chunks may pass through any NPU.
-``members`` (NPU ids or None)
-    The process group when the collective given is a phase of another one (set by
-    :func:`tacos.synthesize` for the two phases of a reduction; None: no group).
+``relays`` (``'members'`` or ``'all'``, default ``'members'``) and ``relay_npus``
+    Where a chunk may be relayed (stored and forwarded): at the collective's members only, or
+    at any live NPU (:meth:`tacos.collective.Collective.relay_npus`).  :func:`tacos.synthesize`
+    passes ``relay_npus`` (the whole collective's rule) to the two phases of a reduction, so
+    a process group never borrows a non-member's ports or memory unless asked to.
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from tacos.collective import Collective
@@ -75,7 +72,6 @@ IN_PROCESS_WORK = 100_000
 
 _Key = tuple[int, int, int]
 MODELS = ("physical", "unwound")
-RELAYS = ("members", "all")
 
 
 def _key(r: TrialResult) -> _Key:
@@ -122,19 +118,17 @@ class GreedySolver:
         progress: Callable[[int, int], None] | None = opts.get("progress")
         topo, coll = problem.topology, problem.collective
         model = str(opts.get("model", "physical"))
-        relays = str(opts.get("relays", "members"))
         if model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, not {model!r}")
-        if relays not in RELAYS:
-            raise ValueError(f"relays must be one of {', '.join(RELAYS)}, not {relays!r}")
         if coll.combining:
             raise ValueError("the greedy solver takes non-combining collectives "
                              "(tacos.synthesize inverts reductions)")
         view = None
+        allowed = relay_npus(topo, coll, opts)
         if model == "unwound" and has_switch_links(topo):
-            view = unwind(topo)
+            free = len(allowed) == len(topo.live_npus)
+            view = unwind(topo, allowed, relays=free)
             topo = view.topology
-        allowed = relay_npus(topo, coll, relays, opts.get("members", coll))
         use_islands = bool(opts.get("islands", True)) and view is None
         islands = find_islands(topo, allowed) if use_islands else []
         if islands or has_switch_links(topo):
@@ -178,18 +172,17 @@ def has_switch_links(topology) -> bool:
         topology.is_switch(lk.src) or topology.is_switch(lk.dst) for lk in topology.links)
 
 
-def relay_npus(topology, collective: Collective, relays: str = "members",
-               members: Collective | Iterable[int] | None = None) -> list[int]:
-    """The live NPUs a chunk may pass through: every one for ``relays='all'``, for a custom
-    collective (which names chunks, not a process group) or when ``members`` is None, else
-    the group ``members`` (default: the collective's group and the NPUs its chunks name)."""
+def relay_npus(topology, collective: Collective, options: dict) -> list[int]:
+    """The live NPUs a chunk may pass through under ``options`` (``relay_npus`` if given,
+    else the collective's rule for ``relays``); every live NPU when that is None."""
+    if "relay_npus" in options:
+        keep = options["relay_npus"]
+    else:
+        keep = collective.relay_npus(str(options.get("relays", "members")))
     live = topology.live_npus
-    if isinstance(members, Collective):
-        members = (None if members.kind == "custom"
-                   else set(members.group) | members.npus)
-    if relays == "all" or members is None:
+    if keep is None:
         return list(live)
-    keep = set(members) | collective.npus
+    keep = set(keep) | collective.npus
     return [v for v in live if v in keep]
 
 

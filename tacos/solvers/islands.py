@@ -33,7 +33,7 @@ How islands are found (no tags, names or presets are read):
    pair of GCDs joined by four xGMI links and drops the quad of two such pairs joined by
    three, whose inner links would then bind.
 4. **Nesting.**  Islands form a laminar family (two islands are disjoint or nested): the
-   tightest candidates are kept first and a candidate that straddles a kept one is dropped.
+   tightest candidates are taken first and a candidate that straddles a kept one is dropped.
 
 The result lists each island as a sorted tuple of NPU ids, innermost (smallest) first.
 Traffic between two members of an island stays inside it: a route between them through a
@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import networkx as nx
+from networkx.algorithms.flow import dinitz
 
 from tacos.topology import Topology
 
@@ -154,7 +155,7 @@ def cut_into(g: nx.DiGraph, inside: Iterable[int], outside: Iterable[int],
         h.add_edge(src, v)  # no capacity attribute: unbounded
     for v in inside:
         h.add_edge(v, dst)
-    return float(nx.maximum_flow_value(h, src, dst))
+    return float(nx.maximum_flow_value(h, src, dst, flow_func=dinitz))
 
 
 class _Cuts:
@@ -207,10 +208,30 @@ def tightness(g: nx.DiGraph, members: frozenset[int], npus: Sequence[int]) -> fl
     return _Cuts(Topology(()), g, npus).tightness(members)
 
 
+_CACHE: dict[tuple, list[tuple[int, ...]]] = {}
+_CACHE_SIZE = 64
+
+
 def find_islands(topology: Topology, npus: Sequence[int],
                  min_tightness: float = MIN_TIGHTNESS) -> list[tuple[int, ...]]:
-    """The islands among ``npus`` (the NPUs a collective may use), innermost first."""
+    """The islands among ``npus`` (the NPUs a collective may use), innermost first.
+
+    Results are cached by the topology's links and switches, so the phases of a reduction
+    and repeated solves on one machine pay once."""
     npus = sorted(set(npus))
+    key = (topology.n_npus, tuple((lk.src, lk.dst, lk.bandwidth, lk.multiplicity)
+                                  for lk in topology.links), tuple(npus), min_tightness)
+    got = _CACHE.get(key)
+    if got is None:
+        got = _find(topology, npus, min_tightness)
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = got
+    return list(got)
+
+
+def _find(topology: Topology, npus: list[int], min_tightness: float
+          ) -> list[tuple[int, ...]]:
     if len(npus) < 3:
         return []
     cands: set[frozenset[int]] = set(_switch_candidates(topology, npus))
@@ -225,14 +246,13 @@ def find_islands(topology: Topology, npus: Sequence[int],
     scored = []
     for c in cands:
         t = cuts.tightness(c)
-        if t < min_tightness:
-            continue
-        parts = [frozenset((v,)) for v in sorted(c)] + [x for x in cands if x < c]
-        if cuts.cohesive(c, parts, limit):
+        if t >= min_tightness:
             scored.append((-t, len(c), sorted(c), c))
     scored.sort()
     kept: list[frozenset[int]] = []
     for _, _, _, c in scored:
         if all(c <= k or k <= c or not (c & k) for k in kept):
-            kept.append(c)
+            parts = [frozenset((v,)) for v in sorted(c)] + [x for x in cands if x < c]
+            if cuts.cohesive(c, parts, limit):
+                kept.append(c)
     return sorted((tuple(sorted(c)) for c in kept), key=lambda c: (len(c), c))
