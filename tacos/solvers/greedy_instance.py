@@ -59,6 +59,7 @@ class Instance:
     ch_routes: list[tuple[int, ...]] = field(default_factory=list)
     route_links: list[tuple[int, ...]] = field(default_factory=list)
     res_mult: list[int] = field(default_factory=list)
+    res_fabric: list[bool] = field(default_factory=list)
     res_dests: list[tuple[int, ...]] = field(default_factory=list)
     _dur: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
 

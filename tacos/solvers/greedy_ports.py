@@ -115,6 +115,7 @@ def build_port_instance(topology: Topology, collective: Collective, allowed: Ite
     inst.ch_routes = ch_routes
     inst.route_links = route_links
     inst.res_mult = [lk.multiplicity for lk in links]
+    inst.res_fabric = [topology.is_switch(lk.src) and topology.is_switch(lk.dst) for lk in links]
     dests: list[set[int]] = [set() for _ in links]
     for c, rs in enumerate(ch_routes):
         for r in rs:
@@ -178,6 +179,7 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
                for rs in ch_routes]
     ch_links = [tuple(sorted({li for r in rs for li in route_links[r]})) for rs in ch_routes]
     d_ports = [sorted({ch_last[c] for c in in_ch[v]}) for v in range(inst.n_nodes)]
+    fabric = [any(inst.res_fabric[li] for li in lks) for lks in ch_links]
     res_free.append(1)  # link -1: always free (channels whose routes differ in their ends)
     # rarest first: level[j] holds the chunks claimed by exactly j NPUs so far
     copies = [0] * inst.n_chunks
@@ -293,7 +295,8 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
                 a = held[src[ch]] & want
                 if a and guard and guard[ch] >= 0:
                     if not a & ~isl_claimed[guard[ch]]:
-                        extra.append((d, ch))
+                        if not fabric[ch]:
+                            extra.append((d, ch))
                         continue
                     a &= ~isl_claimed[guard[ch]]
                 if a:
@@ -366,8 +369,9 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
 
     def relieve(t: int, extra: list[tuple[int, int]]) -> None:
         """A second copy across a cut whose island has every chunk it needs on the way: only
-        on ports left idle by the matching, and only to a destination whose remaining chunks
-        keep its fast ports busy for longer than the copy takes."""
+        on ports left idle by the matching (never over switch-to-switch links, which other
+        islands share), and only to a destination whose remaining chunks keep its fast ports
+        busy for longer than the copy takes."""
         for i in sorted(range(len(extra)), key=lambda _: rand()):
             d, ch = extra[i]
             a = held[src[ch]] & need[d] & ~claimed[d]
