@@ -55,6 +55,12 @@ SYSTEMS = (("dgx_a100", 2), ("dgx_a100", 4), ("dgx_h100", 2), ("dgx_h100", 4), (
            ("mi250", 1), ("mi250", 2))
 
 
+def _row(rows: list[str], *cells) -> None:
+    """Append a markdown table row and show it on stderr as it is measured."""
+    rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+    print(rows[-1], file=sys.stderr)
+
+
 def _checked(sched):
     rep = verify_schedule(sched)
     if not rep.ok:
@@ -94,9 +100,7 @@ def table_systems(workers: int) -> list[str]:
         for solver in ("ring", "biring"):
             times = [_run(topo, c, solver)[0].makespan for c in (coll, same_k)]
             cells.append(f"{cut / min(times):.1%}")
-        rows.append(f"| {nodes}x {preset} | {topo.n_npus} | {cut * 1e3:.3f} | "
-                    + " | ".join(cells) + " |")
-        print(rows[-1], file=sys.stderr)
+        _row(rows, f"{nodes}x {preset}", topo.n_npus, f"{cut * 1e3:.3f}", *cells)
     return rows
 
 
@@ -130,11 +134,10 @@ def table_fabric(workers: int) -> list[str]:
     for label, s, dt in plans:
         plan = simulate_flows(s, release="planned").time
         asap = simulate_flows(s).time
-        rows.append(f"| {label} | {s.collective.chunks_per_npu} | {s.makespan * 1e3:.2f} | "
-                    f"{bound * 1e3:.2f} | {s.makespan / bound:.3f} | "
-                    f"{_uplink_bytes(s) / minimum:.2f} | {plan * 1e3:.2f} | {asap * 1e3:.2f} | "
-                    f"{dt:.1f} |")
-        print(rows[-1], file=sys.stderr)
+        _row(rows, label, s.collective.chunks_per_npu, f"{s.makespan * 1e3:.2f}",
+             f"{bound * 1e3:.2f}", f"{s.makespan / bound:.3f}",
+             f"{_uplink_bytes(s) / minimum:.2f}", f"{plan * 1e3:.2f}", f"{asap * 1e3:.2f}",
+             f"{dt:.1f}")
     return rows
 
 
@@ -144,15 +147,16 @@ def table_groups(workers: int) -> list[str]:
     spec = tacos.load(ROOT / "examples" / "dgx_a100_group4.tdl")
     topo, coll = spec.topology, spec.collective
     bound = lower_bound(topo, coll).value
-    for label, (s, _) in (("auto", _auto(topo, coll, workers=workers)),
-                          ("1", _run(topo, coll, workers=workers))):
+    auto, _ = _auto(topo, coll, workers=workers)
+    plans = [auto]
+    if auto.collective.chunks_per_npu != 1:
+        plans.append(_run(topo, coll, workers=workers)[0])
+    for s in plans:
         for solver in ("ring", "direct"):
-            ref, _ = _run(topo, s.collective if label == "1" else coll, solver)
-            rows.append(f"| 4-GPU group of a DGX-A100, all-reduce 64 MiB | "
-                        f"{s.makespan * 1e6:.1f} | {s.collective.chunks_per_npu} | {solver} | "
-                        f"{ref.makespan * 1e6:.1f} | {s.makespan / ref.makespan:.3f} | "
-                        f"{bound * 1e6:.1f} |")
-            print(rows[-1], file=sys.stderr)
+            ref, _ = _run(topo, coll, solver)
+            _row(rows, "4-GPU group of a DGX-A100, all-reduce 64 MiB", f"{s.makespan * 1e6:.1f}",
+                 s.collective.chunks_per_npu, solver, f"{ref.makespan * 1e6:.1f}",
+                 f"{s.makespan / ref.makespan:.3f}", f"{bound * 1e6:.1f}")
     links = {"fattree.tdl": "down 50GB/s 1us up 100GB/s 1us",
              "leafspine_4to1.tdl": "down 62.91456GB/s 1us up 31.45728GB/s 1us"}
     for name, ln in links.items():
@@ -168,11 +172,10 @@ def table_groups(workers: int) -> list[str]:
             alone = build(kind, tuple(range(8)), size=64 * MiB)
             a, _ = _auto(big, job, workers=workers)
             b, _ = _auto(small, alone, workers=workers)
-            rows.append(f"| 8-host job ({kind} 64 MiB) on 16-host {name} | "
-                        f"{a.makespan * 1e6:.1f} | {a.collective.chunks_per_npu} | 8-host tree, "
-                        f"same links | {b.makespan * 1e6:.1f} | {a.makespan / b.makespan:.3f} | "
-                        f"{lower_bound(big, job).value * 1e6:.1f} |")
-            print(rows[-1], file=sys.stderr)
+            _row(rows, f"8-host job ({kind} 64 MiB) on 16-host {name}",
+                 f"{a.makespan * 1e6:.1f}", a.collective.chunks_per_npu,
+                 "8-host tree, same links", f"{b.makespan * 1e6:.1f}",
+                 f"{a.makespan / b.makespan:.3f}", f"{lower_bound(big, job).value * 1e6:.1f}")
     return rows
 
 
@@ -223,9 +226,7 @@ def table_time(compare: str | None, repeats: int, trials: int) -> list[str]:
         npus = 1
         for d in dims:
             npus *= d
-        rows.append(f"| {kind} {'x'.join(map(str, dims))} | {npus} | " + " | ".join(cells)
-                    + " |")
-        print(rows[-1], file=sys.stderr)
+        _row(rows, f"{kind} {'x'.join(map(str, dims))}", npus, *cells)
     return rows
 
 

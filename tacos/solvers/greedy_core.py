@@ -142,12 +142,7 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         if speculate:
             T_snap.append(held[src[lk]])
             active[lk].append(tr)
-        lst = pending.get(e)
-        if lst is None:
-            pending[e] = [tr]
-            heapq.heappush(heap, e)
-        else:
-            lst.append(tr)
+        due(pending, heap, e, tr)
         if relay_mask and bits & relay_mask:
             relay_sent(inst, best, bits & relay_mask, d)
 
@@ -315,19 +310,37 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                         dirty[e] = {l2}
                     else:
                         s.add(l2)
-    # transfers still in flight carry nothing anyone needs any more
+    return finish_trial(inst, t, trial, cap, pending, T_start, T_end, T_link, T_bits, stats)
+
+
+def finish_trial(inst: Instance, t: int, trial: int, cap: int, pending: dict[int, list[int]],
+                 start: list[int], end: list[int], link: list[int], bits: list[int],
+                 stats: dict[str, int], route: list[int] | None = None) -> TrialResult:
+    """The trial's result once every request is served at tick ``t``: transfers still in
+    flight carry nothing anyone needs any more, relay deliveries that feed no target go."""
     for trs in pending.values():
         for tr in trs:
-            T_bits[tr] = 0
-    if relay_mask:
-        _prune_relays(inst, T_start, T_end, T_link, T_bits)
-    keep = [i for i, b in enumerate(T_bits) if b]
+            bits[tr] = 0
+    if inst.relay_mask:
+        _prune_relays(inst, start, end, link, bits)
+    keep = [i for i, b in enumerate(bits) if b]
     stats["transfers"] = len(keep)
     return TrialResult(
         makespan=t, trial=trial, cap=cap,
-        start=[T_start[i] for i in keep], end=[T_end[i] for i in keep],
-        link=[T_link[i] for i in keep], bits=[T_bits[i] for i in keep], stats=stats,
+        start=[start[i] for i in keep], end=[end[i] for i in keep],
+        link=[link[i] for i in keep], bits=[bits[i] for i in keep], stats=stats,
+        route=[route[i] for i in keep] if route is not None else [],
     )
+
+
+def due(pending: dict[int, list[int]], heap: list[int], end: int, tr: int) -> None:
+    """Record that transfer ``tr`` ends at tick ``end`` (event lists by tick, a heap of ticks)."""
+    lst = pending.get(end)
+    if lst is None:
+        pending[end] = [tr]
+        heapq.heappush(heap, end)
+    else:
+        lst.append(tr)
 
 
 def relay_sent(inst: Instance, best: dict[int, dict[int, int]], bits: int, d: int) -> None:

@@ -42,7 +42,8 @@ from tacos.collective import Collective
 from tacos.solvers.greedy_core import (
     Stuck,
     TrialResult,
-    _prune_relays,
+    due,
+    finish_trial,
     island_claims,
     make_rng,
     relay_sent,
@@ -163,13 +164,10 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
     caps = channel_caps(inst, cap)
     one = inst.uniform_size or min(inst.sizes, default=1)
     fastest = [min((duration(c, one) for c in in_ch[v]), default=0) for v in range(inst.n_nodes)]
-    T_start: list[int] = []
-    T_end: list[int] = []
-    T_link: list[int] = []
-    T_route: list[int] = []
-    T_bits: list[int] = []
-    pending: dict[int, list[int]] = {}
-    heap: list[int] = []
+    # transfers as parallel lists: start, end, channel, route, chunk bits
+    T_start, T_end, T_link, T_route, T_bits = [], [], [], [], []  # type: ignore[var-annotated]
+    pending: dict[int, list[int]] = {}  # end tick -> transfers
+    heap: list[int] = []  # end ticks
     remaining = inst.total_need
 
     # per channel: the links its routes all start and end with, and every link they use
@@ -253,12 +251,7 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
             copies[c] = j + 1
             level[j] ^= 1 << c
             level[j + 1] |= 1 << c
-        lst = pending.get(e)
-        if lst is None:
-            pending[e] = [tr]
-            heapq.heappush(heap, e)
-        else:
-            lst.append(tr)
+        due(pending, heap, e, tr)
         if relay_mask and bits & relay_mask:
             relay_sent(inst, best, bits & relay_mask, d)
 
@@ -405,17 +398,6 @@ def run_port_trial(inst: Instance, seed: int, trial: int, cap: int) -> TrialResu
             remaining -= (bits & need[d]).bit_count()
             for c2 in out_ch[d]:
                 dirty.add(dst[c2])
-    for trs in pending.values():
-        for tr in trs:
-            T_bits[tr] = 0
-    if relay_mask:
-        _prune_relays(inst, T_start, T_end, T_link, T_bits)
-    keep = [i for i, b in enumerate(T_bits) if b]
-    return TrialResult(
-        makespan=t, trial=trial, cap=cap,
-        start=[T_start[i] for i in keep], end=[T_end[i] for i in keep],
-        link=[T_link[i] for i in keep], bits=[T_bits[i] for i in keep],
-        stats={"replaced": 0, "dropped": 0, "speculative": 0, "transfers": len(keep)},
-        route=[T_route[i] for i in keep],
-    )
+    return finish_trial(inst, t, trial, cap, pending, T_start, T_end, T_link, T_bits,
+                        {"replaced": 0, "dropped": 0, "speculative": 0}, T_route)
 
