@@ -103,7 +103,8 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "file's declared size, chunks and root are kept unless given here")
     p.add_argument("--size", help="buffer size in the nccl-tests convention, e.g. 64MiB "
                    "(default: the file's collective's, else 1MiB)")
-    p.add_argument("--chunks", help="chunks per NPU, or 'auto': the count giving the fastest "
+    p.add_argument("--chunks", type=_chunks_arg,
+                   help="chunks per NPU, or 'auto': the count giving the fastest "
                    "schedule (default: the file's, else auto for the greedy and 1 otherwise)")
     p.add_argument("--root", help="root NPU (name or id) for broadcast/reduce/scatter/gather "
                    "(default: the file's)")
@@ -263,6 +264,16 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
         raise UsageError(exc.message, hint=exc.hint) from None
 
 
+def _chunks_arg(text: str) -> int | str:
+    """``--chunks`` as given: a count >= 1 or ``'auto'``."""
+    low = text.strip().lower()
+    if low == "auto":
+        return "auto"
+    if not low.isdigit() or int(low) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 1 or auto")
+    return int(low)
+
+
 def _chunks(args: argparse.Namespace, base: Any) -> int | str:
     """``--chunks``: a count or ``'auto'`` (see :mod:`tacos.solvers.greedy_chunks`); by default
     the file's declared count, else ``'auto'`` for the greedy and 1 for other solvers."""
@@ -270,13 +281,7 @@ def _chunks(args: argparse.Namespace, base: Any) -> int | str:
         if base is not None:
             return base.chunks_per_npu
         return "auto" if args.solver == "greedy" else 1
-    text = str(args.chunks).strip().lower()
-    if text == "auto":
-        return "auto"
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"--chunks {args.chunks!r} is not a count",
-                         hint="an integer >= 1, or auto")
-    return int(text)
+    return args.chunks
 
 
 def _solver_options(args: argparse.Namespace) -> dict[str, Any]:
