@@ -176,7 +176,9 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "file's declared size, chunks and root are kept unless given here")
     p.add_argument("--size", help="buffer size in the nccl-tests convention, e.g. 64MiB "
                    "(default: the file's collective's, else 1MiB)")
-    p.add_argument("--chunks", type=int, help="chunks per NPU (default: the file's, else 1)")
+    p.add_argument("--chunks", type=_chunks_arg,
+                   help="chunks per NPU, or 'auto': the count giving the fastest "
+                   "schedule (default: the file's, else auto for the greedy and 1 otherwise)")
     p.add_argument("--root", help="root NPU (name or id) for broadcast/reduce/scatter/gather "
                    "(default: the file's)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -325,10 +327,9 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
         if root is None:
             raise UsageError(f"{kind} needs --root (the file declares none)",
                              hint="e.g. --root 0")
-    chunks = args.chunks if args.chunks is not None else (
-        base.chunks_per_npu if base is not None else 1)
-    if chunks < 1:
-        raise UsageError("--chunks must be at least 1")
+    chunks = _chunks(args, base)
+    args.auto_chunks = chunks == "auto"
+    chunks = 1 if chunks == "auto" else chunks
     if args.size:
         size = _size(args.size)
     elif base is not None and base.kind != "multi":
@@ -339,6 +340,26 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
         return patterns.build(kind, group, size=size, chunks_per_npu=chunks, root=root)
     except TacosError as exc:
         raise UsageError(exc.message, hint=exc.hint) from None
+
+
+def _chunks_arg(text: str) -> int | str:
+    """``--chunks`` as given: a count >= 1 or ``'auto'``."""
+    low = text.strip().lower()
+    if low == "auto":
+        return "auto"
+    if not low.isdigit() or int(low) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count >= 1 or auto")
+    return int(low)
+
+
+def _chunks(args: argparse.Namespace, base: Any) -> int | str:
+    """``--chunks``: a count or ``'auto'`` (see :mod:`tacos.solvers.greedy_chunks`); by default
+    the file's declared count, else ``'auto'`` for the greedy and 1 for other solvers."""
+    if args.chunks is None:
+        if base is not None:
+            return base.chunks_per_npu
+        return "auto" if args.solver == "greedy" else 1
+    return args.chunks
 
 
 def _solver_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -407,9 +428,12 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     args.solver = args.solver or "greedy"
     collective = _choose_collective(spec, args)
     options = _solver_options(args)
-    schedule = synthesize(spec.topology, collective, solver=args.solver, seed=args.seed,
-                          trials=args.trials, workers=args.workers, time_limit=args.time_limit,
-                          relays=args.relays or "members", progress=reporter, **options)
+    run = synthesize
+    if getattr(args, "auto_chunks", False):
+        from tacos.solvers.greedy_chunks import synthesize_chunked as run
+    schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
+                   trials=args.trials, workers=args.workers, time_limit=args.time_limit,
+                   relays=args.relays or "members", progress=reporter, **options)
     with reporter.phase("verifying"):
         schedule.verify().raise_if_failed()
     if args.output and fmt == "xml":  # large plans: streamed, never held as one text

@@ -138,6 +138,7 @@ def _solve(topology: Topology, collective: Collective, solver: str, impl_class: 
     except ValueError as exc:
         raise UsageError(str(exc), hint="relays='members' (default) or relays='all'") from None
     impl = impl_class()
+    options["relay_npus"] = relay_npus  # the whole collective's rule, also for its phases
     check_feasible(topology, collective, relay_npus)
     # solvers that model switch ports themselves get the real topology, the others a view of
     # it that attaches only the group's members to switches
@@ -201,7 +202,7 @@ def _solve(topology: Topology, collective: Collective, solver: str, impl_class: 
         status=status,
         synthesis_time=time.perf_counter() - t0,
     )
-    for key in ("max_merge", "best_trial", "best_cap", "trials_run"):
+    for key in ("max_merge", "best_trial", "best_cap", "trials_run", "model", "islands"):
         if key in first:
             schedule.meta[key] = first[key]
     if bound is not None:

@@ -180,13 +180,16 @@ def test_heterogeneous_mesh_with_speculation_is_causal(max_merge):
     assert len(got) == 16 * 15 * 2
 
 
-def test_relay_through_npus_outside_the_group():
+def test_relay_through_npus_outside_the_group_only_when_allowed():
     topo = uni_ring(6)
     coll = build("broadcast", [0, 3], size=1000, root=0)
-    res = solve(topo, coll, trials=2)
+    res = solve(topo, coll, trials=2, relays="all")
     assert res.schedule.makespan == pytest.approx(3 * (1e-6 + 1000 / 1e9), rel=1e-9)
     # no relay goes beyond npu 3
     assert {t.dst for t in res.schedule.transfers} == {1, 2, 3}
+    # by default a process group keeps to its members: here 0 cannot reach 3 without relays
+    alone = GreedySolver().solve(Problem(topo, coll, {"workers": 1, "trials": 2}))
+    assert alone.status == "infeasible"
 
 
 def test_unreachable_postcondition_is_reported_infeasible():

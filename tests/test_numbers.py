@@ -44,7 +44,7 @@ def test_tdl_numbers(text: str, phrase: str) -> None:
     (["-c", "allgather", "--size", "1e30"], "out of range"),
     (["-c", "allgather", "--max-merge", "0"], "max_merge must be at least 1"),
     (["-c", "allgather", "--trials", "0"], "trials must be an integer >= 1"),
-    (["-c", "allgather", "--chunks", "0"], "--chunks must be at least 1"),
+    (["-c", "allgather", "--chunks", "0"], "not a count >= 1 or auto"),
     (["-c", "allgather", "--workers", "-2"], "workers must be an integer >= 1"),
     (["-c", "allgather", "--solver", "ilp", "--time-limit", "0"], "--time-limit"),
     (["-c", "allgather", "--solver", "ilp", "--time-limit", "nan"], "finite"),

@@ -38,7 +38,7 @@ def compile_reshards(spec: Any, args: argparse.Namespace, fmt: str | None, repor
     if spec.collectives:
         raise UsageError(f"{args.topology} declares both reshard and collective statements",
                          hint="pass --collective NAME to synthesize one collective instead")
-    pieces = args.chunks
+    pieces = None if args.chunks == "auto" else args.chunks  # auto: chosen, as by default
     if pieces is None:
         declared = {r.pieces for r in spec.reshards if r.pieces}
         pieces = declared.pop() if len(declared) == 1 else None

@@ -1,5 +1,11 @@
 """TACOS-Greedy solver: many seeded trials of randomized link-chunk matching, keep the best.
 
+The greedy works on the physical machine model (``native_switches``): a switch port is one link
+that serves any peer of its fabric at full rate, one transfer per lane at a time, and a
+transfer through switches holds every link of its route (:mod:`tacos.solvers.greedy_ports`).
+It knows the topology's scarce cuts (:mod:`tacos.solvers.islands`): a chunk crosses into an
+island (a node behind its NICs, a leaf behind its uplinks) once and spreads inside from there.
+
 Options (``Problem.options``):
 
 ``seed`` (int, default 0)
@@ -23,6 +29,19 @@ Options (``Problem.options``):
 ``time_limit`` (seconds, optional)
     No trial starts after this much time (at least one always runs); the best so far wins.
     Results then depend on machine speed, like any time-limited search.
+``model`` (``'physical'`` or ``'unwound'``, default ``'physical'``)
+    ``'unwound'`` is the seed paper's model: the greedy runs on the switch-unwound view
+    (:func:`tacos.passes.unwind.unwind`, each switch's unwinding policy) without islands, and
+    its schedule is mapped back to physical routes and retimed there.  On a switch-free
+    topology both models are the same.
+``islands`` (bool, default True)
+    Use the islands of :func:`tacos.solvers.islands.find_islands`.  False reproduces the
+    island-blind matching (on a switch-free topology: TACOS's greedy as before).
+``relays`` (``'members'`` or ``'all'``, default ``'members'``) and ``relay_npus``
+    Where a chunk may be relayed (stored and forwarded): at the collective's members only, or
+    at any live NPU (:meth:`tacos.collective.Collective.relay_npus`).  :func:`tacos.synthesize`
+    passes ``relay_npus`` (the whole collective's rule) to the two phases of a reduction, so
+    a process group never borrows a non-member's ports or memory unless asked to.
 """
 
 from __future__ import annotations
@@ -33,9 +52,13 @@ import signal
 import time
 from collections.abc import Callable
 
+from tacos.collective import Collective
+from tacos.passes.unwind import to_physical, unwind
 from tacos.schedule import Schedule, Transfer
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
 from tacos.solvers.greedy_instance import TICK, Instance, bits_to_tuple, build_instance
+from tacos.solvers.greedy_ports import build_port_instance
+from tacos.solvers.islands import find_islands
 from tacos.solvers.merge import UNLIMITED, merge_caps, unmerged_lower_bound
 from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
@@ -52,6 +75,7 @@ IN_PROCESS_WORK = 100_000
 """Below this many (chunk, NPU) deliveries × trials, trials run in-process (no pool start-up)."""
 
 _Key = tuple[int, int, int]
+MODELS = ("physical", "unwound")
 
 
 def _key(r: TrialResult) -> _Key:
@@ -76,7 +100,13 @@ class GreedySolver:
                             int_or_text("auto"), default="auto"),
         "speculate": Option("allow resending a chunk already in flight on a slower transfer",
                             boolean, (True, False), True),
+        "model": Option("'physical' (switch ports shared in time, islands behind scarce cuts) "
+                        "or 'unwound' (the TACOS paper's switch unwinding)",
+                        str, ("physical", "unwound"), "physical"),
+        "islands": Option("let chunks cross the scarce cuts of the topology only once",
+                          boolean, (True, False), True),
     }
+    native_switches = True
 
     def solve(self, problem: Problem) -> SolveResult:
         """Run the trials and return the best schedule (status ``feasible``)."""
@@ -91,13 +121,24 @@ class GreedySolver:
         speculate = bool(opts.get("speculate", True))
         progress: Callable[[int, int], None] | None = opts.get("progress")
         topo, coll = problem.topology, problem.collective
-        if topo.switches and any(topo.is_switch(lk.src) or topo.is_switch(lk.dst)
-                                 for lk in topo.links):
-            raise ValueError("the greedy solver needs a switch-free topology (unwind first)")
+        model = str(opts.get("model", "physical"))
+        if model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, not {model!r}")
         if coll.combining:
             raise ValueError("the greedy solver takes non-combining collectives "
                              "(tacos.synthesize inverts reductions)")
-        inst = build_instance(topo, coll)
+        view = None
+        allowed = relay_npus(topo, coll, opts)
+        if model == "unwound" and has_switch_links(topo):
+            free = len(allowed) == len(topo.live_npus)
+            view = unwind(topo, allowed, relays=free)
+            topo = view.topology
+        use_islands = bool(opts.get("islands", True)) and view is None
+        islands = find_islands(topo, allowed) if use_islands else []
+        if islands or has_switch_links(topo):
+            inst = build_port_instance(topo, coll, allowed, islands)
+        else:
+            inst = build_instance(topo, coll, allowed, islands)
         trials = max(1, int(trials_opt) if trials_opt else default_trials(inst.total_need))
         caps = merge_caps(inst, max_merge, trials)
         jobs = list(enumerate(caps))
@@ -116,9 +157,12 @@ class GreedySolver:
                 progress(total, total)
         except Stuck as exc:
             return SolveResult("infeasible", None, stats={"reason": str(exc)})
-        schedule = to_schedule(problem, inst, best)
+        schedule = to_schedule(Problem(topo, coll, opts), inst, best)
+        if view is not None:
+            schedule = to_physical(schedule, view)
         elapsed = time.perf_counter() - t0
         schedule.meta.update(
+            model=model, islands=[list(c) for c in islands],
             solver=self.name, seed=seed, trials=trials, status="feasible",
             max_merge=max_merge if not isinstance(max_merge, int) else int(max_merge),
             best_trial=best.trial, best_cap=None if best.cap >= UNLIMITED else best.cap,
@@ -128,16 +172,39 @@ class GreedySolver:
         return SolveResult("feasible", schedule, stats=stats)
 
 
+def has_switch_links(topology) -> bool:
+    """True when some link of ``topology`` joins a switch."""
+    return bool(topology.switches) and any(
+        topology.is_switch(lk.src) or topology.is_switch(lk.dst) for lk in topology.links)
+
+
+def relay_npus(topology, collective: Collective, options: dict) -> list[int]:
+    """The live NPUs a chunk may pass through under ``options`` (``relay_npus`` if given,
+    else the collective's rule for ``relays``); every live NPU when that is None."""
+    if "relay_npus" in options:
+        keep = options["relay_npus"]
+    else:
+        keep = collective.relay_npus(str(options.get("relays", "members")))
+    live = topology.live_npus
+    if keep is None:
+        return list(live)
+    keep = set(keep) | collective.npus
+    return [v for v in live if v in keep]
+
+
 def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
-    """Turn a trial's tick-based transfer lists into a :class:`Schedule` (seconds, chunk ids)."""
+    """Turn a trial's tick-based transfer lists into a :class:`Schedule` (seconds, chunk ids,
+    each transfer on its physical route: the link itself on a switch-free topology)."""
     ids = [c.id for c in problem.collective.chunks]
     src, dst = inst.src, inst.dst
-    rows = sorted(zip(res.start, res.end, res.link, res.bits, strict=True),
-                  key=lambda r: (r[0], r[1], src[r[2]], dst[r[2]], r[2]))
+    routes = res.route or [-1] * len(res.link)
+    rows = sorted(zip(res.start, res.end, res.link, res.bits, routes, strict=True),
+                  key=lambda r: (r[0], r[1], src[r[2]], dst[r[2]], r[2], r[4]))
     transfers = tuple(
-        Transfer(s * TICK, e * TICK, src[lk], dst[lk], (lk,),
+        Transfer(s * TICK, e * TICK, src[lk], dst[lk],
+                 inst.route_links[r] if r >= 0 else (lk,),
                  tuple(ids[i] for i in bits_to_tuple(b)), "copy")
-        for s, e, lk, b in rows
+        for s, e, lk, b, r in rows
     )
     return Schedule(problem.topology, problem.collective, transfers, {})
 

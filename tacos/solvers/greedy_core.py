@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tacos.solvers.greedy_instance import Instance, iter_bits
@@ -30,7 +31,8 @@ from tacos.solvers.merge import split_batches
 
 @dataclass
 class TrialResult:
-    """A finished trial: makespan in ticks and the transfers as parallel lists."""
+    """A finished trial: makespan in ticks and the transfers as parallel lists (``link`` is
+    the channel; ``route`` the route id of each transfer on the physical model, else empty)."""
 
     makespan: int
     trial: int
@@ -40,18 +42,22 @@ class TrialResult:
     link: list[int]
     bits: list[int]
     stats: dict[str, int] = field(default_factory=dict)
+    route: list[int] = field(default_factory=list)
 
 
 class Stuck(Exception):
     """No transfer can make progress (some postcondition is unreachable)."""
 
 
-def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool = True
-              ) -> TrialResult:
-    """Run one randomized trial; deterministic in ``(seed, trial, cap)``."""
+def make_rng(seed: int, trial: int, n_chunks: int
+             ) -> tuple[random.Random, Callable[[], float], Callable[[int], int],
+                        Callable[[int, int], int]]:
+    """The trial's random source: ``(rng, rand, pick, take)``, deterministic in
+    ``(seed, trial)``.  ``pick(x)`` is a random set bit of ``x``; ``take(x, q)`` up to ``q``
+    random bits of ``x``."""
     rng = random.Random(f"tacos-greedy:{seed}:{trial}")
     rand = rng.random
-    nb = max(1, inst.n_chunks)
+    nb = max(1, n_chunks)
 
     def pick(x: int) -> int:
         r = int(rand() * nb)
@@ -75,6 +81,18 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
             x ^= pick(x)
         return x
 
+    return rng, rand, pick, take
+
+
+def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool = True
+              ) -> TrialResult:
+    """Run one randomized trial; deterministic in ``(seed, trial, cap)``."""
+    if inst.physical:
+        from tacos.solvers.greedy_ports import run_port_trial
+
+        return run_port_trial(inst, seed, trial, cap)
+    rng, rand, pick, take = make_rng(seed, trial, inst.n_chunks)
+
     src, dst, out_links, in_links = inst.src, inst.dst, inst.out_links, inst.in_links
     need = inst.need
     held = list(inst.pre)
@@ -89,7 +107,6 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     if not (speculate and (cap > 1 or inst.heterogeneous)):
         speculate = False  # equal single-chunk transfers: a resend never lands earlier
     relay_mask = inst.relay_mask
-    relay_targets, dist_to = inst.relay_targets, inst.dist_to
     best = {c: dict(b) for c, b in inst.relay_best0.items()}
     T_start: list[int] = []
     T_end: list[int] = []
@@ -125,30 +142,13 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         if speculate:
             T_snap.append(held[src[lk]])
             active[lk].append(tr)
-        lst = pending.get(e)
-        if lst is None:
-            pending[e] = [tr]
-            heapq.heappush(heap, e)
-        else:
-            lst.append(tr)
+        due(pending, heap, e, tr)
         if relay_mask and bits & relay_mask:
-            for c in iter_bits(bits & relay_mask):
-                bc = best[c]
-                for p in relay_targets[c]:
-                    dd = dist_to[p][d]
-                    if dd < bc[p]:
-                        bc[p] = dd
+            relay_sent(inst, best, bits & relay_mask, d)
 
     def relay_wanted(d: int, offered: int) -> int:
-        cand = offered & relay_mask & ~claimed[d] & ~need[d]
-        useful = 0
-        for c in iter_bits(cand):
-            bc = best[c]
-            for p in relay_targets[c]:
-                if not (claimed[p] >> c) & 1 and dist_to[p][d] < bc[p]:
-                    useful |= 1 << c
-                    break
-        return useful
+        return relay_useful(inst, best, claimed, offered & relay_mask & ~claimed[d] & ~need[d],
+                            d)
 
     def speculate_on(t: int, lk: int, d: int) -> bool:
         """Resend a chunk in flight to ``d`` on ``lk`` if it lands strictly earlier."""
@@ -310,19 +310,75 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                         dirty[e] = {l2}
                     else:
                         s.add(l2)
-    # transfers still in flight carry nothing anyone needs any more
+    return finish_trial(inst, t, trial, cap, pending, T_start, T_end, T_link, T_bits, stats)
+
+
+def finish_trial(inst: Instance, t: int, trial: int, cap: int, pending: dict[int, list[int]],
+                 start: list[int], end: list[int], link: list[int], bits: list[int],
+                 stats: dict[str, int], route: list[int] | None = None) -> TrialResult:
+    """The trial's result once every request is served at tick ``t``: transfers still in
+    flight carry nothing anyone needs any more, relay deliveries that feed no target go."""
     for trs in pending.values():
         for tr in trs:
-            T_bits[tr] = 0
-    if relay_mask:
-        _prune_relays(inst, T_start, T_end, T_link, T_bits)
-    keep = [i for i, b in enumerate(T_bits) if b]
+            bits[tr] = 0
+    if inst.relay_mask:
+        _prune_relays(inst, start, end, link, bits)
+    keep = [i for i, b in enumerate(bits) if b]
     stats["transfers"] = len(keep)
     return TrialResult(
         makespan=t, trial=trial, cap=cap,
-        start=[T_start[i] for i in keep], end=[T_end[i] for i in keep],
-        link=[T_link[i] for i in keep], bits=[T_bits[i] for i in keep], stats=stats,
+        start=[start[i] for i in keep], end=[end[i] for i in keep],
+        link=[link[i] for i in keep], bits=[bits[i] for i in keep], stats=stats,
+        route=[route[i] for i in keep] if route is not None else [],
     )
+
+
+def due(pending: dict[int, list[int]], heap: list[int], end: int, tr: int) -> None:
+    """Record that transfer ``tr`` ends at tick ``end`` (event lists by tick, a heap of ticks)."""
+    lst = pending.get(end)
+    if lst is None:
+        pending[end] = [tr]
+        heapq.heappush(heap, end)
+    else:
+        lst.append(tr)
+
+
+def relay_sent(inst: Instance, best: dict[int, dict[int, int]], bits: int, d: int) -> None:
+    """Relay chunks ``bits`` are on their way to ``d``: update each one's best hop distance
+    to each of its targets."""
+    dist_to = inst.dist_to
+    for c in iter_bits(bits):
+        bc = best[c]
+        for p in inst.relay_targets[c]:
+            dd = dist_to[p][d]
+            if dd < bc[p]:
+                bc[p] = dd
+
+
+def relay_useful(inst: Instance, best: dict[int, dict[int, int]], claimed: list[int],
+                 cand: int, d: int) -> int:
+    """The relay chunks of ``cand`` that ``d`` would bring closer to a target still waiting."""
+    dist_to = inst.dist_to
+    useful = 0
+    for c in iter_bits(cand):
+        bc = best[c]
+        for p in inst.relay_targets[c]:
+            if not (claimed[p] >> c) & 1 and dist_to[p][d] < bc[p]:
+                useful |= 1 << c
+                break
+    return useful
+
+
+def island_claims(inst: Instance) -> list[int]:
+    """Per island, the chunks its members hold at the start (bitsets)."""
+    return [_or(inst.pre[v] for v in members) for members in inst.island_members]
+
+
+def _or(bits) -> int:
+    out = 0
+    for b in bits:
+        out |= b
+    return out
 
 
 def _prune_relays(inst: Instance, start: list[int], end: list[int], link: list[int],

@@ -3,9 +3,13 @@
 An :class:`Instance` is what every trial of :mod:`tacos.solvers.greedy_core` reads.  It is a
 plain picklable object (so worker processes get it once) with:
 
-* per link: source, destination, α, bandwidth, multiplicity, and a cache of transfer durations in
-  integer *ticks* (:data:`TICK` seconds; durations are rounded up, so no transfer is ever shorter
-  than its α-β time);
+* per *channel* (a way to move chunks from one NPU to another in one transfer): source,
+  destination, α, bandwidth, multiplicity, and a cache of transfer durations in integer *ticks*
+  (:data:`TICK` seconds; durations are rounded up, so no transfer is ever shorter than its α-β
+  time).  On a switch-free topology the channels are the links themselves (channel ``i`` is
+  link ``i``); on the physical model (:func:`tacos.solvers.greedy_ports.build_port_instance`)
+  they are direct links and, per NPU pair, the routes through switches, each transfer holding
+  one lane of every physical link of its route (``route_links``, ``res_mult``);
 * per NPU: the chunks it holds at the start (``pre``) and must receive (``need``), as Python-int
   bitsets (bit ``i`` = local chunk ``i``);
 * relay data for chunks that may have to pass through NPUs outside their pre/post sets
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tacos.collective import Collective
@@ -28,7 +33,7 @@ TICK = 1e-15
 
 @dataclass
 class Instance:
-    """Flat, picklable view of a non-combining collective on a switch-free topology."""
+    """Flat, picklable view of a non-combining collective: channels, chunks, islands."""
 
     n_nodes: int
     src: list[int]
@@ -47,6 +52,15 @@ class Instance:
     dist_to: dict[int, list[int]] = field(default_factory=dict)
     relay_best0: dict[int, dict[int, int]] = field(default_factory=dict)
     uniform_size: int | None = None
+    guard: list[int] = field(default_factory=list)
+    island_members: list[tuple[int, ...]] = field(default_factory=list)
+    npu_islands: list[tuple[int, ...]] = field(default_factory=list)
+    physical: bool = False
+    ch_routes: list[tuple[int, ...]] = field(default_factory=list)
+    route_links: list[tuple[int, ...]] = field(default_factory=list)
+    res_mult: list[int] = field(default_factory=list)
+    res_fabric: list[bool] = field(default_factory=list)
+    res_dests: list[tuple[int, ...]] = field(default_factory=list)
     _dur: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
 
     @property
@@ -110,21 +124,59 @@ def _bfs_to(target: int, in_links: list[list[int]], src: list[int], n: int) -> l
     return dist
 
 
-def build_instance(topology: Topology, collective: Collective) -> Instance:
+def build_instance(topology: Topology, collective: Collective,
+                   allowed: Iterable[int] | None = None,
+                   islands: Sequence[tuple[int, ...]] = ()) -> Instance:
     """Flatten ``topology`` (switch-free) and ``collective`` (non-combining) into an Instance.
 
-    Local chunk ``i`` is ``collective.chunks[i]``.
+    Local chunk ``i`` is ``collective.chunks[i]``; channel ``i`` is link ``i``.  Only links
+    between ``allowed`` NPUs (default: every live NPU) are used, and only they may relay.
     """
     n = topology.n_nodes
     links = topology.links
     src = [lk.src for lk in links]
     dst = [lk.dst for lk in links]
-    in_links = [list(x) for x in topology.in_links]
-    out_links = [list(x) for x in topology.out_links]
+    live = set(topology.live_npus if allowed is None else allowed)
+    in_links = [[i for i in x if src[i] in live and dst[i] in live] for x in topology.in_links]
+    out_links = [[i for i in x if src[i] in live and dst[i] in live]
+                 for x in topology.out_links]
+    inst = _flatten(n, src, dst, in_links, out_links, collective, live)
+    inst.alpha = [lk.alpha for lk in links]
+    inst.bw = [lk.bandwidth for lk in links]
+    inst.mult = [lk.multiplicity for lk in links]
+    set_islands(inst, islands)
+    return inst
+
+
+def set_islands(inst: Instance, islands: Sequence[tuple[int, ...]]) -> None:
+    """Record ``islands`` (innermost first) and each channel's guard: the outermost island its
+    destination is in and its source is not (-1: the channel crosses no island boundary)."""
+    if not islands:
+        return
+    inst.island_members = [tuple(c) for c in islands]
+    per_node: list[list[int]] = [[] for _ in range(inst.n_nodes)]
+    for i, members in enumerate(islands):
+        for v in members:
+            per_node[v].append(i)
+    inst.npu_islands = [tuple(x) for x in per_node]
+    sets = [frozenset(c) for c in islands]
+    guard = []
+    for u, d in zip(inst.src, inst.dst, strict=True):
+        g = -1
+        for i in reversed(per_node[d]):  # outermost first
+            if u not in sets[i]:
+                g = i
+                break
+        guard.append(g)
+    inst.guard = guard
+
+
+def _flatten(n: int, src: list[int], dst: list[int], in_links: list[list[int]],
+             out_links: list[list[int]], collective: Collective, live: set[int]) -> Instance:
+    """The chunk and relay part of an Instance over the given channels (α/bw/mult unset)."""
     sizes = [c.size for c in collective.chunks]
     pre = [0] * n
     need = [0] * n
-    live = set(topology.live_npus)
     relay_mask = 0
     relay_targets: dict[int, list[int]] = {}
     total = 0
@@ -150,9 +202,8 @@ def build_instance(topology: Topology, collective: Collective) -> Instance:
     }
     uniform = sizes[0] if sizes and all(s == sizes[0] for s in sizes) else None
     return Instance(
-        n_nodes=n, src=src, dst=dst,
-        alpha=[lk.alpha for lk in links], bw=[lk.bandwidth for lk in links],
-        mult=[lk.multiplicity for lk in links], in_links=in_links, out_links=out_links,
+        n_nodes=n, src=src, dst=dst, alpha=[], bw=[], mult=[],
+        in_links=in_links, out_links=out_links,
         sizes=sizes, pre=pre, need=need, total_need=total, relay_mask=relay_mask,
         relay_targets=relay_targets, dist_to=dist_to, relay_best0=relay_best0,
         uniform_size=uniform,

@@ -85,7 +85,11 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
     so ``b ≈ α·B/(ε·m)`` keeps α at about ε of a transfer; the ladder tries ε = 10% and 5%,
     then the small caps 4 and 2 (which pay even where α is negligible: a link that may carry a
     variable number of chunks balances its load better than one chunk per step), then ε = 20%.
-    Unlimited batches are never tried: they wreck pipelining.
+    Unlimited batches are never tried: they wreck pipelining.  On the physical model
+    (``inst.physical``) the α ratios are those of the channels (routes: ports pay α on each
+    hop) and the ladder leans to larger batches (ε = 5% and 2% first, then 4, 2 and 10%), as
+    :func:`tacos.solvers.greedy_ports.channel_caps` keeps them off channels where α does not
+    matter.
     """
     if isinstance(max_merge, str) and max_merge.strip().lower() in ("none", "unlimited"):
         max_merge = None
@@ -105,7 +109,9 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
     ratios = [a * b / size for a, b in zip(inst.alpha, inst.bw, strict=True)] or [0.0]
     ratio = max(ratios)  # α / wire time of one chunk, worst link
     ladder: list[int] = []
-    for cap in (math.ceil(ratio / 0.1), math.ceil(ratio / 0.05), 4, 2, math.ceil(ratio / 0.2)):
+    eps = (0.05, 0.02, None, None, 0.1) if inst.physical else (0.1, 0.05, None, None, 0.2)
+    for e, small in zip(eps, (0, 0, 4, 2, 0), strict=True):
+        cap = small if e is None else math.ceil(ratio / e)
         if cap > 1 and cap not in ladder:
             ladder.append(cap)
     return [ladder[i % len(ladder)] for i in range(trials)]
@@ -114,10 +120,10 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
 def unmerged_lower_bound(inst: Instance) -> int:
     """Ticks below which no chunk-granular schedule can finish.
 
-    Per NPU: its wanted chunks arrive one per transfer over its in-links, a link carrying ``j``
-    chunks being busy ``j`` full chunk times; the smallest T at which the in-links can carry
-    them all bounds the makespan.  (Latency is not counted; this is only used to decide whether
-    unmerged trials could still win.)
+    Per NPU: its wanted chunks arrive one per transfer over its in-links (on the physical
+    model: its ports), a link carrying ``j`` chunks being busy ``j`` full chunk times; the
+    smallest T at which the in-links can carry them all bounds the makespan.  (Latency is not
+    counted; this is only used to decide whether unmerged trials could still win.)
     """
     best = 0
     for d in range(inst.n_nodes):
@@ -126,8 +132,17 @@ def unmerged_lower_bound(inst: Instance) -> int:
             continue
         size = min(inst.sizes[c] for c in _sample_bits(inst.need[d]))
         times = []
-        for lk in inst.in_links[d]:
-            times.extend([inst.duration(lk, size)] * inst.mult[lk])
+        if inst.physical:  # channels sharing a port into d: one port, its lanes
+            port: dict[int, int] = {}
+            for ch in inst.in_links[d]:
+                last = min(inst.route_links[r][-1] for r in inst.ch_routes[ch])
+                w = inst.duration(ch, size)
+                port[last] = min(port.get(last, w), w)
+            for last, w in port.items():
+                times.extend([w] * inst.res_mult[last])
+        else:
+            for lk in inst.in_links[d]:
+                times.extend([inst.duration(lk, size)] * inst.mult[lk])
         if not times:
             continue
         lo, hi = 0, max(times) * n
