@@ -249,6 +249,33 @@ class Topology:
         return Topology(self.npus, self.switches, tuple(links), self.name, self.failed_links,
                         self.span)
 
+    def with_capabilities(self, capabilities: dict[str, Iterable[str]]) -> Topology:
+        """A copy whose switches named by a pattern (an exact name, or a shell pattern such as
+        ``'rail*'`` or ``'*nvswitch'``) declare the given capabilities (a subset of
+        :data:`SWITCH_CAPABILITIES`), e.g.
+        ``topo.with_capabilities({"*nvswitch": {"multicast", "reduce"}})``.  Switches matching
+        no pattern keep theirs.  Raises ``ValueError`` for an unknown capability or a pattern
+        that matches no switch.
+        """
+        from dataclasses import replace
+        from fnmatch import fnmatchcase
+
+        switches = list(self.switches)
+        for pattern, caps in capabilities.items():
+            wanted = frozenset(caps)
+            unknown = sorted(wanted - set(SWITCH_CAPABILITIES))
+            if unknown:
+                raise ValueError(f"unknown switch capability {unknown[0]!r} (known: "
+                                 f"{', '.join(SWITCH_CAPABILITIES)})")
+            hit = [k for k, sw in enumerate(switches)
+                   if sw.name == pattern or fnmatchcase(sw.name, pattern)]
+            if not hit:
+                raise ValueError(f"no switch matches {pattern!r}")
+            for k in hit:
+                switches[k] = replace(switches[k], capabilities=wanted)
+        return Topology(self.npus, tuple(switches), self.links, self.name, self.failed_links,
+                        self.span)
+
     def reversed(self) -> Topology:
         """The transposed topology: every link flipped (used to synthesize reductions)."""
         flipped = tuple(

@@ -17,7 +17,13 @@ trusting any solver.  Each problem found is a :class:`Violation` tagged with one
 ``overlap``
     at no instant more than ``link.multiplicity`` transfers are active on one physical link,
     counting every transfer whose route crosses it -- a switch port or an uplink included
-    (intervals are half-open ``[start, end)``).
+    (intervals are half-open ``[start, end)``); the members of an in-switch group hold a link
+    they share once.
+``group``
+    transfers with the same ``group`` id form one in-switch operation
+    (:func:`tacos.in_switch.group_shape`): one source fanning out through switches that declare
+    ``multicast``, or one destination reduced into through switches that declare ``reduce``;
+    the members start and end together.
 ``causality``
     the sender holds (a value of) every chunk it sends when the transfer starts.
 ``postcondition``
@@ -43,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from tacos.errors import VerificationError
+from tacos.in_switch import GroupError, group_shape
 from tacos.routes import RouteError, link_name
 from tacos.schedule import OPS, Schedule, Transfer
 from tacos.verify_bulk import (
@@ -51,12 +58,13 @@ from tacos.verify_bulk import (
     hop_table,
     overlap_suspects,
     paused_gc,
+    transfer_units,
     screen_copies,
     screen_reductions,
     transfer_suspects,
 )
 
-RULES = ("link", "duration", "overlap", "causality", "postcondition", "contribution")
+RULES = ("link", "duration", "overlap", "group", "causality", "postcondition", "contribution")
 TIME_RTOL = 1e-12
 MAX_PER_RULE = 200
 
@@ -152,6 +160,7 @@ def verify_schedule(schedule: Schedule) -> VerifyReport:
         except (TypeError, ValueError, OverflowError):
             hops = None
         usable = _check_transfers(schedule, out, hops)
+        _check_groups(schedule, usable, tol, out)
         _check_overlap(schedule, usable, tol, out)
         _check_data(schedule, usable, tol, out, hops)
     return VerifyReport(not out.items and not out.omitted, tuple(out.items), out.omitted)
@@ -251,26 +260,58 @@ def _route_text(route: object) -> str:
     return repr(route)
 
 
+def _check_groups(schedule: Schedule, usable: list[bool], tol: float, out: _Collector) -> None:
+    """Every group of transfers is one valid in-switch operation (:mod:`tacos.in_switch`)."""
+    groups: dict[object, list[int]] = defaultdict(list)
+    for i, t in enumerate(schedule.transfers):
+        if t.group is None:
+            continue
+        if not isinstance(t.group, int) or isinstance(t.group, bool):
+            out.add("group", f"transfer {i}: group id {t.group!r} is not an integer",
+                    transfer=i)
+            continue
+        groups[t.group].append(i)
+    topo = schedule.topology
+    for g, idxs in sorted(groups.items()):
+        if len(idxs) < 2 or not all(usable[i] for i in idxs):
+            continue
+        members = [schedule.transfers[i] for i in idxs]
+        first = idxs[0]
+        if (max(t.start for t in members) - min(t.start for t in members) > tol
+                or max(t.end for t in members) - min(t.end for t in members) > tol):
+            out.add("group", f"group {g} (transfers {_short(idxs)}): its transfers do not start "
+                    "and end together; an in-switch operation moves as one", transfer=first)
+            continue
+        try:
+            group_shape(topo, members)
+        except GroupError as exc:
+            out.add("group", f"group {g} (transfers {_short(idxs)}): {exc}", transfer=first,
+                    npu=members[0].src)
+
+
 def _check_overlap(schedule: Schedule, usable: list[bool], tol: float, out: _Collector) -> None:
-    """No more than ``multiplicity`` transfers active at once on any physical link."""
+    """No more than ``multiplicity`` transfers active at once on any physical link (a group
+    counts once on a link its members share)."""
     suspects = overlap_suspects(schedule, usable, tol)
-    per_link: dict[int, list[int]] = defaultdict(list)
+    unit = transfer_units(schedule)
+    per_link: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     if suspects:
         for i, t in enumerate(schedule.transfers):
             if usable[i]:
                 for li in t.route:
                     if li in suspects:
-                        per_link[li].append(i)
+                        per_link[li][unit[i]].append(i)
     topo = schedule.topology
-    for li, idxs in sorted(per_link.items()):
+    for li, units in sorted(per_link.items()):
         cap = topo.links[li].multiplicity
         events: list[tuple[float, int, int]] = []
-        for i in idxs:
-            t = schedule.transfers[i]
-            if t.end - t.start <= tol:
+        for u, idxs in units.items():
+            start = min(schedule.transfers[i].start for i in idxs)
+            end = max(schedule.transfers[i].end for i in idxs)
+            if end - start <= tol:
                 continue
-            events.append((t.start, 1, i))
-            events.append((t.end - tol, 0, i))
+            events.append((start, 1, u))
+            events.append((end - tol, 0, u))
         events.sort()
         active: set[int] = set()
         for _, kind, i in events:

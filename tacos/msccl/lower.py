@@ -109,6 +109,13 @@ def lower(schedule: Schedule, *, options: MscclOptions | None = None) -> Program
     """
     opts = options or MscclOptions()
     opts.validate()
+    if any(t.group is not None for t in schedule.transfers):
+        raise TacosError(
+            "this plan uses in-switch multicast/reduce (transfer groups: NVLS or SHARP), which "
+            "MSCCL XML cannot express (its steps are two-sided sends between ranks)",
+            hint="write the JSON schedule (-o plan.json), or synthesize a plan without "
+                 "in-switch operations for MSCCL (a solver other than nvls/collnet, or a "
+                 "topology whose switches declare no capabilities)")
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
     flow = build_flow(schedule, layout)
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
