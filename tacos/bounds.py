@@ -10,7 +10,10 @@ over one of a link's parallel copies), links with ``multiplicity`` m carry m tra
   that every other one needs), computed with networkx max-flows on the super-source
   construction; reduce-scatter uses the reversed topology; all-reduce adds the two (the
   *composition* bound: valid for reduce-scatter followed by all-gather, the shape every tacos
-  all-reduce has); broadcast/reduce use the root's max-flow to every NPU.
+  all-reduce has) -- unless a switch declares ``reduce``: in-network reduction pipelines the
+  two halves against each other, and the all-reduce cut is then the buffer over the smallest
+  cut between group NPUs (:func:`in_network_allreduce_cut`); broadcast/reduce use the root's
+  max-flow to every NPU.
 * :func:`chunk_granular_bound` — on homogeneous links, the number of whole-chunk steps
   ``max(ceil(recv/in_degree), ceil(send/out_degree), hops)`` × (α + chunk/B).  It holds for
   schedules that move one chunk per transfer (the TACOS model); a transfer carrying several
@@ -365,6 +368,30 @@ def _broadcast_cut(topology: Topology, root: int, targets, total: float) -> floa
     return worst
 
 
+def in_network_allreduce_cut(topology: Topology, collective: Collective) -> float:
+    """All-reduce bound that holds when switches reduce in the network: every element's result
+    depends on every NPU, so any cut with group NPUs on both sides carries the whole buffer
+    out of each side.  ``buffer / λ`` with λ the smallest such cut, found as the smallest
+    max-flow between the first group NPU and any other, both ways."""
+    group = list(dict.fromkeys(collective.group))
+    total = float(sum(c.size for c in collective.chunks))
+    if len(group) < 2 or total <= 0:
+        return 0.0
+    g = topology.to_digraph()
+    u = group[0]
+    lam = math.inf
+    for v in group[1:]:
+        for a, b in ((u, v), (v, u)):
+            lam = min(lam, nx.maximum_flow_value(g, a, b, capacity="bandwidth",
+                                                 flow_func=preflow_push))
+    return math.inf if lam <= 0 else total / lam
+
+
+def reduces_in_network(topology: Topology) -> bool:
+    """True when some switch declares the ``reduce`` capability."""
+    return any("reduce" in s.capabilities for s in topology.switches)
+
+
 def cut_bound(topology: Topology, collective: Collective) -> float | None:
     """ForestColl min-cut bandwidth bound, or None for collectives it does not cover.
 
@@ -383,6 +410,8 @@ def cut_bound(topology: Topology, collective: Collective) -> float | None:
         share = sum(c.size for c in collective.chunks) / max(1, n)
         if share <= 0 or n <= 1:
             return 0.0
+        if reduces_in_network(topology):
+            return in_network_allreduce_cut(topology, collective)
         rs, _ = min_cut_ratio(topology.reversed(), collective.group)
         ag, _ = min_cut_ratio(topology, collective.group)
         return share * (rs + ag)
@@ -448,7 +477,8 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
     elif lat >= bw:
         kind = "latency"
     elif cut is not None and cut >= ie:
-        kind = "composition" if collective.kind == "allreduce" and cut > ie else "cut"
+        composed = collective.kind == "allreduce" and not reduces_in_network(topology)
+        kind = "composition" if composed and cut > ie else "cut"
     elif groups is not None and groups > ie:
         kind = "group_cut"
     else:
@@ -462,6 +492,7 @@ __all__ = [
     "Bound",
     "chunk_granular_bound",
     "cut_bound",
+    "in_network_allreduce_cut",
     "ingress_egress_bound",
     "latency_bound",
     "lower_bound",

@@ -58,10 +58,10 @@ from tacos.verify_bulk import (
     hop_table,
     overlap_suspects,
     paused_gc,
-    transfer_units,
     screen_copies,
     screen_reductions,
     transfer_suspects,
+    transfer_units,
 )
 
 RULES = ("link", "duration", "overlap", "group", "causality", "postcondition", "contribution")

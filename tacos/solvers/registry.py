@@ -8,7 +8,8 @@ Contract: unless a solver class sets ``supports_combining = True``, it is only g
 non-combining collectives (no chunk with ``reduce``) on switch-free topologies;
 :func:`tacos.synthesize` unwinds switches and derives reductions by inversion.  A solver
 that models switch ports itself sets ``native_switches = True`` and is given the original
-topology instead of the unwound one.
+topology instead of the unwound one.  A solver that sets ``refines_chunks = True`` may return a
+schedule of a refinement of the collective (each chunk split into equal pieces, same layout).
 
 Options: a solver class declares the options it reads in ``options`` (name ->
 :class:`tacos.solvers.options.Option`); :func:`tacos.synthesize` rejects any other option
@@ -67,6 +68,7 @@ class Solver(Protocol):
 
 
 SOLVERS: dict[str, str] = {
+    "auto": "tacos.solvers.auto:AutoSolver",
     "greedy": "tacos.solvers.greedy:GreedySolver",
     "ilp": "tacos.solvers.ilp:IlpSolver",
     "taccl": "tacos.solvers.taccl_like:TacclLikeSolver",
@@ -77,6 +79,13 @@ SOLVERS: dict[str, str] = {
     "dbtree": "tacos.solvers.baselines:DoubleBinaryTreeSolver",
     "hierarchical": "tacos.solvers.baselines:HierarchicalSolver",
     "multicast": "tacos.solvers.multicast:MulticastSolver",
+    "nccl": "tacos.solvers.nccl:NcclSolver",
+    "nccl-ring": "tacos.solvers.nccl:NcclRingSolver",
+    "nccl-tree": "tacos.solvers.nccl:NcclTreeSolver",
+    "nvls": "tacos.solvers.nccl:NvlsSolver",
+    "collnet": "tacos.solvers.nccl:CollNetSolver",
+    "pat": "tacos.solvers.nccl:PatSolver",
+    "nccl-p2p": "tacos.solvers.nccl:NcclP2pSolver",
 }
 
 
