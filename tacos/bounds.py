@@ -59,11 +59,17 @@ class Bound:
 
 
 # -- chunk classes ---------------------------------------------------------------------------
+_LAST_CLASSES: list = []  # (collective, classes) of the last call: the bounds ask 4 times
+
+
 def _classes(collective: Collective) -> dict[tuple, int]:
     """Distinct (pre, post, reduce, size) → how many chunks share it."""
+    if _LAST_CLASSES and _LAST_CLASSES[0][0] is collective:
+        return _LAST_CLASSES[0][1]
     out: dict[tuple, int] = defaultdict(int)
     for c in collective.chunks:
         out[(c.pre, c.post, c.reduce, c.size)] += 1
+    _LAST_CLASSES[:] = [(collective, out)]
     return out
 
 
@@ -398,7 +404,9 @@ def cut_bound(topology: Topology, collective: Collective) -> float | None:
     all-gather: shard × x* (:func:`min_cut_ratio`); reduce-scatter: the same on the reversed
     topology; all-reduce: reduce-scatter bound + all-gather bound (composition bound, valid for
     schedules that reduce-scatter then all-gather); broadcast (reduce): buffer / max-flow from
-    (to) the root, minimized over NPUs.
+    (to) the root, minimized over NPUs; all-to-all, scatter, gather and custom copy patterns:
+    the fabric cuts of :func:`tacos.bounds_cuts.pair_cut_bound` (nodes, switch groups,
+    bisections).
     """
     kind = collective.kind
     if kind == "allgather":
@@ -419,7 +427,9 @@ def cut_bound(topology: Topology, collective: Collective) -> float | None:
         total = float(sum(c.size for c in collective.chunks))
         topo = topology if kind == "broadcast" else topology.reversed()
         return _broadcast_cut(topo, collective.root, collective.group, total)
-    return None
+    from tacos.bounds_cuts import pair_cut_bound
+
+    return pair_cut_bound(topology, collective)
 
 
 # -- chunk-granular --------------------------------------------------------------------------

@@ -161,6 +161,27 @@ class Topology:
         """Number of physical links entering ``node`` (multiplicity counted)."""
         return sum(self.links[i].multiplicity for i in self.in_links[node])
 
+    def scale_up_nodes(self, group: Iterable[int] | None = None) -> tuple[tuple[int, ...], ...]:
+        """The group's nodes (scale-up domains): its live NPUs joined by links faster per lane
+        than the topology's slowest class of link, switches included (NVLink, xGMI, NVSwitch
+        inside; NICs and the scale-out fabric between).  One node when every link is of one
+        class (a DGX-1 or an MI250 box alone, a torus, a single switch)."""
+        members = sorted(dict.fromkeys(v for v in (self.live_npus if group is None else group)
+                                       if not self.npus[v].failed))
+        speeds = {lk.bandwidth for lk in self.links}
+        if len(speeds) <= 1:
+            return (tuple(members),) if members else ()
+        import networkx as nx
+
+        slow = min(speeds)
+        g = nx.Graph()
+        g.add_nodes_from(range(self.n_nodes))
+        g.add_edges_from((lk.src, lk.dst) for lk in self.links if lk.bandwidth > slow)
+        inside = set(members)
+        parts = [tuple(sorted(v for v in comp if v in inside))
+                 for comp in nx.connected_components(g)]
+        return tuple(sorted(p for p in parts if p))
+
     @cached_property
     def routing(self):  # -> tacos.routes.Routing (imported lazily: routes imports this module)
         """Candidate routes between NPUs (:class:`tacos.routes.Routing`), built lazily once."""

@@ -13,7 +13,8 @@ declares ``multicast`` (``reduce``), :func:`fuse_in_switch` joins such transfers
   what it sent before);
 
 then replays the result with :func:`tacos.simulate.simulate` (the group moves as one, the up- or
-down-port carries the bytes once) and verifies it.  The fused schedule is returned only when it
+down-port carries the bytes once; the faster of the planned and the work-conserving replay
+order) and verifies it.  The fused schedule is returned only when it
 verifies; whether it is faster is the caller's choice (``tacos.solvers.auto`` keeps the faster).
 """
 
@@ -78,9 +79,14 @@ def fuse_in_switch(schedule: Schedule) -> Schedule | None:
     if not fused:
         return None
     meta = dict(schedule.meta, in_switch_groups=fused)
-    try:
-        out = simulate(Schedule(topo, schedule.collective, tuple(sorted(
-            transfers, key=lambda t: (t.start, t.end, t.src, t.dst))), meta)).schedule
-    except TacosError:
-        return None
-    return out if verify_schedule(out).ok else None
+    grouped = Schedule(topo, schedule.collective, tuple(sorted(
+        transfers, key=lambda t: (t.start, t.end, t.src, t.dst))), meta)
+    best = None
+    for order in ("planned", "ready"):  # keep the faster replay that verifies
+        try:
+            out = simulate(grouped, order=order).schedule
+        except TacosError:
+            continue
+        if (best is None or out.makespan < best.makespan) and verify_schedule(out).ok:
+            best = out
+    return best

@@ -34,7 +34,7 @@ from tacos.solvers.registry import SOLVERS, Problem, SolveResult
 from tacos.topology import Topology
 from tacos.verify import verify_schedule
 
-SYNTHESIZERS = ("greedy", "forest", "hierarchical")
+SYNTHESIZERS = ("greedy", "forest", "hierarchical", "a2a")
 
 
 def _synthesized(topology: Topology, collective: Collective, name: str,

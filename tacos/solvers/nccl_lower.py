@@ -59,14 +59,36 @@ def buffer_order(collective: Collective) -> list[int]:
 
 
 def check_standard(collective: Collective, algorithm: str = "the NCCL baselines") -> None:
-    """Raise a :class:`~tacos.errors.TacosError` unless ``collective`` has a standard layout."""
+    """Raise a :class:`~tacos.errors.TacosError` unless ``collective`` has the layout of
+    :func:`tacos.patterns.build` for its kind, group, chunks per NPU and root."""
     if collective.kind not in STANDARD_COLLECTIVES:
         raise TacosError(f"{algorithm} run standard collectives, not {collective.label()}",
                          hint="declare one standard collective (allgather, allreduce, ...)")
-    std = patterns.build(collective.kind, collective.group, size=collective.size,
-                         chunks_per_npu=collective.chunks_per_npu, root=collective.root)
-    if [(c.pre, c.post, c.reduce, c.size) for c in std.chunks] != [
-            (c.pre, c.post, c.reduce, c.size) for c in collective.chunks]:
+    g, k, root = collective.group, collective.chunks_per_npu, collective.root
+    n = len(g)
+    everyone = frozenset(g)
+    kind = collective.kind
+    count = {"broadcast": k, "reduce": k, "alltoall": n * n * k}.get(kind, n * k)
+    ok = len(collective.chunks) == count
+    sizes = {c.size for c in collective.chunks}
+    ok = ok and len(sizes) == 1
+    for i, c in enumerate(collective.chunks if ok else ()):
+        one = (frozenset({g[(i // k) % n]}) if kind == "alltoall" else
+               frozenset({g[i // k]}) if n * k == count and kind != "allreduce" else None)
+        pre, post, red = {
+            "allgather": (one, everyone, False),
+            "reducescatter": (everyone, one, True),
+            "allreduce": (everyone, everyone, True),
+            "alltoall": (frozenset({g[i // (n * k)]}), one, False),
+            "broadcast": (frozenset({root}), everyone, False),
+            "reduce": (everyone, frozenset({root}), True),
+            "scatter": (frozenset({root}), one, False),
+            "gather": (one, frozenset({root}), False),
+        }[kind]
+        if (c.pre, c.post, c.reduce) != (pre, post, red):
+            ok = False
+            break
+    if not ok:
         raise TacosError(f"{algorithm} need the standard layout of {collective.kind}",
                          hint="declare the collective with its standard name (no custom chunks)")
 

@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import networkx as nx
-
 from tacos.solvers.baselines_route import NpuGraph
 from tacos.topology import Topology
 
@@ -106,19 +104,8 @@ class System:
 
 
 def find_nodes(topology: Topology, group: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """The group's nodes: components joined by links faster per lane than the slowest class
-    (switches included); one node when every link is of one class (see module doc)."""
-    members = sorted(dict.fromkeys(v for v in group if not topology.npus[v].failed))
-    speeds = {lk.bandwidth for lk in topology.links}
-    if len(speeds) <= 1:
-        return (tuple(members),) if members else ()
-    slow = min(speeds)
-    g = nx.Graph()
-    g.add_nodes_from(range(topology.n_nodes))
-    g.add_edges_from((lk.src, lk.dst) for lk in topology.links if lk.bandwidth > slow)
-    inside = set(members)
-    parts = [tuple(sorted(v for v in comp if v in inside)) for comp in nx.connected_components(g)]
-    return tuple(sorted(p for p in parts if p))
+    """The group's nodes (:meth:`tacos.topology.Topology.scale_up_nodes`)."""
+    return topology.scale_up_nodes(group)
 
 
 class NcclGraph(NpuGraph):

@@ -79,6 +79,7 @@ SOLVERS: dict[str, str] = {
     "dbtree": "tacos.solvers.baselines:DoubleBinaryTreeSolver",
     "hierarchical": "tacos.solvers.baselines:HierarchicalSolver",
     "multicast": "tacos.solvers.multicast:MulticastSolver",
+    "a2a": "tacos.solvers.alltoall:AllToAllSolver",
     "nccl": "tacos.solvers.nccl:NcclSolver",
     "nccl-ring": "tacos.solvers.nccl:NcclRingSolver",
     "nccl-tree": "tacos.solvers.nccl:NcclTreeSolver",
