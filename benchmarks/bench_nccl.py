@@ -3,9 +3,9 @@
 For every system (2x/4x DGX-A100, 2x/4x DGX-H100, DGX-1, NDv2 x2, MI250 x1/x2) and collective
 (all-gather, all-reduce, all-to-all) a sweep 1 KiB .. 4 GiB (x4, 12 sizes) with the ``auto``
 portfolio (:func:`tacos.sweep.sweep`): per size tacos's plan, every NCCL model NCCL would run
-there, the best of them, and the speedup.  DGX-H100 systems declare NVLS on the NVSwitch
-(multicast + reduce) and SHARP on the rail switches (reduce + multicast), as H100 SuperPODs
-have; the other systems declare nothing.  Also:
+there, the best of them, and the speedup.  The DGX-H100 preset's NVSwitch declares NVLS
+(multicast + reduce); the H100 systems here also declare SHARP on the rail switches
+(``sharp=1``), as H100 SuperPODs have; the other systems declare nothing.  Also:
 
 * the H100 NVLS all-reduce against the in-switch optimum (buffer / port bandwidth);
 * the wall time of a 12-size sweep on 16 GPUs (2x DGX-A100, all-reduce);
@@ -37,20 +37,18 @@ from tacos.verify import verify_schedule
 
 SIZES = "1KiB:4GiB:x4"
 MiB, GiB = 1 << 20, 1 << 30
-H100_CAPS = {"*nvswitch": {"multicast", "reduce"}, "rail*": {"reduce", "multicast"}}
 
 
 def systems(quick: bool) -> list[tuple[str, Topology, bool]]:
     """(name, topology, multi-node) of the benchmark systems."""
     out = [("2x DGX-A100", T.preset("dgx_a100", nodes=2), True),
-           ("2x DGX-H100", T.preset("dgx_h100", nodes=2).with_capabilities(H100_CAPS), True),
+           ("2x DGX-H100", T.preset("dgx_h100", nodes=2, sharp=1), True),
            ("DGX-1", T.preset("dgx1"), False),
            ("NDv2 x2", T.preset("ndv2", nodes=2), True),
            ("MI250 x1", T.preset("mi250"), False)]
     if not quick:
         out += [("4x DGX-A100", T.preset("dgx_a100", nodes=4), True),
-                ("4x DGX-H100", T.preset("dgx_h100", nodes=4).with_capabilities(H100_CAPS),
-                 True),
+                ("4x DGX-H100", T.preset("dgx_h100", nodes=4, sharp=1), True),
                 ("MI250 x2", T.preset("mi250", nodes=2), True)]
     return out
 
@@ -97,7 +95,7 @@ def nvls_optimum(args) -> list[dict]:
     """NVLS all-reduce on one DGX-H100 against buffer / port bandwidth."""
     from tacos.solvers.nccl import nccl_schedule
 
-    topo = T.preset("dgx_h100").with_capabilities({"*nvswitch": {"multicast", "reduce"}})
+    topo = T.preset("dgx_h100")
     out = []
     for size in (64 * MiB, 256 * MiB, GiB, 4 * GiB):
         coll = build("allreduce", topo.live_npus, size=size)
