@@ -39,6 +39,7 @@ from tacos.errors import TacosError
 from tacos.schedule import Schedule
 from tacos.solvers import baselines_algos as algos
 from tacos.solvers.baselines_lower import Msg
+from tacos.solvers.baselines_route import hamiltonian_path
 from tacos.solvers.nccl_lower import (
     MAX_TRANSFERS,
     GroupLowering,
@@ -82,40 +83,23 @@ def _lanes(system: System, members: Sequence[int]) -> tuple[dict, dict]:
 def _search(nodes: Sequence[int], start: int, succ, rng: random.Random, budget: int, *,
             end: int | None = None, cycle: bool = False, weight=None) -> list[int] | None:
     """A Hamiltonian path over ``nodes`` from ``start`` along ``succ(v)`` -- closing into a
-    cycle when ``cycle``, ending at ``end`` when given -- by depth-first search: hops with the
-    most spare lanes first (``weight(v, w)``), then Warnsdorff's rule (fewest onward options),
-    random ties; None within ``budget``."""
+    cycle when ``cycle``, ending at ``end`` when given -- by depth-first search
+    (:func:`~tacos.solvers.baselines_route.hamiltonian_path`): hops with the most spare lanes
+    first (``weight(v, w)``), then Warnsdorff's rule (fewest onward options), random ties;
+    None within ``budget``."""
     n = len(nodes)
     allowed = set(nodes)
-    path, on = [start], {start}
 
-    def options(v: int) -> list[int]:
-        last = len(path) == n - 1
+    def options(path: list[int], on: set[int]) -> list[int]:
+        v, last = path[-1], len(path) == n - 1
         cand = [w for w in succ(v) if w in allowed and w not in on
                 and (end is None or (w == end) == last)]
         rng.shuffle(cand)
         return sorted(cand, key=lambda w: (-(weight(v, w) if weight else 0),
                                            sum(1 for x in succ(w) if x not in on)))
 
-    stack = [iter(options(start))]
-    steps = 0
-    while stack:
-        if len(path) == n and (not cycle or start in succ(path[-1])):
-            return list(path)
-        nxt = next(stack[-1], None) if len(path) < n else None
-        if nxt is None:
-            stack.pop()
-            on.discard(path.pop())
-            if not path:
-                return None
-            continue
-        steps += 1
-        if steps > budget:
-            return None
-        path.append(nxt)
-        on.add(nxt)
-        stack.append(iter(options(nxt)))
-    return None
+    return hamiltonian_path(n, start, options,
+                            lambda path: not cycle or start in succ(path[-1]), budget)
 
 
 def _pairs(order: Sequence[int]) -> list[tuple[int, int]]:
