@@ -60,8 +60,9 @@ def run_sweeps(args, rows: list[dict], sweeps: dict[tuple[str, str], Sweep]) -> 
             res = sweep(topo, kind, args.sizes, trials=args.trials, workers=1)
             sweeps[(name, kind)] = res
             for r in res.rows:
-                coll = r.schedule.collective
-                bound = lower_bound(topo, build(kind, coll.group, size=r.size)).value
+                # the bound of the collective the plan serves (NCCL's plans refine the chunks,
+                # which the latency term -- whole chunks along the fastest path -- sees)
+                bound = lower_bound(topo, r.schedule.collective).value
                 best = r.nccl.get(r.nccl_best) if r.nccl_best else None
                 rows.append({
                     "system": name, "multi_node": multi, "collective": kind, "size": r.size,

@@ -98,7 +98,9 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "auto",
         result = _solve(topology, collective, solver, impl_class, options, bound=False)
     if bound and result.schedule is not None:
         with reporter.phase("lower bound"):
-            _attach_bound(result.schedule, topology, collective)
+            # of the collective the schedule serves: a solver that refines chunks (NCCL's
+            # channels, pipelines) is bounded with its own pieces, which the latency term sees
+            _attach_bound(result.schedule, topology, result.schedule.collective)
         return SolveResult(result.status, result.schedule,
                            result.schedule.meta.get("lower_bound"), result.stats)
     return result

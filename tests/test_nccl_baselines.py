@@ -208,6 +208,15 @@ def test_nccl_best_is_the_fastest_model_and_says_which():
         ok(r)
 
 
+def test_refined_plans_are_bounded_with_their_own_chunks():
+    topo = preset("dgx1")
+    coll = build("allgather", topo.live_npus, size=64 * MiB)
+    s = tacos.synthesize(topo, coll, solver="nccl-ring")
+    assert s.collective.chunks_per_npu == 6  # six channels
+    assert s.meta["gap"] >= 1.0  # against the bound of the six-piece collective
+    assert lower_bound(topo, coll).value > s.makespan  # whole chunks could not go that fast
+
+
 def test_nccl_solvers_run_through_synthesize():
     topo = preset("dgx_a100", nodes=2)
     coll = build("allgather", topo.live_npus, size=16 * MiB)
