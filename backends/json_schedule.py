@@ -93,7 +93,7 @@ def to_document(schedule: Schedule, *, bound: bool = True) -> dict[str, Any]:
         {"start": _float(t.start, f"transfers[{i}].start"),
          "end": _float(t.end, f"transfers[{i}].end"),
          "src": t.src, "dst": t.dst, "route": list(t.route), "chunks": list(t.chunks),
-         "op": t.op}
+         "op": t.op, **({} if t.group is None else {"group": int(t.group)})}
         for i, t in enumerate(schedule.transfers)
     ]
     return {
@@ -129,9 +129,10 @@ def _transfer_line(t: dict[str, Any]) -> str:
     """``_compact`` for a transfer record, without the generic encoder (same bytes)."""
     chunks = ", ".join(str(int(c)) for c in t["chunks"])
     route = ", ".join(str(int(x)) for x in t["route"])
+    group = f', "group": {int(t["group"])}' if "group" in t else ""
     return (f'{{"start": {t["start"]!r}, "end": {t["end"]!r}, "src": {int(t["src"])}, '
             f'"dst": {int(t["dst"])}, "route": [{route}], "chunks": [{chunks}], '
-            f'"op": {json.dumps(t["op"], ensure_ascii=False)}}}')
+            f'"op": {json.dumps(t["op"], ensure_ascii=False)}{group}}}')
 
 
 def dumps(schedule: Schedule, *, bound: bool = True) -> str:

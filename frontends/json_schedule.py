@@ -44,6 +44,7 @@ _COLLECTIVE = frozenset({"kind", "name", "group", "root", "size", "chunks_per_np
 _CHUNK = frozenset({"id", "size", "pre", "post", "reduce", "index", "tenant"})
 _TRANSFER_V1 = frozenset({"start", "end", "src", "dst", "link", "chunks", "op"})
 _TRANSFER = frozenset({"start", "end", "src", "dst", "route", "chunks", "op"})
+_TRANSFER_GROUP = _TRANSFER | {"group"}
 _HINT = "the file does not follow schema tacos.schedule/2 (see docs/schedule-json.md)"
 
 
@@ -274,7 +275,7 @@ def _transfers(r: _Doc, items: list[Any], version: int) -> tuple[Transfer, ...]:
 def _transfer_slow(r: _Doc, raw: Any, p: str, version: int) -> Transfer:
     """Parse one transfer field by field, raising on the first bad one."""
     t = r.obj(raw, p)
-    r.only(t, p, _TRANSFER if version >= 2 else _TRANSFER_V1)
+    r.only(t, p, _TRANSFER_GROUP if version >= 2 else _TRANSFER_V1)
     start, end = r.get(t, "start", p, "num"), r.get(t, "end", p, "num")
     for key, value in (("start", start), ("end", end)):
         if value < 0:
@@ -298,7 +299,12 @@ def _transfer_slow(r: _Doc, raw: Any, p: str, version: int) -> Transfer:
     chunks = r.ints(t, "chunks", p)
     if not chunks:
         raise r.fail(f"{p}.chunks", "a transfer carries at least one chunk")
-    return Transfer(float(start), float(end), src, dst, tuple(route), tuple(chunks), op)
+    group = None
+    if "group" in t:
+        group = r.get(t, "group", p, "int")
+        if group < 0:
+            raise r.fail(f"{p}.group", f"expected a non-negative integer, got {group!r}")
+    return Transfer(float(start), float(end), src, dst, tuple(route), tuple(chunks), op, group)
 
 
 def _reject_constant(name: str) -> float:

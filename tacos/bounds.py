@@ -22,7 +22,10 @@ The functions:
   that every other one needs), computed with networkx max-flows on the super-source
   construction; reduce-scatter uses the reversed topology; all-reduce adds the two (the
   *composition* bound: valid for reduce-scatter followed by all-gather, the shape every tacos
-  all-reduce has); broadcast/reduce use the root's max-flow to every NPU.
+  all-reduce has) -- unless a switch declares ``reduce``: in-network reduction pipelines the
+  two halves against each other, and the all-reduce cut is then the buffer over the smallest
+  cut between group NPUs (:func:`in_network_allreduce_cut`); broadcast/reduce use the root's
+  max-flow to every NPU.
 * :func:`chunk_granular_bound` — on homogeneous links, the number of whole-chunk steps
   ``max(ceil(recv/in_degree), ceil(send/out_degree), hops)`` × (α + chunk/B).  It holds for
   schedules that move one chunk per transfer (the TACOS model); a transfer carrying several
@@ -86,11 +89,17 @@ class Bound:
 
 
 # -- chunk classes ---------------------------------------------------------------------------
+_LAST_CLASSES: list = []  # (collective, classes) of the last call: the bounds ask 4 times
+
+
 def _classes(collective: Collective) -> dict[tuple, int]:
     """Distinct (pre, post, reduce, size) → how many chunks share it."""
+    if _LAST_CLASSES and _LAST_CLASSES[0][0] is collective:
+        return _LAST_CLASSES[0][1]
     out: dict[tuple, int] = defaultdict(int)
     for c in collective.chunks:
         out[(c.pre, c.post, c.reduce, c.size)] += 1
+    _LAST_CLASSES[:] = [(collective, out)]
     return out
 
 
@@ -437,13 +446,39 @@ def _broadcast_cut(topology: Topology, root: int, targets, total: float) -> floa
     return worst
 
 
+def in_network_allreduce_cut(topology: Topology, collective: Collective) -> float:
+    """All-reduce bound that holds when switches reduce in the network: every element's result
+    depends on every NPU, so any cut with group NPUs on both sides carries the whole buffer
+    out of each side.  ``buffer / λ`` with λ the smallest such cut, found as the smallest
+    max-flow between the first group NPU and any other, both ways."""
+    group = list(dict.fromkeys(collective.group))
+    total = float(sum(c.size for c in collective.chunks))
+    if len(group) < 2 or total <= 0:
+        return 0.0
+    g = topology.to_digraph()
+    u = group[0]
+    lam = math.inf
+    for v in group[1:]:
+        for a, b in ((u, v), (v, u)):
+            lam = min(lam, nx.maximum_flow_value(g, a, b, capacity="bandwidth",
+                                                 flow_func=preflow_push))
+    return math.inf if lam <= 0 else total / lam
+
+
+def reduces_in_network(topology: Topology) -> bool:
+    """True when some switch declares the ``reduce`` capability."""
+    return any("reduce" in s.capabilities for s in topology.switches)
+
+
 def cut_bound(topology: Topology, collective: Collective) -> float | None:
     """ForestColl min-cut bandwidth bound, or None for collectives it does not cover.
 
     all-gather: shard × x* (:func:`min_cut_ratio`); reduce-scatter: the same on the reversed
     topology; all-reduce: reduce-scatter bound + all-gather bound (composition bound, valid for
     schedules that reduce-scatter then all-gather); broadcast (reduce): buffer / max-flow from
-    (to) the root, minimized over NPUs.
+    (to) the root, minimized over NPUs; all-to-all, scatter, gather and custom copy patterns:
+    the fabric cuts of :func:`tacos.bounds_cuts.pair_cut_bound` (nodes, switch groups,
+    bisections).
     """
     kind = collective.kind
     if kind == "allgather":
@@ -455,6 +490,8 @@ def cut_bound(topology: Topology, collective: Collective) -> float | None:
         share = sum(c.size for c in collective.chunks) / max(1, n)
         if share <= 0 or n <= 1:
             return 0.0
+        if reduces_in_network(topology):
+            return in_network_allreduce_cut(topology, collective)
         rs, _ = min_cut_ratio(topology.reversed(), collective.group)
         ag, _ = min_cut_ratio(topology, collective.group)
         return share * (rs + ag)
@@ -462,7 +499,9 @@ def cut_bound(topology: Topology, collective: Collective) -> float | None:
         total = float(sum(c.size for c in collective.chunks))
         topo = topology if kind == "broadcast" else topology.reversed()
         return _broadcast_cut(topo, collective.root, collective.group, total)
-    return None
+    from tacos.bounds_cuts import pair_cut_bound
+
+    return pair_cut_bound(topology, collective)
 
 
 # -- chunk-granular --------------------------------------------------------------------------
@@ -515,7 +554,8 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
     elif lat >= bw:
         kind = "latency"
     elif cut is not None and cut >= ie:
-        kind = "composition" if collective.kind == "allreduce" and cut > ie else "cut"
+        composed = collective.kind == "allreduce" and not reduces_in_network(topology)
+        kind = "composition" if composed and cut > ie else "cut"
     elif groups is not None and groups > ie:
         kind = "group_cut"
     else:
@@ -530,6 +570,7 @@ __all__ = [
     "chunk_granular_bound",
     "cut_bound",
     "hop_latency_bound",
+    "in_network_allreduce_cut",
     "ingress_egress_bound",
     "latency_bound",
     "lower_bound",

@@ -178,13 +178,18 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "(default: the file's collective's, else 1MiB)")
     p.add_argument("--chunks", type=_chunks_arg,
                    help="chunks per NPU, or 'auto': the count giving the fastest "
-                   "schedule (default: the file's, else auto for the greedy and 1 otherwise)")
+                   "schedule (default: the file's, else auto for greedy and for the greedy "
+                   "candidate of --solver auto, 1 otherwise)")
     p.add_argument("--root", help="root NPU (name or id) for broadcast/reduce/scatter/gather "
                    "(default: the file's)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set a TDL parameter, e.g. --param nodes=2 (repeatable)")
-    p.add_argument("--solver", help="greedy (default), ilp, taccl, forest, ring, biring, direct, "
-                   "rhd, dbtree, hierarchical, multicast ('tacosc solvers' lists options); files "
+    p.add_argument("--solver", help="auto (default: the fastest verified plan of greedy, "
+                   "forest, hierarchical, a2a and NCCL's own algorithms on this topology), greedy, "
+                   "forest, ilp, taccl, multicast, a2a; NCCL models: nccl (NCCL's pick), "
+                   "nccl-ring, nccl-tree, nvls, collnet, pat, nccl-p2p; textbook: ring (one "
+                   "ring), biring, direct, rhd, dbtree, hierarchical ('tacosc solvers' lists "
+                   "options); files "
                    "with reshard or job statements: multicast (default), and for reshards the "
                    "baselines sendrecv, alpa, broadcast")
     p.add_argument("--objective", choices=("makespan", "fairness", "priority"),
@@ -217,6 +222,10 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "(default 1)")
     p.add_argument("--min-bytes", default="0", help="MSCCL: smallest message size, e.g. 1MiB")
     p.add_argument("--max-bytes", default="0", help="MSCCL: largest (0 = no limit)")
+    p.add_argument("--sizes", metavar="FROM:TO:xF", help="sweep message sizes like "
+                   "nccl-tests (e.g. 1KiB:4GiB:x4, 1KiB:1MiB:+256KiB, 1MiB,64MiB): prints "
+                   "time, algbw and busbw of tacos's plan and of each NCCL model per size; "
+                   "-o DIR writes one MSCCL XML per size range (docs/nccl.md)")
     p.add_argument("--max-steps", type=int, default=64,
                    help="MSCCL: most steps per threadblock (default 64)")
     p.add_argument("--report", action="store_true",
@@ -250,7 +259,9 @@ def _verify_parser() -> argparse.ArgumentParser:
         description="Verify an MSCCL XML plan (ours or anyone's), an MSCCL++ JSON plan or a "
         "tacos JSON schedule (the format is told from the content). Exits 1 and names the "
         "rank/threadblock/step and the rule on any violation.")
-    p.add_argument("plan", help="plan.xml (MSCCL), plan.json (tacos schedule or MSCCL++ plan)")
+    p.add_argument("plan", help="plan.xml (MSCCL), plan.json (tacos schedule or MSCCL++ plan), "
+                   "or a folder of MSCCL XML files (each verified, and their size windows "
+                   "checked to form one set)")
     p.add_argument("--topology", help="TDL file: also time an XML plan on it (an alpha-beta "
                    "model estimate for the --size message) or check that a JSON schedule was "
                    "made for it")
@@ -358,7 +369,7 @@ def _chunks(args: argparse.Namespace, base: Any) -> int | str:
     if args.chunks is None:
         if base is not None:
             return base.chunks_per_npu
-        return "auto" if args.solver == "greedy" else 1
+        return "auto" if args.solver in ("greedy", "auto") else 1
     return args.chunks
 
 
@@ -401,6 +412,9 @@ def cmd_compile(argv: Sequence[str]) -> int:
     """``tacosc TOPO.tdl ...``: synthesize, verify, write (outputs are written atomically)."""
     args = _compile_parser().parse_args(argv)
     _check_numbers(args)
+    if args.sizes:  # -o is a folder of MSCCL XML files, one per size range
+        with limits_of(args):
+            return _sweep(args)
     fmt = _output_format(args)
     _check_outputs(args)  # fail now, not after a long synthesis
     with limits_of(args):
@@ -425,12 +439,14 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         from tacos.reshard.cli import compile_reshards
 
         return compile_reshards(spec, args, fmt, reporter)
-    args.solver = args.solver or "greedy"
+    args.solver = args.solver or "auto"
     collective = _choose_collective(spec, args)
     options = _solver_options(args)
     run = synthesize
-    if getattr(args, "auto_chunks", False):
+    if getattr(args, "auto_chunks", False) and args.solver == "greedy":
         from tacos.solvers.greedy_chunks import synthesize_chunked as run
+    elif getattr(args, "auto_chunks", False) and args.solver == "auto":
+        options["greedy_chunks"] = True
     schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
                    trials=args.trials, workers=args.workers, time_limit=args.time_limit,
                    relays=args.relays or "members", progress=reporter, **options)
@@ -465,6 +481,51 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
 
         with reporter.phase("report"):
             print(format_report(schedule, topology=spec.topology))
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """``tacosc TOPO --collective C --sizes ...``: a nccl-tests-like sweep (docs/nccl.md)."""
+    from tacos.importers import load_any
+    from tacos.progress import TerminalReporter
+    from tacos.sweep import sweep
+
+    if not args.collective:
+        raise UsageError("--sizes needs --collective", hint="e.g. --collective allreduce")
+    min_bytes = _size(args.min_bytes, "--min-bytes", 0)
+    max_bytes = _size(args.max_bytes, "--max-bytes", 0)
+    out = Path(args.output) if args.output else None
+    if out is not None and (out.suffix.lower() in (".xml", ".json") or out.is_file()):
+        raise UsageError(f"with --sizes, -o names a folder for one MSCCL XML per size range, "
+                         f"not {args.output}", hint="e.g. -o plans/")
+    reporter = TerminalReporter(enabled=not args.quiet and not args.json)
+    with reporter.phase(f"loading {args.topology}"):
+        spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
+    args.solver = args.solver or "auto"
+    coll = _choose_collective(spec, argparse.Namespace(**{**vars(args), "size": None}))
+    options = _solver_options(args) if args.solver != "auto" else {}
+    for key, value in (("trials", args.trials), ("workers", args.workers),
+                       ("time_limit", args.time_limit)):
+        if value is not None:
+            options[key] = value
+    cands = None if args.solver == "auto" else (args.solver, "nccl")
+    with reporter.phase("sweeping", unit="sizes") as phase:
+        result = sweep(spec.topology, coll.kind, args.sizes, group=coll.group,
+                       chunks_per_npu=coll.chunks_per_npu, root=coll.root, candidates=cands,
+                       progress=phase.update, seed=args.seed, **options)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(result.table())
+    if out is not None:
+        paths = result.write_xml(out, min_bytes=min_bytes, max_bytes=max_bytes,
+                                 proto=args.proto, inplace=args.inplace)
+        if not args.json:
+            print(f"# wrote {len(paths)} MSCCL XML file(s) to {out}/ (disjoint minBytes/"
+                  f"maxBytes windows): MSCCL_ALGO_DIR={out} or MSCCL_XML_FILES="
+                  + ":".join(str(p) for p in paths))
+    if args.plot:
+        result.plot(args.plot)
     return 0
 
 

@@ -169,6 +169,34 @@ def cmd_import(argv: Sequence[str]) -> int:
     return 0
 
 
+def _verify_folder(folder: Path, args: Any) -> int:
+    """Verify every MSCCL XML file of ``folder`` and that their windows form one set."""
+    from tacos.msccl.verify import verify_xml_file
+    from tacos.sweep_xml import check_set
+
+    files = sorted(folder.glob("*.xml"))
+    if not files:
+        raise TacosError(f"{folder}: no .xml file to verify")
+    topology = None
+    if args.topology:
+        from tacos.importers import load_any
+
+        topology = load_any(args.topology, _params(args.param)).topology
+    results = [(f, verify_xml_file(f, topology=topology, max_steps=args.max_steps,
+                                   strict=args.strict)) for f in files]
+    problems = check_set(files)
+    ok = all(r.ok for _, r in results) and not problems
+    if args.json:
+        print(json.dumps({"files": {str(f): r.as_dict() for f, r in results},
+                          "set_problems": problems, "ok": ok}, indent=2))
+    else:
+        for f, r in results:
+            print(f"{f.name}: " + ("verified" if r.ok else r.text()))
+        print("windows: " + ("disjoint and contiguous (the files load as one set)"
+                             if not problems else "; ".join(problems)))
+    return 0 if ok else 1
+
+
 def cmd_verify(argv: Sequence[str]) -> int:
     """``tacosc verify``: MSCCL XML, MSCCL++ JSON or a tacos JSON schedule."""
 
@@ -181,6 +209,8 @@ def _verify(args: argparse.Namespace) -> int:
     from tacos.verify_plan import sniff
 
     path = Path(args.plan)
+    if path.is_dir():
+        return _verify_folder(path, args)
     if not path.is_file():
         raise TacosError(f"{path}: no such file")
     topology, groups = None, []

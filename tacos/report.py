@@ -182,5 +182,10 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
         if s.get("synthesis_time") is not None:
             bits.append(f"synthesis {_t(s['synthesis_time'])}")
         lines.append(("solver", ", ".join(bits)))
+    auto = schedule.meta.get("auto")
+    if isinstance(auto, dict) and auto.get("winner"):
+        from tacos.solvers.auto import describe
+
+        lines.append(("plan", describe(auto)))
     width = max(len(k) for k, _ in lines)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)

@@ -8,6 +8,13 @@ path through switches.  It is cut-through and pays the route's α once: its dura
 link of its route for that whole time.  ``op='copy'`` overwrites the destination's copy of each
 chunk with the source's; ``op='reduce'`` combines the source's partial value into the
 destination's.
+
+Transfers that share a ``group`` id are **one in-switch operation** (``docs/machine-model.md``,
+"In-switch collectives"): a *fan-out* (multicast) group has one source and sends the same
+chunks to several destinations, its routes sharing their common prefix up to a switch that
+declares ``multicast``; a *fan-in* (reduce) group has one destination and ``op='reduce'``, its
+routes merging in switches that declare ``reduce``.  The members start and end together and a
+link shared by several members is held once.
 """
 
 from __future__ import annotations
@@ -28,7 +35,11 @@ OPS = ("copy", "reduce")
 
 @dataclass(frozen=True, order=True)
 class Transfer:
-    """Chunks ``chunks`` travel ``src -> dst`` over the links ``route`` during ``[start, end]``."""
+    """Chunks ``chunks`` travel ``src -> dst`` over the links ``route`` during ``[start, end]``.
+
+    ``group`` (optional) joins the transfer to an in-switch multicast or reduce operation (see
+    the module docstring); ``None`` for an ordinary transfer.
+    """
 
     start: float
     end: float
@@ -37,6 +48,7 @@ class Transfer:
     route: tuple[int, ...]
     chunks: tuple[int, ...]
     op: str = "copy"
+    group: int | None = None
 
     @property
     def duration(self) -> float:
@@ -90,6 +102,14 @@ class Schedule:
         for t in sorted(self.transfers):
             for li in t.route:
                 out[li].append(t)
+        return dict(out)
+
+    def groups(self) -> dict[int, list[int]]:
+        """In-switch operations: group id -> indices (into ``transfers``) of its members."""
+        out: dict[int, list[int]] = defaultdict(list)
+        for i, t in enumerate(self.transfers):
+            if t.group is not None:
+                out[t.group].append(i)
         return dict(out)
 
     def by_npu(self) -> dict[int, dict[str, list[Transfer]]]:

@@ -14,7 +14,10 @@ per link) and dropping its idle time:
   later than its start in the original schedule (data dependence);
 * for reduction chunks, a transfer into u does not start before every transfer out of u carrying
   that chunk that started before it ended in the original: the value u sends must not pick up a
-  contribution that originally arrived later (it would be counted twice downstream).
+  contribution that originally arrived later (it would be counted twice downstream);
+* the members of an in-switch group (``Transfer.group``) move as one *unit*: they start
+  together once every member may start, hold each link of their routes once, and end together
+  after the slowest member's time.
 
 The schedule may have overlapping transfers on a link (e.g. congestion-oblivious synthesis):
 they are serialized.  For a schedule that verifies, the replay verifies too and no transfer
@@ -40,6 +43,7 @@ from tacos.verify_bulk import (
     range_join,
     route_costs,
     route_table,
+    transfer_units,
 )
 
 
@@ -101,7 +105,7 @@ def simulate(schedule: Schedule, *, retime: bool = True, order: str = "planned")
             replay = _replay if order == "planned" else _replay_ready
             starts, ends, warnings = replay(schedule)
             transfers = tuple(
-                Transfer(s, e, t.src, t.dst, t.route, t.chunks, t.op)
+                Transfer(s, e, t.src, t.dst, t.route, t.chunks, t.op, t.group)
                 for t, s, e in zip(schedule.transfers, starts, ends, strict=True)
             )
         meta = dict(schedule.meta)
@@ -124,7 +128,9 @@ def _utilization(schedule: Schedule, time: float) -> tuple[float, ...]:
                        count=len(schedule.transfers))
     link = rt.link
     ok = (link >= 0) & (link < len(links))
-    busy = np.bincount(link[ok], weights=np.maximum(span[rt.tr[ok]], 0.0),
+    unit = np.asarray(transfer_units(schedule), dtype=np.int64)[rt.tr[ok]]
+    pairs = np.unique(np.stack([link[ok], unit]), axis=1)  # a group holds a shared link once
+    busy = np.bincount(pairs[0], weights=np.maximum(span[pairs[1]], 0.0),
                        minlength=len(links))
     mult = np.array([lk.multiplicity for lk in links], dtype=np.float64)
     return tuple((busy / (time * mult)).tolist())
@@ -166,7 +172,9 @@ def _csr(waiter: np.ndarray, pred: np.ndarray, n: int) -> tuple[list[int], list[
 
 @dataclass
 class _Prepared:
-    """What both replay orders need: durations, routes, dependency lists and counters."""
+    """What both replay orders need: durations, routes, dependency lists and counters, all
+    per *unit* (a transfer, or an in-switch group under its first member's index; ``reps``
+    lists the units, ``unit[i]`` is transfer i's)."""
 
     transfers: tuple[Transfer, ...]
     dur: list[float]
@@ -178,6 +186,12 @@ class _Prepared:
     start_ptr: list[int]
     start_targets: list[int]
     war: tuple[np.ndarray, np.ndarray]
+    unit: list[int]
+    reps: list[int]
+
+    def expand(self, start: list[float], end: list[float]) -> tuple[list[float], list[float]]:
+        """Per-unit times given to every member."""
+        return [start[u] for u in self.unit], [end[u] for u in self.unit]
 
 
 def _prepare(schedule: Schedule) -> _Prepared:
@@ -206,15 +220,34 @@ def _prepare(schedule: Schedule) -> _Prepared:
     sizes = np.fromiter((c.size for c in coll.chunks), dtype=np.int64, count=coll.n_chunks)
     nbytes = np.add.reduceat(sizes[h.chunk], h.offsets)
     alpha, bw = route_costs(schedule, rt)
+    member_dur = (alpha + nbytes / bw).tolist()
+    # units: a transfer, or an in-switch group moving as one (links held once, slowest member)
+    unit = transfer_units(schedule)
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, u in enumerate(unit):
+        members[u].append(i)
+    dur = list(member_dur)
+    route_of = [t.route for t in transfers]
+    for u, ms in members.items():
+        if len(ms) > 1:
+            dur[u] = max(member_dur[i] for i in ms)
+            route_of[u] = tuple(dict.fromkeys(li for i in ms for li in transfers[i].route))
     (raw_w, raw_p), (war_w, war_p) = _dependencies(schedule, h)
+    ua = np.asarray(unit, dtype=np.int64)
+    raw_w, raw_p = ua[raw_w], ua[raw_p]
+    war_w, war_p = ua[war_w], ua[war_p]
+    keep = raw_w != raw_p
+    raw_w, raw_p = raw_w[keep], raw_p[keep]
+    keep = war_w != war_p
+    war_w, war_p = war_w[keep], war_p[keep]
     pending = (np.bincount(raw_w, minlength=n) + np.bincount(war_w, minlength=n)).tolist()
     end_ptr, end_targets = _csr(raw_w, raw_p, n)
     start_ptr, start_targets = _csr(war_w, war_p, n)
     starts = h.start[h.offsets] if n else np.zeros(0)
-    order = np.lexsort((np.arange(n), starts)).tolist()  # by (start, index)
-    return _Prepared(transfers, (alpha + nbytes / bw).tolist(), [t.route for t in transfers],
-                     order, pending, end_ptr, end_targets, start_ptr, start_targets,
-                     (war_w, war_p))
+    order = [i for i in np.lexsort((np.arange(n), starts)).tolist()  # by (start, index)
+             if unit[i] == i]
+    return _Prepared(transfers, dur, route_of, order, pending, end_ptr, end_targets,
+                     start_ptr, start_targets, (war_w, war_p), unit, sorted(members))
 
 
 def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ...]]:
@@ -273,7 +306,7 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
 
     try_start(heads(), 0.0)
     done = 0
-    while done < n:
+    while done < len(p.reps):
         if not heap:
             now = max((e for e in end if not math.isnan(e)), default=0.0)
             if not _release_read_blockers(transfers, start, p.war, pending, dropped,
@@ -296,7 +329,7 @@ def _replay(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ..
             if pending[k] == 0:
                 woken.append(k)
         try_start(woken, now)
-    return start, end, tuple(warnings)
+    return (*p.expand(start, end), tuple(warnings))
 
 
 def _replay_ready(schedule: Schedule) -> tuple[list[float], list[float], tuple[str, ...]]:
@@ -311,7 +344,7 @@ def _replay_ready(schedule: Schedule) -> tuple[list[float], list[float], tuple[s
         rank[i] = k
     free = [lk.multiplicity for lk in links]
     waiting: dict[int, list[int]] = defaultdict(list)  # link -> transfers blocked on it
-    ready: list[tuple[int, int]] = [(rank[i], i) for i in range(n) if pending[i] == 0]
+    ready: list[tuple[int, int]] = [(rank[i], i) for i in p.reps if pending[i] == 0]
     heapq.heapify(ready)
     start = [math.nan] * n
     end = [math.nan] * n
@@ -341,7 +374,7 @@ def _replay_ready(schedule: Schedule) -> tuple[list[float], list[float], tuple[s
 
     launch(0.0)
     done = 0
-    while done < n:
+    while done < len(p.reps):
         if not heap:
             now = max((e for e in end if not math.isnan(e)), default=0.0)
             if not _release_read_blockers(transfers, start, p.war, pending, dropped,
@@ -349,7 +382,7 @@ def _replay_ready(schedule: Schedule) -> tuple[list[float], list[float], tuple[s
                 raise VerificationError(
                     "schedule cannot be replayed: its transfers wait on each other in a cycle",
                     hint="check the schedule with the verifier (zero-length transfers?)")
-            for i in range(n):  # duplicates are skipped when popped
+            for i in p.reps:  # duplicates are skipped when popped
                 if math.isnan(start[i]) and pending[i] == 0:
                     heapq.heappush(ready, (rank[i], i))
             launch(now)
@@ -368,7 +401,7 @@ def _replay_ready(schedule: Schedule) -> tuple[list[float], list[float], tuple[s
                 if pending[k] == 0:
                     heapq.heappush(ready, (rank[k], k))
         launch(now)
-    return start, end, tuple(warnings)
+    return (*p.expand(start, end), tuple(warnings))
 
 
 def _release_read_blockers(transfers, start, war, pending, dropped: set[tuple[int, int]],

@@ -72,7 +72,7 @@ def _retime(schedule: Schedule) -> Schedule:
     return out
 
 
-def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
+def solve(topology: Topology, collective: Collective, *, solver: str = "auto",
           seed: int = 0, trials: int | None = None, workers: int | None = None,
           time_limit: float | None = None, progress: Any = None, bound: bool = True,
           relays: str = "members", **solver_options: Any) -> SolveResult:
@@ -100,7 +100,9 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "greedy",
         result = _solve(topology, collective, solver, impl_class, options, bound=False)
     if bound and result.schedule is not None:
         with reporter.phase("lower bound"):
-            _attach_bound(result.schedule, topology, collective)
+            # of the collective the schedule serves: a solver that refines chunks (NCCL's
+            # channels, pipelines) is bounded with its own pieces, which the latency term sees
+            _attach_bound(result.schedule, topology, result.schedule.collective)
         return SolveResult(result.status, result.schedule,
                            result.schedule.meta.get("lower_bound"), result.stats)
     return result
@@ -212,7 +214,7 @@ def _solve(topology: Topology, collective: Collective, solver: str, impl_class: 
     return SolveResult(status, schedule, bound, stats)
 
 
-def synthesize(topology: Topology, collective: Collective, *, solver: str = "greedy",
+def synthesize(topology: Topology, collective: Collective, *, solver: str = "auto",
                seed: int = 0, trials: int | None = None, workers: int | None = None,
                time_limit: float | None = None, progress: Any = None, bound: bool = True,
                relays: str = "members", **solver_options: Any) -> Schedule:
@@ -224,8 +226,13 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "gre
         From :func:`tacos.load` / :func:`tacos.parse`, :mod:`tacos.builders`, an importer
         (:mod:`tacos.importers`) and :func:`tacos.collective`.
     solver
-        ``greedy`` (default), ``ilp``, ``taccl``, or a baseline: ``ring``, ``biring``,
-        ``direct``, ``rhd``, ``dbtree``, ``hierarchical`` (options: :func:`tacos.solver_options`).
+        ``auto`` (default, :mod:`tacos.solvers.auto`): the fastest verified plan of the
+        synthesizers and of NCCL's own algorithms on this topology (``meta['auto']`` says which
+        won and by how much).  Or one solver: ``greedy``, ``ilp``, ``taccl``, ``multicast``,
+        ``a2a``; NCCL models ``nccl`` (NCCL's pick), ``nccl-ring``, ``nccl-tree``, ``nvls``,
+        ``collnet``, ``pat``, ``nccl-p2p``; textbook baselines ``ring`` (one ring),
+        ``biring``, ``direct``, ``rhd``, ``dbtree``, ``hierarchical`` (options:
+        :func:`tacos.solver_options`).
     seed
         Random seed; the same seed gives the same schedule.
     trials
@@ -253,7 +260,10 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "gre
         ``upper_bound``, ``cluster_first``, ``max_merge``; baselines: ``ring_order``.
 
     Returns a :class:`~tacos.schedule.Schedule` whose ``collective`` is the one given (chunk ids
-    preserved) and whose ``topology`` is ``topology`` itself (transfers on physical routes,
+    preserved) -- or, from a solver that splits the buffer over channels or pipeline slices
+    (the NCCL baselines, ``forest``, and ``auto`` when one of them wins), a refinement of it:
+    the same buffer and layout with each chunk cut into equal consecutive pieces -- and whose
+    ``topology`` is ``topology`` itself (transfers on physical routes,
     timed on the physical links); ``meta`` holds ``solver``,
     ``seed``, ``trials``, ``status``, ``synthesis_time`` (s) and ``lower_bound``/``gap``.
     Raises :class:`~tacos.errors.InfeasibleError` if no schedule exists.

@@ -162,6 +162,27 @@ class Topology:
         """Number of physical links entering ``node`` (multiplicity counted)."""
         return sum(self.links[i].multiplicity for i in self.in_links[node])
 
+    def scale_up_nodes(self, group: Iterable[int] | None = None) -> tuple[tuple[int, ...], ...]:
+        """The group's nodes (scale-up domains): its live NPUs joined by links faster per lane
+        than the topology's slowest class of link, switches included (NVLink, xGMI, NVSwitch
+        inside; NICs and the scale-out fabric between).  One node when every link is of one
+        class (a DGX-1 or an MI250 box alone, a torus, a single switch)."""
+        members = sorted(dict.fromkeys(v for v in (self.live_npus if group is None else group)
+                                       if not self.npus[v].failed))
+        speeds = {lk.bandwidth for lk in self.links}
+        if len(speeds) <= 1:
+            return (tuple(members),) if members else ()
+        import networkx as nx
+
+        slow = min(speeds)
+        g = nx.Graph()
+        g.add_nodes_from(range(self.n_nodes))
+        g.add_edges_from((lk.src, lk.dst) for lk in self.links if lk.bandwidth > slow)
+        inside = set(members)
+        parts = [tuple(sorted(v for v in comp if v in inside))
+                 for comp in nx.connected_components(g)]
+        return tuple(sorted(p for p in parts if p))
+
     @cached_property
     def routing(self):  # -> tacos.routes.Routing (imported lazily: routes imports this module)
         """Candidate routes between NPUs (:class:`tacos.routes.Routing`), built lazily once."""
@@ -242,6 +263,33 @@ class Topology:
     def with_links(self, links: Iterable[Link]) -> Topology:
         """A copy with another link set (used by passes such as switch unwinding)."""
         return Topology(self.npus, self.switches, tuple(links), self.name, self.failed_links,
+                        self.span)
+
+    def with_capabilities(self, capabilities: dict[str, Iterable[str]]) -> Topology:
+        """A copy whose switches named by a pattern (an exact name, or a shell pattern such as
+        ``'rail*'`` or ``'*nvswitch'``) declare the given capabilities (a subset of
+        :data:`SWITCH_CAPABILITIES`), e.g.
+        ``topo.with_capabilities({"*nvswitch": {"multicast", "reduce"}})``.  Switches matching
+        no pattern keep theirs.  Raises ``ValueError`` for an unknown capability or a pattern
+        that matches no switch.
+        """
+        from dataclasses import replace
+        from fnmatch import fnmatchcase
+
+        switches = list(self.switches)
+        for pattern, caps in capabilities.items():
+            wanted = frozenset(caps)
+            unknown = sorted(wanted - set(SWITCH_CAPABILITIES))
+            if unknown:
+                raise ValueError(f"unknown switch capability {unknown[0]!r} (known: "
+                                 f"{', '.join(SWITCH_CAPABILITIES)})")
+            hit = [k for k, sw in enumerate(switches)
+                   if sw.name == pattern or fnmatchcase(sw.name, pattern)]
+            if not hit:
+                raise ValueError(f"no switch matches {pattern!r}")
+            for k in hit:
+                switches[k] = replace(switches[k], capabilities=wanted)
+        return Topology(self.npus, tuple(switches), self.links, self.name, self.failed_links,
                         self.span)
 
     def reversed(self) -> Topology:

@@ -17,7 +17,13 @@ trusting any solver.  Each problem found is a :class:`Violation` tagged with one
 ``overlap``
     at no instant more than ``link.multiplicity`` transfers are active on one physical link,
     counting every transfer whose route crosses it -- a switch port or an uplink included
-    (intervals are half-open ``[start, end)``).
+    (intervals are half-open ``[start, end)``); the members of an in-switch group hold a link
+    they share once.
+``group``
+    transfers with the same ``group`` id form one in-switch operation
+    (:func:`tacos.in_switch.group_shape`): one source fanning out through switches that declare
+    ``multicast``, or one destination reduced into through switches that declare ``reduce``;
+    the members start and end together.
 ``causality``
     the sender holds (a value of) every chunk it sends when the transfer starts.
 ``postcondition``
@@ -45,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from tacos.errors import VerificationError
+from tacos.in_switch import GroupError, group_shape
 from tacos.nogc import paused_gc
 from tacos.routes import RouteError, link_name
 from tacos.schedule import OPS, Schedule, Transfer
@@ -58,9 +65,10 @@ from tacos.verify_bulk import (
     screen_copies,
     screen_reductions,
     transfer_suspects,
+    transfer_units,
 )
 
-RULES = ("link", "duration", "overlap", "causality", "postcondition", "contribution")
+RULES = ("link", "duration", "overlap", "group", "causality", "postcondition", "contribution")
 MAX_PER_RULE = 200
 
 
@@ -151,6 +159,7 @@ def verify_schedule(schedule: Schedule) -> VerifyReport:
         except (TypeError, ValueError, OverflowError):
             hops = None
         usable = _check_transfers(schedule, out, hops)
+        _check_groups(schedule, usable, out)
         _check_overlap(schedule, usable, out)
         _check_data(schedule, usable, out, hops)
     return VerifyReport(not out.items and not out.omitted, tuple(out.items), out.omitted)
@@ -250,27 +259,59 @@ def _route_text(route: object) -> str:
     return repr(route)
 
 
+def _check_groups(schedule: Schedule, usable: list[bool], out: _Collector) -> None:
+    """Every group of transfers is one valid in-switch operation (:mod:`tacos.in_switch`)."""
+    groups: dict[object, list[int]] = defaultdict(list)
+    for i, t in enumerate(schedule.transfers):
+        if t.group is None:
+            continue
+        if not isinstance(t.group, int) or isinstance(t.group, bool):
+            out.add("group", f"transfer {i}: group id {t.group!r} is not an integer",
+                    transfer=i)
+            continue
+        groups[t.group].append(i)
+    topo = schedule.topology
+    for g, idxs in sorted(groups.items()):
+        if len(idxs) < 2 or not all(usable[i] for i in idxs):
+            continue
+        members = [schedule.transfers[i] for i in idxs]
+        first = idxs[0]
+        if (early(max(t.start for t in members)) > min(t.start for t in members)
+                or early(max(t.end for t in members)) > min(t.end for t in members)):
+            out.add("group", f"group {g} (transfers {_short(idxs)}): its transfers do not start "
+                    "and end together; an in-switch operation moves as one", transfer=first)
+            continue
+        try:
+            group_shape(topo, members)
+        except GroupError as exc:
+            out.add("group", f"group {g} (transfers {_short(idxs)}): {exc}", transfer=first,
+                    npu=members[0].src)
+
+
 def _check_overlap(schedule: Schedule, usable: list[bool], out: _Collector) -> None:
-    """No more than ``multiplicity`` transfers active at once on any physical link."""
+    """No more than ``multiplicity`` transfers active at once on any physical link (a group
+    counts once on a link its members share)."""
     suspects = overlap_suspects(schedule, usable)
-    per_link: dict[int, list[int]] = defaultdict(list)
+    unit = transfer_units(schedule)
+    per_link: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     if suspects:
         for i, t in enumerate(schedule.transfers):
             if usable[i]:
                 for li in t.route:
                     if li in suspects:
-                        per_link[li].append(i)
+                        per_link[li][unit[i]].append(i)
     topo = schedule.topology
-    for li, idxs in sorted(per_link.items()):
+    for li, units in sorted(per_link.items()):
         cap = topo.links[li].multiplicity
         events: list[tuple[float, int, int]] = []
-        for i in idxs:
-            t = schedule.transfers[i]
-            done = float(early(t.end))
-            if done <= t.start:
+        for u, idxs in units.items():
+            start = min(schedule.transfers[i].start for i in idxs)
+            end = max(schedule.transfers[i].end for i in idxs)
+            done = float(early(end))
+            if done <= start:
                 continue
-            events.append((t.start, 1, i))
-            events.append((done, 0, i))
+            events.append((start, 1, u))
+            events.append((done, 0, u))
         events.sort()
         active: set[int] = set()
         for _, kind, i in events:

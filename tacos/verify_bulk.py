@@ -259,11 +259,25 @@ def screen_copies(schedule: Schedule, usable: list[bool], h: HopTable
     return bad, missing
 
 
+def transfer_units(schedule: Schedule) -> list[int]:
+    """For every transfer, the index of the *unit* that holds links: itself, or the first member
+    of its in-switch group (members of a group hold a link they share once)."""
+    first: dict[object, int] = {}
+    out = []
+    for i, t in enumerate(schedule.transfers):
+        g = t.group
+        if g is None or not isinstance(g, int) or isinstance(g, bool):
+            out.append(i)
+        else:
+            out.append(first.setdefault(g, i))
+    return out
+
+
 def overlap_suspects(schedule: Schedule, usable: list[bool]) -> set[int]:
     """Physical links that may carry more than ``multiplicity`` transfers at once (a transfer
-    occupies every link of its route).
+    occupies every link of its route; an in-switch group holds a shared link once).
 
-    On a single-lane link, transfers sorted by start never overlap iff each starts no earlier
+    On a single-lane link, units sorted by start never overlap iff each starts no earlier
     than the previous one ends (up to :func:`early`); links with multiplicity > 1 are always
     returned when used.
     """
@@ -272,11 +286,21 @@ def overlap_suspects(schedule: Schedule, usable: list[bool]) -> set[int]:
         return set()
     rt = route_table(schedule)
     ok = np.asarray(usable, dtype=bool)[rt.tr]
-    tr, link = rt.tr[ok], rt.link[ok]
+    unit = np.asarray(transfer_units(schedule), dtype=np.int64)
+    tr, link = unit[rt.tr[ok]], rt.link[ok]
     if len(tr) == 0:
         return set()
-    start = np.fromiter((t.start for t in ts), dtype=np.float64, count=len(ts))[tr]
-    end = np.fromiter((t.end for t in ts), dtype=np.float64, count=len(ts))[tr]
+    n = len(ts)
+    t_start = np.fromiter((t.start for t in ts), dtype=np.float64, count=n)
+    t_end = np.fromiter((t.end for t in ts), dtype=np.float64, count=n)
+    u_start, u_end = t_start.copy(), t_end.copy()
+    grouped = np.flatnonzero(unit != np.arange(n))
+    if len(grouped):
+        np.minimum.at(u_start, unit[grouped], t_start[grouped])
+        np.maximum.at(u_end, unit[grouped], t_end[grouped])
+        pairs = np.unique(np.stack([link, tr]), axis=1)
+        link, tr = pairs[0], pairs[1]
+    start, end = u_start[tr], u_end[tr]
     order = np.lexsort((tr, start, link))
     lk, st, en = link[order], start[order], end[order]
     clash = (lk[1:] == lk[:-1]) & (st[1:] < early(en[:-1]))

@@ -159,7 +159,9 @@ def test_broadcast_cut_is_buffer_over_maxflow():
     topo = grid((4,), True, alpha=0, bw=GB)  # bidirectional 4-ring
     coll = build("broadcast", range(4), size=8 * 10**6, root=0)
     assert cut_bound(topo, coll) == pytest.approx(8e6 / (2 * GB))
-    assert cut_bound(topo, build("alltoall", range(4), size=4000)) is None
+    # all-to-all: the bisection {0, 1} | {2, 3} carries 4 chunks of 1000 B over 2 links
+    assert cut_bound(topo, build("alltoall", range(4), size=4000)) == pytest.approx(
+        4000 / (2 * GB))
 
 
 def test_latency_bound_takes_fastest_path_and_farthest_contribution():

@@ -38,7 +38,7 @@ def test_every_collective_on_every_example(example: Path) -> None:
     for kind in STANDARD_COLLECTIVES:
         root = live[-1] if kind in ROOTED_COLLECTIVES else None
         coll = patterns.build(kind, live, size=len(live) * 4096, root=root)
-        schedule = synthesize(topo, coll, trials=1, workers=1, seed=0)
+        schedule = synthesize(topo, coll, trials=1, workers=1, seed=0, solver="greedy")
         report = verify_schedule(schedule)
         assert report.ok, f"{example.stem} {kind}: {report.text()}"
         assert schedule.makespan > 0
@@ -54,7 +54,8 @@ def test_declared_collectives(example: Path) -> None:
     spec = tacos.load(example)
     if spec.collective is None:
         pytest.skip("declares no collective")
-    schedule = synthesize(spec.topology, spec.collective, trials=2, workers=1, seed=1)
+    schedule = synthesize(spec.topology, spec.collective, trials=2, workers=1, seed=1,
+                          solver="greedy")
     assert verify_schedule(schedule).ok
     delivered = {(c, t.dst) for t in schedule.transfers for c in t.chunks}
     for chunk in spec.collective.chunks:

@@ -158,8 +158,8 @@ def test_collective_flag_keeps_the_files_size_and_root(tmp_path: Path,
     f = tmp_path / "b.tdl"
     f.write_text("ring r[4] 10GB/s 1us\ncollective broadcast root r[2] size 64KiB chunks 2\n")
     out = tmp_path / "b.json"
-    assert main([str(f), "-c", "broadcast", "-q", "--workers", "1", "-o", str(out), "--json"]
-                ) == 0
+    assert main([str(f), "-c", "broadcast", "-q", "--workers", "1", "-o", str(out), "--json",
+                 "--solver", "greedy"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["collective"]["label"] == "broadcast(root=2)"
     assert rep["collective"]["size"] == 64 * 1024 and rep["collective"]["chunks"] == 2
@@ -237,18 +237,19 @@ def test_progress_only_on_a_terminal(ring_schedule: tacos.Schedule) -> None:
     rep = TerminalReporter(stream=loud, quiet_below=0.0)
     topo = builders.ring(4, bandwidth=1e9)
     tacos.synthesize(topo, tacos.collective("allgather", range(4), size=4096), workers=1,
-                     progress=rep)
+                     progress=rep, solver="greedy")
     text = loud.getvalue()
     assert "synthesizing (greedy): done" in text and "lower bound: done" in text
     seen: list[tuple[int, int]] = []
     tacos.synthesize(topo, tacos.collective("allgather", range(4), size=4096), workers=1,
-                     trials=3, max_merge=1, progress=lambda d, t: seen.append((d, t)))
+                     trials=3, max_merge=1, progress=lambda d, t: seen.append((d, t)),
+                     solver="greedy")
     assert seen[-1] == (3, 3)
 
 
 def test_report_states_trials_and_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(EXAMPLES / "mesh4x4.tdl"), "-c", "allgather", "--trials", "4",
-                 "--workers", "1", "-q", "--json"]) == 0
+                 "--workers", "1", "-q", "--json", "--solver", "greedy"]) == 0
     solver = json.loads(capsys.readouterr().out)["solver"]
     assert solver["trials"] == 4 and solver["trials_run"] in (4, 8)
 

@@ -43,12 +43,13 @@ def test_a_switch_port_serves_one_peer_at_a_time_at_full_rate():
     bw, alpha, n = 100e9, 1e-6, 6
     topo = star(n, bandwidth=bw, latency=alpha)
     coll = build("allgather", range(n), size=n * MiB)
-    sched = checked(synthesize(topo, coll, trials=4, workers=1, max_merge=1))
+    sched = checked(synthesize(topo, coll, solver="greedy", trials=4, workers=1, max_merge=1))
     # one chunk per step through each up- and down-port: n-1 steps of the full-rate route
     assert sched.makespan == pytest.approx((n - 1) * (2 * alpha + MiB / bw), rel=1e-9)
     assert all(len(t.route) == 2 for t in sched.transfers)
     # the unwound view gives each peer a fifth of the port: every chunk takes 5x longer
-    slow = checked(synthesize(topo, coll, trials=4, workers=1, max_merge=1, model="unwound"))
+    slow = checked(synthesize(topo, coll, solver="greedy", trials=4, workers=1, max_merge=1,
+                              model="unwound"))
     assert slow.meta["model"] == "unwound" and sched.meta["model"] == "physical"
     assert sched.makespan < slow.makespan
 
@@ -56,7 +57,7 @@ def test_a_switch_port_serves_one_peer_at_a_time_at_full_rate():
 def test_dgx_node_allreduce_is_no_slower_than_the_ring_baseline():
     topo = preset("dgx_a100_node")
     coll = build("allreduce", topo.live_npus, size=64 * MiB)
-    greedy = checked(synthesize(topo, coll, trials=4, workers=1))
+    greedy = checked(synthesize(topo, coll, solver="greedy", trials=4, workers=1))
     ring = synthesize(topo, coll, solver="ring")
     assert greedy.makespan <= ring.makespan * (1 + 1e-9)
     assert greedy.makespan >= greedy.meta["lower_bound"] * (1 - 1e-9)
@@ -65,7 +66,7 @@ def test_dgx_node_allreduce_is_no_slower_than_the_ring_baseline():
 def test_a_process_group_uses_only_its_members_ports_at_full_rate():
     spec = tacos.load(ROOT / "examples" / "dgx_a100_group4.tdl")
     topo, coll = spec.topology, spec.collective
-    greedy = checked(synthesize(topo, coll, trials=4, workers=1))
+    greedy = checked(synthesize(topo, coll, solver="greedy", trials=4, workers=1))
     ring = synthesize(topo, coll, solver="ring")
     assert greedy.makespan <= ring.makespan * (1 + 1e-9)
     members = set(coll.group)
@@ -78,7 +79,7 @@ def test_a_process_group_uses_only_its_members_ports_at_full_rate():
 def test_ecmp_routes_spread_over_the_spines():
     topo = tacos.load(ROOT / "examples" / "fattree.tdl").topology
     coll = build("allgather", topo.live_npus, size=16 * MiB, chunks_per_npu=2)
-    sched = checked(synthesize(topo, coll, trials=2, workers=1))
+    sched = checked(synthesize(topo, coll, solver="greedy", trials=2, workers=1))
     spines = Counter(topo.node_name(topo.links[t.route[1]].dst) for t in sched.transfers
                      if len(t.route) == 4)
     assert len(spines) == 2 and min(spines.values()) >= 0.4 * max(spines.values())
@@ -107,8 +108,8 @@ def test_a_shard_crosses_an_oversubscribed_leaf_boundary_once():
         lk = t.links[li]
         return t.is_switch(lk.src) and t.is_switch(lk.dst) and "spine" in t.node_name(lk.src)
 
-    aware = checked(synthesize(topo, coll, trials=2, workers=1))
-    blind = checked(synthesize(topo, coll, trials=2, workers=1, islands=False))
+    aware = checked(synthesize(topo, coll, solver="greedy", trials=2, workers=1))
+    blind = checked(synthesize(topo, coll, solver="greedy", trials=2, workers=1, islands=False))
     minimum = 4 * (12 * 4 * MiB)  # 12 remote shards of 4 MiB enter each of the 4 leaves
     assert bytes_over(aware, into_leaf) == minimum
     assert bytes_over(blind, into_leaf) > minimum
@@ -123,8 +124,9 @@ def test_node_nics_carry_fewer_copies_with_islands():
         lk = t.links[li]
         return lk.tag == "nic" and t.is_switch(lk.src)
 
-    aware = checked(synthesize(topo, coll, trials=2, workers=1, seed=1))
-    blind = checked(synthesize(topo, coll, trials=2, workers=1, seed=1, islands=False))
+    aware = checked(synthesize(topo, coll, solver="greedy", trials=2, workers=1, seed=1))
+    blind = checked(synthesize(topo, coll, solver="greedy", trials=2, workers=1, seed=1,
+                               islands=False))
     assert bytes_over(aware, nic) < bytes_over(blind, nic)
     assert aware.meta["islands"] == [list(range(8)), list(range(8, 16))]
 
@@ -132,10 +134,10 @@ def test_node_nics_carry_fewer_copies_with_islands():
 def test_same_seed_same_bytes_on_the_physical_model():
     topo = preset("dgx_a100", nodes=2)
     coll = build("allgather", topo.live_npus, size=16 * MiB, chunks_per_npu=2)
-    a = synthesize(topo, coll, trials=3, workers=1, seed=4)
-    b = synthesize(topo, coll, trials=3, workers=2, seed=4)
+    a = synthesize(topo, coll, solver="greedy", trials=3, workers=1, seed=4)
+    b = synthesize(topo, coll, solver="greedy", trials=3, workers=2, seed=4)
     assert a.transfers == b.transfers
-    c = synthesize(topo, coll, trials=3, workers=1, seed=5)
+    c = synthesize(topo, coll, solver="greedy", trials=3, workers=1, seed=5)
     assert a.transfers != c.transfers
 
 
@@ -144,8 +146,8 @@ def test_relays_through_non_members_only_when_allowed():
     topo = mesh(4, 1, bandwidth=10e9, latency=1e-6)
     coll = build("allgather", (0, 2), size=2 * MiB)
     with pytest.raises(InfeasibleError):
-        synthesize(topo, coll, trials=1, workers=1)
-    sched = checked(synthesize(topo, coll, trials=1, workers=1, relays="all"))
+        synthesize(topo, coll, solver="greedy", trials=1, workers=1)
+    sched = checked(synthesize(topo, coll, solver="greedy", trials=1, workers=1, relays="all"))
     assert 1 in {t.dst for t in sched.transfers}
     # the greedy itself keeps to the rule it is given
     res = GreedySolver().solve(Problem(topo, coll, {"workers": 1, "trials": 1}))
@@ -177,11 +179,12 @@ def test_tacosc_chooses_chunks_for_the_greedy(tmp_path):
     out = tmp_path / "plan.json"
     topo = str(ROOT / "tacos" / "presets" / "dgx_a100.tdl")
     assert main([topo, "--param", "nodes=2", "-c", "allgather", "--size", "64MiB",
-                 "--trials", "2", "--workers", "1", "-q", "-o", str(out)]) == 0
+                 "--solver", "greedy", "--trials", "2", "--workers", "1", "-q",
+                 "-o", str(out)]) == 0
     assert json.loads(out.read_text())["collective"]["chunks_per_npu"] > 1
     assert main(["verify", str(out), "--topology", topo, "--param", "nodes=2"]) == 0
     fixed = tmp_path / "one.json"
     assert main([topo, "--param", "nodes=2", "-c", "allgather", "--size", "64MiB",
-                 "--chunks", "1", "--trials", "2", "--workers", "1", "-q",
+                 "--chunks", "1", "--solver", "greedy", "--trials", "2", "--workers", "1", "-q",
                  "-o", str(fixed)]) == 0
     assert json.loads(fixed.read_text())["collective"]["chunks_per_npu"] == 1

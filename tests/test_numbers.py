@@ -43,6 +43,8 @@ def test_tdl_numbers(text: str, phrase: str) -> None:
     (["-c", "allgather", "--size", "1e400"], "not a finite size"),
     (["-c", "allgather", "--size", "1e30"], "out of range"),
     (["-c", "allgather", "--max-merge", "0"], "max_merge must be at least 1"),
+    (["-c", "allgather", "--solver", "greedy", "--max-merge", "0"],
+     "max_merge must be at least 1"),
     (["-c", "allgather", "--trials", "0"], "trials must be an integer >= 1"),
     (["-c", "allgather", "--chunks", "0"], "not a count >= 1 or auto"),
     (["-c", "allgather", "--workers", "-2"], "workers must be an integer >= 1"),
@@ -97,7 +99,8 @@ def test_huge_latencies_verify(kind: str) -> None:
     synthesizer's schedule verifies (rounding is judged relative to the times involved)."""
     spec = tacos.parse("mesh m[4,4] x 50GB/s 0.5us y 25GB/s 99999999999us\n")
     coll = tacos.collective(kind, spec.topology.live_npus, size=1 << 20)
-    schedule = tacos.synthesize(spec.topology, coll, trials=2, workers=1, bound=False)
+    schedule = tacos.synthesize(spec.topology, coll, solver="greedy", trials=2, workers=1,
+                                bound=False)
     assert schedule.makespan > 1e5
     schedule.verify()
     small = [t for t in schedule.transfers if t.end - t.start < 1e-5 and t.start > 1e5]

@@ -99,7 +99,7 @@ def standard(kind: str, group, k: int = 1) -> Collective:
 def test_every_standard_collective_on_every_topology_verifies(name, kind):
     topo = TOPOLOGIES[name]
     coll = standard(kind, topo.live_npus, k=2 if kind != "alltoall" else 1)
-    sched = check(synthesize(topo, coll, trials=2, workers=1, seed=4))
+    sched = check(synthesize(topo, coll, trials=2, workers=1, seed=4, solver="greedy"))
     assert sched.collective is coll
     assert sched.makespan >= sched.meta["lower_bound"] * (1 - 1e-9)
     if topo.switches:
@@ -112,7 +112,7 @@ def test_every_standard_collective_on_every_topology_verifies(name, kind):
 def test_meta_and_status():
     topo = TOPOLOGIES["torus3x3"]
     coll = standard("allreduce", range(9))
-    res = solve(topo, coll, trials=3, seed=11, workers=1)
+    res = solve(topo, coll, trials=3, seed=11, workers=1, solver="greedy")
     assert res.status == "feasible"
     meta = res.schedule.meta
     assert meta["solver"] == "greedy" and meta["seed"] == 11 and meta["trials"] == 3
@@ -123,7 +123,7 @@ def test_meta_and_status():
 def test_reduce_scatter_is_a_reversed_allgather():
     topo = mesh(2, 3, slow_rows=True)
     coll = standard("reducescatter", range(6), k=2)
-    rs = check(synthesize(topo, coll, trials=3, workers=1))
+    rs = check(synthesize(topo, coll, trials=3, workers=1, solver="greedy"))
     assert {t.op for t in rs.transfers} == {"reduce"}
     horizon = rs.makespan
     # flip every reduce v->u over [s, e] into a copy u->v over [T-e, T-s] on the reversed
@@ -138,7 +138,7 @@ def test_reduce_scatter_is_a_reversed_allgather():
 def test_reduce_is_a_reversed_broadcast():
     topo = ring(6)
     coll = standard("reduce", range(6))
-    red = check(synthesize(topo, coll, trials=2, workers=1))
+    red = check(synthesize(topo, coll, trials=2, workers=1, solver="greedy"))
     into_root = [t for t in red.transfers if t.dst == coll.root]
     assert into_root and {t.op for t in red.transfers} == {"reduce"}
     # the root never sends: it only collects
@@ -148,7 +148,7 @@ def test_reduce_is_a_reversed_broadcast():
 def test_allreduce_is_reduce_scatter_then_allgather():
     topo = mesh(3, 3, wrap=True)
     coll = standard("allreduce", range(9), k=2)
-    sched = check(synthesize(topo, coll, trials=2, workers=1))
+    sched = check(synthesize(topo, coll, trials=2, workers=1, solver="greedy"))
     reduce_end = max(t.end for t in sched.transfers if t.op == "reduce")
     copy_start = min(t.start for t in sched.transfers if t.op == "copy")
     assert reduce_end <= copy_start + 1e-15
@@ -166,7 +166,7 @@ def test_custom_mixed_collective_and_chunk_ids():
         ((0, 4, 8), (2, 6), True, 1024),      # reduce to several NPUs
         ((5,), (5,), False, 512),             # nothing to do
     ])
-    sched = check(synthesize(topo, coll, trials=2, workers=1))
+    sched = check(synthesize(topo, coll, trials=2, workers=1, solver="greedy"))
     assert {c for t in sched.transfers for c in t.chunks} == {0, 1, 2}
     assert {t.op for t in sched.transfers if 1 in t.chunks} == {"reduce"}
 
@@ -177,7 +177,7 @@ def test_multi_tenant_is_solved_jointly():
     b = build("reduce", [4, 5, 6, 7, 8], size=8 * KiB, root=8)
     c = build("broadcast", [0, 4, 8], size=8 * KiB, chunks_per_npu=2, root=0)
     multi = combine([a, b, c])
-    sched = check(synthesize(topo, multi, trials=2, workers=1))
+    sched = check(synthesize(topo, multi, trials=2, workers=1, solver="greedy"))
     assert sched.collective is multi
     tenants = {multi.chunks[ch].tenant for t in sched.transfers for ch in t.chunks}
     assert tenants == {0, 1, 2}
@@ -188,7 +188,7 @@ def test_unreachable_npu_is_named_with_the_chunk():
     topo = Topology(npus(5), (), links, "broken-ring", (Link(2, 3, 1e-6, 1e9),))
     coll = build("allgather", range(5), size=5 * KiB)
     with pytest.raises(InfeasibleError) as err:
-        synthesize(topo, coll, workers=1)
+        synthesize(topo, coll, workers=1, solver="greedy")
     msg = err.value.message
     assert "npu 3 cannot receive chunk" in msg and "no path from npu" in msg
     assert "failure" in (err.value.hint or "")
@@ -199,15 +199,16 @@ def test_reduction_contribution_that_cannot_reach_the_root():
     topo = Topology(npus(4), (), links)
     coll = build("reduce", range(4), size=KiB, root=1)
     with pytest.raises(InfeasibleError, match=r"npu 1 cannot receive chunk 0.*npu [23]"):
-        synthesize(topo, coll, workers=1)
+        synthesize(topo, coll, workers=1, solver="greedy")
 
 
 def test_failed_npu_in_the_collective_is_rejected():
     topo = Topology(npus(4, failed=(2,)), (), tuple(bidir([(0, 1), (1, 3), (3, 0)])))
     coll = build("allgather", range(4), size=4 * KiB)
     with pytest.raises(InfeasibleError, match="failed npu 2"):
-        synthesize(topo, coll, workers=1)
-    ok = check(synthesize(topo, build("allgather", topo.live_npus, size=3 * KiB), workers=1))
+        synthesize(topo, coll, workers=1, solver="greedy")
+    ok = check(synthesize(topo, build("allgather", topo.live_npus, size=3 * KiB), workers=1,
+                          solver="greedy"))
     assert all(2 not in (t.src, t.dst) for t in ok.transfers)
 
 
@@ -219,5 +220,5 @@ def test_unknown_solver_is_a_usage_error():
 def test_combining_phases_report_progress():
     seen = []
     synthesize(ring(4), standard("allreduce", range(4)), trials=3, workers=1, max_merge=1,
-               progress=lambda d, t: seen.append((d, t)))
+               progress=lambda d, t: seen.append((d, t)), solver="greedy")
     assert seen[-1] == (6, 6) and [d for d, _ in seen] == list(range(1, 7))

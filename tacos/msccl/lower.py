@@ -116,6 +116,15 @@ def lower(schedule: Schedule, *, options: MscclOptions | None = None,
     """
     opts = options or MscclOptions()
     opts.validate()
+    if any(t.group is not None for t in schedule.transfers):
+        raise TacosError(
+            "this plan uses in-switch multicast/reduce (transfer groups: NVLS or SHARP), which "
+            "MSCCL XML cannot express (its steps are two-sided sends between ranks); tacos's "
+            "MSCCL++ writer lowers through the same program and does not write NVLS switch "
+            "channels yet",
+            hint="write the JSON schedule (-o plan.json), or synthesize a plan without "
+                 "in-switch operations for MSCCL (a solver other than nvls/collnet, or a "
+                 "topology whose switches declare no capabilities)")
     schedule = first_round(schedule)  # a pipelined schedule: the runtime loops over slices
     with paused_gc():
         return _lower(schedule, opts, as_reporter(progress))

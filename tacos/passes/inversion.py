@@ -159,32 +159,38 @@ def invert_transfers(dual: Schedule, ids: tuple[int, ...],
     """Time- and edge-reverse a dual schedule's copies into reduces of the original chunks.
 
     Without ``horizons`` the whole dual phase is reversed within its makespan; with them
-    (tenant → horizon) each tenant's transfers within its own horizon."""
+    (tenant → horizon) each tenant's transfers within its own horizon.  A multicast group of
+    the dual (on the reversed topology) becomes an in-switch reduction group into its source.
+    """
     chunks = dual.collective.chunks
     makespan = dual.makespan  # once: a property that scans every transfer
     out = []
     for t in dual.transfers:
         horizon = _horizon(t, chunks, horizons, makespan)
         out.append(Transfer(horizon - t.end, horizon - t.start, t.dst, t.src, t.route[::-1],
-                            tuple(sorted(ids[c] for c in t.chunks)), "reduce"))
+                            tuple(sorted(ids[c] for c in t.chunks)), "reduce", t.group))
     return out
 
 
 def shift_transfers(forward: Schedule, ids: tuple[int, ...], offset: float,
-                    offsets: dict[int, float] | None = None) -> list[Transfer]:
+                    offsets: dict[int, float] | None = None,
+                    group_offset: int = 0) -> list[Transfer]:
     """Forward-phase copies mapped to original chunk ids and delayed by ``offset`` seconds
-    (by ``offsets[tenant]`` for tenants listed there)."""
+    (by ``offsets[tenant]`` for tenants listed there); group ids moved up by
+    ``group_offset``."""
     chunks = forward.collective.chunks
     out = []
     for t in forward.transfers:
         delay = _horizon(t, chunks, offsets, offset)
         out.append(Transfer(t.start + delay, t.end + delay, t.src, t.dst, t.route,
-                            tuple(sorted(ids[c] for c in t.chunks)), "copy"))
+                            tuple(sorted(ids[c] for c in t.chunks)), "copy",
+                            None if t.group is None else t.group + group_offset))
     return out
 
 
 def _order(t: Transfer) -> tuple:
-    return (t.start, t.end, t.src, t.dst, t.route, t.chunks, t.op)
+    return (t.start, t.end, t.src, t.dst, t.route, t.chunks, t.op,
+            -1 if t.group is None else t.group)
 
 
 def assemble(topology: Topology, collective: Collective, plan: InversionPlan,
@@ -194,12 +200,14 @@ def assemble(topology: Topology, collective: Collective, plan: InversionPlan,
     transfers: list[Transfer] = []
     offset = 0.0
     horizons: dict[int, float] | None = None
+    groups = 0
     if dual is not None:
         if len(collective.tenants) > 1:
             horizons = tenant_horizons(dual)
         transfers += invert_transfers(dual, plan.dual_ids, horizons)
         offset = dual.makespan
+        groups = 1 + max((t.group for t in dual.transfers if t.group is not None), default=-1)
     if forward is not None:
-        transfers += shift_transfers(forward, plan.forward_ids, offset, horizons)
+        transfers += shift_transfers(forward, plan.forward_ids, offset, horizons, groups)
     transfers.sort(key=_order)
     return Schedule(topology, collective, tuple(transfers), {})

@@ -254,7 +254,9 @@ class _BaselineSolver:
 
 
 class RingSolver(_BaselineSolver):
-    """Unidirectional ring along a Hamiltonian cycle when one exists."""
+    """The textbook single ring (one channel) along a Hamiltonian cycle when one exists --
+    the seed paper's baseline, not what NCCL runs: NCCL's multi-channel rings are solver
+    ``nccl-ring`` (:mod:`tacos.solvers.nccl_rings`)."""
 
     name = "ring"
 

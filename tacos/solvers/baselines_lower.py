@@ -227,7 +227,8 @@ class Lowering:
         rows = self._assign_ops()
         topo = self.topology
         rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], r[4], r[5], r[6]))
-        transfers = tuple(Transfer(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows)
+        transfers = tuple(Transfer(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+                          for r in rows)
         return Schedule(topo, self.collective, transfers, dict(meta))
 
     def _assign_ops(self) -> list[list]:
@@ -254,12 +255,14 @@ class Lowering:
                     ops.add(op)
             if not kept:
                 continue
-            if len(ops) > 1:
+            group = r[6] if len(r) > 6 else None  # in-switch group id (nccl_lower)
+            if len(ops) > 1 or (group is not None and len(kept) != len(r[5])):
                 raise ToolFailure(
                     f"baseline lowering mixed copy and reduce in one transfer {r[2]}->{r[3]}",
                     hint="please report this with the topology and collective")
-            out.append([r[0], r[1], r[2], r[3], r[4], tuple(kept), "reduce" if "reduce" in ops
-                        else "copy"])
+            reduce = "reduce" in ops or (group is not None and len(r) > 7 and r[7] == "reduce")
+            out.append([r[0], r[1], r[2], r[3], r[4], tuple(kept),
+                        "reduce" if reduce else "copy", group])
         return out
 
 

@@ -156,18 +156,24 @@ def _pairs(order: Sequence[int]) -> list[tuple[int, int]]:
 def _hamilton(nodes: list[int], succ: dict[int, list[int]], start: int, close, budget: int):
     """Depth-first search for a Hamiltonian path from ``start`` whose last node satisfies
     ``close`` (Warnsdorff order: fewest onward options first); None when the budget runs out."""
-    n = len(nodes)
-    on_path = {start}
-    path = [start]
 
-    def options(v: int) -> list[int]:
-        cand = [w for w in succ[v] if w not in on_path]
+    def options(path: list[int], on_path: set[int]) -> list[int]:
+        cand = [w for w in succ[path[-1]] if w not in on_path]
         return sorted(cand, key=lambda w: (sum(1 for x in succ[w] if x not in on_path), w))
 
-    stack = [iter(options(start))]
+    return hamiltonian_path(len(nodes), start, options, lambda path: close(path[-1]), budget)
+
+
+def hamiltonian_path(n: int, start: int, options, accept, budget: int) -> list[int] | None:
+    """Depth-first search for a path of ``n`` nodes from ``start``: ``options(path, on_path)``
+    lists the next nodes to try in order, ``accept(path)`` says whether a full path will do;
+    None when none is found within ``budget`` steps."""
+    on_path = {start}
+    path = [start]
+    stack = [iter(options(path, on_path))]
     steps = 0
     while stack:
-        if len(path) == n and close(path[-1]):
+        if len(path) == n and accept(path):
             return list(path)
         nxt = next(stack[-1], None) if len(path) < n else None
         if nxt is None:
@@ -179,5 +185,5 @@ def _hamilton(nodes: list[int], succ: dict[int, list[int]], start: int, close, b
             return None
         path.append(nxt)
         on_path.add(nxt)
-        stack.append(iter(options(nxt)))
+        stack.append(iter(options(path, on_path)))
     return None

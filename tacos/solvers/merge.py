@@ -77,6 +77,22 @@ def split_batches(
     return chosen
 
 
+def check_max_merge(max_merge: object) -> int | str | None:
+    """``max_merge`` as the greedy takes it (an int >= 1, None or ``'auto'``; texts such as
+    ``'4'`` or ``'unlimited'`` are read); a :class:`~tacos.errors.UsageError` otherwise."""
+    if isinstance(max_merge, str) and max_merge.strip().lower() in ("none", "unlimited"):
+        return None
+    if isinstance(max_merge, str) and max_merge.strip().isdigit():
+        max_merge = int(max_merge)
+    if max_merge is None or max_merge == "auto":
+        return max_merge
+    if isinstance(max_merge, int) and not isinstance(max_merge, bool):
+        if max_merge < 1:
+            raise UsageError(f"max_merge must be at least 1, not {max_merge}")
+        return max_merge
+    raise UsageError(f"max_merge must be an int, None or 'auto', not {max_merge!r}")
+
+
 def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list[int]:
     """Per-trial chunk caps.
 
@@ -91,18 +107,11 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
     :func:`tacos.solvers.greedy_ports.channel_caps` keeps them off channels where α does not
     matter.
     """
-    if isinstance(max_merge, str) and max_merge.strip().lower() in ("none", "unlimited"):
-        max_merge = None
-    elif isinstance(max_merge, str) and max_merge.strip().isdigit():
-        max_merge = int(max_merge)
+    max_merge = check_max_merge(max_merge)
     if max_merge is None:
         return [UNLIMITED] * trials
     if isinstance(max_merge, int):
-        if max_merge < 1:
-            raise UsageError(f"max_merge must be at least 1, not {max_merge}")
         return [max_merge] * trials
-    if max_merge != "auto":
-        raise UsageError(f"max_merge must be an int, None or 'auto', not {max_merge!r}")
     if not inst.sizes or not inst.alpha:
         return [1] * trials
     size = inst.uniform_size or (sum(inst.sizes) / len(inst.sizes))

@@ -68,6 +68,7 @@ class Solver(Protocol):
 
 
 SOLVERS: dict[str, str] = {
+    "auto": "tacos.solvers.auto:AutoSolver",
     "greedy": "tacos.solvers.greedy:GreedySolver",
     "ilp": "tacos.solvers.ilp:IlpSolver",
     "taccl": "tacos.solvers.taccl_like:TacclLikeSolver",
@@ -79,6 +80,14 @@ SOLVERS: dict[str, str] = {
     "hierarchical": "tacos.solvers.baselines:HierarchicalSolver",
     "multicast": "tacos.solvers.multicast:MulticastSolver",
     "forest": "tacos.solvers.forest:ForestSolver",
+    "a2a": "tacos.solvers.alltoall:AllToAllSolver",
+    "nccl": "tacos.solvers.nccl:NcclSolver",
+    "nccl-ring": "tacos.solvers.nccl:NcclRingSolver",
+    "nccl-tree": "tacos.solvers.nccl:NcclTreeSolver",
+    "nvls": "tacos.solvers.nccl:NvlsSolver",
+    "collnet": "tacos.solvers.nccl:CollNetSolver",
+    "pat": "tacos.solvers.nccl:PatSolver",
+    "nccl-p2p": "tacos.solvers.nccl:NcclP2pSolver",
 }
 
 

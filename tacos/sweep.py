@@ -1,0 +1,249 @@
+"""Message-size sweeps like nccl-tests, and one MSCCL plan per size range.
+
+:func:`sweep` synthesizes a collective at every size of a range (``"1KiB:4GiB:x4"``) with the
+``auto`` portfolio (:mod:`tacos.solvers.auto`) and the NCCL models, and returns a
+:class:`Sweep`: per size the time, algbw and busbw of tacos's plan and of each NCCL model
+(nccl-tests conventions: ``algbw = size / time``, ``busbw = algbw ×`` the collective's factor,
+:func:`tacos.simulate.busbw_factor`), and the speedup over the best NCCL model.
+
+:meth:`Sweep.write_xml` writes one MSCCL XML per size range into a directory the runtime loads
+as a set (``MSCCL_ALGO_DIR`` for msccl-executor-nccl, or the files listed in
+``MSCCL_XML_FILES``): the windows ``[minBytes, maxBytes]`` are disjoint and cover the requested
+range, the boundary between two measured sizes is their geometric mean, and adjacent sizes whose
+plans lower to the same program share one window.  A plan that uses in-switch operations (NVLS,
+SHARP) cannot be written as MSCCL XML; for those sizes the fastest plan without them is written
+and the row says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tacos import patterns
+from tacos.errors import UsageError
+from tacos.schedule import Schedule
+from tacos.simulate import busbw_factor
+from tacos.topology import Topology
+from tacos.units import format_size, parse_quantity
+
+SIZES_HINT = ("give FROM:TO:xFACTOR (e.g. 1KiB:4GiB:x4), FROM:TO:+STEP, or a list "
+              "(1MiB,64MiB)")
+MAX_SIZES = 64
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """Bytes from ``4096``, ``'64MiB'`` or ``'1.5KB'`` (a whole number of bytes, >= 0)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        try:
+            value = parse_quantity(str(text), "size", default_unit="B")
+        except ValueError as exc:
+            raise UsageError(f"{what}: {exc}", hint="e.g. 64MiB, 1KiB, 4096") from None
+    if not math.isfinite(value) or value < 0 or not float(value).is_integer():
+        raise UsageError(f"{what}: {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def parse_sizes(text: str | Sequence[int | str]) -> list[int]:
+    """The sizes of ``'FROM:TO:xF'`` (multiply by F, nccl-tests ``-f``), ``'FROM:TO:+S'``
+    (add S, ``-i``), ``'FROM:TO'`` (x2) or a comma list; sorted, without repeats.
+
+    >>> parse_sizes("1KiB:16KiB:x4")
+    [1024, 4096, 16384]
+    """
+    if not isinstance(text, str):
+        sizes = [parse_size(s) for s in text]
+    elif ":" in text:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise UsageError(f"--sizes {text!r}: expected FROM:TO[:STEP]", hint=SIZES_HINT)
+        lo, hi = parse_size(parts[0], "--sizes FROM"), parse_size(parts[1], "--sizes TO")
+        step = parts[2].strip() if len(parts) == 3 else "x2"
+        if lo < 1 or hi < lo:
+            raise UsageError(f"--sizes {text!r}: need 1 <= FROM <= TO", hint=SIZES_HINT)
+        sizes = []
+        if re.fullmatch(r"x\d+(\.\d+)?", step):
+            factor = float(step[1:])
+            if factor <= 1:
+                raise UsageError(f"--sizes {text!r}: the factor must be above 1")
+            x = float(lo)
+            while x <= hi * (1 + 1e-12) and len(sizes) <= MAX_SIZES:
+                sizes.append(int(round(x)))
+                x *= factor
+        elif step.startswith("+"):
+            inc = parse_size(step[1:], "--sizes STEP")
+            if inc < 1:
+                raise UsageError(f"--sizes {text!r}: the step must be at least 1 byte")
+            sizes = list(range(lo, hi + 1, inc))[:MAX_SIZES + 1]
+        else:
+            raise UsageError(f"--sizes {text!r}: unknown step {step!r}", hint=SIZES_HINT)
+    else:
+        sizes = [parse_size(s.strip(), "--sizes") for s in text.split(",") if s.strip()]
+    sizes = sorted(set(sizes))
+    if not sizes or sizes[0] < 1:
+        raise UsageError("--sizes needs sizes of at least 1 byte", hint=SIZES_HINT)
+    if len(sizes) > MAX_SIZES:
+        raise UsageError(f"--sizes gives more than {MAX_SIZES} sizes", hint="use a larger "
+                         "factor or step")
+    return sizes
+
+
+@dataclass
+class SweepRow:
+    """One size: tacos's plan (``schedule``, its label ``plan``), every NCCL model's time, and
+    the plan written to MSCCL XML for this size (``xml_plan``: the fastest without in-switch
+    operations, None when there is none)."""
+
+    size: int
+    plan: str
+    schedule: Schedule
+    nccl: dict[str, float]
+    nccl_best: str | None
+    xml_plan: str | None
+    xml_schedule: Schedule | None
+    times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def time(self) -> float:
+        """tacos's collective time (s)."""
+        return self.schedule.makespan
+
+    def algbw(self, time: float | None = None) -> float:
+        """size / time (B/s), of tacos's plan or of ``time``."""
+        t = self.time if time is None else time
+        return self.size / t if t > 0 else math.inf
+
+    def busbw(self, time: float | None = None) -> float:
+        """algbw × the nccl-tests bus factor."""
+        coll = self.schedule.collective
+        return self.algbw(time) * busbw_factor(coll.kind, len(coll.group))
+
+    @property
+    def speedup(self) -> float | None:
+        """Best NCCL model's time over tacos's."""
+        if self.nccl_best is None or self.time <= 0:
+            return None
+        return self.nccl[self.nccl_best] / self.time
+
+
+@dataclass
+class Sweep:
+    """A sweep's rows, in size order, and how long it took."""
+
+    kind: str
+    topology: Topology
+    rows: list[SweepRow]
+    seconds: float
+
+    @property
+    def models(self) -> list[str]:
+        """NCCL model names that appear in any row."""
+        return sorted({m for r in self.rows for m in r.nccl})
+
+    def geomean_speedup(self, lo: int = 0, hi: int | None = None) -> float | None:
+        """Geometric mean of the speedup over the best NCCL model for sizes in [lo, hi]."""
+        vals = [r.speedup for r in self.rows if r.size >= lo and (hi is None or r.size <= hi)
+                and r.speedup]
+        if not vals:
+            return None
+        return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+    def table(self) -> str:
+        """nccl-tests-style text: size, tacos time/algbw/busbw and plan, each NCCL model's
+        algbw, and the speedup over the best NCCL model."""
+        models = self.models
+        head = (f"{'size':>10} {'time(us)':>10} {'algbw':>8} {'busbw':>8}  {'plan':<28}"
+                + "".join(f" {m[:12]:>12}" for m in models) + f" {'speedup':>8}")
+        lines = [f"# {self.kind} on {self.topology.name or 'topology'}: tacos plan vs NCCL "
+                 "models (algbw, busbw in GB/s; NCCL columns: algbw)", head]
+        for r in self.rows:
+            cells = "".join(f" {r.algbw(r.nccl[m]) / 1e9:>12.2f}" if m in r.nccl
+                            else f" {'-':>12}" for m in models)
+            sp = f"{r.speedup:.2f}x" if r.speedup else "-"
+            plan = r.plan + ("" if r.xml_plan == r.plan else " *")
+            lines.append(f"{format_size(r.size):>10} {r.time * 1e6:>10.2f} "
+                         f"{r.algbw() / 1e9:>8.2f} {r.busbw() / 1e9:>8.2f}  {plan:<28}"
+                         f"{cells} {sp:>8}")
+        g = self.geomean_speedup()
+        if g:
+            lines.append(f"# geometric-mean speedup over the best NCCL model: {g:.2f}x "
+                         f"({len(self.rows)} sizes, {self.seconds:.1f} s)")
+        if any(r.xml_plan != r.plan for r in self.rows):
+            lines.append("# * uses in-switch multicast/reduce, which MSCCL XML cannot express: "
+                         "the XML for that size is the fastest plan without it (JSON: -o *.json)")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe summary."""
+        from tacos.report import json_safe
+
+        return json_safe({
+            "collective": self.kind, "topology": self.topology.name, "seconds": self.seconds,
+            "geomean_speedup": self.geomean_speedup(),
+            "rows": [{"size": r.size, "plan": r.plan, "time": r.time, "algbw": r.algbw(),
+                      "busbw": r.busbw(), "nccl": r.nccl, "nccl_best": r.nccl_best,
+                      "speedup": r.speedup, "xml_plan": r.xml_plan, "candidates": r.times}
+                     for r in self.rows]})
+
+    def write_xml(self, folder: str | Path, *, min_bytes: int = 0, max_bytes: int = 0,
+                  proto: str = "Simple", inplace: bool = False) -> list[Path]:
+        """One MSCCL XML per size range into ``folder`` (see module doc); returns the paths."""
+        from tacos.sweep_xml import write_windows
+
+        return write_windows(self, Path(folder), min_bytes=min_bytes, max_bytes=max_bytes,
+                             proto=proto, inplace=inplace)
+
+    def plot(self, path: str | Path) -> None:
+        """algbw against size for tacos and every NCCL model (log-log) to ``path``."""
+        from tacos.backends.plot_sweep import plot_sweep
+
+        plot_sweep(self, Path(path))
+
+
+def sweep(topology: Topology, kind: str, sizes: str | Sequence[int | str], *,
+          group: Sequence[int] | None = None, chunks_per_npu: int = 1,
+          root: int | None = None, candidates: Sequence[str] | None = None,
+          progress: Callable[[int, int], None] | None = None, **options: Any) -> Sweep:
+    """Synthesize ``kind`` at every size of ``sizes`` (see :func:`parse_sizes`) with the
+    ``auto`` portfolio and the NCCL models; options go to the synthesizers (``seed``,
+    ``trials``, ``workers`` ...)."""
+    from tacos.solvers.auto import run_portfolio
+    from tacos.solvers.nccl_system import system
+
+    t0 = time.perf_counter()
+    values = parse_sizes(sizes)
+    members = tuple(group) if group is not None else topology.live_npus
+    nccl_sys = system(topology, members)
+    rows = []
+    for i, size in enumerate(values):
+        try:
+            coll = patterns.build(kind, members, size=size, chunks_per_npu=chunks_per_npu,
+                                  root=root)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        winner, sched, facts = run_portfolio(topology, coll, candidates=tuple(candidates or ())
+                                             or None, nccl_system=nccl_sys, keep_plans=True,
+                                             **options)
+        plans = facts.pop("plans")
+        times = facts["times"]
+        nccl = {k: t for k, t in times.items() if k.startswith("nccl-")}
+        best = min(nccl, key=nccl.__getitem__) if nccl else None
+        plain = [k for k in times if not any(t.group is not None
+                                             for t in plans[k].transfers)]
+        xml = min(plain, key=lambda k: (times[k], k)) if plain else None
+        rows.append(SweepRow(size, winner, sched, nccl, best, xml,
+                             plans[xml] if xml else None, dict(times)))
+        if progress is not None:
+            progress(i + 1, len(values))
+    return Sweep(kind, topology, rows, time.perf_counter() - t0)
+
+
+__all__ = ["Sweep", "SweepRow", "parse_size", "parse_sizes", "sweep"]
+

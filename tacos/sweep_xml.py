@@ -1,0 +1,124 @@
+"""One MSCCL XML per message-size window, and the check that a folder of them loads as a set.
+
+msccl-executor-nccl reads every file of ``MSCCL_ALGO_DIR`` (older MSCCL builds: the files
+listed in ``MSCCL_XML_FILES``) and, per call, runs the first algorithm in sorted path order
+whose ``coll``, ``ngpus``, in-place mode and ``[minBytes, maxBytes]`` window match
+(``docs/msccl-xml.md`` §1.1).  A sweep's files therefore have disjoint windows that cover the
+whole range, so the order never matters and no size falls through to NCCL by accident:
+
+* the boundary between two measured sizes is their geometric mean (rounded down): size ``a``'s
+  window ends there and size ``b``'s starts one byte later;
+* the first window starts at ``min_bytes`` (default 0) and the last ends at ``max_bytes``
+  (default 0: no limit);
+* adjacent windows whose plans lower to the same program (same XML apart from the name and the
+  window) are merged into one file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tacos.errors import TacosError, UsageError
+
+if TYPE_CHECKING:
+    from tacos.sweep import Sweep
+
+
+def windows(sizes: list[int], min_bytes: int = 0, max_bytes: int = 0
+            ) -> list[tuple[int, int]]:
+    """``[lo, hi]`` per size (``hi = 0``: no limit) as the module doc describes."""
+    if max_bytes and max_bytes < min_bytes:
+        raise UsageError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes}")
+    outside = [s for s in sizes if s < min_bytes or (max_bytes and s > max_bytes)]
+    if outside:
+        raise UsageError(f"size {outside[0]} is outside --min-bytes/--max-bytes "
+                         f"[{min_bytes}, {max_bytes or 'no limit'}]")
+    out = []
+    for i, _ in enumerate(sizes):
+        lo = min_bytes if i == 0 else math.isqrt(sizes[i - 1] * sizes[i]) + 1
+        hi = max_bytes if i == len(sizes) - 1 else math.isqrt(sizes[i] * sizes[i + 1])
+        out.append((lo, hi))
+    return out
+
+
+def write_windows(result: Sweep, folder: Path, *, min_bytes: int = 0, max_bytes: int = 0,
+                  proto: str = "Simple", inplace: bool = False) -> list[Path]:
+    """Write the sweep's plans as MSCCL XML files with disjoint windows into ``folder``
+    (created if missing; it must hold no other ``.xml`` file, since the runtime loads them
+    all).  Files are written to a temporary folder first and moved in when all are ready."""
+    from tacos.backends.msccl_xml import schedule_to_xml
+    from tacos.msccl.lower import MscclOptions
+
+    rows = sorted(result.rows, key=lambda r: r.size)
+    missing = [r.size for r in rows if r.xml_schedule is None]
+    if missing:
+        raise TacosError(f"no plan without in-switch operations for size {missing[0]}; MSCCL "
+                         "XML cannot express it", hint="write JSON schedules instead")
+    spans = windows([r.size for r in rows], min_bytes, max_bytes)
+    base = MscclOptions(proto=proto, inplace=inplace, outofplace=not inplace)
+    merged: list[list] = []  # [lo, hi, body, row]
+    for row, (lo, hi) in zip(rows, spans, strict=True):
+        body = schedule_to_xml(row.xml_schedule, replace(base, name="tacos"))
+        if merged and merged[-1][2] == body:
+            merged[-1][1] = hi
+        else:
+            merged.append([lo, hi, body, row])
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder} is a file; the sweep writes a folder of XML files")
+    if folder.is_dir() and any(folder.glob("*.xml")):
+        raise UsageError(f"{folder} already holds XML files, and the runtime loads every file "
+                         "in its folder", hint="write the sweep into an empty folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    coll = result.rows[0].schedule.collective
+    mode = "inplace" if inplace else "outofplace"
+    staged = Path(tempfile.mkdtemp(prefix=".tacos-", dir=folder))
+    paths = []
+    try:
+        for lo, hi, _, row in merged:
+            name = f"{coll.kind}-{len(coll.group)}gpus-{mode}-{lo}-{hi or 'max'}"
+            opts = replace(base, name=f"tacos {row.xml_plan} {name}"[:200], min_bytes=lo,
+                           max_bytes=hi)
+            text = schedule_to_xml(row.xml_schedule, opts)
+            (staged / f"{name}.xml").write_text(text, encoding="utf-8")
+            paths.append(folder / f"{name}.xml")
+        for p in paths:
+            os.replace(staged / p.name, p)
+    finally:
+        for leftover in staged.glob("*"):
+            leftover.unlink()
+        staged.rmdir()
+    return paths
+
+
+def check_set(paths: Iterable[str | Path]) -> list[str]:
+    """Problems that keep MSCCL XML files from loading as one set: per ``(coll, ngpus,
+    in-place mode)``, windows that overlap or leave a gap between the smallest ``minBytes``
+    and the largest ``maxBytes`` (0 = no limit).  Empty when they form a set."""
+    from tacos.frontends.msccl_xml import load_xml
+
+    groups: dict[tuple, list[tuple[int, int, str]]] = {}
+    for path in paths:
+        p = load_xml(path)
+        hi = p.maxBytes or 0
+        for mode, flag in (("inplace", p.inplace), ("outofplace", p.outofplace)):
+            if flag:
+                groups.setdefault((p.coll, p.ngpus, mode), []).append(
+                    (p.minBytes or 0, hi, Path(path).name))
+    problems = []
+    for (coll, ngpus, mode), items in sorted(groups.items()):
+        items.sort()
+        for (lo1, hi1, f1), (lo2, _, f2) in zip(items, items[1:], strict=False):
+            if hi1 == 0 or hi1 >= lo2:
+                problems.append(f"{coll} on {ngpus} GPUs ({mode}): {f1} [{lo1}, "
+                                f"{hi1 or 'no limit'}] overlaps {f2} from {lo2}")
+            elif hi1 + 1 < lo2:
+                problems.append(f"{coll} on {ngpus} GPUs ({mode}): no plan for "
+                                f"{hi1 + 1}..{lo2 - 1} bytes (between {f1} and {f2})")
+    return problems

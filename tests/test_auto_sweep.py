@@ -1,0 +1,150 @@
+"""The auto portfolio, in-switch fusion, the all-to-all synthesizer and its bound, and sweeps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tacos
+from tacos.bounds import lower_bound
+from tacos.cli import main
+from tacos.errors import UsageError
+from tacos.msccl.verify import verify_xml_file
+from tacos.passes.in_switch import fuse_in_switch
+from tacos.patterns import build
+from tacos.solvers.alltoall import alltoall_schedule
+from tacos.solvers.auto import run_portfolio
+from tacos.solvers.nccl import nccl_schedule
+from tacos.sweep import parse_sizes, sweep
+from tacos.sweep_xml import check_set, windows
+from tacos.topology import Link, Npu, Topology
+from tacos.verify import verify_schedule
+
+MiB = 1 << 20
+
+
+def preset(name: str, **params):
+    args = ", ".join(f"{k}={v}" for k, v in params.items())
+    return tacos.parse(f"use {name}" + (f"({args})" if args else "")).topology
+
+
+def test_auto_keeps_the_fastest_verified_plan_and_never_loses_to_nccl():
+    topo = preset("dgx_a100", nodes=2)
+    for size in (64 * 1024, 64 * MiB):
+        coll = build("allgather", topo.live_npus, size=size)
+        s = tacos.synthesize(topo, coll, trials=2, workers=1)
+        assert verify_schedule(s).ok
+        facts = s.meta["auto"]
+        assert s.meta["solver"] == "auto"
+        assert facts["times"][facts["winner"]] == s.makespan == min(facts["times"].values())
+        assert s.makespan <= facts["nccl_time"]
+        assert facts["speedup_vs_nccl"] == pytest.approx(facts["nccl_time"] / s.makespan)
+        assert {"greedy", "nccl-ring"} <= set(facts["times"])
+
+
+def test_auto_says_why_a_candidate_was_skipped():
+    links = tuple(Link(u, v, 1e-6, 25e9) for u in range(4) for v in range(4) if u != v)
+    topo = Topology(tuple(Npu(i, f"g{i}") for i in range(4)), (), links)  # no dimensions
+    coll = build("allreduce", range(4), size=MiB)
+    winner, sched, facts = run_portfolio(topo, coll, trials=1, workers=1,
+                                         candidates=("greedy", "hierarchical", "nccl"))
+    assert "hierarchical" in facts["skipped"]  # links carry no dimension
+    assert verify_schedule(sched).ok and winner in facts["times"]
+
+
+def test_in_switch_fusion_turns_repeated_sends_into_one_multicast():
+    topo = preset("dgx_h100").with_capabilities({"*nvswitch": {"multicast", "reduce"}})
+    coll = build("allgather", topo.live_npus, size=64 * MiB)
+    plain = tacos.synthesize(topo, coll, solver="direct")  # every shard sent to each peer
+    fused = fuse_in_switch(plain)
+    assert fused is not None and verify_schedule(fused).ok
+    assert fused.meta["in_switch_groups"] >= 1
+
+    def up_port_bytes(s):  # bytes sent into the NVSwitch, a group's up-port counted once
+        seen, total = set(), 0
+        for t in s.transfers:
+            if (t.src, t.group) not in seen or t.group is None:
+                seen.add((t.src, t.group))
+                total += s.transfer_bytes(t)
+        return total
+
+    assert up_port_bytes(fused) < up_port_bytes(plain) / 2  # one send reaches every peer
+    bare = preset("dgx_h100").with_capabilities({"*nvswitch": ()})
+    assert fuse_in_switch(tacos.synthesize(bare, coll, solver="direct")) is None
+
+
+def test_alltoall_bound_sees_the_nodes_nics():
+    topo = preset("dgx_a100", nodes=2)
+    coll = build("alltoall", topo.live_npus, size=1 << 30)
+    b = lower_bound(topo, coll)
+    # node cut: 8 GPUs send 8 chunks each to the other node through 8 NICs of 25 GB/s
+    chunk = coll.chunks[0].size
+    assert b.parts["cut"] == pytest.approx(64 * chunk / (8 * 25e9), rel=1e-6)
+    assert b.parts["cut"] > 5 * b.parts["ingress_egress"]
+    p2p = nccl_schedule("p2p", topo, coll)
+    assert b.value <= p2p.makespan < 1.1 * b.value
+
+
+def test_dimension_ordered_alltoall_aggregates_and_beats_send_recv_on_small_messages():
+    topo = preset("dgx_h100", nodes=4)
+    coll = build("alltoall", topo.live_npus, size=64 * 1024)
+    s = alltoall_schedule(topo, coll)
+    assert verify_schedule(s).ok
+    sends = {}
+    for t in s.transfers:
+        sends.setdefault(t.src, set()).add(t.dst)
+    assert max(len(v) for v in sends.values()) == 7 + 3  # node peers, then rail peers
+    assert s.makespan < nccl_schedule("p2p", topo, coll).makespan / 3
+
+
+def test_sizes_and_windows():
+    assert parse_sizes("1KiB:4GiB:x4")[:3] == [1024, 4096, 16384]
+    assert len(parse_sizes("1KiB:4GiB:x4")) == 12
+    assert parse_sizes("1MiB,64MiB,1MiB") == [MiB, 64 * MiB]
+    assert parse_sizes("1KiB:4KiB:+1KiB") == [1024, 2048, 3072, 4096]
+    with pytest.raises(UsageError):
+        parse_sizes("4KiB:1KiB")
+    spans = windows([1024, 4096, 16384])
+    assert spans == [(0, 2048), (2049, 8192), (8193, 0)]
+    with pytest.raises(UsageError, match="outside"):
+        windows([1024], min_bytes=2048)
+
+
+def test_sweep_writes_a_set_of_verified_xml_windows(tmp_path):
+    topo = preset("dgx1")
+    res = sweep(topo, "allreduce", "16KiB:16MiB:x8", trials=1, workers=1)
+    assert [r.size for r in res.rows] == [16 << 10, 128 << 10, 1 << 20, 8 << 20]
+    for r in res.rows:
+        assert verify_schedule(r.schedule).ok
+        assert r.time <= min(r.nccl.values())
+        assert r.busbw() == pytest.approx(r.algbw() * 2 * 7 / 8)
+    text = res.table()
+    assert "nccl-ring" in text and "speedup" in text
+    paths = res.write_xml(tmp_path / "plans", min_bytes=1024)
+    assert check_set(paths) == []
+    assert all(verify_xml_file(p).ok for p in paths)
+    assert 1 <= len(paths) <= 4
+    with pytest.raises(UsageError, match="already holds XML"):
+        res.write_xml(tmp_path / "plans")
+
+
+def test_cli_sweep_prints_table_writes_folder_and_verifies_it(tmp_path, capsys):
+    tdl = tmp_path / "box.tdl"
+    tdl.write_text('topology "box"\nuse dgx1\n')
+    out = tmp_path / "xml"
+    code = main([str(tdl), "--collective", "allgather", "--sizes", "64KiB:4MiB:x8",
+                 "--trials", "1", "--workers", "1", "-o", str(out), "--plot",
+                 str(tmp_path / "s.png"), "-q"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "algbw" in text and "MSCCL_ALGO_DIR" in text
+    assert (tmp_path / "s.png").stat().st_size > 0
+    assert main(["verify", str(out)]) == 0
+    assert "load as one set" in capsys.readouterr().out
+    assert main([str(tdl), "--collective", "allgather", "--sizes", "64KiB:1MiB:x4",
+                 "--trials", "1", "--workers", "1", "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 3 and doc["rows"][0]["nccl"]
+    assert main([str(tdl), "--collective", "allgather", "--sizes", "1KiB", "-o",
+                 str(tmp_path / "x.xml")]) == 2
