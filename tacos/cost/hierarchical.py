@@ -13,7 +13,9 @@ halving-doubling):
 * all-to-all: one all-to-all of the whole buffer per dimension.
 
 The product structure (groups per dimension, member orders) is the hierarchical baseline's
-own (:func:`tacos.solvers.baselines_hier.analyse`), so both cut the topology the same way.
+own (:func:`tacos.solvers.baselines_hier.analyse`), so both cut the topology the same way; it
+is analysed once per topology and restricted to each process group (:func:`sub_grid`), which
+gives what ``analyse`` gives for that group without re-reading the whole topology per group.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from math import prod
 
 from tacos.cost import programs
 from tacos.cost.steps import Step, merge
-from tacos.solvers.baselines_hier import Grid, analyse
+from tacos.errors import TacosError
+from tacos.solvers.baselines_hier import Dimension, Grid, analyse
 from tacos.solvers.baselines_route import NpuGraph
 
 #: dimension kind -> algorithm of its stages
@@ -46,10 +49,40 @@ def _stage(grid: Grid, d: int, kind: str, scale: float, holders: set[int] | None
     return merge(runs)
 
 
-def hierarchical(graph: NpuGraph, members: Sequence[int], kind: str, *,
-                 root: int | None = None, k: int = 1, scale: float = 1.0) -> list[Step]:
-    """Steps of the hierarchical algorithm for ``kind`` on ``members`` (see module doc)."""
-    grid = analyse(graph.topology, members, graph)
+def sub_grid(whole: Grid, members: Sequence[int], order) -> Grid:
+    """``whole`` restricted to ``members``: each dimension's groups cut down to the members
+    (a fully connected dimension of two becomes a ring, as ``analyse`` classifies it);
+    ``order(group)`` orders a ring's members.  Raises when the members are not a product."""
+    inside = set(members)
+    dims = []
+    total = 1
+    for dim in whole.dims:
+        groups = [tuple(v for v in g if v in inside) for g in dim.groups]
+        groups = [g for g in groups if g]
+        sizes = {len(g) for g in groups}
+        if len(sizes) != 1:
+            raise TacosError(f"dimension {dim.index} has groups of different sizes "
+                             f"{sorted(sizes)} in this process group",
+                             hint="choose a process group that is a product of whole or "
+                             "equally cut dimensions")
+        size = sizes.pop()
+        total *= size
+        kind = "ring" if dim.kind == "fc" and size <= 2 else dim.kind
+        ordered = tuple(tuple(order(g) if kind == "ring" else sorted(g)) for g in groups)
+        dims.append(Dimension(dim.index, kind, ordered))
+    if total != len(inside):
+        raise TacosError("the process group is not a product of the topology's dimensions")
+    return Grid({v: whole.coords[v] for v in members}, tuple(dims))
+
+
+def whole_grid(graph: NpuGraph) -> Grid:
+    """The product structure of every live NPU (the hierarchical baseline's ``analyse``)."""
+    return analyse(graph.topology, graph.topology.live_npus, graph)
+
+
+def hierarchical(grid: Grid, kind: str, *, root: int | None = None, k: int = 1,
+                 scale: float = 1.0) -> list[Step]:
+    """Steps of the hierarchical algorithm for ``kind`` on ``grid`` (see module doc)."""
     sizes = [len(d.groups[0]) for d in grid.dims]
     dims = range(len(sizes))
     out: list[Step] = []
@@ -84,7 +117,3 @@ def _reverse(step: Step) -> Step:
             if step.segments else None)
     return Step(sends, step.label, segs, step.mode)
 
-
-def describe(graph: NpuGraph, members: Sequence[int]) -> str:
-    """E.g. ``ring(2) x fc(4) x switch(8)`` (raises when the group is not a product)."""
-    return analyse(graph.topology, members, graph).describe()

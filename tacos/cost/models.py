@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from tacos.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
 from tacos.cost import axonn, programs
-from tacos.cost.hierarchical import hierarchical
+from tacos.cost.hierarchical import hierarchical, sub_grid, whole_grid
 from tacos.cost.paths import Router
 from tacos.cost.placement import machine
 from tacos.cost.steps import Plan, Step, evaluate, merge
@@ -120,6 +120,7 @@ class Context:
         self.router = Router(topology)
         self._orders: dict[tuple[int, ...], list[int]] = {}
         self._plans: dict[tuple, Plan] = {}
+        self._grid = None
 
     @property
     def graph(self):
@@ -137,6 +138,12 @@ class Context:
         if hit is None:
             hit = self._orders[key] = ring_order(self.graph, list(members))[0]
         return hit
+
+    def grid(self, members: Sequence[int]):
+        """The hierarchical product structure of ``members`` (raises when there is none)."""
+        if self._grid is None:
+            self._grid = whole_grid(self.graph)
+        return sub_grid(self._grid, members, lambda g: self.order(g, "ring"))
 
 
 def _check(topology: Topology, kind: str, groups: Sequence[Sequence[int]],
@@ -177,7 +184,7 @@ def _steps(ctx: Context, model: str, kind: str, groups: Sequence[Sequence[int]],
            root: int | None, k: int) -> list[Step]:
     roots = _roots(groups, root)
     if model == "hierarchical":
-        return merge([hierarchical(ctx.graph, g, kind, root=r, k=k)
+        return merge([hierarchical(ctx.grid(g), kind, root=r, k=k)
                       for g, r in zip(groups, roots, strict=True)])
     build, how = programs.ALGORITHMS[model]
     return merge([build(ctx.order(g, how), kind, root=r, k=k)

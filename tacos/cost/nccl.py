@@ -135,26 +135,54 @@ def max_channels(graph: NpuGraph, members: Sequence[int]) -> int:
     return max(1, min(MAX_CHANNELS, width))
 
 
-def _ring_steps(ctx, groups, kind, roots, channels: int, size: int) -> list[Step]:
+def channel_counts(most: int) -> list[int]:
+    """Channel counts worth pricing: powers of two up to ``most``, and ``most``."""
+    out = []
+    c = 1
+    while c < most:
+        out.append(c)
+        c *= 2
+    return out + [most]
+
+
+def _pipeline(kind: str, size: int, channels: int) -> int:
+    """Chunks per channel of a rooted collective: NCCL's 512 KiB steps (at most 1024)."""
+    if kind not in ("broadcast", "reduce"):
+        return 1
+    return max(1, min(1024, math.ceil(size / channels / STEP_BYTES)))
+
+
+def _cached(ctx, key: tuple, make) -> Plan:
+    hit = ctx._plans.get(key)
+    if hit is None:
+        hit = ctx._plans[key] = make()
+    return hit
+
+
+def _ring_steps(ctx, groups, kind, roots, channels: int, k: int) -> list[Step]:
     per_group = []
     for g, root in zip(groups, roots, strict=True):
-        rings = channel_rings(ctx.graph, g, channels)
-        k = 1
-        if kind in ("broadcast", "reduce"):
-            k = max(1, min(1024, math.ceil(size / channels / STEP_BYTES)))
+        rings = _rings(ctx, g, channels)
         per_group.append(merge([programs.ring(r, kind, root=root, k=k,
                                               scale=1.0 / channels) for r in rings]))
     return merge(per_group)
 
 
-def _tree_steps(ctx, groups, size: int) -> list[Step]:
+def _rings(ctx, members: list[int], channels: int) -> list[list[int]]:
+    key = ("nccl-rings", tuple(members), channels)
+    hit = ctx._plans.get(key)
+    if hit is None:
+        hit = ctx._plans[key] = channel_rings(ctx.graph, members, channels)
+    return hit
+
+
+def _tree_steps(ctx, groups, total: int) -> list[Step]:
     """NCCL tree all-reduce: chains inside nodes below NCCL's double binary tree of nodes."""
     per_group = []
     for g in groups:
         parts = [list(p) for p in nodes(ctx.graph, g)]
         heads = [p[0] for p in parts]
         flows = programs._Flows()
-        total = max(2, math.ceil(size / STEP_BYTES))
         inter = algos.dtree_parents(len(parts)) if len(parts) > 1 else ([None], [None])
         order = [v for p in parts for v in p]
         rank = {v: r for r, v in enumerate(order)}
@@ -186,14 +214,19 @@ def choose(ctx, kind: str, size: int, groups: list[list[int]], root: int | None
     if kind in ("alltoall", "scatter", "gather"):
         return "p2p", 0, plan(ctx, "direct", kind, groups, root=root)
     roots = _roots(groups, root)
+    key = tuple(tuple(g) for g in groups)
     options = []
-    for c in range(1, max_channels(ctx.graph, groups[0]) + 1):
-        steps = _ring_steps(ctx, groups, kind, roots, c, size)
-        p = Plan("nccl", kind, n, evaluate(ctx.router, steps), "ring over C channels")
+    for c in channel_counts(max_channels(ctx.graph, groups[0])):
+        k = _pipeline(kind, size, c)
+        p = _cached(ctx, ("nccl-ring", kind, key, root, c, k), lambda c=c, k=k: Plan(
+            "nccl", kind, n, evaluate(ctx.router, _ring_steps(ctx, groups, kind, roots, c, k)),
+            "ring over C channels"))
         options.append((p.time(size), c, "ring", p))
     if kind == "allreduce" and n > 2:
-        p = Plan("nccl", kind, n, evaluate(ctx.router, _tree_steps(ctx, groups, size)),
-                 "tree: node chains + double binary tree")
+        total = max(2, math.ceil(size / STEP_BYTES))
+        p = _cached(ctx, ("nccl-tree", key, total), lambda: Plan(
+            "nccl", kind, n, evaluate(ctx.router, _tree_steps(ctx, groups, total)),
+            "tree: node chains + double binary tree"))
         options.append((p.time(size), 0, "tree", p))
     _, c, what, p = min(options, key=lambda x: (x[0], x[1]))
     return what, c, p
