@@ -232,9 +232,11 @@ def choose(ctx, kind: str, size: int, groups: list[list[int]], root: int | None
     return what, c, p
 
 
-_FORMULA = {"ring": "2(N-1)(α + M/(N·C·β)) for all-reduce, (N-1)(α + M/(N·C·β)) otherwise",
-            "tree": "(2D + S - 1)(α + 512KiB/β), S = M/512KiB pipeline steps",
-            "p2p": "α + M/(Nβ) (every peer at once)"}
+_FORMULA = {"ring": {"allreduce": "2(N-1)(α + M/(NCβ))", "broadcast": "(N-2+k)(α + M/(Ckβ))",
+                     "reduce": "(N-2+k)(α + M/(Ckβ))"},
+            "tree": {"allreduce": "(2D + S - 1)(α + M/(Sβ)), S = M/512KiB"},
+            "p2p": {}}
+_DEFAULT = {"ring": "(N-1)(α + M/(NCβ))", "p2p": "α + M/(Nβ)"}
 
 
 def nccl_estimate(ctx, kind: str, size: int, groups: list[list[int]], root: int | None):
@@ -245,8 +247,9 @@ def nccl_estimate(ctx, kind: str, size: int, groups: list[list[int]], root: int 
     alpha, beta = p.effective(size)
     label = {"ring": f"rings over {c} channel{'s' if c > 1 else ''}", "tree": "tree",
              "p2p": "point-to-point sends"}[what]
+    formula = _FORMULA[what].get(kind, _DEFAULT.get(what, ""))
     return Estimate("nccl", kind, size, len(groups[0]), len(groups), p.time(size), alpha, beta,
-                    _FORMULA[what], p, (f"NCCL would pick: {label}",))
+                    formula, p, (f"NCCL would pick: {label}",))
 
 
 def _owners(coll: Collective) -> dict[int, list[int]]:

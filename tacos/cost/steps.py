@@ -142,21 +142,22 @@ class StepCost:
         core = self._core([s.time_dims(size, bandwidth) for s in self.sends])
         return max([core] + [lk.busy_dims(size, bandwidth) for lk in self.links])
 
-    def effective(self, size: float) -> tuple[float, float, str]:
-        """``(α_eff, β_eff, why)`` of what bounds the step: per transfer, the latency paid and
-        the bandwidth really obtained (a link shared by n sends gives each 1/n of it)."""
+    def effective(self, size: float) -> tuple[float, float, LinkLoad | None]:
+        """``(α_eff, β_eff, link)`` of what bounds the step: per transfer, the latency paid and
+        the bandwidth really obtained (a link shared by n sends gives each 1/n of it); ``link``
+        is the shared link that bounds it (None: the algorithm's critical path does)."""
         if not self.sends:
-            return 0.0, math.inf, ""
+            return 0.0, math.inf, None
         send = max(self.sends, key=lambda s: s.send.load * s.time(size))
         link = max(self.links, key=lambda lk: lk.busy(size), default=None)
         if link is None or link.busy(size) <= send.send.load * send.time(size) * (1 + 1e-12):
             beta = 1.0 / send.inv_bw if send.inv_bw > 0 else math.inf
-            return send.alpha, beta, "critical path"
+            return send.alpha, beta, None
         # busy = L (α_eff + f M / β_eff) with L the heaviest user's load, f the mean fraction
         rounds = link.max_load * link.multiplicity
         frac = link.volume / link.transfers
         beta = frac * rounds / link.per_byte if link.per_byte > 0 else math.inf
-        return link.alpha / rounds, beta, f"link {link.link} shared by {link.users} sends"
+        return link.alpha / rounds, beta, link
 
 
 @dataclass(frozen=True)
