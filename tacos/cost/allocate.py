@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
-from scipy.optimize import brentq, minimize
 
 from tacos.cost.models import Context, canonical, plan
 from tacos.cost.terms import Terms, plan_terms
@@ -209,6 +208,8 @@ def _water_fill(c: np.ndarray, budget: float, lo: float) -> np.ndarray:
 
 def _equalize(steps: list, dims: int, budget: float, lo: float) -> np.ndarray | None:
     """One pipelined op, one term per step: min max_k (A_k + C_k / b_k), Σ b = budget."""
+    from scipy.optimize import brentq
+
     a = np.zeros(dims)
     c = np.zeros(dims)
     for ak, wk in steps:
@@ -237,6 +238,8 @@ def _slsqp(terms: Terms, budget: float, lo: float, prices: np.ndarray | None,
 
     Variables are scaled to order one: u = b / budget, σ = s / T_ref, τ = t / T_ref.
     """
+    from scipy.optimize import minimize
+
     d = len(terms.dims)
     steps = [(count, st) for count, sts in terms.ops for st in sts]
     nj = len(steps)

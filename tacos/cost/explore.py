@@ -64,7 +64,7 @@ class Config:
             for combo in _coords([size[b] for b in others]):
                 base = sum(c * stride[b] for c, b in zip(combo, others, strict=True))
                 groups.append([npus[base + i * stride[a]] for i in range(size[a])])
-            out[a] = groups
+            out[a] = sorted(groups)
         return out
 
 
