@@ -14,11 +14,14 @@ link ``l`` that several sends need is busy for
 
 and the step lasts the longer of its algorithmic critical path and its busiest link:
 
-* ``rounds`` (a synchronous algorithm):   T = max( max_s load_s · t_s , max_l busy_l )
-* ``pipeline`` (chunks down fixed paths):  T = max( fill + max_s (load_s − 1) · t_s , max_l busy_l )
-* ``flows`` (blocks from many sources):    T = max( fill , max_s load_s · t_s , max_l busy_l )
+* ``rounds`` (a synchronous algorithm):   T = max( max_s r_s , max_l busy_l )
+* ``pipeline`` (chunks down fixed paths):  T = max( fill + max_s (load_s − 1) · u_s , max_l busy_l )
+* ``flows`` (blocks from many sources):    T = max( fill , max_s r_s , max_l busy_l )
 
-where ``fill`` = Σ over the step's segments of the longest path (Σ t_s along it).  Ring
+where ``fill`` = Σ over the step's segments of the longest path (Σ t_s along it), ``u_s`` the
+time of the slowest hop of send s and ``r_s = t_s + (load_s − 1) · u_s`` its repeated rounds
+(a relayed send forwards round i while round i+1 takes its first hop, so the slowest hop sets
+its pace; for a one-hop send ``r_s = load_s · t_s``).  Ring
 all-reduce on an N-ring is one ``rounds`` step with ``load = 2(N−1)``, ``frac = 1/N``: the
 textbook ``2(N−1)(α + M/(N·β))``.  On a switch, direct all-gather's N−1 sends from one NPU all
 need its up-port: ``busy = (N−1)(2α + M/(N·β))``, a GPU behind an NVSwitch sending to one peer
@@ -73,10 +76,26 @@ class SendCost:
     inv_bw: float
     hops: int
     by_dim: tuple[tuple[int, int], ...] | None
+    #: per hop: (α_h, 1/β_h, dimension or None)
+    legs: tuple[tuple[float, float, int | None], ...] = ()
 
     def time(self, size: float) -> float:
         """Duration of one transfer of this send for a collective of ``size`` bytes."""
         return self.alpha + self.send.frac * size * self.inv_bw
+
+    def slowest(self, size: float) -> float:
+        """Duration of its slowest hop (the pace of repeated relayed rounds)."""
+        if len(self.legs) <= 1:
+            return self.time(size)
+        b = self.send.frac * size
+        return max(a + b * inv for a, inv, _ in self.legs)
+
+    def slowest_dims(self, size: float, bandwidth: Mapping[int, float]) -> float:
+        """:meth:`slowest` with per-dimension bandwidths."""
+        if len(self.legs) <= 1:
+            return self.time_dims(size, bandwidth)
+        b = self.send.frac * size
+        return max(a + b / bandwidth[k] for a, _, k in self.legs)
 
     def time_dims(self, size: float, bandwidth: Mapping[int, float]) -> float:
         """Duration with dimension k's links at ``bandwidth[k]`` (B/s)."""
@@ -119,27 +138,30 @@ class StepCost:
     sends: tuple[SendCost, ...]
     links: tuple[LinkLoad, ...]
 
-    def _core(self, t: Sequence[float]) -> float:
+    def _core(self, t: Sequence[float], u: Sequence[float]) -> float:
         if not t:
             return 0.0
         mode, segs = self.step.mode, self.step.segments
-        longest = max(s.send.load * x for s, x in zip(self.sends, t, strict=True))
+        loads = [s.send.load for s in self.sends]
+        longest = max(x + (load - 1) * y for load, x, y in zip(loads, t, u, strict=True))
         if mode == "rounds":
             return longest
         fill = (max(t) if segs is None else
                 sum(max(sum(t[i] for i in path) for path in seg) for seg in segs if seg))
         if mode == "flows":
             return max(fill, longest)
-        return fill + max((s.send.load - 1) * x for s, x in zip(self.sends, t, strict=True))
+        return fill + max((load - 1) * y for load, y in zip(loads, u, strict=True))
 
     def time(self, size: float) -> float:
         """Duration of the step (s) for a collective of ``size`` bytes."""
-        core = self._core([s.time(size) for s in self.sends])
+        core = self._core([s.time(size) for s in self.sends],
+                          [s.slowest(size) for s in self.sends])
         return max([core] + [lk.busy(size) for lk in self.links])
 
     def time_dims(self, size: float, bandwidth: Mapping[int, float]) -> float:
         """Duration with per-dimension bandwidths (see :meth:`SendCost.time_dims`)."""
-        core = self._core([s.time_dims(size, bandwidth) for s in self.sends])
+        core = self._core([s.time_dims(size, bandwidth) for s in self.sends],
+                          [s.slowest_dims(size, bandwidth) for s in self.sends])
         return max([core] + [lk.busy_dims(size, bandwidth) for lk in self.links])
 
     def effective(self, size: float) -> tuple[float, float, LinkLoad | None]:
@@ -148,9 +170,12 @@ class StepCost:
         is the shared link that bounds it (None: the algorithm's critical path does)."""
         if not self.sends:
             return 0.0, math.inf, None
-        send = max(self.sends, key=lambda s: s.send.load * s.time(size))
+        def rounds(s: SendCost) -> float:
+            return s.time(size) + (s.send.load - 1) * s.slowest(size)
+
+        send = max(self.sends, key=rounds)
         link = max(self.links, key=lambda lk: lk.busy(size), default=None)
-        if link is None or link.busy(size) <= send.send.load * send.time(size) * (1 + 1e-12):
+        if link is None or link.busy(size) <= rounds(send) * (1 + 1e-12):
             beta = 1.0 / send.inv_bw if send.inv_bw > 0 else math.inf
             return send.alpha, beta, None
         # busy = L (α_eff + f M / β_eff) with L the heaviest user's load, f the mean fraction
@@ -208,9 +233,11 @@ def evaluate(router: Router, steps: Sequence[Step]) -> tuple[StepCost, ...]:
         for send, legs in zip(step.sends, routed, strict=True):
             alpha = inv = 0.0
             dims: dict[int, int] | None = {}
+            hop_terms = []
             for leg in legs:
                 alpha += leg.alpha
                 inv += 1.0 / leg.bandwidth
+                hop_terms.append((leg.alpha, 1.0 / leg.bandwidth, leg.dim))
                 if dims is not None:
                     if leg.dim is None:
                         dims = None
@@ -228,7 +255,7 @@ def evaluate(router: Router, steps: Sequence[Step]) -> tuple[StepCost, ...]:
                     if a[3] != leg.dim:
                         a[3] = None
             by_dim = tuple(sorted(dims.items())) if dims is not None else None
-            costs.append(SendCost(send, alpha, inv, len(legs), by_dim))
+            costs.append(SendCost(send, alpha, inv, len(legs), by_dim, tuple(hop_terms)))
         loads = tuple(LinkLoad(li, use[li], links[li].multiplicity, *a)
                       for li, a in sorted(acc.items()) if use[li] > links[li].multiplicity)
         out.append(StepCost(step, tuple(costs), loads))

@@ -34,6 +34,18 @@ def _send_vec(cost, size: float, dims: Sequence[int]) -> tuple[float, np.ndarray
     return cost.alpha, w
 
 
+def _hop_vecs(cost, size: float, dims: Sequence[int]) -> list[tuple[float, np.ndarray]]:
+    """Each hop of a send as a term (a one-hop send: the send itself)."""
+    if len(cost.legs) <= 1:
+        return [_send_vec(cost, size, dims)]
+    out = []
+    for a, _, k in cost.legs:
+        w = np.zeros(len(dims))
+        w[dims.index(k)] = cost.send.frac * size
+        out.append((a, w))
+    return out
+
+
 def _prune(rows: list[tuple[float, np.ndarray]]) -> list[tuple[float, np.ndarray]]:
     """Drop duplicates and terms no larger than another term in every coordinate."""
     uniq: dict[tuple, tuple[float, np.ndarray]] = {}
@@ -64,8 +76,11 @@ def step_terms(step: StepCost, size: float, dims: Sequence[int]
                ) -> list[tuple[float, np.ndarray]]:
     """The affine terms whose maximum is the step's time (see module doc)."""
     vecs = [_send_vec(s, size, dims) for s in step.sends]
+    hops = [_hop_vecs(s, size, dims) for s in step.sends]
     loads = [s.send.load for s in step.sends]
-    rows = [(load * a, load * w) for load, (a, w) in zip(loads, vecs, strict=True)]
+    # rounds of a send: t_s + (load - 1) · (its slowest hop), a max over its hops
+    rows = [(a + (load - 1) * ha, w + (load - 1) * hw)
+            for load, (a, w), hs in zip(loads, vecs, hops, strict=True) for ha, hw in hs]
     mode, segs = step.step.mode, step.step.segments
     if mode != "rounds":
         segments = segs or (tuple((i,) for i in range(len(vecs))),)
@@ -73,8 +88,8 @@ def step_terms(step: StepCost, size: float, dims: Sequence[int]
                       for path in seg] for seg in segments if seg]
         fill = _sum_sets(fill_sets)
         if mode == "pipeline":
-            steady = [((load - 1) * a, (load - 1) * w)
-                      for load, (a, w) in zip(loads, vecs, strict=True)]
+            steady = [((load - 1) * ha, (load - 1) * hw)
+                      for load, hs in zip(loads, hops, strict=True) for ha, hw in hs]
             rows = _sum_sets([fill, _prune(steady)])
         else:
             rows = rows + fill
