@@ -1,16 +1,16 @@
 """Physical routes of logical sends, as the cost models see them.
 
 An algorithm's step is a set of logical sends ``u -> v`` between NPUs that run at the same
-time.  On the machine model (``docs/cost.md``, "Placement"), a send travels one *hop* when
-``u`` and ``v`` share a direct link or a cut-through path through switches (up-port, fabric,
-down-port: α is the sum of its links' α, bandwidth the narrowest link's); otherwise it is
-relayed store-and-forward over the shortest chain of hops.  Every hop occupies all of its
-physical links for its whole duration, and a link carries at most its multiplicity of
-transfers at once.
+time.  On the machine model (``docs/machine-model.md``) a send whose ends are one route apart
+(a direct link, or up-port -> fabric -> down-port through switches) is one cut-through transfer
+on a route of :mod:`tacos.routes`: α is the sum of its links' α, the bandwidth its narrowest
+link's, and it holds every link of the route for its whole duration.  Ends further apart are
+joined by a chain of such hops, store-and-forward at the relay NPUs, chosen as the baselines
+choose them (:meth:`~tacos.solvers.baselines_route.NpuGraph.route`: fewest hops, then fastest),
+so a model and the matching baseline schedule relay through the same NPUs.
 
-:class:`Router` answers "which physical links does this send occupy": it reuses the NPU-level
-hop view the baselines are lowered with (:class:`~tacos.solvers.baselines_route.NpuGraph`),
-so a model and the matching baseline schedule route every send the same way.
+:func:`assign_routes` picks one candidate route per hop (the least used so far, so parallel
+links and equal-cost switch paths share the load) and counts the sends on every link.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tacos.errors import InfeasibleError
-from tacos.solvers.baselines_route import Hop, NpuGraph
+from tacos.routes import Route
+from tacos.solvers.baselines_route import NpuGraph
 from tacos.topology import Topology
 
 
 @dataclass(frozen=True)
 class Leg:
-    """One hop of a routed send: its physical links, α (s), bandwidth (B/s), multiplicity and
-    the dimension every one of its links belongs to (None when they differ or carry none)."""
+    """One hop of a routed send: its physical links, α (s), bandwidth (B/s) and the dimension
+    every one of its links belongs to (None when they differ or carry none)."""
 
     links: tuple[int, ...]
     alpha: float
@@ -35,19 +36,21 @@ class Leg:
 
 
 class Router:
-    """Candidate hops between the NPUs of one topology (cached)."""
+    """Candidate routes between the NPUs of one topology, and relay chains (cached)."""
 
     def __init__(self, topology: Topology, graph: NpuGraph | None = None) -> None:
         self.topology = topology
+        self.routing = topology.routing
         self.graph = graph or NpuGraph(topology)
         self._chains: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._legs: dict[tuple[int, ...], Leg] = {}
 
     def chain(self, u: int, v: int) -> list[tuple[int, int]]:
         """The NPU pairs a send ``u -> v`` hops through (one pair when they are neighbours)."""
         key = (u, v)
         hit = self._chains.get(key)
         if hit is None:
-            path = self.graph.route(u, v)
+            path = [u, v] if self.routing.routes(u, v) else self.graph.route(u, v)
             if path is None:
                 topo = self.topology
                 raise InfeasibleError(
@@ -56,23 +59,26 @@ class Router:
             hit = self._chains[key] = list(zip(path, path[1:], strict=False))
         return hit
 
-    def candidates(self, a: int, b: int) -> list[Hop]:
-        """Parallel hops ``a -> b`` (direct links and cut-through switch paths)."""
-        return self.graph.hops[a][b]
+    def candidates(self, a: int, b: int) -> tuple[Route, ...]:
+        """Candidate routes ``a -> b`` (direct links and fewest-link switch paths)."""
+        return self.routing.routes(a, b)
 
-    def leg(self, hop: Hop) -> Leg:
-        """The :class:`Leg` of a hop."""
-        links = self.topology.links
-        dims = {links[i].dim for i in hop.links}
-        dim = dims.pop() if len(dims) == 1 else None
-        return Leg(hop.links, hop.alpha, hop.bandwidth, dim)
+    def leg(self, route: Route) -> Leg:
+        """The :class:`Leg` of a route."""
+        hit = self._legs.get(route.links)
+        if hit is None:
+            links = self.topology.links
+            dims = {links[i].dim for i in route.links}
+            dim = dims.pop() if len(dims) == 1 else None
+            hit = self._legs[route.links] = Leg(route.links, route.alpha, route.bandwidth, dim)
+        return hit
 
 
 def assign_routes(router: Router, pairs: Sequence[tuple[int, int]]
                   ) -> tuple[list[list[Leg]], dict[int, int]]:
     """Route concurrent sends and count how many of them use each physical link.
 
-    Among parallel candidate hops the one whose links are least used so far is taken (ties:
+    Among a hop's candidate routes the one whose links are least used so far is taken (ties:
     the faster, then the first), so parallel links and equal-cost switch paths share the load.
     Returns the legs of every send and ``use[link] = number of sends occupying it``.
     """
@@ -84,12 +90,12 @@ def assign_routes(router: Router, pairs: Sequence[tuple[int, int]]
         for a, b in router.chain(u, v):
             cands = router.candidates(a, b)
             if len(cands) == 1:
-                hop = cands[0]
+                route = cands[0]
             else:
-                hop = min(cands, key=lambda h: (max((use.get(i, 0) + 1) / mult[i]
-                                                    for i in h.links), -h.bandwidth))
-            for i in hop.links:
+                route = min(cands, key=lambda r: (max((use.get(i, 0) + 1) / mult[i]
+                                                      for i in r.links), -r.bandwidth))
+            for i in route.links:
                 use[i] = use.get(i, 0) + 1
-            legs.append(router.leg(hop))
+            legs.append(router.leg(route))
         routed.append(legs)
     return routed, use

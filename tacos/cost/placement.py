@@ -45,7 +45,8 @@ class Machine:
 
 
 def _hop_bandwidth(graph: NpuGraph, u: int, v: int) -> float:
-    return max(h.bandwidth * h.multiplicity for h in graph.hops[u][v])
+    """What ``u`` can send to ``v`` over one route (all lanes of the best candidate)."""
+    return max(r.bandwidth * r.lanes for r in graph.topology.routing.routes(u, v))
 
 
 def nodes(graph: NpuGraph, members: Sequence[int] | None = None) -> tuple[tuple[int, ...], ...]:
@@ -58,7 +59,9 @@ def nodes(graph: NpuGraph, members: Sequence[int] | None = None) -> tuple[tuple[
     topo = graph.topology
     mem = sorted(topo.live_npus if members is None else members)
     inside = set(mem)
-    bws = {(u, v): _hop_bandwidth(graph, u, v) for u in mem for v in graph.hops[u] if v in inside}
+    routing = topo.routing
+    bws = {(u, v): _hop_bandwidth(graph, u, v) for u in mem for v in routing.neighbours(u)
+           if v in inside}
     slowest = min(bws.values(), default=0.0)
     g = nx.Graph()
     g.add_nodes_from(mem)
@@ -73,10 +76,11 @@ def machine(graph: NpuGraph, members: Sequence[int] | None = None) -> Machine:
     """Nodes, ``β_intra`` and ``β_inter`` of the topology under ``graph`` (see module doc)."""
     parts = nodes(graph, members)
     where = {v: i for i, node in enumerate(parts) for v in node}
-    intra = [_hop_bandwidth(graph, u, v) for node in parts for u in node
-             for v in graph.hops[u] if where.get(v) == where[u]]
-    beta_intra = max(intra, default=0.0)
     topo = graph.topology
+    routing = topo.routing
+    intra = [_hop_bandwidth(graph, u, v) for node in parts for u in node
+             for v in routing.neighbours(u) if where.get(v) == where[u]]
+    beta_intra = max(intra, default=0.0)
     inter = 0.0
     for node in parts:
         out = 0.0
@@ -86,9 +90,9 @@ def machine(graph: NpuGraph, members: Sequence[int] | None = None) -> Machine:
                 lk = topo.links[li]
                 if lk.dst in where and where[lk.dst] == where[u]:
                     continue
-                if topo.is_switch(lk.dst) and all(where.get(v) == where[u]
-                                                  for v in graph.hops[u]
-                                                  for h in graph.hops[u][v] if h.links[0] == li):
+                if topo.is_switch(lk.dst) and all(
+                        where.get(v) == where[u] for v, rs in routing.from_npu(u).items()
+                        for r in rs if r.links[0] == li):
                     continue
                 out += lk.total_bandwidth
         inter = max(inter, out)
