@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tacos.collective import Collective, combine
-from tacos.cost.models import BASELINE, MODELS, Context, Estimate, canonical, estimate
+from tacos.cost.models import (
+    BASELINE,
+    MODELS,
+    Context,
+    Estimate,
+    canonical,
+    estimate,
+    roots_of,
+)
 from tacos.errors import TacosError
 from tacos.patterns import build
 from tacos.schedule import Schedule
@@ -53,12 +61,8 @@ class Comparison:
 def make_collective(topology: Topology, kind: str, size: int, groups: Sequence[Sequence[int]],
                     root: int | None = None, chunks: int = 1) -> Collective:
     """The collective (multi-tenant for several concurrent groups) a model describes."""
-    roots: list[int | None] = [None] * len(groups)
-    if root is not None:
-        i = list(groups[0]).index(root)
-        roots = [list(g)[i] for g in groups]
     parts = [build(kind, list(g), size=size, chunks_per_npu=chunks, root=r)
-             for g, r in zip(groups, roots, strict=True)]
+             for g, r in zip(groups, roots_of(groups, root), strict=True)]
     return combine(parts)
 
 

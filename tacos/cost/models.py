@@ -173,7 +173,8 @@ def _check(topology: Topology, kind: str, groups: Sequence[Sequence[int]],
             raise TacosError(f"root {root} is not in the (first) process group")
 
 
-def _roots(groups: Sequence[Sequence[int]], root: int | None) -> list[int | None]:
+def roots_of(groups: Sequence[Sequence[int]], root: int | None) -> list[int | None]:
+    """The root of every concurrent group: the member at ``root``'s position in the first."""
     if root is None:
         return [None] * len(groups)
     i = list(groups[0]).index(root)
@@ -182,7 +183,7 @@ def _roots(groups: Sequence[Sequence[int]], root: int | None) -> list[int | None
 
 def _steps(ctx: Context, model: str, kind: str, groups: Sequence[Sequence[int]],
            root: int | None, k: int) -> list[Step]:
-    roots = _roots(groups, root)
+    roots = roots_of(groups, root)
     if model == "hierarchical":
         return merge([hierarchical(ctx.grid(g), kind, root=r, k=k)
                       for g, r in zip(groups, roots, strict=True)])

@@ -182,7 +182,7 @@ def _tree_steps(ctx, groups, total: int) -> list[Step]:
     for g in groups:
         parts = [list(p) for p in nodes(ctx.graph, g)]
         heads = [p[0] for p in parts]
-        flows = programs._Flows()
+        flows = programs.Flows()
         inter = algos.dtree_parents(len(parts)) if len(parts) > 1 else ([None], [None])
         order = [v for p in parts for v in p]
         rank = {v: r for r, v in enumerate(order)}
@@ -194,12 +194,7 @@ def _tree_steps(ctx, groups, total: int) -> list[Step]:
                     parent[rank[b]] = rank[a]
                 up = inter[t][i]
                 parent[rank[p[0]]] = rank[heads[up]] if up is not None else rank[p[0]]
-            for r, p in parent.items():
-                if p != r:
-                    flows.add(t, [(r, p), (p, r)], count, path=False)
-            deepest = max(parent, key=lambda r, p=parent: len(programs._path(p, r)))
-            up_path = programs._path(parent, deepest)
-            flows.add(t, up_path + [(b, a) for a, b in reversed(up_path)], 0)
+            flows.up_and_down(t, parent, count)
         per_group.append([flows.step(order, 1.0 / total, "NCCL tree", split=True)])
     return merge(per_group)
 
@@ -208,12 +203,12 @@ def choose(ctx, kind: str, size: int, groups: list[list[int]], root: int | None
            ) -> tuple[str, int, Plan]:
     """NCCL's pick: ``('ring', channels, plan)``, ``('tree', 0, plan)`` or ``('p2p', 0, plan)``
     (see module doc)."""
-    from tacos.cost.models import _roots, plan
+    from tacos.cost.models import plan, roots_of
 
     n = len(groups[0])
     if kind in ("alltoall", "scatter", "gather"):
         return "p2p", 0, plan(ctx, "direct", kind, groups, root=root)
-    roots = _roots(groups, root)
+    roots = roots_of(groups, root)
     key = tuple(tuple(g) for g in groups)
     options = []
     for c in channel_counts(max_channels(ctx.graph, groups[0])):

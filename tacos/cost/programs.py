@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from tacos.cost.steps import Send, Step
 from tacos.errors import TacosError
-from tacos.solvers.baselines_algos import dtree_parents, tree_root
+from tacos.solvers.baselines_algos import _tree_adjacency, dtree_parents, tree_root
 
 Program = list[Step]
 
@@ -200,15 +200,6 @@ def halving_doubling(members: Sequence[int], kind: str, *, root: int | None = No
 
 
 # -- double binary tree ----------------------------------------------------------------------
-def _adjacency(parents: list[int | None]) -> list[list[int]]:
-    adj: list[list[int]] = [[] for _ in parents]
-    for r, p in enumerate(parents):
-        if p is not None:
-            adj[r].append(p)
-            adj[p].append(r)
-    return adj
-
-
 def _bfs_parent(adj: list[list[int]], src: int) -> dict[int, int]:
     parent = {src: src}
     queue = deque([src])
@@ -221,8 +212,8 @@ def _bfs_parent(adj: list[list[int]], src: int) -> dict[int, int]:
     return parent
 
 
-def _path(parent: dict[int, int], node: int) -> list[tuple[int, int]]:
-    """Edges (toward the BFS source) from ``node`` up to the source."""
+def path_to_root(parent: dict[int, int], node: int) -> list[tuple[int, int]]:
+    """Edges from ``node`` up to the root of ``parent`` (the node that is its own parent)."""
     out = []
     while parent[node] != node:
         out.append((node, parent[node]))
@@ -230,7 +221,7 @@ def _path(parent: dict[int, int], node: int) -> list[tuple[int, int]]:
     return out
 
 
-class _Flows:
+class Flows:
     """Blocks flowing over tree edges: loads per directed (tree, a, b) and pipeline paths."""
 
     def __init__(self) -> None:
@@ -252,8 +243,18 @@ class _Flows:
         for r, p in parent.items():
             if p != r:
                 self.add(tree, [(p, r)], count, path=False)
-        deepest = max(parent, key=lambda r: len(_path(parent, r)))
-        self.add(tree, [(b, a) for a, b in reversed(_path(parent, deepest))], 0)
+        deepest = max(parent, key=lambda r: len(path_to_root(parent, r)))
+        self.add(tree, [(b, a) for a, b in reversed(path_to_root(parent, deepest))], 0)
+
+    def up_and_down(self, tree: int, parent: dict[int, int], count: int) -> None:
+        """``count`` chunks reduced up to the root of ``parent`` and broadcast back down; the
+        deepest leaf's way up and down is the pipeline's fill."""
+        for r, p in parent.items():
+            if p != r:
+                self.add(tree, [(r, p), (p, r)], count, path=False)
+        deepest = max(parent, key=lambda r: len(path_to_root(parent, r)))
+        up = path_to_root(parent, deepest)
+        self.add(tree, up + [(b, a) for a, b in reversed(up)], 0)
 
     def step(self, order: Sequence[int], frac: float, label: str, *, mode: str = "pipeline",
              reverse: bool = False, split: bool = False) -> Step:
@@ -280,21 +281,15 @@ def tree(order: Sequence[int], kind: str, *, root: int | None = None, k: int = 1
     (the mirror-image reductions run the same flows reversed)."""
     n = len(order)
     rank = {v: r for r, v in enumerate(order)}
-    adj = [_adjacency(t) for t in dtree_parents(n)]
-    flows = _Flows()
+    adj = [_tree_adjacency(t) for t in dtree_parents(n)]
+    flows = Flows()
     reverse = kind in ("reduce", "reducescatter", "gather")
     if kind == "allreduce":
         total = n * k
         for t in (0, 1):
             count = (total + 1 - t) // 2
             if count:
-                parent = _bfs_parent(adj[t], tree_root(n, t))
-                for r, p in parent.items():
-                    if p != r:
-                        flows.add(t, [(r, p), (p, r)], count, path=False)
-                deepest = max(parent, key=lambda r, p=parent: len(_path(p, r)))
-                up = _path(parent, deepest)
-                flows.add(t, up + [(b, a) for a, b in reversed(up)], 0)
+                flows.up_and_down(t, _bfs_parent(adj[t], tree_root(n, t)), count)
         return [flows.step(order, scale / total, "double binary tree", split=True)]
     if kind in ("broadcast", "reduce"):
         for t in (0, 1):
@@ -311,14 +306,14 @@ def tree(order: Sequence[int], kind: str, *, root: int | None = None, k: int = 1
     elif kind in ("scatter", "gather"):
         for j in range(n):
             if j != rank[root]:
-                flows.add(j % 2, _path(_bfs_parent(adj[j % 2], j), rank[root]))
+                flows.add(j % 2, path_to_root(_bfs_parent(adj[j % 2], j), rank[root]))
         frac = scale / n
     elif kind == "alltoall":
         for u in range(n):
             for v in range(n):
                 if u != v:
                     t = (u + v) % 2
-                    flows.add(t, _path(_bfs_parent(adj[t], v), u))
+                    flows.add(t, path_to_root(_bfs_parent(adj[t], v), u))
         frac = scale / n
     else:
         raise unsupported("tree", kind)
