@@ -248,17 +248,42 @@ def _slsqp(terms: Terms, budget: float, lo: float, prices: np.ndarray | None,
     counts = np.array([c for c, _ in steps], dtype=float)
     p_scale = None if prices is None else prices * budget / GB
 
+    nx = d + nj + n_ops
+    sel = np.zeros(nx)
+    if terms.pipelined:
+        sel[d + nj:] = 1.0
+    else:
+        sel[d:d + nj] = counts
+
     def objective(x):
-        val = x[d + nj:].sum() if terms.pipelined else counts @ x[d:d + nj]
+        val = sel @ x
         return val * (x[:d] @ p_scale) if p_scale is not None else val
 
-    cons = [{"type": "eq", "fun": lambda x: x[:d].sum() - 1.0}]
+    def gradient(x):
+        if p_scale is None:
+            return sel
+        g = sel * (x[:d] @ p_scale)
+        g[:d] += (sel @ x) * p_scale
+        return g
+
+    def eq_jac(x):
+        g = np.zeros(nx)
+        g[:d] = 1.0
+        return g
+
+    cons = [{"type": "eq", "fun": lambda x: x[:d].sum() - 1.0, "jac": eq_jac}]
     for j, (_, st) in enumerate(steps):
         a, w = st.a / ref, st.w / (budget * ref)
 
         def g(x, j=j, a=a, w=w):
             return x[d + j] - (a + w @ (1.0 / x[:d]))
-        cons.append({"type": "ineq", "fun": g})
+
+        def g_jac(x, j=j, w=w):
+            jac = np.zeros((len(w), nx))
+            jac[:, :d] = w / x[:d] ** 2
+            jac[:, d + j] = 1.0
+            return jac
+        cons.append({"type": "ineq", "fun": g, "jac": g_jac})
     if terms.pipelined:
         j = 0
         for o, (count, sts) in enumerate(terms.ops):
@@ -268,9 +293,13 @@ def _slsqp(terms: Terms, budget: float, lo: float, prices: np.ndarray | None,
                 idx[k].append(d + j)
                 j += 1
             for js in idx.values():
-                def h(x, o=o, js=js, count=count):
-                    return x[d + nj + o] - count * x[js].sum()
-                cons.append({"type": "ineq", "fun": h})
+                row = np.zeros(nx)
+                row[d + nj + o] = 1.0
+                row[js] = -count
+
+                def h(x, row=row):
+                    return row @ x
+                cons.append({"type": "ineq", "fun": h, "jac": lambda x, row=row: row})
     bounds = [(lo / budget, 1.0)] * d + [(0.0, None)] * (nj + n_ops)
     best = None
     for b0 in starts:
@@ -279,8 +308,8 @@ def _slsqp(terms: Terms, budget: float, lo: float, prices: np.ndarray | None,
         t0 = []
         if terms.pipelined:
             t0 = [2 * count * terms.time(b0)[0] / ref for count, _ in terms.ops]
-        res = minimize(objective, np.concatenate([u0, s0, t0]), method="SLSQP", bounds=bounds,
-                       constraints=cons, options={"maxiter": 1000, "ftol": 1e-14})
+        res = minimize(objective, np.concatenate([u0, s0, t0]), jac=gradient, method="SLSQP",
+                       bounds=bounds, constraints=cons, options={"maxiter": 500, "ftol": 1e-13})
         b = np.clip(res.x[:d], lo / budget, 1.0)
         b = budget * b / b.sum()
         val = _value(terms, b, prices)[0]
@@ -339,7 +368,8 @@ def allocate(terms: Terms, budget: float, *, minimum: float | None = None,
     equal = np.full(d, budget / d)
     msg = message_split(terms, budget)
     if b is None:
-        starts = [equal, np.maximum(msg, lo)]
+        # the time objective is convex: one start reaches its optimum; time x cost is not
+        starts = [equal] if price is None else [equal, np.maximum(msg, lo)]
         b = _slsqp(terms, budget, lo, price, starts)
         method = ("scipy.optimize.minimize (SLSQP) on the convex epigraph program"
                   if price is None else

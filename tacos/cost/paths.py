@@ -11,6 +11,10 @@ so a model and the matching baseline schedule relay through the same NPUs.
 
 :func:`assign_routes` picks one candidate route per hop (the least used so far, so parallel
 links and equal-cost switch paths share the load) and counts the sends on every link.
+
+:class:`RoutedGraph` is the baselines' NPU-level view (relay chains, ring orders, neighbours)
+with its hops taken from :mod:`tacos.routes`, built per NPU on first use, so the cost models
+route everything on one structure and only for the NPUs they touch.
 """
 
 from __future__ import annotations
@@ -20,8 +24,34 @@ from dataclasses import dataclass
 
 from tacos.errors import InfeasibleError
 from tacos.routes import Route
-from tacos.solvers.baselines_route import NpuGraph
+from tacos.solvers.baselines_route import Hop, NpuGraph
 from tacos.topology import Topology
+
+
+class _HopsFromRoutes(dict):
+    """``hops[u][v]``: the candidate routes ``u -> v`` as :class:`Hop`, filled per ``u``."""
+
+    def __init__(self, topology: Topology) -> None:
+        super().__init__()
+        self.topology = topology
+
+    def __missing__(self, u: int) -> dict[int, list[Hop]]:
+        topo = self.topology
+        out: dict[int, list[Hop]] = {}
+        for v, routes in topo.routing.from_npu(u).items():
+            out[v] = [Hop(u, v, r.links, r.alpha, r.bandwidth, r.lanes,
+                          topo.links[r.links[0]].dst if r.switched else None) for r in routes]
+        self[u] = out
+        return out
+
+
+class RoutedGraph(NpuGraph):
+    """:class:`~tacos.solvers.baselines_route.NpuGraph` over :mod:`tacos.routes`, lazily."""
+
+    def __init__(self, topology: Topology) -> None:  # noqa: D107 - no eager build
+        self.topology = topology
+        self.hops = _HopsFromRoutes(topology)
+        self._routes = {}
 
 
 @dataclass(frozen=True)
@@ -41,7 +71,7 @@ class Router:
     def __init__(self, topology: Topology, graph: NpuGraph | None = None) -> None:
         self.topology = topology
         self.routing = topology.routing
-        self.graph = graph or NpuGraph(topology)
+        self.graph = graph or RoutedGraph(topology)
         self._chains: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._legs: dict[tuple[int, ...], Leg] = {}
 
