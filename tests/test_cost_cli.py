@@ -40,6 +40,8 @@ def test_cost_groups_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", ring8, "--group", "0-3", "--group", "2-5"]) == 1
     assert "two concurrent groups" in capsys.readouterr().err
     assert main(["cost", ring8, "--group", "gpu[9]"]) == 2
+    assert main(["cost", ring8, "-c", "allgathr"]) == 1
+    assert "did you mean 'allgather'" in capsys.readouterr().err
 
 
 def test_explore_json(capsys: pytest.CaptureFixture[str]) -> None:

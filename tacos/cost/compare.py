@@ -19,6 +19,7 @@ from tacos.cost.models import (
     Context,
     Estimate,
     canonical,
+    check_request,
     estimate,
     roots_of,
 )
@@ -94,6 +95,7 @@ def compare(topology: Topology, kind: str, size: int, *,
     """
     ctx = Context(topology)
     groups = [list(g) for g in (groups or [topology.live_npus])]
+    check_request(topology, kind, groups, root)
     coll = make_collective(topology, kind, size, groups, root, chunks)
     rows = []
     for name in models:

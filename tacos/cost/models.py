@@ -146,11 +146,16 @@ class Context:
         return sub_grid(self._grid, members, lambda g: self.order(g, "ring"))
 
 
-def _check(topology: Topology, kind: str, groups: Sequence[Sequence[int]],
-           root: int | None) -> None:
+def check_request(topology: Topology, kind: str, groups: Sequence[Sequence[int]],
+                  root: int | None) -> None:
+    """Raise a :class:`TacosError` for an unknown collective, bad groups or a bad root."""
     if kind not in STANDARD_COLLECTIVES:
+        import difflib
+
+        close = difflib.get_close_matches(kind, STANDARD_COLLECTIVES, n=1)
         raise TacosError(f"unknown collective {kind!r}",
-                         hint=f"use one of {', '.join(STANDARD_COLLECTIVES)}")
+                         hint=f"did you mean '{close[0]}'?" if close else
+                         f"use one of {', '.join(STANDARD_COLLECTIVES)}")
     if not groups or any(len(g) < 1 for g in groups):
         raise TacosError("a cost estimate needs at least one non-empty process group")
     live = set(topology.live_npus)
@@ -246,7 +251,7 @@ def estimate(topology: Topology | Context, kind: str, size: int, *, model: str =
     topo = ctx.topology
     model = canonical(model)
     groups = [list(g) for g in (groups or [topo.live_npus])]
-    _check(topo, kind, groups, root)
+    check_request(topo, kind, groups, root)
     n = len(groups[0])
     if n == 1:
         return Estimate(model, kind, size, 1, len(groups), 0.0, formula="0 (one NPU)")
