@@ -195,6 +195,20 @@ def test_axonn_variant_reads_node_bandwidths_off_the_topology(dgx2) -> None:
     assert _close(est.time, 2 * 15 / 16 * M / 200e9)
 
 
+def test_relays_through_members_only_or_any_npu() -> None:
+    topo = ring(8, bandwidth=B, latency=A)
+    # 0 and 2 share no link; the only relays (1, 3, ...) are outside the group
+    est = estimate(topo, "allreduce", M, model="ring", groups=[[0, 2]])
+    assert est.time is None and "through the process groups' NPUs" in est.reason
+    rows = {r.estimate.model: r for r in compare(topo, "allreduce", M, models=["ring"],
+                                                 groups=[[0, 2]], relays="all").rows}
+    row = rows["ring"]
+    # each ring edge is two relayed hops, and round 2 forwards what round 1 delivered:
+    # the chain of 2 rounds crosses both edges, 4 hops of α + (M/2)/β
+    assert row.estimate.time == pytest.approx(4 * (A + M / 2 / B))
+    assert abs(row.error) <= 0.01
+
+
 # -- errors ----------------------------------------------------------------------------------
 def test_estimate_rejects_bad_requests() -> None:
     topo = ring(4, bandwidth=B, latency=A)

@@ -109,6 +109,9 @@ def _cost_parser() -> argparse.ArgumentParser:
                    "or of K NPUs at stride N/K (outer)")
     p.add_argument("--root", help="root NPU of a rooted collective (default: first member)")
     p.add_argument("--chunks", type=int, default=1, help="chunks per NPU (default 1)")
+    p.add_argument("--relays", choices=("members", "all"), default="members",
+                   help="relay sends between NPUs without a route through the groups' NPUs "
+                   "only (default, as the baselines) or through any NPU")
     p.add_argument("-m", "--model", action="append", default=[],
                    help="model(s) to show (default: all): ring, biring, direct, "
                    "halving-doubling, tree, hierarchical, nccl, axonn")
@@ -136,7 +139,7 @@ def cmd_cost(argv: Sequence[str]) -> int:
     if args.chunks < 1:
         raise UsageError("--chunks must be at least 1")
     res = compare(topo, args.collective, _size(args.size), models=args.model or MODELS,
-                  groups=groups, root=root, chunks=args.chunks,
+                  groups=groups, root=root, chunks=args.chunks, relays=args.relays,
                   baselines=not args.no_baseline, synthesize=args.synthesize, seed=args.seed)
     if args.json:
         print(json.dumps(_cost_json(res), indent=2))

@@ -73,25 +73,28 @@ def simulated_time(schedule: Schedule) -> float:
     return simulate(schedule).time
 
 
-def baseline_schedule_for(topology: Topology, model: str, collective: Collective) -> Schedule:
+def baseline_schedule_for(topology: Topology, model: str, collective: Collective,
+                          relays: str = "members") -> Schedule:
     """The baseline schedule that runs the algorithm ``model`` describes."""
     if BASELINE[model] == "nccl":
         from tacos.cost.nccl import best_channel_schedule
 
-        return best_channel_schedule(topology, collective)
+        return best_channel_schedule(topology, collective, relays)
     from tacos.solvers.baselines import baseline_schedule
 
-    return baseline_schedule(BASELINE[model], topology, collective)
+    return baseline_schedule(BASELINE[model], topology, collective, relays=relays)
 
 
 def compare(topology: Topology, kind: str, size: int, *,
             models: Sequence[str] = MODELS, groups: Sequence[Sequence[int]] | None = None,
-            root: int | None = None, chunks: int = 1, baselines: bool = True,
+            root: int | None = None, chunks: int = 1, relays: str = "members",
+            baselines: bool = True,
             synthesize: str | None = None, seed: int = 0, trials: int | None = None,
             ) -> Comparison:
     """Estimate with each of ``models`` and measure the matching baseline schedules.
 
-    ``synthesize`` names a solver (e.g. ``'greedy'``) whose plan is also simulated.
+    ``relays`` as in :func:`~tacos.cost.models.estimate` (and the baselines).  ``synthesize``
+    names a solver (e.g. ``'greedy'``) whose plan is also simulated.
     """
     ctx = Context(topology)
     groups = [list(g) for g in (groups or [topology.live_npus])]
@@ -100,12 +103,13 @@ def compare(topology: Topology, kind: str, size: int, *,
     rows = []
     for name in models:
         model = canonical(name)
-        est = estimate(ctx, kind, size, model=model, groups=groups, root=root, chunks=chunks)
+        est = estimate(ctx, kind, size, model=model, groups=groups, root=root, chunks=chunks,
+                       relays=relays)
         sim = err = own = None
         note = ""
         if baselines and est.time is not None and len(groups[0]) > 1:
             try:
-                sched = baseline_schedule_for(topology, model, coll)
+                sched = baseline_schedule_for(topology, model, coll, relays)
                 sim, own = simulated_time(sched), sched.makespan
             except TacosError as exc:
                 note = exc.message
@@ -116,7 +120,7 @@ def compare(topology: Topology, kind: str, size: int, *,
     if synthesize:
         from tacos.synthesize import synthesize as run
 
-        opts = {"seed": seed, "bound": False}
+        opts = {"seed": seed, "bound": False, "relays": relays}
         if trials is not None:
             opts["trials"] = trials
         synth = simulated_time(run(topology, coll, solver=synthesize, **opts))

@@ -115,5 +115,5 @@ def _reverse(step: Step) -> Step:
     sends = tuple(type(s)(s.dst, s.src, s.frac, s.load) for s in step.sends)
     segs = (tuple(tuple(p[::-1] for p in seg) for seg in reversed(step.segments))
             if step.segments else None)
-    return Step(sends, step.label, segs, step.mode)
+    return Step(sends, step.label, segs, step.mode, step.cycles)
 

@@ -118,32 +118,43 @@ class Context:
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.router = Router(topology)
-        self._orders: dict[tuple[int, ...], list[int]] = {}
+        self._orders: dict[tuple, list[int]] = {}
         self._plans: dict[tuple, Plan] = {}
         self._grid = None
 
     @property
     def graph(self):
-        """The NPU-level hop view."""
-        return self.router.graph
+        """The NPU-level hop view (relays through any NPU)."""
+        return self.router.graph()
 
-    def order(self, members: Sequence[int], how: str) -> list[int]:
+    def order(self, members: Sequence[int], how: str,
+              relays: frozenset[int] | None = None) -> list[int]:
         """Members in the order an algorithm visits them (like the matching baseline)."""
         if how == "sorted":
             return sorted(members)
         if how == "given":
             return list(members)
-        key = tuple(sorted(members))
+        key = (tuple(sorted(members)), relays)
         hit = self._orders.get(key)
         if hit is None:
-            hit = self._orders[key] = ring_order(self.graph, list(members))[0]
+            hit = ring_order(self.router.graph(relays), list(members))[0]
+            self._orders[key] = hit
         return hit
 
-    def grid(self, members: Sequence[int]):
+    def grid(self, members: Sequence[int], relays: frozenset[int] | None = None):
         """The hierarchical product structure of ``members`` (raises when there is none)."""
         if self._grid is None:
             self._grid = whole_grid(self.graph)
-        return sub_grid(self._grid, members, lambda g: self.order(g, "ring"))
+        return sub_grid(self._grid, members, lambda g: self.order(g, "ring", relays))
+
+
+def relay_set(groups: Sequence[Sequence[int]], relays: str = "members"
+              ) -> frozenset[int] | None:
+    """The NPUs sends may relay through: every group's members (``'members'``, what the
+    baselines do by default) or any NPU (``'all'``, None)."""
+    if relays not in ("members", "all"):
+        raise TacosError(f"relays must be 'members' or 'all', not {relays!r}")
+    return None if relays == "all" else frozenset(v for g in groups for v in g)
 
 
 def check_request(topology: Topology, kind: str, groups: Sequence[Sequence[int]],
@@ -187,24 +198,25 @@ def roots_of(groups: Sequence[Sequence[int]], root: int | None) -> list[int | No
 
 
 def _steps(ctx: Context, model: str, kind: str, groups: Sequence[Sequence[int]],
-           root: int | None, k: int) -> list[Step]:
+           root: int | None, k: int, allowed: frozenset[int] | None) -> list[Step]:
     roots = roots_of(groups, root)
     if model == "hierarchical":
-        return merge([hierarchical(ctx.grid(g), kind, root=r, k=k)
+        return merge([hierarchical(ctx.grid(g, allowed), kind, root=r, k=k)
                       for g, r in zip(groups, roots, strict=True)])
     build, how = programs.ALGORITHMS[model]
-    return merge([build(ctx.order(g, how), kind, root=r, k=k)
+    return merge([build(ctx.order(g, how, allowed), kind, root=r, k=k)
                   for g, r in zip(groups, roots, strict=True)])
 
 
 def plan(ctx: Context, model: str, kind: str, groups: Sequence[Sequence[int]], *,
-         root: int | None = None, chunks: int = 1) -> Plan:
+         root: int | None = None, chunks: int = 1, relays: str = "members") -> Plan:
     """The routed :class:`~tacos.cost.steps.Plan` of a step-program model (cached)."""
-    key = (model, kind, tuple(tuple(g) for g in groups), root, chunks)
+    key = (model, kind, tuple(tuple(g) for g in groups), root, chunks, relays)
     hit = ctx._plans.get(key)
     if hit is None:
-        steps = _steps(ctx, model, kind, groups, root, chunks)
-        hit = Plan(model, kind, len(groups[0]), evaluate(ctx.router, steps),
+        allowed = relay_set(groups, relays)
+        steps = _steps(ctx, model, kind, groups, root, chunks, allowed)
+        hit = Plan(model, kind, len(groups[0]), evaluate(ctx.router, steps, allowed),
                    FORMULAS.get(model, {}).get(kind, ""))
         ctx._plans[key] = hit
     return hit
@@ -237,15 +249,17 @@ def _axonn(ctx: Context, kind: str, size: int, groups: Sequence[Sequence[int]]) 
 
 def estimate(topology: Topology | Context, kind: str, size: int, *, model: str = "ring",
              groups: Sequence[Sequence[int]] | None = None, root: int | None = None,
-             chunks: int = 1) -> Estimate:
+             chunks: int = 1, relays: str = "members") -> Estimate:
     """Predict the time of collective ``kind`` of ``size`` bytes (nccl-tests convention).
 
     ``groups``: process groups that run the collective at the same time (default: one group
     of every live NPU); their sends share links and ports.  ``root`` (rooted collectives) is
     an NPU of the first group (the others use the member at the same position).  ``chunks``
     per NPU matters to pipelined algorithms (rooted rings, trees) as in the baselines.
-    Returns an :class:`Estimate` whose ``time`` is None (with ``reason``) when the model has
-    no form for the case.
+    ``relays``: sends between NPUs without a route relay through the groups' NPUs
+    (``'members'``, the baselines' default) or through any NPU (``'all'``).  Returns an
+    :class:`Estimate` whose ``time`` is None (with ``reason``) when the model has no form for
+    the case.
     """
     ctx = topology if isinstance(topology, Context) else Context(topology)
     topo = ctx.topology
@@ -260,9 +274,9 @@ def estimate(topology: Topology | Context, kind: str, size: int, *, model: str =
     if model == "nccl":
         from tacos.cost.nccl import nccl_estimate
 
-        return nccl_estimate(ctx, kind, size, groups, root)
+        return nccl_estimate(ctx, kind, size, groups, root, relays)
     try:
-        p = plan(ctx, model, kind, groups, root=root, chunks=chunks)
+        p = plan(ctx, model, kind, groups, root=root, chunks=chunks, relays=relays)
     except TacosError as exc:
         return Estimate(model, kind, size, n, len(groups), None, reason=exc.message)
     alpha, beta = p.effective(size)

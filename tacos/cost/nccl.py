@@ -199,28 +199,30 @@ def _tree_steps(ctx, groups, total: int) -> list[Step]:
     return merge(per_group)
 
 
-def choose(ctx, kind: str, size: int, groups: list[list[int]], root: int | None
-           ) -> tuple[str, int, Plan]:
+def choose(ctx, kind: str, size: int, groups: list[list[int]], root: int | None,
+           relays: str = "members") -> tuple[str, int, Plan]:
     """NCCL's pick: ``('ring', channels, plan)``, ``('tree', 0, plan)`` or ``('p2p', 0, plan)``
     (see module doc)."""
-    from tacos.cost.models import plan, roots_of
+    from tacos.cost.models import plan, relay_set, roots_of
 
     n = len(groups[0])
     if kind in ("alltoall", "scatter", "gather"):
-        return "p2p", 0, plan(ctx, "direct", kind, groups, root=root)
+        return "p2p", 0, plan(ctx, "direct", kind, groups, root=root, relays=relays)
     roots = roots_of(groups, root)
-    key = tuple(tuple(g) for g in groups)
+    allowed = relay_set(groups, relays)
+    key = (tuple(tuple(g) for g in groups), relays)
     options = []
     for c in channel_counts(max_channels(ctx.graph, groups[0])):
         k = _pipeline(kind, size, c)
         p = _cached(ctx, ("nccl-ring", kind, key, root, c, k), lambda c=c, k=k: Plan(
-            "nccl", kind, n, evaluate(ctx.router, _ring_steps(ctx, groups, kind, roots, c, k)),
+            "nccl", kind, n,
+            evaluate(ctx.router, _ring_steps(ctx, groups, kind, roots, c, k), allowed),
             "ring over C channels"))
         options.append((p.time(size), c, "ring", p))
     if kind == "allreduce" and n > 2:
         total = max(2, math.ceil(size / STEP_BYTES))
         p = _cached(ctx, ("nccl-tree", key, total), lambda: Plan(
-            "nccl", kind, n, evaluate(ctx.router, _tree_steps(ctx, groups, total)),
+            "nccl", kind, n, evaluate(ctx.router, _tree_steps(ctx, groups, total), allowed),
             "tree: node chains + double binary tree"))
         options.append((p.time(size), 0, "tree", p))
     _, c, what, p = min(options, key=lambda x: (x[0], x[1]))
@@ -234,11 +236,12 @@ _FORMULA = {"ring": {"allreduce": "2(N-1)(α + M/(NCβ))", "broadcast": "(N-2+k)
 _DEFAULT = {"ring": "(N-1)(α + M/(NCβ))", "p2p": "α + M/(Nβ)"}
 
 
-def nccl_estimate(ctx, kind: str, size: int, groups: list[list[int]], root: int | None):
+def nccl_estimate(ctx, kind: str, size: int, groups: list[list[int]], root: int | None,
+                  relays: str = "members"):
     """The NCCL-style :class:`~tacos.cost.models.Estimate` (see module doc)."""
     from tacos.cost.models import Estimate
 
-    what, c, p = choose(ctx, kind, size, groups, root)
+    what, c, p = choose(ctx, kind, size, groups, root, relays)
     alpha, beta = p.effective(size)
     label = {"ring": f"rings over {c} channel{'s' if c > 1 else ''}", "tree": "tree",
              "p2p": "point-to-point sends"}[what]
@@ -262,7 +265,8 @@ def _owners(coll: Collective) -> dict[int, list[int]]:
     return own
 
 
-def channel_schedule(topology: Topology, collective: Collective, channels: int) -> Schedule:
+def channel_schedule(topology: Topology, collective: Collective, channels: int,
+                     relays: str = "members") -> Schedule:
     """The channel rings as a schedule (all-gather, reduce-scatter, all-reduce; one or several
     concurrent groups).
 
@@ -270,7 +274,7 @@ def channel_schedule(topology: Topology, collective: Collective, channels: int) 
     c-th share of every NPU's chunks.  Timed by the baseline lowering (physical links and
     ports, congestion counted); verify it before trusting it.
     """
-    graph = NpuGraph(topology)
+    graph = NpuGraph(topology, collective.relay_npus(relays))
     tenants = collective.tenants if collective.kind == "multi" else (collective,)
     progs = []
     offset = 0
@@ -300,7 +304,8 @@ def channel_schedule(topology: Topology, collective: Collective, channels: int) 
                               "algorithm": f"{channels}-channel rings"})
 
 
-def best_channel_schedule(topology: Topology, collective: Collective) -> Schedule:
+def best_channel_schedule(topology: Topology, collective: Collective,
+                          relays: str = "members") -> Schedule:
     """The schedule of NCCL's pick for ``collective`` (rings over the model's channel count;
     point-to-point sends through the direct baseline).  NCCL's tree has no schedule here."""
     from tacos.cost.models import Context
@@ -311,9 +316,9 @@ def best_channel_schedule(topology: Topology, collective: Collective) -> Schedul
     tenants = collective.tenants if collective.kind == "multi" else (collective,)
     groups = [list(t.group) for t in tenants]
     what, c, _ = choose(Context(topology), tenants[0].kind, tenants[0].size, groups,
-                        tenants[0].root)
+                        tenants[0].root, relays)
     if what == "p2p":
-        return baseline_schedule("direct", topology, collective)
+        return baseline_schedule("direct", topology, collective, relays=relays)
     if what == "tree":
         raise TacosError("NCCL's tree has no schedule in tacos yet (only its model)")
     if tenants[0].kind not in ("allgather", "reducescatter", "allreduce"):
@@ -324,4 +329,4 @@ def best_channel_schedule(topology: Topology, collective: Collective) -> Schedul
 
     again = combine([build(t.kind, list(t.group), size=t.size, chunks_per_npu=k, root=t.root)
                      for t in tenants])
-    return channel_schedule(topology, again, c)
+    return channel_schedule(topology, again, c, relays)

@@ -6,15 +6,12 @@ time.  On the machine model (``docs/machine-model.md``) a send whose ends are on
 on a route of :mod:`tacos.routes`: α is the sum of its links' α, the bandwidth its narrowest
 link's, and it holds every link of the route for its whole duration.  Ends further apart are
 joined by a chain of such hops, store-and-forward at the relay NPUs, chosen as the baselines
-choose them (:meth:`~tacos.solvers.baselines_route.NpuGraph.route`: fewest hops, then fastest),
-so a model and the matching baseline schedule relay through the same NPUs.
+choose them (:meth:`~tacos.solvers.baselines_route.NpuGraph.route`: fewest hops, then fastest,
+relaying only through the NPUs of the process groups unless any NPU is allowed), so a model
+and the matching baseline schedule relay through the same NPUs.
 
 :func:`assign_routes` picks one candidate route per hop (the least used so far, so parallel
 links and equal-cost switch paths share the load) and counts the sends on every link.
-
-:class:`RoutedGraph` is the baselines' NPU-level view (relay chains, ring orders, neighbours)
-with its hops taken from :mod:`tacos.routes`, built per NPU on first use, so the cost models
-route everything on one structure and only for the NPUs they touch.
 """
 
 from __future__ import annotations
@@ -24,34 +21,8 @@ from dataclasses import dataclass
 
 from tacos.errors import InfeasibleError
 from tacos.routes import Route
-from tacos.solvers.baselines_route import Hop, NpuGraph
+from tacos.solvers.baselines_route import NpuGraph
 from tacos.topology import Topology
-
-
-class _HopsFromRoutes(dict):
-    """``hops[u][v]``: the candidate routes ``u -> v`` as :class:`Hop`, filled per ``u``."""
-
-    def __init__(self, topology: Topology) -> None:
-        super().__init__()
-        self.topology = topology
-
-    def __missing__(self, u: int) -> dict[int, list[Hop]]:
-        topo = self.topology
-        out: dict[int, list[Hop]] = {}
-        for v, routes in topo.routing.from_npu(u).items():
-            out[v] = [Hop(u, v, r.links, r.alpha, r.bandwidth, r.lanes,
-                          topo.links[r.links[0]].dst if r.switched else None) for r in routes]
-        self[u] = out
-        return out
-
-
-class RoutedGraph(NpuGraph):
-    """:class:`~tacos.solvers.baselines_route.NpuGraph` over :mod:`tacos.routes`, lazily."""
-
-    def __init__(self, topology: Topology) -> None:  # noqa: D107 - no eager build
-        self.topology = topology
-        self.hops = _HopsFromRoutes(topology)
-        self._routes = {}
 
 
 @dataclass(frozen=True)
@@ -68,24 +39,36 @@ class Leg:
 class Router:
     """Candidate routes between the NPUs of one topology, and relay chains (cached)."""
 
-    def __init__(self, topology: Topology, graph: NpuGraph | None = None) -> None:
+    def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.routing = topology.routing
-        self.graph = graph or RoutedGraph(topology)
-        self._chains: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._graphs: dict[frozenset[int] | None, NpuGraph] = {}
+        self._chains: dict[tuple, list[tuple[int, int]]] = {}
         self._legs: dict[tuple[int, ...], Leg] = {}
 
-    def chain(self, u: int, v: int) -> list[tuple[int, int]]:
-        """The NPU pairs a send ``u -> v`` hops through (one pair when they are neighbours)."""
-        key = (u, v)
+    def graph(self, relays: frozenset[int] | None = None) -> NpuGraph:
+        """The NPU-level view whose relay chains pass only through ``relays`` (None: any)."""
+        hit = self._graphs.get(relays)
+        if hit is None:
+            hit = self._graphs[relays] = NpuGraph(self.topology, relays)
+        return hit
+
+    def chain(self, u: int, v: int, relays: frozenset[int] | None = None
+              ) -> list[tuple[int, int]]:
+        """The NPU pairs a send ``u -> v`` hops through (one pair when they are neighbours),
+        relaying only through ``relays`` (None: any NPU)."""
+        key = (u, v, relays)
         hit = self._chains.get(key)
         if hit is None:
-            path = [u, v] if self.routing.routes(u, v) else self.graph.route(u, v)
+            path = [u, v] if self.routing.routes(u, v) else self.graph(relays).route(u, v)
             if path is None:
                 topo = self.topology
                 raise InfeasibleError(
-                    f"NPU {topo.node_name(v)} cannot be reached from NPU {topo.node_name(u)}",
-                    hint="every pair of NPUs an algorithm sends between needs a route")
+                    f"NPU {topo.node_name(v)} cannot be reached from NPU {topo.node_name(u)}"
+                    + (" through the process groups' NPUs" if relays is not None else ""),
+                    hint="every pair of NPUs an algorithm sends between needs a route"
+                    + ("; allow relays through any NPU (relays='all')"
+                       if relays is not None else ""))
             hit = self._chains[key] = list(zip(path, path[1:], strict=False))
         return hit
 
@@ -104,7 +87,8 @@ class Router:
         return hit
 
 
-def assign_routes(router: Router, pairs: Sequence[tuple[int, int]]
+def assign_routes(router: Router, pairs: Sequence[tuple[int, int]],
+                  relays: frozenset[int] | None = None
                   ) -> tuple[list[list[Leg]], dict[int, int]]:
     """Route concurrent sends and count how many of them use each physical link.
 
@@ -117,7 +101,7 @@ def assign_routes(router: Router, pairs: Sequence[tuple[int, int]]
     routed: list[list[Leg]] = []
     for u, v in pairs:
         legs = []
-        for a, b in router.chain(u, v):
+        for a, b in router.chain(u, v, relays):
             cands = router.candidates(a, b)
             if len(cands) == 1:
                 route = cands[0]

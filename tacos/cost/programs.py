@@ -47,10 +47,11 @@ def ring(order: Sequence[int], kind: str, *, root: int | None = None, k: int = 1
     """Unidirectional ring along ``order``."""
     n = len(order)
     pairs = _ring_pairs(order)
+    cycle = (tuple(range(n)),)
     if kind in ("allgather", "reducescatter"):
-        return [Step(_edges(pairs, scale / n, n - 1), "ring")]
+        return [Step(_edges(pairs, scale / n, n - 1), "ring", cycles=cycle)]
     if kind == "allreduce":
-        return [Step(_edges(pairs, scale / n, 2 * (n - 1)), "ring")]
+        return [Step(_edges(pairs, scale / n, 2 * (n - 1)), "ring", cycles=cycle)]
     if kind in ("broadcast", "reduce"):
         chain = list(zip(_rotate(order, root), _rotate(order, root)[1:], strict=False))
         if kind == "reduce":
@@ -76,8 +77,10 @@ def biring(order: Sequence[int], kind: str, *, root: int | None = None, k: int =
     cw, ccw = n // 2, (n - 1) // 2
     fwd, back = _ring_pairs(order, 1), _ring_pairs(order, -1)
     if kind in ("allgather", "reducescatter", "allreduce"):
-        both = Step(_edges(fwd, scale / n, ccw) + _edges(back, scale / n, ccw), "biring")
-        half = Step(_edges(fwd, scale / n, cw - ccw), "biring")
+        rings = (tuple(range(n)), tuple(range(n, 2 * n)))
+        both = Step(_edges(fwd, scale / n, ccw) + _edges(back, scale / n, ccw), "biring",
+                    cycles=rings)
+        half = Step(_edges(fwd, scale / n, cw - ccw), "biring", cycles=rings[:1])
         one = [s for s in (both, half) if s.sends and s.sends[0].load > 0]
         return one * (2 if kind == "allreduce" else 1)
     if kind in ("broadcast", "reduce"):

@@ -18,6 +18,10 @@ and the step lasts the longer of its algorithmic critical path and its busiest l
 * ``pipeline`` (chunks down fixed paths):  T = max( fill + max_s (load_s − 1) · u_s , max_l busy_l )
 * ``flows`` (blocks from many sources):    T = max( fill , max_s r_s , max_l busy_l )
 
+and, for the rings of a step (``cycles``), ``r`` also covers the chain of ``load`` consecutive
+edges around the ring (round r of an edge forwards what the edge before it delivered in round
+r − 1: with relayed edges, a ring's rounds cannot all overlap).
+
 where ``fill`` = Σ over the step's segments of the longest path (Σ t_s along it), ``u_s`` the
 time of the slowest hop of send s and ``r_s = t_s + (load_s − 1) · u_s`` its repeated rounds
 (a relayed send forwards round i while round i+1 takes its first hop, so the slowest hop sets
@@ -63,6 +67,29 @@ class Step:
     label: str = ""
     segments: tuple[tuple[tuple[int, ...], ...], ...] | None = None
     mode: str = "rounds"
+    #: rings of sends (indices in ring order) whose round r waits for the previous send's
+    #: round r − 1 (a ring forwards what it just received)
+    cycles: tuple[tuple[int, ...], ...] = ()
+
+
+def ring_chain(times: Sequence[float], rounds: int) -> float:
+    """The longest chain of ``rounds`` consecutive transfers around a ring whose edges take
+    ``times``: each round of a ring forwards what the previous edge delivered in the round
+    before, so ``rounds`` rounds cross ``rounds`` consecutive edges one after another."""
+    n = len(times)
+    if n == 0 or rounds <= 0:
+        return 0.0
+    full, rem = divmod(rounds, n)
+    base = full * sum(times)
+    if rem == 0:
+        return base
+    doubled = list(times) + list(times)
+    window = sum(doubled[:rem])
+    best = window
+    for i in range(1, n):
+        window += doubled[i + rem - 1] - doubled[i - 1]
+        best = max(best, window)
+    return base + best
 
 
 @dataclass(frozen=True)
@@ -144,6 +171,9 @@ class StepCost:
         mode, segs = self.step.mode, self.step.segments
         loads = [s.send.load for s in self.sends]
         longest = max(x + (load - 1) * y for load, x, y in zip(loads, t, u, strict=True))
+        for cycle in self.step.cycles:
+            longest = max(longest, ring_chain([t[i] for i in cycle],
+                                              max(loads[i] for i in cycle)))
         if mode == "rounds":
             return longest
         fill = (max(t) if segs is None else
@@ -222,12 +252,14 @@ class Plan:
         return all(s.by_dim is not None for st in self.steps for s in st.sends)
 
 
-def evaluate(router: Router, steps: Sequence[Step]) -> tuple[StepCost, ...]:
-    """Route every step's sends; price the sends and the links two or more of them share."""
+def evaluate(router: Router, steps: Sequence[Step], relays: frozenset[int] | None = None
+             ) -> tuple[StepCost, ...]:
+    """Route every step's sends (relaying only through ``relays``, None: any NPU); price the
+    sends and the links two or more of them share."""
     links = router.topology.links
     out = []
     for step in steps:
-        routed, use = assign_routes(router, [(s.src, s.dst) for s in step.sends])
+        routed, use = assign_routes(router, [(s.src, s.dst) for s in step.sends], relays)
         costs = []
         acc: dict[int, list] = {}
         for send, legs in zip(step.sends, routed, strict=True):
@@ -273,6 +305,7 @@ def merge(programs: Sequence[Sequence[Step]]) -> list[Step]:
     out = []
     for parts in zip(*programs, strict=True):
         sends: list[Send] = []
+        cycles: list[tuple[int, ...]] = []
         segs: list[list[tuple[int, ...]]] | None = None
         if any(p.segments is not None for p in parts):
             width = max(len(p.segments or ()) for p in parts)
@@ -280,11 +313,12 @@ def merge(programs: Sequence[Sequence[Step]]) -> list[Step]:
         for p in parts:
             base = len(sends)
             sends.extend(p.sends)
+            cycles.extend(tuple(base + i for i in c) for c in p.cycles)
             if segs is not None:
                 own = p.segments or (tuple((i,) for i in range(len(p.sends))),)
                 for k, seg in enumerate(own):
                     segs[k].extend(tuple(base + i for i in path) for path in seg)
         out.append(Step(tuple(sends), parts[0].label,
                         tuple(tuple(s) for s in segs) if segs is not None else None,
-                        parts[0].mode))
+                        parts[0].mode, tuple(cycles)))
     return out

@@ -82,6 +82,16 @@ def step_terms(step: StepCost, size: float, dims: Sequence[int]
     rows = [(a + (load - 1) * ha, w + (load - 1) * hw)
             for load, (a, w), hs in zip(loads, vecs, hops, strict=True) for ha, hw in hs]
     mode, segs = step.step.mode, step.step.segments
+    for cycle in step.step.cycles:  # chains of consecutive rounds around each ring
+        rounds = max(loads[i] for i in cycle)
+        n = len(cycle)
+        full, rem = divmod(rounds, n)
+        total_a = full * sum(vecs[i][0] for i in cycle)
+        total_w = full * sum(vecs[i][1] for i in cycle)
+        for start in range(n if rem else 1):
+            win = [cycle[(start + j) % n] for j in range(rem)]
+            rows.append((total_a + sum(vecs[i][0] for i in win),
+                         total_w + sum((vecs[i][1] for i in win), np.zeros(len(dims)))))
     if mode != "rounds":
         segments = segs or (tuple((i,) for i in range(len(vecs))),)
         fill_sets = [[(sum(vecs[i][0] for i in path), sum(vecs[i][1] for i in path))
