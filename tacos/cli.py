@@ -32,7 +32,8 @@ from typing import Any
 
 from tacos.errors import TacosError, ToolFailure, UsageError
 
-SUBCOMMANDS = ("info", "verify", "presets", "compile", "solvers", "import")
+SUBCOMMANDS = ("info", "verify", "presets", "compile", "solvers", "import", "cost", "explore",
+               "allocate")
 
 DESCRIPTION = """\
 tacos synthesizes collective communication algorithms for any topology.
@@ -42,6 +43,9 @@ tacos synthesizes collective communication algorithms for any topology.
   tacosc verify plan.xml [--topology TOPO.tdl]
   tacosc presets | tacosc solvers
   tacosc import nccl-topo topo.xml --node dgx_a100_node -o system.tdl
+  tacosc cost TOPO.tdl --collective allreduce --size 64MiB [--group 0-7]
+  tacosc explore TOPO.tdl --model gpt-20b
+  tacosc allocate 'Ring(4)_FC(2)_Switch(8)' --budget 300GB/s --op allreduce:64MiB
 
 Run 'tacosc COMMAND --help' for each form; 'tacosc TOPO.tdl ...' is short for
 'tacosc compile TOPO.tdl ...'.  Times are estimates of the alpha-beta model (link latency +
@@ -581,6 +585,10 @@ def run(argv: Sequence[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv[0] in SUBCOMMANDS else ("compile", argv)
     if command == "compile":
         return cmd_compile(rest)
+    if command in ("cost", "explore", "allocate"):  # design-space commands, with the models
+        from tacos.cost import cli as cost_cli
+
+        return getattr(cost_cli, f"cmd_{command}")(rest)
     from tacos import cli_commands
 
     return getattr(cli_commands, f"cmd_{command}")(rest)
