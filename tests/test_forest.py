@@ -296,3 +296,20 @@ def test_builder_topology_with_switch_and_relay():
     # one port takes 3 shards (the inter-switch link only 2): x* = 3 shards per GB/s
     assert s.meta["forest"]["optimal_time"] == pytest.approx(3 * 2**22 / 4 / GB)
     assert any(len(t.route) == 3 for t in s.transfers)  # through both switches
+
+
+def test_striped_slices_of_unequal_chunks_verify():
+    # parallel lanes let a lone slice be striped; the size leaves chunks a byte apart, so each
+    # stripe must carry its own chunks' bytes, not an even share
+    links = []
+    for i in range(4):
+        j = (i + 1) % 4
+        links += [Link(i, j, US, 10 * GB, multiplicity=3), Link(j, i, US, 10 * GB, multiplicity=3)]
+    topo = Topology(tuple(Npu(i, f"n{i}") for i in range(4)), (), tuple(links))
+    coll = build("allgather", topo.live_npus, size=4 * (6 * 2**18 + 1), chunks_per_npu=3)
+    s = tacos.synthesize(topo, coll, solver="forest", slices=1)
+    assert len({c.size for c in s.collective.chunks}) > 1
+    lanes = {(t.start, t.src, t.dst) for t in s.transfers if len(t.chunks) == 1}
+    assert len(lanes) < sum(len(t.chunks) == 1 for t in s.transfers)  # one slice, several lanes
+    rep = verify_schedule(s)
+    assert rep.ok, rep.text(5)

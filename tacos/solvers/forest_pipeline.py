@@ -207,7 +207,8 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                 for q, lanes_q in enumerate(routes):
                     piece = chunks[q * len(chunks) // len(routes):
                                    (q + 1) * len(chunks) // len(routes)]
-                    share = nbytes * len(piece) / len(chunks)
+                    share = (nbytes if len(routes) == 1
+                             else sum(chunk_bytes[c] for c in piece))  # sizes may differ by a byte
                     end = now + hop.alpha + share / hop.bandwidth
                     out.append(make_transfer(now, end, npu_of[i][x], npu_of[i][y], lanes_q,
                                              piece, op))
