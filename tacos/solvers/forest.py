@@ -32,6 +32,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from tacos import patterns
@@ -60,12 +61,14 @@ MAX_TREE_CHANNELS = 8
 TB_BUDGET = 64
 INTERLEAVE_MAX = 128
 """Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
-MAX_SLICE_TRIALS = 10
-SCREEN_TRIALS = 2
+MAX_SLICE_TRIALS = 16
+SCREEN_TRIALS = 6
 """Schedules timed per tree count before the best tree count gets the full search."""
-SEARCH_TRANSFERS = 100_000
-"""The slice search stops once the schedules it timed hold this many transfers."""
-MODES = tuple((batch, depth) for depth in (0, 2, 4) for batch in (True, False))
+SOLVE_TRANSFERS = 250_000
+"""Transfers timed in all by one solve (screening and search): list-scheduling costs about
+40 µs per transfer, so this keeps the pipeline search of a 64-NPU system to a few seconds.
+Every tree count still gets one schedule, and the best one at least one more."""
+MODES = tuple((batch, depth) for depth in (2, 0, 4) for batch in (False, True))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
 
 
@@ -132,6 +135,13 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     t_pack = time.perf_counter()
     return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,
                   {"rate": t_rate - clock, "split": t_split - t_rate, "pack": t_pack - t_split})
+
+
+def _signature(forests: list[Forest]) -> tuple:
+    """What the schedules of a packing depend on: every tree's root, share of its root's data,
+    edges and physical paths."""
+    return tuple((t.root, Fraction(t.mult, f.rate.k), tuple(t.edges), tuple(t.paths))
+                 for f in forests for t in f.trees)
 
 
 def _check_collective(coll: Collective) -> None:
@@ -241,28 +251,30 @@ class ForestSolver:
         # "auto" also tries one and two trees per root: fewer, larger trees pay α less often,
         # which can beat the exact rate's many small trees on small messages
         choices = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
-        found: list[tuple[Schedule, list[Forest], list]] = []
-        seen: set[tuple[int, ...]] = set()
+        found: list[tuple[Schedule, list[Forest], dict]] = []
+        seen: set[tuple] = set()
+        spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
         for choice in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
                                            opts.get("relays", "members")))
-            ks = tuple(f.rate.k for f in forests)
-            if ks in seen:
+            sig = _signature(forests)
+            if sig in seen:  # another tree count packed the same trees: same schedules
                 continue
-            seen.add(ks)
+            seen.add(sig)
             # screen each tree count with a few schedules, then search the best one fully
+            # (each screening gets its share of the transfer budget; the winner gets the rest)
             budget = SCREEN_TRIALS if len(choices) > 1 else MAX_SLICE_TRIALS
-            best, tried = self._pipeline(coll, view, forests, opts, budget)
+            share = SOLVE_TRANSFERS * (len(found) + 1) // (len(choices) + 1)
+            best, tried = self._pipeline(coll, view, forests, opts, budget, spent,
+                                         limit=share if len(choices) > 1 else SOLVE_TRANSFERS)
             found.append((best, forests, tried))
         best, forests, tried = min(found, key=lambda f: f[0].makespan)
         if len(found) > 1:
-            full, more = self._pipeline(coll, view, forests, opts, MAX_SLICE_TRIALS)
-            tried = sorted(set(tried) | set(more))
-            if full.makespan < best.makespan:
-                best = full
+            best, tried = self._pipeline(coll, view, forests, opts, MAX_SLICE_TRIALS, spent,
+                                         tried, SOLVE_TRANSFERS)
         if coll.combining:  # the search timed a copy-shaped stand-in: build the real schedule
             info = best.meta["pipeline"]
             best = self._schedule(coll, view, forests,
@@ -285,9 +297,14 @@ class ForestSolver:
         return SolveResult("feasible", best, None, stats)
 
     def _pipeline(self, coll: Collective, view: RouteView, forests: list[Forest],
-                  opts: dict[str, Any], budget: int) -> tuple[Schedule, list]:
+                  opts: dict[str, Any], budget: int, spent: list[int],
+                  known: dict | None = None, limit: int = SOLVE_TRANSFERS,
+                  ) -> tuple[Schedule, dict]:
         """The fastest pipelined schedule the slice search finds for these forests (timing the
-        last phase only: all-reduce's phases are mirror images and share the slicing)."""
+        last phase only: all-reduce's phases are mirror images and share the slicing), and
+        every schedule timed, by (rounds, batch, taper depth).  ``known`` holds schedules an
+        earlier screening timed; ``spent[0]`` counts the transfers timed by the whole solve
+        (the search stops once it reaches ``limit`` and has timed one schedule of its own)."""
         big_k = math.lcm(*(f.rate.k for f in forests))
         forests = forests[-1:]
         # time the copy-shaped equivalent: the phase's trees moving the same bytes per root
@@ -296,35 +313,45 @@ class ForestSolver:
         coll = Collective(proxy, (), coll.group, coll.size, coll.chunks_per_npu, root,
                           coll.name)
         q = max(1, coll.chunks_per_npu)
-        tried: dict[tuple[int, bool, int], Schedule] = {}
+        tried: dict[tuple[int, bool, int], Schedule] = dict(known or {})
+        fresh = [0]  # schedules this call timed
         auto = opts.get("slices", "auto") == "auto"
-        for batch, depth in MODES if auto else [m for m in MODES if m[1] == 0]:
-            s0, cap = self._slices(coll, forests, view, big_k, q, opts, batch)
-            s0 = max(1, round(s0 / (1 << depth)))  # middle rounds carry 2^depth slices each
 
-            def run(m: float, batch: bool = batch, depth: int = depth, cap: int = cap) -> float:
-                m = max(1, int(m))
-                while m > 1 and sum(taper(m, depth)) > cap:
-                    m //= 2
-                key = (m, batch, depth)
-                if key not in tried:
-                    tried[key] = self._schedule(coll, view, forests, big_k, q,
-                                                taper(m, depth), batch)
-                return tried[key].makespan
+        def afford() -> bool:
+            return len(tried) < budget and spent[0] < limit
 
-            if len(tried) >= budget:
+        modes = MODES if auto else tuple(m for m in MODES if m[1] == 0)
+        caps: dict[tuple[bool, int], int] = {}
+
+        def run(m: float, batch: bool, depth: int) -> float:
+            m = max(1, int(m))
+            while m > 1 and sum(taper(m, depth)) > caps[batch, depth]:
+                m //= 2
+            key = (m, batch, depth)
+            if key not in tried:
+                tried[key] = self._schedule(coll, view, forests, big_k, q, taper(m, depth),
+                                            batch)
+                spent[0] += len(tried[key].transfers)
+                fresh[0] += 1
+            return tried[key].makespan
+
+        # the formula's slice count in every mode, then walk from the best modes' best count
+        for batch, depth in modes:
+            if fresh[0] and not afford():
                 break
-            run(s0)
-            if not auto:
-                continue
+            s0, caps[batch, depth] = self._slices(coll, forests, view, big_k, q, opts, batch)
+            run(max(1, round(s0 / (1 << depth))), batch, depth)  # middle rounds: 2^depth each
+
+        def best_of(mode: tuple[bool, int]) -> tuple[float, int]:
+            return min((sc.makespan, key[0]) for key, sc in tried.items() if key[1:] == mode)
+
+        for mode in sorted(caps, key=best_of) if auto else ():
             for step in (2, 0.5):  # walk by factors of 2 while it improves
-                m = s0
-                while (len(tried) < budget and 1 <= m * step
-                       and sum(len(t.transfers) for t in tried.values()) < SEARCH_TRANSFERS
-                       and run(m * step) < run(m)):
+                m = best_of(mode)[1]
+                while afford() and 1 <= m * step and run(m * step, *mode) < run(m, *mode):
                     m = int(m * step)
         best = min(tried.values(), key=lambda sc: sc.makespan)
-        return best, sorted(tried)
+        return best, tried
 
     def _slices(self, coll: Collective, forests: list[Forest], view: RouteView, big_k: int,
                 q: int, opts: dict[str, Any], batch: bool) -> tuple[int, int]:
