@@ -313,3 +313,18 @@ def test_striped_slices_of_unequal_chunks_verify():
     assert len(lanes) < sum(len(t.chunks) == 1 for t in s.transfers)  # one slice, several lanes
     rep = verify_schedule(s)
     assert rep.ok, rep.text(5)
+
+
+def test_island_order_keeps_trees_shallow_behind_nics():
+    # 2x DGX-H100, two trees per root (the exact rate): a tree that crosses into the other
+    # node once and spreads there over NVSwitch stays at depth <= 3; taking every GPU's NIC
+    # arc uses up the NICs and leaves later trees detours up to depth 5
+    topo = tacos.load(str(_preset("dgx_h100")), {"nodes": 2}).topology
+    group = tuple(topo.live_npus)
+    deep = {}
+    for islands in (True, False):
+        f = plan_forest(topo, group, group, "copy", False, 2, islands=islands)
+        assert f.rate.exact and f.rate.k == 2
+        check_packing(group, group, f.trees, f.rate.k, f.rate.caps)
+        deep[islands] = max(t.depth() for t in f.trees)
+    assert deep[True] <= 3 < deep[False]

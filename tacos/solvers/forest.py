@@ -45,6 +45,7 @@ from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_view import RouteView
+from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
@@ -117,9 +118,11 @@ def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
 
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
                 phase: str, reverse: bool, trees: int | str = "auto",
-                relays: str = "members") -> Forest:
+                relays: str = "members", islands: bool = True) -> Forest:
     """Rate, switch splitting and tree packing for one phase.  NPUs outside ``group`` are left
-    out unless ``relays='all'``; then they are relays, split off like switches."""
+    out unless ``relays='all'``; then they are relays, split off like switches.  ``islands``
+    lets trees enter each island (:func:`~tacos.solvers.islands.find_islands`) once and spread
+    inside it (:func:`~tacos.solvers.forest_pack.pack_trees`)."""
     clock = time.perf_counter()
     topo = topology if relays == "all" else group_topology(topology, group)
     if reverse:
@@ -129,8 +132,9 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     t_rate = time.perf_counter()
     split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
     t_split = time.perf_counter()
+    found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
     packed, tests = pack_trees(group, graph.sources, split, rate.k,
-                               interleave=len(group) <= INTERLEAVE_MAX)
+                               interleave=len(group) <= INTERLEAVE_MAX, islands=found)
     check_packing(group, graph.sources, packed, rate.k, rate.caps)
     t_pack = time.perf_counter()
     return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,
@@ -250,16 +254,22 @@ class ForestSolver:
         view = RouteView(topo)
         # "auto" also tries one and two trees per root: fewer, larger trees pay α less often,
         # which can beat the exact rate's many small trees on small messages
-        choices = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
-        found: list[tuple[Schedule, list[Forest], dict]] = []
+        choices: list = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
+        if len(group) <= INTERLEAVE_MAX and find_islands(topo, group):
+            # packings with and without island order (neither wins everywhere: 2x DGX-H100's
+            # exact trees are depth 3 instead of 5 with it, 4x DGX-A100 is 0.6% slower)
+            choices = [(c, order) for c in choices for order in (True, False)]
+        else:
+            choices = [(c, False) for c in choices]
+        found: list[tuple[Schedule, list[Forest], dict, bool]] = []
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
-        for choice in choices:
+        for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
-                                           opts.get("relays", "members")))
+                                           opts.get("relays", "members"), order))
             sig = _signature(forests)
             if sig in seen:  # another tree count packed the same trees: same schedules
                 continue
@@ -270,8 +280,8 @@ class ForestSolver:
             share = SOLVE_TRANSFERS * (len(found) + 1) // (len(choices) + 1)
             best, tried = self._pipeline(coll, view, forests, opts, budget, spent,
                                          limit=share if len(choices) > 1 else SOLVE_TRANSFERS)
-            found.append((best, forests, tried))
-        best, forests, tried = min(found, key=lambda f: f[0].makespan)
+            found.append((best, forests, tried, order))
+        best, forests, tried, _ = min(found, key=lambda f: f[0].makespan)
         if len(found) > 1:
             best, tried = self._pipeline(coll, view, forests, opts, MAX_SLICE_TRIALS, spent,
                                          tried, SOLVE_TRANSFERS)
@@ -289,8 +299,9 @@ class ForestSolver:
                     "trees": sum(len(f.trees) for f in forests),
                     "optimal_time": optimal,
                     "optimal_algbw": coll.size / optimal if optimal > 0 else None,
-                    "tried": [{"k": [f.rate.k for f in fs], "makespan": b.makespan,
-                               "schedules": len(t)} for b, fs, t in found]},
+                    "tried": [{"k": [f.rate.k for f in fs], "islands": order,
+                               "makespan": b.makespan, "schedules": len(t)}
+                              for b, fs, t, order in found]},
             synthesis_time=time.perf_counter() - clock)
         stats = {"trees": best.meta["forest"]["trees"],
                  "seconds": [dict(f.seconds) for f in forests]}

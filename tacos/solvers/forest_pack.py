@@ -56,8 +56,24 @@ class Tree:
         return max(level.values())
 
 
+def _entered(islands: list[tuple[int, ...]], caps: dict[Edge, int]) -> dict[Edge, int]:
+    """For every arc (x, y), the island it enters (index into ``islands``): the largest island
+    holding y but not x; -1 for an arc that stays inside every island of y."""
+    sets = [frozenset(i) for i in islands]
+    mine: dict[int, list[int]] = defaultdict(list)
+    for i, members in enumerate(sets):
+        for v in members:
+            mine[v].append(i)
+    out = {}
+    for x, y in caps:
+        outside = [i for i in mine.get(y, ()) if x not in sets[i]]
+        out[(x, y)] = max(outside, key=lambda i: len(sets[i])) if outside else -1
+    return out
+
+
 class _Packer:
-    def __init__(self, compute: tuple[int, ...], caps: dict[Edge, int], k: int) -> None:
+    def __init__(self, compute: tuple[int, ...], caps: dict[Edge, int], k: int,
+                 islands: list[tuple[int, ...]] = ()) -> None:
         self.compute = compute
         n = max([*compute, *(v for e in caps for v in e)], default=0) + 1
         self.net = FlowNetwork(n)
@@ -70,11 +86,18 @@ class _Packer:
             self.succ[x].append(y)
         self.live = 0  # Σ C over unfinished trees
         self.tests = 0
+        self.enter = _entered(list(islands), self.caps)
+        self.island_of: dict[int, list[int]] = defaultdict(list)
+        for i, members in enumerate(islands):
+            for v in members:
+                self.island_of[v].append(i)
+        self.ranks = 2 if islands else 0  # highest arc rank (see pack_trees)
 
     def new(self, root: int, mult: int, edges: list[Edge], nodes: set[int]) -> dict:
         s = self.net.add_node()
         t = {"tree": Tree(root, mult, list(edges)), "nodes": set(nodes), "s": s,
-             "hub": self.net.add_arc(self.hub, s, mult), "depth": {root: 0}, "bfs": deque()}
+             "hub": self.net.add_arc(self.hub, s, mult), "depth": {root: 0}, "bfs": deque(),
+             "rank": 0, "islands": {i for v in nodes for i in self.island_of.get(v, ())}}
         for v in nodes:
             self.net.add_arc(s, v, INF)
         self.live += mult
@@ -97,6 +120,9 @@ class _Packer:
         for y in self.succ[x]:
             if y in t["nodes"] or self.caps[(x, y)] <= 0:
                 continue
+            entered = self.enter[(x, y)]
+            if entered >= 0 and (t["rank"] == 0 or (t["rank"] == 1 and entered in t["islands"])):
+                continue  # enter an island once, then spread inside it
             units = self.test(t, x, y)
             if units == 0:
                 continue
@@ -106,11 +132,13 @@ class _Packer:
                 copy = self.new(tree.root, rest, tree.edges, t["nodes"])
                 copy["depth"] = dict(t["depth"])
                 copy["limit"] = t["limit"]
+                copy["islands"] = set(t["islands"])
                 trees.append(copy)
                 tree.mult = units
                 self.net.set_cap(t["hub"], units)
             tree.edges.append((x, y))
             t["nodes"].add(y)
+            t["islands"].update(self.island_of.get(y, ()))
             t["depth"][y] = t["depth"][x] + 1
             if t["depth"][y] < t["limit"]:
                 t["bfs"].append(y)
@@ -126,15 +154,24 @@ class _Packer:
 
 
 def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGraph,
-               k: int, interleave: bool = True) -> tuple[list[Tree], int]:
+               k: int, interleave: bool = True, islands: list[tuple[int, ...]] = ()
+               ) -> tuple[list[Tree], int]:
     """k trees per root (counted with multiplicity) spanning ``compute`` within ``split.caps``;
     each tree edge gets one physical path (a tree whose edge stands for several paths is cut into
     sub-trees).  ``interleave=False`` grows one tree to the end before the next (ForestColl's
     order): deeper trees, but the auxiliary network stays small, which matters for large N.
 
+    ``islands`` (:func:`tacos.solvers.islands.find_islands`: groups of NPUs behind a scarce cut)
+    order the arcs a tree takes: a pass over its nodes first takes arcs that stay inside
+    islands (rank 0), then arcs into islands the tree has not entered yet (rank 1), then any
+    arc (rank 2); after a pass that grew the tree it starts again at rank 0.  A tree thus
+    crosses into an island once and spreads inside it, instead of every member fetching the
+    root's data over the scarce cut (which uses up that cut's capacity and leaves the later
+    trees only long detours).  Like the depth limit, the ranks only order the additions.
+
     Returns the trees and the number of max-flow tests made.
     """
-    p = _Packer(compute, split.caps, k)
+    p = _Packer(compute, split.caps, k, islands)
     ecc = _eccentricity(compute, split.caps)
     trees = deque(p.new(r, k, [], {r}) for r in sorted(roots))
     for t in trees:
@@ -144,8 +181,13 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
     while trees:
         t = trees.popleft()
         if not t["bfs"]:  # every node tried: try again from the shallowest, deeper if stuck
-            if not t.get("grew", True):
+            if t.get("grew", True):
+                t["rank"] = 0
+            elif t["rank"] < p.ranks:
+                t["rank"] += 1
+            else:
                 t["limit"] += 1
+                t["rank"] = 0
             t["grew"] = False
             t["bfs"] = deque(sorted((v for v in t["nodes"] if t["depth"][v] < t["limit"]),
                                     key=lambda v: (t["depth"][v], v)))
