@@ -29,6 +29,7 @@ import csv
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from tacos.backends.msccl_xml import schedule_to_xml
@@ -63,7 +64,30 @@ FORESTCOLL = {"2x DGX-A100": 346.67, "4x DGX-A100": 266.67, "1x MI250": 342.86,
               "2x MI250": 354.13}
 COLUMNS = ["system", "collective", "size", "optimal_GBps", "forestcoll_GBps", "algbw_GBps",
            "fraction", "greedy_GBps", "ring_GBps", "biring_GBps", "trees", "k", "slices",
-           "synthesis_s", "verified", "xml_verified", "xml_channels", "xml_tbs"]
+           "synthesis_s", "verified", "xml_verified", "xml_channels", "xml_tbs",
+           "gap_rate", "gap_alpha", "gap_idle"]
+
+
+def gap_parts(schedule, optimal_time: float) -> dict[str, float]:
+    """Where the time above the optimum goes, on the busiest link (the one whose transfers hold
+    it longest): ``rate`` = its bytes/bandwidth beyond the optimal time (the trees' rate is
+    below the optimum, or this link carries more than its share), ``alpha`` = the α of its
+    transfers, ``idle`` = the makespan it is not busy (pipeline fill and drain, waiting on
+    other links).  All three are fractions of the optimal time and add up to
+    makespan / optimal - 1."""
+    links = schedule.topology.links
+    busy: dict[int, float] = defaultdict(float)
+    alpha: dict[int, float] = defaultdict(float)
+    for t in schedule.transfers:
+        a = sum(links[li].alpha for li in t.route)
+        for li in t.route:
+            busy[li] += (t.end - t.start) / links[li].multiplicity
+            alpha[li] += a / links[li].multiplicity
+    top = max(busy, key=lambda li: (busy[li], -li))
+    span = schedule.makespan
+    return {"gap_rate": round((busy[top] - alpha[top]) / optimal_time - 1, 4),
+            "gap_alpha": round(alpha[top] / optimal_time, 4),
+            "gap_idle": round((span - busy[top]) / optimal_time, 4)}
 
 
 def _median_solve(topo, coll, repeat: int, **opts):
@@ -116,7 +140,7 @@ def run_row(name: str, topo, kind: str, size: int, args) -> dict:
            "slices": s.meta["pipeline"]["slices"], "synthesis_s": round(synth, 2),
            "verified": verify_schedule(s).ok}
     ok, chans, tbs = _xml(s, topo)
-    row.update(xml_verified=ok, xml_channels=chans, xml_tbs=tbs)
+    row.update(xml_verified=ok, xml_channels=chans, xml_tbs=tbs, **gap_parts(s, f["optimal_time"]))
     if kind == "allgather" and size == max(args.sizes) and not args.no_baselines:
         row["greedy_GBps"] = _algbw(topo, coll, "greedy", trials=args.trials, workers=1)
         for b in ("ring", "biring"):
@@ -130,7 +154,8 @@ def run_row(name: str, topo, kind: str, size: int, args) -> dict:
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table."""
     head = ["system", "coll.", "size", "optimal", "ForestColl", "forest algbw", "fraction",
-            "greedy", "ring", "biring", "trees", "k", "slices", "synth (s)", "verified", "XML"]
+            "greedy", "ring", "biring", "trees", "k", "slices", "synth (s)", "verified", "XML",
+            "gap: rate / α / idle"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         def g(k, r=r):
@@ -143,7 +168,8 @@ def markdown(rows: list[dict]) -> str:
             r["system"], r["collective"], r["size"], g("optimal_GBps"), g("forestcoll_GBps"),
             g("algbw_GBps"), frac, g("greedy_GBps"), g("ring_GBps"), g("biring_GBps"),
             g("trees"), g("k"), g("slices"), g("synthesis_s"),
-            "yes" if r["verified"] else "NO", xml]) + " |")
+            "yes" if r["verified"] else "NO", xml,
+            f"{r['gap_rate']:.1%} / {r['gap_alpha']:.1%} / {r['gap_idle']:.1%}"]) + " |")
     return "\n".join(out)
 
 
