@@ -328,3 +328,17 @@ def test_island_order_keeps_trees_shallow_behind_nics():
         check_packing(group, group, f.trees, f.rate.k, f.rate.caps)
         deep[islands] = max(t.depth() for t in f.trees)
     assert deep[True] <= 3 < deep[False]
+
+
+def test_allreduce_is_no_slower_than_its_two_phases():
+    # 2x DGX-A100, shards a byte apart: all-reduce = reduce-scatter then all-gather, each
+    # timed on its own chunk sizes, so it takes no longer than the two solved separately
+    topo = tacos.load(str(_preset("dgx_a100")), {"nodes": 2}).topology
+    size = 2**30
+    times = {}
+    for kind in ("allreduce", "reducescatter", "allgather"):
+        s = tacos.synthesize(topo, build(kind, topo.live_npus, size=size), solver="forest",
+                             trees=1)
+        assert verify_schedule(s).ok
+        times[kind] = s.makespan
+    assert times["allreduce"] <= (times["reducescatter"] + times["allgather"]) * 1.001

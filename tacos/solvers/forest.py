@@ -40,6 +40,7 @@ from tacos.collective import Collective
 from tacos.errors import UsageError
 from tacos.passes.inversion import assemble, plan_inversion
 from tacos.schedule import Schedule, Transfer
+from tacos.simulate import simulate
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
@@ -63,9 +64,11 @@ TB_BUDGET = 64
 INTERLEAVE_MAX = 128
 """Largest group whose trees grow together (larger ones grow one by one, see pack_trees)."""
 MAX_SLICE_TRIALS = 16
+BOTH_ORDERS_MAX = 32
+"""Largest group packed both with and without island order (larger ones: with it only)."""
 SCREEN_TRIALS = 6
 """Schedules timed per tree count before the best tree count gets the full search."""
-SOLVE_TRANSFERS = 250_000
+SOLVE_TRANSFERS = 200_000
 """Transfers timed in all by one solve (screening and search): list-scheduling costs about
 40 µs per transfer, so this keeps the pipeline search of a 64-NPU system to a few seconds.
 Every tree count still gets one schedule, and the best one at least one more."""
@@ -255,12 +258,13 @@ class ForestSolver:
         # "auto" also tries one and two trees per root: fewer, larger trees pay α less often,
         # which can beat the exact rate's many small trees on small messages
         choices: list = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
-        if len(group) <= INTERLEAVE_MAX and find_islands(topo, group):
+        islands = len(group) <= INTERLEAVE_MAX and bool(find_islands(topo, group))
+        if islands and len(group) <= BOTH_ORDERS_MAX:
             # packings with and without island order (neither wins everywhere: 2x DGX-H100's
             # exact trees are depth 3 instead of 5 with it, 4x DGX-A100 is 0.6% slower)
             choices = [(c, order) for c in choices for order in (True, False)]
         else:
-            choices = [(c, False) for c in choices]
+            choices = [(c, islands) for c in choices]
         found: list[tuple[Schedule, list[Forest], dict, bool]] = []
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
@@ -285,12 +289,15 @@ class ForestSolver:
         if len(found) > 1:
             best, tried = self._pipeline(coll, view, forests, opts, MAX_SLICE_TRIALS, spent,
                                          tried, SOLVE_TRANSFERS)
-        if coll.combining:  # the search timed a copy-shaped stand-in: build the real schedule
+        if len(forests) > 1:  # the search timed the last phase: build the whole schedule
             info = best.meta["pipeline"]
             best = self._schedule(coll, view, forests,
                                   math.lcm(*(f.rate.k for f in forests)),
                                   max(1, coll.chunks_per_npu), info["slices_per_round"],
                                   info["batched"])
+        # the list schedule lets transfers ending within TIE of each other start together;
+        # the simulator's replay in the same order starts each as early as it can
+        best = simulate(best).schedule
         data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
         optimal = sum(f.optimal_time(data) for f in forests)
         best.meta.update(
@@ -317,12 +324,10 @@ class ForestSolver:
         earlier screening timed; ``spent[0]`` counts the transfers timed by the whole solve
         (the search stops once it reaches ``limit`` and has timed one schedule of its own)."""
         big_k = math.lcm(*(f.rate.k for f in forests))
+        # time the collective's own last phase (its own chunk sizes: the list schedule is
+        # sensitive to them -- an all-gather stand-in for all-reduce's phases was 7% faster
+        # than the phase itself on 2x DGX-A100)
         forests = forests[-1:]
-        # time the copy-shaped equivalent: the phase's trees moving the same bytes per root
-        proxy = "broadcast" if coll.root is not None else "allgather"
-        root = None if coll.root is None else coll.root
-        coll = Collective(proxy, (), coll.group, coll.size, coll.chunks_per_npu, root,
-                          coll.name)
         q = max(1, coll.chunks_per_npu)
         tried: dict[tuple[int, bool, int], Schedule] = dict(known or {})
         fresh = [0]  # schedules this call timed

@@ -113,6 +113,12 @@ def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Pa
 
 
 LOOKAHEAD = 0.0
+TIE = 1e-9
+"""Transfers ending within this many seconds of each other free their links together (the
+later time), so that chunks a byte apart do not let a low-priority transfer take a port a
+moment before a higher-priority one is ready: the list schedule's choices then depend on the
+priorities, not on rounding (all-reduce's phases on 2x DGX-A100 differed by 7% from an
+all-gather of the same shards without it)."""
 
 
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
@@ -230,8 +236,9 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
             if parts[key] == 0:  # every stripe of the slice has arrived
                 for i, j, e in done:
                     push(i, j, trees[i].edges[e][1], touched)
-            if not events or events[0][0] > now:  # everything ending now frees first
+            if not events or events[0][0] > now + TIE:  # everything ending now frees first
                 break
-            _, key, done, route = heapq.heappop(events)
+            end, key, done, route = heapq.heappop(events)
+            now = max(now, end)
         start(touched, now)
     return out
