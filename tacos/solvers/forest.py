@@ -8,12 +8,14 @@ process groups included):
 2. **Switches** (:mod:`~tacos.solvers.forest_split`): edge splitting removes switches (and NPUs
    outside the group) without losing rate; every split arc remembers its physical path.
 3. **Packing** (:mod:`~tacos.solvers.forest_pack`): k capacity-respecting out-arborescences
-   per root (Edmonds/Lovász), checked against the capacities.
+   per root (Edmonds/Lovász), checked against the capacities; behind scarce cuts (islands) a
+   tree enters each island once and spreads inside it first.
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
-   on a route into one transfer and with tapered rounds (:func:`taper`; at most 10 schedules,
-   100000 transfers in all, are timed; for all-reduce only its all-gather phase is timed).
+   on a route into one transfer and with tapered rounds (:func:`taper`; at most 16 schedules
+   per packing and :data:`SOLVE_TRANSFERS` transfers per solve are timed; for all-reduce only
+   its last phase, on its own chunks).
 
 Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
@@ -21,9 +23,10 @@ all-reduce is reduce-scatter then all-gather.  The schedule's collective is the 
 ``q·K·s`` chunks per NPU (q the user's, K the lcm of the phases' k); ``meta['pipeline']`` says so,
 and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.first_round`).
 
-Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, keeping
-the fastest schedule; ``"exact"``; or a fixed k), ``slices`` (``"auto"`` or s),
-``max_transfers`` (bound on the schedule size used to cap s, default 300000).
+Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
+and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
+k), ``slices`` (``"auto"`` or s), ``max_transfers`` (bound on the schedule size used to cap
+s, default 300000).
 """
 
 from __future__ import annotations
