@@ -56,7 +56,7 @@ from tacos.collective import Collective
 from tacos.passes.unwind import to_physical, unwind
 from tacos.schedule import Schedule, Transfer
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
-from tacos.solvers.greedy_instance import TICK, Instance, bits_to_tuple, build_instance
+from tacos.solvers.greedy_instance import TICK, Instance, build_instance
 from tacos.solvers.greedy_ports import build_port_instance
 from tacos.solvers.islands import find_islands
 from tacos.solvers.merge import UNLIMITED, merge_caps, unmerged_lower_bound
@@ -197,14 +197,16 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
     each transfer on its physical route: the link itself on a switch-free topology)."""
     ids = [c.id for c in problem.collective.chunks]
     src, dst = inst.src, inst.dst
-    routes = res.route or [-1] * len(res.link)
-    rows = sorted(zip(res.start, res.end, res.link, res.bits, routes, strict=True),
+    links = list(res.link)
+    routes = res.route or [-1] * len(links)
+    rows = sorted(zip(list(res.start), list(res.end), links, res.chunk_tuples(), routes,
+                      strict=True),
                   key=lambda r: (r[0], r[1], src[r[2]], dst[r[2]], r[2], r[4]))
     transfers = tuple(
         Transfer(s * TICK, e * TICK, src[lk], dst[lk],
                  inst.route_links[r] if r >= 0 else (lk,),
-                 tuple(ids[i] for i in bits_to_tuple(b)), "copy")
-        for s, e, lk, b, r in rows
+                 tuple(ids[i] for i in cs), "copy")
+        for s, e, lk, cs, r in rows
     )
     return Schedule(problem.topology, problem.collective, transfers, {})
 

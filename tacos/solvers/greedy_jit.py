@@ -1,0 +1,130 @@
+"""The switch-free greedy trial compiled with numba: same algorithm, same random draws, same bytes.
+
+:func:`tacos.solvers.greedy_core.run_trial` is pure Python over big-int bitsets; this module runs
+the same trial over fixed-width bitset arrays (``numpy.uint64`` words, one row per NPU) in one
+compiled function.  It reproduces the pure-Python trial exactly, so a seed gives the same
+schedule whichever path runs:
+
+* the random numbers are those of the trial's :class:`random.Random` (Mersenne Twister,
+  seeded from ``(seed, trial)`` by :func:`tacos.solvers.greedy_core.make_rng`): its state is
+  handed over and :func:`_genrand` continues the same stream, ``random()`` and the
+  ``shuffle``'s ``_randbelow`` included;
+* every choice consumes them in the same order (links of a destination in the order they were
+  touched, destinations in the order they were touched, slots sorted by ``(chunks, random)``,
+  the same water-filling of :func:`tacos.solvers.merge.split_batches`).
+
+It covers the trials without speculation and relays on uniform chunks (every unmerged trial
+on a homogeneous mesh or torus, and merged trials with ``speculate=False``): :func:`supported`
+says when; otherwise, when numba is missing, or when ``TACOS_JIT=0`` is set (or the greedy's
+``jit`` option is false), the pure-Python trial runs.  The first call compiles the kernel
+(a few seconds; the compiled code is cached on disk by numba's ``cache=True``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+
+from tacos.solvers.greedy_instance import Instance
+
+try:  # numba is a dependency, but the pure-Python trial still runs without it
+    from numba import njit
+except ImportError:  # pragma: no cover - exercised only where numba is not installed
+    njit = None
+
+ENV = "TACOS_JIT"
+"""Environment variable: ``0``/``false``/``off`` disables the compiled trial."""
+
+
+def available() -> bool:
+    """True when numba is importable and ``TACOS_JIT`` does not disable it."""
+    return njit is not None and os.environ.get(ENV, "1").strip().lower() not in (
+        "0", "false", "off", "no")
+
+
+def supported(inst: Instance, speculate: bool) -> bool:
+    """True when the compiled trial reproduces the pure-Python one for ``inst``: switch-free
+    channels, uniform chunk sizes, no relay chunks, and no speculation (``speculate`` as
+    :func:`~tacos.solvers.greedy_core.run_trial` resolves it)."""
+    return (not inst.physical and inst.uniform_size is not None and not inst.relay_mask
+            and not speculate and inst.n_chunks > 0)
+
+
+def _csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in lists])
+    idx = np.fromiter((i for x in lists for i in x), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, idx
+
+
+def bit_rows(bits: list[int], words: int) -> np.ndarray:
+    """Python-int bitsets as rows of ``words`` little-endian ``uint64`` words."""
+    out = np.zeros((len(bits), words), dtype=np.uint64)
+    nbytes = words * 8
+    for i, b in enumerate(bits):
+        if b:
+            out[i] = np.frombuffer(b.to_bytes(nbytes, "little"), dtype="<u8")
+    return out
+
+
+def arrays(inst: Instance) -> dict[str, np.ndarray]:
+    """The compiled trial's view of ``inst`` (built once per instance and cached on it)."""
+    cached = getattr(inst, "_jit_arrays", None)
+    if cached is not None:
+        return cached
+    words = (inst.n_chunks + 63) // 64
+    in_ptr, in_idx = _csr(inst.in_links)
+    out_ptr, out_idx = _csr(inst.out_links)
+    a = {
+        "src": np.asarray(inst.src, dtype=np.int64),
+        "dst": np.asarray(inst.dst, dtype=np.int64),
+        "in_ptr": in_ptr, "in_idx": in_idx, "out_ptr": out_ptr, "out_idx": out_idx,
+        "mult": np.asarray(inst.mult, dtype=np.int64),
+        "alpha": np.asarray(inst.alpha, dtype=np.float64),
+        "bw": np.asarray(inst.bw, dtype=np.float64),
+        "pre": bit_rows(inst.pre, words),
+        "need": bit_rows(inst.need, words),
+    }
+    inst._jit_arrays = a  # type: ignore[attr-defined]
+    return a
+
+
+def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int):
+    """One trial on the compiled path (:func:`supported` must hold); the
+    :class:`~tacos.solvers.greedy_core.TrialResult` holds numpy columns."""
+    from tacos.solvers.greedy_core import Stuck, TrialResult, make_rng
+
+    rng = make_rng(seed, trial, inst.n_chunks)[0]
+    state = rng.getstate()[1]
+    mt = np.asarray(state[:624], dtype=np.int64)
+    pos = np.asarray([state[624]], dtype=np.int64)
+    a = arrays(inst)
+    status, t, left, start, end, link, cptr, cids = _kernel(
+        a["src"], a["dst"], a["in_ptr"], a["in_idx"], a["out_ptr"], a["out_idx"], a["mult"],
+        a["alpha"], a["bw"], a["pre"], a["need"], int(inst.total_need),
+        int(inst.uniform_size), int(inst.n_chunks), int(cap), mt, pos)
+    if status:
+        raise Stuck(f"no transfer can progress at tick {t}; {left} requests left")
+    return TrialResult(makespan=int(t), trial=trial, cap=cap, start=start, end=end, link=link,
+                       bits=[], stats={"replaced": 0, "dropped": 0, "speculative": 0,
+                                       "transfers": len(start)},
+                       chunk_ptr=cptr, chunk_ids=cids)
+
+
+def python_random_state(seed: int, trial: int, n_chunks: int) -> random.Random:
+    """The trial's generator (as the pure-Python path builds it); for tests."""
+    from tacos.solvers.greedy_core import make_rng
+
+    return make_rng(seed, trial, n_chunks)[0]
+
+
+if njit is not None:
+    from tacos.solvers import greedy_jit_kernel as _k
+
+    _kernel = _k.kernel
+    genrand = _k.genrand
+    random01 = _k.random01
+else:  # pragma: no cover
+    _kernel = genrand = random01 = None

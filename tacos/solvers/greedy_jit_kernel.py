@@ -1,0 +1,528 @@
+"""numba kernels of the compiled greedy trial (imported only when numba is installed).
+
+Bitsets are rows of ``uint64`` words (bit ``c`` of a row is bit ``c & 63`` of word ``c >> 6``).
+The random source continues CPython's Mersenne Twister from the state the pure-Python trial
+starts with, so :func:`random01` equals ``random.Random.random`` and :func:`randbelow` equals
+the ``_randbelow`` that ``random.shuffle`` uses.  See :mod:`tacos.solvers.greedy_jit`.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from numba import njit
+
+TICK = 1e-15  # must equal tacos.solvers.greedy_instance.TICK
+
+_U1 = np.uint64(1)
+_U0 = np.uint64(0)
+_U63 = np.uint64(63)
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_DB_TABLE = np.zeros(64, dtype=np.int64)
+for _i in range(64):
+    _DB_TABLE[((((1 << _i) * 0x03F79D71B4CB0A89) & (2**64 - 1)) >> 58)] = _i
+
+
+# ---------------------------------------------------------------- Mersenne Twister (CPython's)
+
+@njit(cache=True)
+def genrand(mt, pos):
+    """Next 32-bit output of MT19937 (state ``mt``: 624 words as int64, ``pos[0]`` index)."""
+    if pos[0] >= 624:
+        for kk in range(624):
+            y = (mt[kk] & 0x80000000) | (mt[(kk + 1) % 624] & 0x7FFFFFFF)
+            v = mt[(kk + 397) % 624] ^ (y >> 1)
+            if y & 1:
+                v ^= 0x9908B0DF
+            mt[kk] = v
+        pos[0] = 0
+    y = mt[pos[0]]
+    pos[0] += 1
+    y ^= y >> 11
+    y ^= (y << 7) & 0x9D2C5680
+    y ^= (y << 15) & 0xEFC60000
+    y ^= y >> 18
+    return y & 0xFFFFFFFF
+
+
+@njit(cache=True)
+def random01(mt, pos):
+    """``random.Random.random()``: 53 random bits as a float in [0, 1)."""
+    a = genrand(mt, pos) >> 5
+    b = genrand(mt, pos) >> 6
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True)
+def randbelow(n, mt, pos):
+    """``random.Random._randbelow(n)`` for ``2 <= n < 2**32`` (rejection on ``k`` bits)."""
+    k = 0
+    x = n
+    while x:
+        k += 1
+        x >>= 1
+    r = genrand(mt, pos) >> (32 - k)
+    while r >= n:
+        r = genrand(mt, pos) >> (32 - k)
+    return r
+
+
+# ---------------------------------------------------------------- bit rows
+
+@njit(cache=True)
+def _popcount64(x):
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@njit(cache=True)
+def _ctz(x):
+    """Index of the lowest set bit of a non-zero word."""
+    low = x & (~x + _U1)
+    return _DB_TABLE[np.int64((low * _DEBRUIJN) >> np.uint64(58))]
+
+
+@njit(cache=True)
+def popcount(row):
+    n = 0
+    for w in range(row.shape[0]):
+        if row[w]:
+            n += _popcount64(row[w])
+    return n
+
+
+@njit(cache=True)
+def any_bit(row):
+    for w in range(row.shape[0]):
+        if row[w]:
+            return True
+    return False
+
+
+@njit(cache=True)
+def first_from(row, r):
+    """Lowest set bit at position >= ``r``, or -1."""
+    w = r >> 6
+    W = row.shape[0]
+    if w >= W:
+        return -1
+    x = row[w] & ~((_U1 << np.uint64(r & 63)) - _U1)
+    while True:
+        if x:
+            return (w << 6) + _ctz(x)
+        w += 1
+        if w >= W:
+            return -1
+        x = row[w]
+
+
+@njit(cache=True)
+def pick(row, nb, mt, pos):
+    """``pick(x)`` of :func:`~tacos.solvers.greedy_core.make_rng`: a random set bit (its
+    index); ``row`` must be non-empty."""
+    r = np.int64(random01(mt, pos) * nb)
+    c = first_from(row, r)
+    if c < 0:
+        c = first_from(row, 0)
+    return c
+
+
+@njit(cache=True)
+def set_bit(row, c):
+    row[c >> 6] |= _U1 << np.uint64(c & 63)
+
+
+@njit(cache=True)
+def clear_bit(row, c):
+    row[c >> 6] &= ~(_U1 << np.uint64(c & 63))
+
+
+@njit(cache=True)
+def take(x, q, nb, mt, pos, out):
+    """``take(x, q)``: up to ``q`` random bits of ``x`` into ``out`` (``x`` is consumed)."""
+    pc = popcount(x)
+    if pc <= q:
+        out[:] = x
+        return
+    if q * 2 <= pc:
+        out[:] = _U0
+        for _ in range(q):
+            c = pick(x, nb, mt, pos)
+            set_bit(out, c)
+            clear_bit(x, c)
+        return
+    for _ in range(pc - q):
+        clear_bit(x, pick(x, nb, mt, pos))
+    out[:] = x
+
+
+# ---------------------------------------------------------------- the trial
+
+@njit(cache=True)
+def _duration(alpha, bw, nbytes):
+    secs = alpha + nbytes / bw
+    d = np.int64(np.ceil(secs / TICK - 1e-6))
+    return d if d > 1 else 1
+
+
+@njit(cache=True)
+def _grow(a, n):
+    out = np.empty(max(n, 2 * a.shape[0]), dtype=a.dtype)
+    out[:a.shape[0]] = a
+    return out
+
+
+@njit(cache=True)
+def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, need, total_need,
+           usize, nb, cap, mt, pos):
+    """One speculation-free trial; returns ``(status, tick, left, start, end, link, chunk_ptr,
+    chunk_ids)`` with ``status`` 1 when stuck (no transfer in flight, ``left`` requests open)."""
+    n = pre.shape[0]
+    W = pre.shape[1]
+    L = src.shape[0]
+    held = pre.copy()
+    claimed = pre.copy()
+    lane_free = mult.copy()
+    # transfers (columns, grown by doubling)
+    capT = 1024
+    T_start = np.empty(capT, dtype=np.int64)
+    T_end = np.empty(capT, dtype=np.int64)
+    T_link = np.empty(capT, dtype=np.int64)
+    T_ptr = np.zeros(capT + 1, dtype=np.int64)
+    T_ids = np.empty(capT, dtype=np.int32)
+    ntr = 0
+    nid = 0
+    heap = [(np.int64(0), np.int64(0))]
+    heap.pop()
+    remaining = total_need
+    # touched destinations and links, in touch order (d list; per d a linked list of links)
+    d_order = np.empty(n, dtype=np.int64)
+    nd = 0
+    d_stamp = np.full(n, -1, dtype=np.int64)
+    l_stamp = np.full(L, -1, dtype=np.int64)
+    head = np.full(n, -1, dtype=np.int64)
+    tail = np.full(n, -1, dtype=np.int64)
+    nxt = np.full(L, -1, dtype=np.int64)
+    event = 0
+    for d in range(n):
+        if in_ptr[d + 1] > in_ptr[d] and any_bit(need[d]):
+            for j in range(in_ptr[d], in_ptr[d + 1]):
+                lk = in_idx[j]
+                if l_stamp[lk] == event:
+                    continue
+                l_stamp[lk] = event
+                if d_stamp[d] != event:
+                    d_stamp[d] = event
+                    d_order[nd] = d
+                    nd += 1
+                    head[d] = lk
+                else:
+                    nxt[tail[d]] = lk
+                tail[d] = lk
+                nxt[lk] = -1
+    max_slots = 1
+    for d in range(n):
+        s = 0
+        for j in range(in_ptr[d], in_ptr[d + 1]):
+            s += mult[in_idx[j]]
+        max_slots = max(max_slots, s)
+    slot_lk = np.empty(max_slots, dtype=np.int64)
+    slot_a = np.zeros((max_slots, W), dtype=np.uint64)
+    chosen = np.zeros((max_slots, W), dtype=np.uint64)
+    rest = np.zeros((max_slots, W), dtype=np.uint64)
+    want = np.zeros(W, dtype=np.uint64)
+    other = np.zeros(W, dtype=np.uint64)
+    tmp = np.zeros(W, dtype=np.uint64)
+    tmp2 = np.zeros(W, dtype=np.uint64)
+    b = np.zeros(W, dtype=np.uint64)
+    taken = np.zeros(W, dtype=np.uint64)
+    shared = np.zeros(W, dtype=np.uint64)
+    keys = np.empty(max_slots, dtype=np.float64)
+    pcs = np.empty(max_slots, dtype=np.int64)
+    counts = np.empty(max_slots, dtype=np.int64)
+    per = np.empty(max_slots, dtype=np.float64)
+    finish = np.empty(max_slots, dtype=np.float64)
+    perm = np.empty(max_slots, dtype=np.int64)
+    t = np.int64(0)
+    while remaining > 0:
+        # ---- link-chunk matching for every destination touched by the last event
+        for di in range(nd):
+            d = d_order[di]
+            have_want = False
+            for w in range(W):
+                want[w] = need[d, w] & ~claimed[d, w]
+                if want[w]:
+                    have_want = True
+            m = 0
+            if have_want:
+                lk = head[d]
+                while lk >= 0:
+                    f = lane_free[lk]
+                    if f:
+                        s = src[lk]
+                        nz = False
+                        for w in range(W):
+                            tmp[w] = held[s, w] & want[w]
+                            if tmp[w]:
+                                nz = True
+                        if nz:
+                            for _ in range(f):
+                                slot_lk[m] = lk
+                                slot_a[m] = tmp
+                                m += 1
+                    lk = nxt[lk]
+            if m == 0:
+                continue
+            # make room for up to m transfers and every chunk d still wants
+            if ntr + m > T_start.shape[0]:
+                T_start = _grow(T_start, ntr + m)
+                T_end = _grow(T_end, ntr + m)
+                T_link = _grow(T_link, ntr + m)
+                T_ptr = _grow(T_ptr, ntr + m + 1)
+            if nid + nb > T_ids.shape[0]:
+                T_ids = _grow(T_ids, nid + nb)
+            if m == 1:
+                lk = slot_lk[0]
+                a = slot_a[0]
+                if popcount(a) > cap:
+                    # prefer chunks no other in-neighbour of d could bring
+                    other[:] = _U0
+                    for j in range(in_ptr[d], in_ptr[d + 1]):
+                        l2 = in_idx[j]
+                        if l2 != lk:
+                            s = src[l2]
+                            for w in range(W):
+                                other[w] |= held[s, w]
+                    for w in range(W):
+                        tmp[w] = a[w] & ~other[w]
+                    take(tmp, cap, nb, mt, pos, b)
+                    k = popcount(b)
+                    if k < cap:
+                        for w in range(W):
+                            tmp[w] = a[w] & ~b[w]
+                        take(tmp, cap - k, nb, mt, pos, tmp2)
+                        for w in range(W):
+                            b[w] |= tmp2[w]
+                elif cap == 1:
+                    b[:] = _U0
+                    set_bit(b, pick(a, nb, mt, pos))
+                else:
+                    tmp[:] = a
+                    take(tmp, cap, nb, mt, pos, b)
+                ntr, nid = _launch(t, lk, d, b, usize, alpha, bw, T_start, T_end, T_link,
+                                   T_ptr, T_ids, ntr, nid, lane_free, claimed, heap)
+            elif cap == 1:
+                for i in range(m):
+                    pcs[i] = popcount(slot_a[i])
+                    keys[i] = random01(mt, pos)
+                o1 = np.argsort(keys[:m], kind="mergesort")
+                o2 = np.argsort(pcs[:m][o1], kind="mergesort")
+                for i in range(m):
+                    perm[i] = o1[o2[i]]
+                acc = np.zeros(W, dtype=np.uint64)
+                for i in range(m - 1, -1, -1):
+                    rest[i] = acc
+                    acc |= slot_a[perm[i]]
+                taken[:] = _U0
+                for i in range(m):
+                    p = perm[i]
+                    nz = False
+                    for w in range(W):
+                        tmp[w] = slot_a[p, w] & ~taken[w]
+                        if tmp[w]:
+                            nz = True
+                    if not nz:
+                        continue
+                    nz = False
+                    for w in range(W):
+                        tmp2[w] = tmp[w] & ~rest[i, w]
+                        if tmp2[w]:
+                            nz = True
+                    c = pick(tmp2 if nz else tmp, nb, mt, pos)
+                    set_bit(taken, c)
+                    b[:] = _U0
+                    set_bit(b, c)
+                    ntr, nid = _launch(t, slot_lk[p], d, b, usize, alpha, bw, T_start, T_end,
+                                       T_link, T_ptr, T_ids, ntr, nid, lane_free, claimed, heap)
+            else:
+                # rng.shuffle(slots)
+                for i in range(m):
+                    perm[i] = i
+                for i in range(m - 1, 0, -1):
+                    j = randbelow(i + 1, mt, pos)
+                    x = perm[i]
+                    perm[i] = perm[j]
+                    perm[j] = x
+                _split_batches(slot_a, slot_lk, perm, m, cap, float(usize), alpha, bw, nb,
+                               mt, pos, chosen, rest, shared, tmp, tmp2, counts, per, finish)
+                for i in range(m):
+                    if any_bit(chosen[i]):
+                        ntr, nid = _launch(t, slot_lk[perm[i]], d, chosen[i], usize, alpha,
+                                           bw, T_start, T_end, T_link, T_ptr, T_ids, ntr, nid,
+                                           lane_free, claimed, heap)
+        # ---- advance to the next completion
+        if len(heap) == 0:
+            return (1, t, remaining, T_start[:0].copy(), T_end[:0].copy(),
+                    T_link[:0].copy(), T_ptr[:1].copy(), T_ids[:0].copy())
+        t = heap[0][0]
+        event += 1
+        nd = 0
+        while len(heap) and heap[0][0] == t:
+            tr = heapq.heappop(heap)[1]
+            lk = T_link[tr]
+            d = dst[lk]
+            lane_free[lk] += 1
+            if d_stamp[d] != event:
+                d_stamp[d] = event
+                d_order[nd] = d
+                nd += 1
+                head[d] = lk
+                tail[d] = lk
+                nxt[lk] = -1
+                l_stamp[lk] = event
+            elif l_stamp[lk] != event:
+                l_stamp[lk] = event
+                nxt[tail[d]] = lk
+                tail[d] = lk
+                nxt[lk] = -1
+            for j in range(T_ptr[tr], T_ptr[tr + 1]):
+                c = T_ids[j]
+                held[d, c >> 6] |= _U1 << np.uint64(c & 63)
+                if (need[d, c >> 6] >> np.uint64(c & 63)) & _U1:
+                    remaining -= 1
+            for j in range(out_ptr[d], out_ptr[d + 1]):
+                l2 = out_idx[j]
+                if lane_free[l2]:
+                    e = dst[l2]
+                    if d_stamp[e] != event:
+                        d_stamp[e] = event
+                        d_order[nd] = e
+                        nd += 1
+                        head[e] = l2
+                        tail[e] = l2
+                        nxt[l2] = -1
+                        l_stamp[l2] = event
+                    elif l_stamp[l2] != event:
+                        l_stamp[l2] = event
+                        nxt[tail[e]] = l2
+                        tail[e] = l2
+                        nxt[l2] = -1
+    # transfers still in flight carry nothing anyone needs any more
+    keep = np.ones(ntr, dtype=np.bool_)
+    for item in heap:
+        keep[item[1]] = False
+    idx = np.nonzero(keep)[0]
+    k = idx.shape[0]
+    cptr = np.zeros(k + 1, dtype=np.int64)
+    tot = 0
+    for i in range(k):
+        tr = idx[i]
+        tot += T_ptr[tr + 1] - T_ptr[tr]
+        cptr[i + 1] = tot
+    cids = np.empty(tot, dtype=np.int32)
+    for i in range(k):
+        tr = idx[i]
+        cids[cptr[i]:cptr[i + 1]] = T_ids[T_ptr[tr]:T_ptr[tr + 1]]
+    return (0, t, 0, T_start[idx], T_end[idx], T_link[idx], cptr, cids)
+
+
+@njit(cache=True)
+def _launch(t, lk, d, bits, usize, alpha, bw, T_start, T_end, T_link, T_ptr, T_ids, ntr, nid,
+            lane_free, claimed, heap):
+    """Start a transfer of ``bits`` on ``lk`` towards ``d`` at tick ``t``."""
+    cnt = 0
+    for w in range(bits.shape[0]):
+        x = bits[w]
+        claimed[d, w] |= x
+        while x:
+            T_ids[nid] = (w << 6) + _ctz(x)
+            nid += 1
+            cnt += 1
+            x &= x - _U1
+    e = t + _duration(alpha[lk], bw[lk], usize * cnt)
+    T_start[ntr] = t
+    T_end[ntr] = e
+    T_link[ntr] = lk
+    T_ptr[ntr + 1] = nid
+    lane_free[lk] -= 1
+    heapq.heappush(heap, (e, np.int64(ntr)))
+    return ntr + 1, nid
+
+
+@njit(cache=True)
+def _split_batches(slot_a, slot_lk, perm, k, cap, size, alpha, bw, nb, mt, pos, chosen, prefix,
+                   shared, tmp, excl, counts, per, finish):
+    """:func:`tacos.solvers.merge.split_batches` over the slots ``perm[0..k)``; the chunks of
+    slot ``i`` land in ``chosen[i]``."""
+    W = shared.shape[0]
+    # prefix[i] = OR of avail[0..i)
+    prefix[0] = _U0
+    for i in range(1, k):
+        for w in range(W):
+            prefix[i, w] = prefix[i - 1, w] | slot_a[perm[i - 1], w]
+    suffix = np.zeros(W, dtype=np.uint64)
+    all_excl = np.zeros(W, dtype=np.uint64)
+    for i in range(k - 1, -1, -1):
+        a = slot_a[perm[i]]
+        nz = False
+        for w in range(W):
+            excl[w] = a[w] & ~(prefix[i, w] | suffix[w])
+            suffix[w] |= a[w]
+            all_excl[w] |= excl[w]
+            if excl[w]:
+                nz = True
+        if nz:
+            take(excl, cap, nb, mt, pos, chosen[i])
+        else:
+            chosen[i] = _U0
+    nz = False
+    for w in range(W):
+        shared[w] = suffix[w] & ~all_excl[w]  # suffix is now prefix[k]
+        if shared[w]:
+            nz = True
+    if not nz:
+        return
+    for i in range(k):
+        lk = slot_lk[perm[i]]
+        per[i] = size / bw[lk]
+        counts[i] = popcount(chosen[i])
+        finish[i] = alpha[lk] + counts[i] * per[i]
+    while any_bit(shared):
+        best = -1
+        second = -1
+        for i in range(k):
+            if counts[i] >= cap:
+                continue
+            a = slot_a[perm[i]]
+            hit = False
+            for w in range(W):
+                if a[w] & shared[w]:
+                    hit = True
+                    break
+            if not hit:
+                continue
+            v = finish[i] + per[i]
+            if best < 0 or v < finish[best] + per[best]:
+                second = best
+                best = i
+            elif second < 0 or v < finish[second] + per[second]:
+                second = i
+        if best < 0:
+            break
+        g = cap - counts[best]
+        if second >= 0:
+            step = np.int64((finish[second] + per[second] - finish[best]) / per[best] + 1e-9)
+            g = min(g, max(1, step))
+        a = slot_a[perm[best]]
+        for w in range(W):
+            tmp[w] = a[w] & shared[w]
+        take(tmp, g, nb, mt, pos, excl)
+        nn = popcount(excl)
+        for w in range(W):
+            chosen[best, w] |= excl[w]
+            shared[w] &= ~excl[w]
+        counts[best] += nn
+        finish[best] += nn * per[best]
