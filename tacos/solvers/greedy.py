@@ -29,6 +29,10 @@ Options (``Problem.options``):
 ``time_limit`` (seconds, optional)
     No trial starts after this much time (at least one always runs); the best so far wins.
     Results then depend on machine speed, like any time-limited search.
+``jit`` (bool, default True)
+    Run the trials the compiled core covers (:mod:`tacos.solvers.greedy_jit`: switch-free,
+    uniform chunks, no relays, no speculation) in compiled code; same schedules either way.
+    ``TACOS_JIT=0`` in the environment also turns it off; without numba it is off.
 ``model`` (``'physical'`` or ``'unwound'``, default ``'physical'``)
     ``'unwound'`` is the seed paper's model: the greedy runs on the switch-unwound view
     (:func:`tacos.passes.unwind.unwind`, each switch's unwinding policy) without islands, and
@@ -105,6 +109,8 @@ class GreedySolver:
                         str, ("physical", "unwound"), "physical"),
         "islands": Option("let chunks cross the scarce cuts of the topology only once",
                           boolean, (True, False), True),
+        "jit": Option("run the trials the compiled (numba) core covers there; the same "
+                      "schedules as the pure-Python trial", boolean, (True, False), True),
     }
     native_switches = True
 
@@ -119,6 +125,7 @@ class GreedySolver:
         if isinstance(max_merge, str) and max_merge.strip().isdigit():
             max_merge = int(max_merge)
         speculate = bool(opts.get("speculate", True))
+        jit = bool(opts.get("jit", True))
         progress: Callable[[int, int], None] | None = opts.get("progress")
         topo, coll = problem.topology, problem.collective
         model = str(opts.get("model", "physical"))
@@ -148,7 +155,7 @@ class GreedySolver:
         total = len(jobs) + len(extra)
         limit = opts.get("time_limit")
         deadline = t0 + float(limit) if limit is not None else None
-        runner = _Runner(inst, seed, speculate, workers, progress, total, deadline)
+        runner = _Runner(inst, seed, speculate, workers, progress, total, deadline, jit)
         try:
             best = runner.run(jobs)
             if extra and best.makespan > unmerged_lower_bound(inst):
@@ -197,9 +204,9 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
     each transfer on its physical route: the link itself on a switch-free topology)."""
     ids = [c.id for c in problem.collective.chunks]
     src, dst = inst.src, inst.dst
-    links = list(res.link)
+    links = _ints(res.link)
     routes = res.route or [-1] * len(links)
-    rows = sorted(zip(list(res.start), list(res.end), links, res.chunk_tuples(), routes,
+    rows = sorted(zip(_ints(res.start), _ints(res.end), links, res.chunk_tuples(), routes,
                       strict=True),
                   key=lambda r: (r[0], r[1], src[r[2]], dst[r[2]], r[2], r[4]))
     transfers = tuple(
@@ -211,13 +218,18 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
     return Schedule(problem.topology, problem.collective, transfers, {})
 
 
+def _ints(column) -> list[int]:
+    """A column of a trial (a list, or numpy from the compiled trial) as Python ints."""
+    return column.tolist() if hasattr(column, "tolist") else list(column)
+
+
 class _Runner:
     """Runs (trial, cap) jobs in-process or in a process pool and keeps the best."""
 
     def __init__(self, inst: Instance, seed: int, speculate: bool, workers: int,
                  progress: Callable[[int, int], None] | None, total: int,
-                 deadline: float | None = None) -> None:
-        self.inst, self.seed, self.speculate = inst, seed, speculate
+                 deadline: float | None = None, jit: bool = True) -> None:
+        self.inst, self.seed, self.speculate, self.jit = inst, seed, speculate, jit
         self.workers, self.progress, self.total = workers, progress, total
         self.deadline = deadline
         self.done = 0
@@ -237,7 +249,7 @@ class _Runner:
             for trial, cap in jobs:
                 if best is not None and self._late():
                     break
-                r = run_trial(self.inst, self.seed, trial, cap, self.speculate)
+                r = run_trial(self.inst, self.seed, trial, cap, self.speculate, self.jit)
                 if best is None or _key(r) < _key(best):
                     best = r
                 self._tick()
@@ -259,7 +271,8 @@ class _Runner:
         results: list[TrialResult] = []
         keys: list[_Key] = []
         pool = ctx.Pool(n, initializer=_init_worker,
-                        initargs=(self.inst, self.seed, self.speculate, os.getpid()))
+                        initargs=(self.inst, self.seed, self.speculate, os.getpid(),
+                                  self.jit))
         try:
             answers = pool.imap_unordered(_work, jobs)
             for _ in jobs:
@@ -285,17 +298,19 @@ class _Runner:
 _WORKER: dict = {}
 
 
-def _init_worker(inst: Instance, seed: int, speculate: bool, parent: int) -> None:
+def _init_worker(inst: Instance, seed: int, speculate: bool, parent: int,
+                 jit: bool = True) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool on Ctrl-C
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: just end
     die_with_parent(parent)
-    _WORKER.update(inst=inst, seed=seed, speculate=speculate, best=None)
+    _WORKER.update(inst=inst, seed=seed, speculate=speculate, jit=jit, best=None)
 
 
 def _work(job: tuple[int, int]) -> tuple[_Key, TrialResult | None]:
     """Run one trial in a worker; ship the transfers only if it beats this worker's best."""
     trial, cap = job
-    r = run_trial(_WORKER["inst"], _WORKER["seed"], trial, cap, _WORKER["speculate"])
+    r = run_trial(_WORKER["inst"], _WORKER["seed"], trial, cap, _WORKER["speculate"],
+                  _WORKER["jit"])
     key = _key(r)
     if _WORKER["best"] is None or key < _WORKER["best"]:
         _WORKER["best"] = key

@@ -23,7 +23,6 @@ says when; otherwise, when numba is missing, or when ``TACOS_JIT=0`` is set (or 
 from __future__ import annotations
 
 import os
-import random
 
 import numpy as np
 
@@ -113,18 +112,12 @@ def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int):
                        chunk_ptr=cptr, chunk_ids=cids)
 
 
-def python_random_state(seed: int, trial: int, n_chunks: int) -> random.Random:
-    """The trial's generator (as the pure-Python path builds it); for tests."""
-    from tacos.solvers.greedy_core import make_rng
-
-    return make_rng(seed, trial, n_chunks)[0]
-
-
 if njit is not None:
     from tacos.solvers import greedy_jit_kernel as _k
 
     _kernel = _k.kernel
     genrand = _k.genrand
     random01 = _k.random01
+    randbelow = _k.randbelow
 else:  # pragma: no cover
-    _kernel = genrand = random01 = None
+    _kernel = genrand = random01 = randbelow = None

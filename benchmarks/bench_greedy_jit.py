@@ -1,0 +1,150 @@
+"""Compiled greedy trial at scale: ``python -m benchmarks.bench_greedy_jit [--tacos-cpp BIN]``.
+
+All-gather of 64 MiB, every link 50 GiB/s and 0.5 µs, one greedy trial (seed 0, trial 0).
+Each measurement runs in a fresh process so its peak RSS is its own.  Rows:
+
+* ``small``: 8x8 mesh and 8x8x8 torus, 1 chunk per NPU, ``max_merge=1``: the compiled trial,
+  the pure-Python trial (``TACOS_JIT=0``) and, with ``--tacos-cpp``, TACOS C++'s greedy (a
+  binary that prints ``cpu_s <seconds> time_us <collective time>`` for
+  ``BIN torus3d X Y Z`` / ``BIN mesh2d W H``), interleaved ``--repeats`` times; medians of
+  the CPU time of the trial alone (``time.process_time()``; the instance is built before) and
+  ratios of medians measured in the same run;
+* ``big``: 16x16x16 torus (4096 NPUs), ``max_merge=1``, compiled trial: CPU time, peak RSS;
+* ``huge`` (``--huge``): 34x34x34 torus (39304 NPUs), merged (cap from the ``auto`` ladder's
+  first rung, ``speculate=False`` so the compiled core runs it).
+
+The numba compile (first call in a process without a cache) is timed apart: ``compile``
+runs in a process with ``NUMBA_CACHE_DIR`` pointing at an empty folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
+    from tacos import builders
+    from tacos.patterns import build
+    from tacos.solvers.greedy_core import run_trial
+    from tacos.solvers.greedy_instance import build_instance
+    from tacos.solvers.merge import merge_caps
+
+    t0 = time.process_time()
+    topo = (builders.torus if kind == "torus" else builders.mesh)(
+        *dims, bandwidth=50 * GiB, latency=0.5e-6)
+    n = topo.n_npus
+    coll = build("allgather", range(n), size=64 * MiB, chunks_per_npu=1)
+    inst = build_instance(topo, coll)
+    build_s = time.process_time() - t0
+    c = 1 if cap == "1" else merge_caps(inst, "auto", 1)[0]
+    warm_s = None
+    if warm:  # compile (or load from the cache) on a tiny instance first
+        small = build_instance(builders.mesh(2, 2, bandwidth=50 * GiB, latency=0.5e-6),
+                               build("allgather", range(4), size=4 * MiB, chunks_per_npu=1))
+        t = time.process_time()
+        run_trial(small, 0, 0, c, speculate=False)
+        warm_s = time.process_time() - t
+    t = time.process_time()
+    res = run_trial(inst, 0, 0, c, speculate=False)
+    trial_s = time.process_time() - t
+    return {"npus": n, "cap": c, "build_s": build_s, "warm_s": warm_s, "trial_s": trial_s,
+            "makespan_us": res.makespan * 1e-9, "transfers": len(res.start),
+            "compiled": res.chunk_ptr is not None,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _run_child(kind: str, dims: list[int], cap: str = "1", jit: bool = True,
+               env_extra: dict | None = None) -> dict:
+    env = dict(os.environ, TACOS_JIT="1" if jit else "0", **(env_extra or {}))
+    argv = [sys.executable, "-m", "benchmarks.bench_greedy_jit", "--child", kind,
+            ",".join(map(str, dims)), cap]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run_cpp(binary: str, kind: str, dims: list[int]) -> dict:
+    arg = "torus3d" if kind == "torus" else "mesh2d"
+    out = subprocess.run([binary, arg, *map(str, dims)], capture_output=True, text=True,
+                         check=True).stdout.split()
+    return {"trial_s": float(out[1]), "makespan_us": float(out[3])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tacos-cpp", default=None, help="TACOS C++ benchmark binary")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", default="compile,small,big")
+    ap.add_argument("--huge", action="store_true", help="also the 34x34x34 torus (merged)")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        kind, dims, cap = args.child
+        print(json.dumps(_child(kind, [int(x) for x in dims.split(",")], cap, warm=True)))
+        return 0
+    only = set(args.only.split(","))
+    print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}; "
+          f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}\n")
+    if "compile" in only:
+        with tempfile.TemporaryDirectory() as tmp:
+            r = _run_child("mesh", [8, 8], env_extra={"NUMBA_CACHE_DIR": tmp})
+            c = _run_child("mesh", [8, 8], env_extra={"NUMBA_CACHE_DIR": tmp})
+        print(f"- numba compile (empty cache): {r['warm_s']:.2f} s CPU; "
+              f"loading the cached code: {c['warm_s']:.2f} s CPU\n")
+    if "small" in only:
+        print("| topology | NPUs | compiled trial CPU | pure-Python trial CPU | TACOS C++ CPU | "
+              "compiled / C++ | Python / C++ | makespan ours / C++ (µs) | transfers |")
+        print("|" + "---|" * 9)
+        for kind, dims in (("mesh", [8, 8]), ("torus", [8, 8, 8])):
+            jit, py, cpp = [], [], []
+            for _ in range(args.repeats):
+                jit.append(_run_child(kind, dims, jit=True))
+                py.append(_run_child(kind, dims, jit=False))
+                if args.tacos_cpp:
+                    cpp.append(_run_cpp(args.tacos_cpp, kind, dims))
+            mj = statistics.median(r["trial_s"] for r in jit)
+            mp = statistics.median(r["trial_s"] for r in py)
+            assert all(r["compiled"] for r in jit) and not any(r["compiled"] for r in py)
+            assert len({r["makespan_us"] for r in jit + py}) == 1
+            if cpp:
+                mc = statistics.median(r["trial_s"] for r in cpp)
+                cpp_cols = (f"{mc * 1e3:.1f} ms | {mj / mc:.3f} | {mp / mc:.2f} | "
+                            f"{jit[0]['makespan_us']:.1f} / {cpp[0]['makespan_us']:.1f}")
+            else:
+                cpp_cols = f"- | - | - | {jit[0]['makespan_us']:.1f} / -"
+            print(f"| {kind} {'x'.join(map(str, dims))} | {jit[0]['npus']} | "
+                  f"{mj * 1e3:.1f} ms | {mp * 1e3:.1f} ms | {cpp_cols} | "
+                  f"{jit[0]['transfers']} |", flush=True)
+        print()
+    rows = []
+    if "big" in only:
+        rows.append(("torus", [16, 16, 16], "1"))
+    if args.huge:
+        rows.append(("torus", [34, 34, 34], "auto"))
+    if rows:
+        print("| topology | NPUs | cap | instance build CPU | compiled trial CPU | peak RSS | "
+              "makespan (µs) | transfers |")
+        print("|" + "---|" * 8)
+    for kind, dims, cap in rows:
+        r = _run_child(kind, dims, cap)
+        print(f"| {kind} {'x'.join(map(str, dims))} | {r['npus']} | {r['cap']} | "
+              f"{r['build_s']:.1f} s | {r['trial_s']:.1f} s | {r['peak_rss_mib']:.0f} MiB | "
+              f"{r['makespan_us']:.1f} | {r['transfers']} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
