@@ -10,6 +10,9 @@ Each measurement runs in a fresh process so its peak RSS is its own.  Rows:
   the CPU time of the trial alone (``time.process_time()``; the instance is built before) and
   ratios of medians measured in the same run;
 * ``big``: 16x16x16 torus (4096 NPUs), ``max_merge=1``, compiled trial: CPU time, peak RSS;
+* ``growth``: k x k x k tori (``--growth 6,8,10,12,14,16``), ``max_merge=1`` and merged,
+  compiled trial CPU and peak RSS, with the fitted exponents (CPU ~ N^e, least squares on
+  log-log) and the extrapolation to 34x34x34;
 * ``huge`` (``--huge``): 34x34x34 torus (39304 NPUs), merged (cap from the ``auto`` ladder's
   first rung, ``speculate=False`` so the compiled core runs it).
 
@@ -46,7 +49,7 @@ def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
     topo = (builders.torus if kind == "torus" else builders.mesh)(
         *dims, bandwidth=50 * GiB, latency=0.5e-6)
     n = topo.n_npus
-    coll = build("allgather", range(n), size=64 * MiB, chunks_per_npu=1)
+    coll = build("allgather", range(n), size=64 * MiB // n * n, chunks_per_npu=1)
     inst = build_instance(topo, coll)
     build_s = time.process_time() - t0
     c = 1 if cap == "1" else merge_caps(inst, "auto", 1)[0]
@@ -82,12 +85,40 @@ def _run_cpp(binary: str, kind: str, dims: list[int]) -> dict:
     return {"trial_s": float(out[1]), "makespan_us": float(out[3])}
 
 
+def _growth(sides: list[int]) -> None:
+    from benchmarks.bench_msccl_scale import _exponent
+
+    print("| torus | NPUs | cap 1: trial CPU | peak RSS | merged: cap | trial CPU | peak RSS |")
+    print("|" + "---|" * 7)
+    res: dict[str, list[dict]] = {"1": [], "auto": []}
+    for k in sides:
+        for cap in res:
+            res[cap].append(_run_child("torus", [k, k, k], cap))
+        a, m = res["1"][-1], res["auto"][-1]
+        print(f"| {k}x{k}x{k} | {k ** 3} | {a['trial_s']:.2f} s | {a['peak_rss_mib']:.0f} MiB | "
+              f"{m['cap']} | {m['trial_s']:.2f} s | {m['peak_rss_mib']:.0f} MiB |", flush=True)
+    print()
+    n = [r["npus"] for r in res["1"]]
+    for cap, rows in res.items():
+        big = [i for i, r in enumerate(rows) if r["npus"] >= 512] or list(range(len(rows)))
+        xs = [n[i] for i in big]
+        ys = [rows[i]["trial_s"] for i in big]
+        e = _exponent(xs, ys)
+        if e is None:
+            continue
+        est = ys[-1] * (34 ** 3 / xs[-1]) ** e
+        print(f"- {'max_merge=1' if cap == '1' else 'merged'}: trial CPU ~ N^{e:.2f} "
+              f"(fit on N >= 512); 34x34x34 extrapolates to {est / 60:.0f} min")
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tacos-cpp", default=None, help="TACOS C++ benchmark binary")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default="compile,small,big")
     ap.add_argument("--huge", action="store_true", help="also the 34x34x34 torus (merged)")
+    ap.add_argument("--growth", default="6,8,10,12,14,16", help="torus sides for 'growth'")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -129,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{mj * 1e3:.1f} ms | {mp * 1e3:.1f} ms | {cpp_cols} | "
                   f"{jit[0]['transfers']} |", flush=True)
         print()
+    if "growth" in only:
+        _growth([int(x) for x in args.growth.split(",")])
     rows = []
     if "big" in only:
         rows.append(("torus", [16, 16, 16], "1"))

@@ -75,6 +75,8 @@ def test_env_var_turns_it_off(monkeypatch):
     assert run_trial(inst, 0, 0, 1).chunk_ptr is None
     monkeypatch.setenv(greedy_jit.ENV, "1")
     assert run_trial(inst, 0, 0, 1).chunk_ptr is not None
+    monkeypatch.setattr(greedy_jit, "_has_numba", lambda: False)  # as without numba
+    assert run_trial(inst, 0, 0, 1).chunk_ptr is None
 
 
 def test_unsupported_trials_stay_in_python():
@@ -94,10 +96,10 @@ def test_random_stream_matches_cpython():
     ref.setstate(rng.getstate())
     for i in range(1500):  # past two twists of the state
         if i % 3:
-            assert greedy_jit.random01(mt, pos) == ref.random()
+            assert greedy_jit.kernels().random01(mt, pos) == ref.random()
         else:
             n = 2 + i % 37
-            assert greedy_jit.randbelow(n, mt, pos) == ref._randbelow(n)
+            assert greedy_jit.kernels().randbelow(n, mt, pos) == ref._randbelow(n)
 
 
 def test_stuck_is_reported_by_both_paths():

@@ -22,25 +22,36 @@ says when; otherwise, when numba is missing, or when ``TACOS_JIT=0`` is set (or 
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from functools import cache
 
 import numpy as np
 
 from tacos.solvers.greedy_instance import Instance
 
-try:  # numba is a dependency, but the pure-Python trial still runs without it
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba is not installed
-    njit = None
-
 ENV = "TACOS_JIT"
 """Environment variable: ``0``/``false``/``off`` disables the compiled trial."""
 
 
+@cache
+def _has_numba() -> bool:
+    return importlib.util.find_spec("numba") is not None
+
+
 def available() -> bool:
-    """True when numba is importable and ``TACOS_JIT`` does not disable it."""
-    return njit is not None and os.environ.get(ENV, "1").strip().lower() not in (
-        "0", "false", "off", "no")
+    """True when numba is installed and ``TACOS_JIT`` does not disable it (numba itself is
+    imported on the first compiled trial, not here: start-up stays light)."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "off", "no") \
+        and _has_numba()
+
+
+def kernels():
+    """The numba kernels module (imports numba; the first call per process costs the import
+    and loading or compiling the kernels)."""
+    from tacos.solvers import greedy_jit_kernel
+
+    return greedy_jit_kernel
 
 
 def supported(inst: Instance, speculate: bool) -> bool:
@@ -100,7 +111,7 @@ def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int):
     mt = np.asarray(state[:624], dtype=np.int64)
     pos = np.asarray([state[624]], dtype=np.int64)
     a = arrays(inst)
-    status, t, left, start, end, link, cptr, cids = _kernel(
+    status, t, left, start, end, link, cptr, cids = kernels().kernel(
         a["src"], a["dst"], a["in_ptr"], a["in_idx"], a["out_ptr"], a["out_idx"], a["mult"],
         a["alpha"], a["bw"], a["pre"], a["need"], int(inst.total_need),
         int(inst.uniform_size), int(inst.n_chunks), int(cap), mt, pos)
@@ -111,13 +122,3 @@ def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int):
                                        "transfers": len(start)},
                        chunk_ptr=cptr, chunk_ids=cids)
 
-
-if njit is not None:
-    from tacos.solvers import greedy_jit_kernel as _k
-
-    _kernel = _k.kernel
-    genrand = _k.genrand
-    random01 = _k.random01
-    randbelow = _k.randbelow
-else:  # pragma: no cover
-    _kernel = genrand = random01 = randbelow = None
