@@ -111,10 +111,13 @@ def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int):
     mt = np.asarray(state[:624], dtype=np.int64)
     pos = np.asarray([state[624]], dtype=np.int64)
     a = arrays(inst)
+    # chunk ids of every delivery (at most total_need of them); 2 bytes each when they fit
+    ids = np.empty(max(1, inst.total_need),
+                   dtype=np.uint16 if inst.n_chunks <= 1 << 16 else np.int32)
     status, t, left, start, end, link, cptr, cids = kernels().kernel(
         a["src"], a["dst"], a["in_ptr"], a["in_idx"], a["out_ptr"], a["out_idx"], a["mult"],
         a["alpha"], a["bw"], a["pre"], a["need"], int(inst.total_need),
-        int(inst.uniform_size), int(inst.n_chunks), int(cap), mt, pos)
+        int(inst.uniform_size), int(inst.n_chunks), int(cap), mt, pos, ids)
     if status:
         raise Stuck(f"no transfer can progress at tick {t}; {left} requests left")
     return TrialResult(makespan=int(t), trial=trial, cap=cap, start=start, end=end, link=link,

@@ -177,9 +177,13 @@ def _grow(a, n):
 
 @njit(cache=True)
 def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, need, total_need,
-           usize, nb, cap, mt, pos):
+           usize, nb, cap, mt, pos, T_ids):
     """One speculation-free trial; returns ``(status, tick, left, start, end, link, chunk_ptr,
-    chunk_ids)`` with ``status`` 1 when stuck (no transfer in flight, ``left`` requests open)."""
+    chunk_ids)`` with ``status`` 1 when stuck (no transfer in flight, ``left`` requests open).
+
+    ``T_ids`` receives every delivered chunk id: without speculation a chunk reaches an NPU at
+    most once, so ``total_need`` entries always suffice (it is never grown); the transfer
+    columns grow by doubling.  The returned ``chunk_ids`` is a prefix view of ``T_ids``."""
     n = pre.shape[0]
     W = pre.shape[1]
     L = src.shape[0]
@@ -192,7 +196,6 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
     T_end = np.empty(capT, dtype=np.int64)
     T_link = np.empty(capT, dtype=np.int64)
     T_ptr = np.zeros(capT + 1, dtype=np.int64)
-    T_ids = np.empty(capT, dtype=np.int32)
     ntr = 0
     nid = 0
     heap = [(np.int64(0), np.int64(0))]
@@ -282,8 +285,6 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                 T_end = _grow(T_end, ntr + m)
                 T_link = _grow(T_link, ntr + m)
                 T_ptr = _grow(T_ptr, ntr + m + 1)
-            if nid + nb > T_ids.shape[0]:
-                T_ids = _grow(T_ids, nid + nb)
             if m == 1:
                 lk = slot_lk[0]
                 a = slot_a[0]
@@ -366,7 +367,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
         # ---- advance to the next completion
         if len(heap) == 0:
             return (1, t, remaining, T_start[:0].copy(), T_end[:0].copy(),
-                    T_link[:0].copy(), T_ptr[:1].copy(), T_ids[:0].copy())
+                    T_link[:0].copy(), T_ptr[:1].copy(), T_ids[:0])
         t = heap[0][0]
         event += 1
         nd = 0
@@ -410,23 +411,27 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                         nxt[tail[e]] = l2
                         tail[e] = l2
                         nxt[l2] = -1
-    # transfers still in flight carry nothing anyone needs any more
+    # transfers still in flight carry nothing anyone needs any more: compact in place
     keep = np.ones(ntr, dtype=np.bool_)
     for item in heap:
         keep[item[1]] = False
-    idx = np.nonzero(keep)[0]
-    k = idx.shape[0]
-    cptr = np.zeros(k + 1, dtype=np.int64)
+    k = 0
     tot = 0
-    for i in range(k):
-        tr = idx[i]
-        tot += T_ptr[tr + 1] - T_ptr[tr]
-        cptr[i + 1] = tot
-    cids = np.empty(tot, dtype=np.int32)
-    for i in range(k):
-        tr = idx[i]
-        cids[cptr[i]:cptr[i + 1]] = T_ids[T_ptr[tr]:T_ptr[tr + 1]]
-    return (0, t, 0, T_start[idx], T_end[idx], T_link[idx], cptr, cids)
+    lo = T_ptr[0]
+    for tr in range(ntr):
+        hi = T_ptr[tr + 1]
+        if keep[tr]:
+            for j in range(lo, hi):
+                T_ids[tot] = T_ids[j]
+                tot += 1
+            T_start[k] = T_start[tr]
+            T_end[k] = T_end[tr]
+            T_link[k] = T_link[tr]
+            k += 1
+            T_ptr[k] = tot  # k <= tr + 1: T_ptr[tr + 1] was read above
+        lo = hi
+    return (0, t, 0, T_start[:k].copy(), T_end[:k].copy(), T_link[:k].copy(),
+            T_ptr[:k + 1].copy(), T_ids[:tot])
 
 
 @njit(cache=True)
