@@ -56,9 +56,11 @@ import signal
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from tacos.collective import Collective
 from tacos.passes.unwind import to_physical, unwind
-from tacos.schedule import Schedule, Transfer
+from tacos.schedule import Schedule, transfers_from_columns
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
 from tacos.solvers.greedy_instance import TICK, Instance, build_instance
 from tacos.solvers.greedy_ports import build_port_instance
@@ -200,21 +202,27 @@ def relay_npus(topology, collective: Collective, options: dict) -> list[int]:
 
 
 def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
-    """Turn a trial's tick-based transfer lists into a :class:`Schedule` (seconds, chunk ids,
-    each transfer on its physical route: the link itself on a switch-free topology)."""
+    """Turn a trial's tick-based transfer columns into a :class:`Schedule` (seconds, chunk
+    ids, each transfer on its physical route: the link itself on a switch-free topology),
+    ordered by (start, end, source, destination, channel, route)."""
     ids = [c.id for c in problem.collective.chunks]
-    src, dst = inst.src, inst.dst
-    links = _ints(res.link)
-    routes = res.route or [-1] * len(links)
-    rows = sorted(zip(_ints(res.start), _ints(res.end), links, res.chunk_tuples(), routes,
-                      strict=True),
-                  key=lambda r: (r[0], r[1], src[r[2]], dst[r[2]], r[2], r[4]))
-    transfers = tuple(
-        Transfer(s * TICK, e * TICK, src[lk], dst[lk],
-                 inst.route_links[r] if r >= 0 else (lk,),
-                 tuple(ids[i] for i in cs), "copy")
-        for s, e, lk, cs, r in rows
-    )
+    start = np.asarray(res.start, dtype=np.int64)
+    end = np.asarray(res.end, dtype=np.int64)
+    link = np.asarray(res.link, dtype=np.int64)
+    route = (np.asarray(res.route, dtype=np.int64) if len(res.route)
+             else np.full(len(link), -1, dtype=np.int64))
+    src = np.asarray(inst.src, dtype=np.int64)[link]
+    dst = np.asarray(inst.dst, dtype=np.int64)[link]
+    order = np.lexsort((route, link, dst, src, end, start))  # stable, last key first
+    chunks = list(res.chunk_tuples())
+    if ids != list(range(len(ids))):
+        chunks = [tuple(ids[i] for i in cs) for cs in chunks]
+    one_link = [(i,) for i in range(len(inst.src))]
+    routes = [inst.route_links[r] if r >= 0 else one_link[lk]
+              for lk, r in zip(link[order].tolist(), route[order].tolist(), strict=True)]
+    transfers = transfers_from_columns(
+        (start[order] * TICK).tolist(), (end[order] * TICK).tolist(), src[order].tolist(),
+        dst[order].tolist(), routes, [chunks[i] for i in order.tolist()])
     return Schedule(problem.topology, problem.collective, transfers, {})
 
 

@@ -56,6 +56,14 @@ class TrialResult:
                 yield bits_to_tuple(b)
             return
         ids = self.chunk_ids.tolist()
+        if len(ids) == len(self.chunk_ptr) - 1:  # one chunk per transfer: shared 1-tuples
+            one: dict[int, tuple[int]] = {}
+            for c in ids:
+                t = one.get(c)
+                if t is None:
+                    t = one[c] = (c,)
+                yield t
+            return
         ptr = self.chunk_ptr.tolist()
         for i in range(len(ptr) - 1):
             yield tuple(ids[ptr[i]:ptr[i + 1]])
