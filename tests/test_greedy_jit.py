@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +18,12 @@ from tacos.solvers.registry import Problem
 from tacos.topology import Link, Npu, Topology
 
 pytestmark = pytest.mark.skipif(not greedy_jit.available(), reason="numba not available")
+
+
+@pytest.fixture(autouse=True)
+def _loaded():
+    """Load the kernels first: small trials use them only once they are loaded."""
+    greedy_jit.kernels()
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -112,3 +119,12 @@ def test_stuck_is_reported_by_both_paths():
             run_trial(inst, 0, 0, 1, jit=jit)
         msgs.append(str(exc.value))
     assert msgs[0] == msgs[1]
+
+
+def test_small_trials_do_not_load_numba(monkeypatch):
+    inst = build_instance(TOPOLOGIES["mesh4x4"](), build("allgather", range(16), size=16 * MiB))
+    assert greedy_jit.worth_it(inst)  # loaded by the fixture
+    monkeypatch.delitem(sys.modules, "tacos.solvers.greedy_jit_kernel")
+    assert inst.total_need < greedy_jit.MIN_WORK
+    assert not greedy_jit.worth_it(inst)
+    assert run_trial(inst, 0, 0, 1).chunk_ptr is None

@@ -113,14 +113,16 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     """Run one randomized trial; deterministic in ``(seed, trial, cap)``.
 
     With ``jit`` (and numba installed, ``TACOS_JIT`` not ``0``) the trials the compiled core
-    covers (:func:`tacos.solvers.greedy_jit.supported`) run there, with the same result."""
+    covers (:func:`tacos.solvers.greedy_jit.supported`) run there, with the same result, when
+    it pays (:func:`tacos.solvers.greedy_jit.worth_it`)."""
     if inst.physical:
         from tacos.solvers.greedy_ports import run_port_trial
 
         return run_port_trial(inst, seed, trial, cap)
     if not (speculate and (cap > 1 or inst.heterogeneous)):
         speculate = False  # equal single-chunk transfers: a resend never lands earlier
-    if jit and greedy_jit.available() and greedy_jit.supported(inst, speculate):
+    if (jit and greedy_jit.supported(inst, speculate) and greedy_jit.worth_it(inst)
+            and greedy_jit.available()):
         return greedy_jit.run_trial_compiled(inst, seed, trial, cap)
     rng, rand, pick, take = make_rng(seed, trial, inst.n_chunks)
 

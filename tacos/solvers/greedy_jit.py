@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from functools import cache
 
 import numpy as np
@@ -32,6 +33,11 @@ from tacos.solvers.greedy_instance import Instance
 
 ENV = "TACOS_JIT"
 """Environment variable: ``0``/``false``/``off`` disables the compiled trial."""
+
+MIN_WORK = 20_000
+"""Requests (chunk, NPU) below which a trial stays in Python while the kernels are not loaded
+yet: importing numba and loading the cached kernels costs about 0.3-0.5 s per process, what
+the pure-Python trial spends on some 30,000 requests."""
 
 
 @cache
@@ -44,6 +50,12 @@ def available() -> bool:
     imported on the first compiled trial, not here: start-up stays light)."""
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "off", "no") \
         and _has_numba()
+
+
+def worth_it(inst: Instance) -> bool:
+    """True when the compiled trial pays for itself: the kernels are already loaded in this
+    process, or the instance has at least :data:`MIN_WORK` requests."""
+    return "tacos.solvers.greedy_jit_kernel" in sys.modules or inst.total_need >= MIN_WORK
 
 
 def kernels():
