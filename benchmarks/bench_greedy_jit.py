@@ -13,6 +13,9 @@ Each measurement runs in a fresh process so its peak RSS is its own.  Rows:
 * ``growth``: k x k x k tori (``--growth 6,8,10,12,14,16``), ``max_merge=1`` and merged,
   compiled trial CPU and peak RSS, with the fitted exponents (CPU ~ N^e, least squares on
   log-log) and the extrapolation to 34x34x34;
+* ``phases``: 8x8x8 and 12x12x12 tori, ``max_merge=1``: CPU of building the instance, the
+  compiled trial, turning it into a :class:`~tacos.schedule.Schedule` (Transfer objects) and
+  verifying it, with peak RSS;
 * ``huge`` (``--huge``): 34x34x34 torus (39304 NPUs), merged (cap from the ``auto`` ladder's
   first rung, ``speculate=False`` so the compiled core runs it).
 
@@ -55,10 +58,14 @@ def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
     build_s = time.process_time() - t0
     c = 1 if cap == "1" else merge_caps(inst, "auto", 1)[0]
     warm_s = None
-    if warm:  # compile (or load from the cache) on a tiny instance first
+    if warm:  # import numba, compile (or load from the cache) on a tiny instance first
+        from tacos.solvers import greedy_jit
+
+        t = time.process_time()
+        if os.environ.get("TACOS_JIT") != "0":
+            greedy_jit.kernels()
         small = build_instance(builders.mesh(2, 2, bandwidth=50 * GiB, latency=0.5e-6),
                                build("allgather", range(4), size=4 * MiB, chunks_per_npu=1))
-        t = time.process_time()
         run_trial(small, 0, 0, c, speculate=False)
         warm_s = time.process_time() - t
     t = time.process_time()
@@ -67,6 +74,34 @@ def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
     return {"npus": n, "cap": c, "build_s": build_s, "warm_s": warm_s, "trial_s": trial_s,
             "makespan_us": res.makespan * 1e-9, "transfers": len(res.start),
             "compiled": res.chunk_ptr is not None,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _phases(k: int) -> dict:
+    from tacos import builders
+    from tacos.patterns import build
+    from tacos.solvers.greedy import to_schedule
+    from tacos.solvers.greedy_core import run_trial
+    from tacos.solvers.greedy_instance import build_instance
+    from tacos.solvers.registry import Problem
+
+    topo = builders.torus(k, k, k, bandwidth=50 * GiB, latency=0.5e-6)
+    n = topo.n_npus
+    coll = build("allgather", range(n), size=64 * MiB // n * n, chunks_per_npu=1)
+    clock = time.process_time
+    t0 = clock()
+    inst = build_instance(topo, coll)
+    t1 = clock()
+    run_trial(inst, 0, 0, 1, speculate=False)  # load the kernels
+    t2 = clock()
+    res = run_trial(inst, 0, 0, 1, speculate=False)
+    t3 = clock()
+    sched = to_schedule(Problem(topo, coll, {}), inst, res)
+    t4 = clock()
+    ok = sched.verify().ok
+    t5 = clock()
+    return {"npus": n, "instance_s": t1 - t0, "trial_s": t3 - t2, "schedule_s": t4 - t3,
+            "verify_s": t5 - t4, "ok": ok, "transfers": len(sched.transfers),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -122,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--growth", default="6,8,10,12,14,16", help="torus sides for 'growth'")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child and args.child[0] == "phases":
+        print(json.dumps(_phases(int(args.child[1]))))
+        return 0
     if args.child:
         kind, dims, cap = args.child
         print(json.dumps(_child(kind, [int(x) for x in dims.split(",")], cap, warm=True)))
@@ -163,6 +201,19 @@ def main(argv: list[str] | None = None) -> int:
         print()
     if "growth" in only:
         _growth([int(x) for x in args.growth.split(",")])
+    if "phases" in only:
+        print("| torus | NPUs | instance CPU | compiled trial CPU | Schedule (Transfer objects) "
+              "CPU | verify CPU | transfers | peak RSS | verified |")
+        print("|" + "---|" * 9)
+        for k in (8, 12):
+            argv = [sys.executable, "-m", "benchmarks.bench_greedy_jit", "--child", "phases",
+                    str(k), "-"]
+            out = subprocess.run(argv, capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"| {k}x{k}x{k} | {r['npus']} | {r['instance_s']:.2f} s | {r['trial_s']:.2f} s "
+                  f"| {r['schedule_s']:.2f} s | {r['verify_s']:.2f} s | {r['transfers']} | "
+                  f"{r['peak_rss_mib']:.0f} MiB | {'yes' if r['ok'] else 'NO'} |", flush=True)
+        print()
     rows = []
     if "big" in only:
         rows.append(("torus", [16, 16, 16], "1"))
