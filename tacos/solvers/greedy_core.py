@@ -121,9 +121,9 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         return run_port_trial(inst, seed, trial, cap)
     if not (speculate and (cap > 1 or inst.heterogeneous)):
         speculate = False  # equal single-chunk transfers: a resend never lands earlier
-    if (jit and greedy_jit.supported(inst, speculate) and greedy_jit.worth_it(inst)
+    if (jit and greedy_jit.supported(inst) and greedy_jit.worth_it(inst)
             and greedy_jit.available()):
-        return greedy_jit.run_trial_compiled(inst, seed, trial, cap)
+        return greedy_jit.run_trial_compiled(inst, seed, trial, cap, speculate)
     rng, rand, pick, take = make_rng(seed, trial, inst.n_chunks)
 
     src, dst, out_links, in_links = inst.src, inst.dst, inst.out_links, inst.in_links

@@ -13,11 +13,11 @@ schedule whichever path runs:
   touched, destinations in the order they were touched, slots sorted by ``(chunks, random)``,
   the same water-filling of :func:`tacos.solvers.merge.split_batches`).
 
-It covers the trials without speculation and relays on uniform chunks (every unmerged trial
-on a homogeneous mesh or torus, and merged trials with ``speculate=False``): :func:`supported`
-says when; otherwise, when numba is missing, or when ``TACOS_JIT=0`` is set (or the greedy's
-``jit`` option is false), the pure-Python trial runs.  The first call compiles the kernel
-(a few seconds; the compiled code is cached on disk by numba's ``cache=True``).
+It covers every switch-free trial on uniform chunks without relay chunks (speculation
+included): :func:`supported` says when; otherwise, when numba is missing, or when
+``TACOS_JIT=0`` is set (or the greedy's ``jit`` option is false), the pure-Python trial
+runs.  The first call compiles the kernels (about 12 s of CPU; the compiled code is cached on
+disk by numba's ``cache=True``, and loading it takes about 0.5 s).
 """
 
 from __future__ import annotations
@@ -66,12 +66,11 @@ def kernels():
     return greedy_jit_kernel
 
 
-def supported(inst: Instance, speculate: bool) -> bool:
+def supported(inst: Instance) -> bool:
     """True when the compiled trial reproduces the pure-Python one for ``inst``: switch-free
-    channels, uniform chunk sizes, no relay chunks, and no speculation (``speculate`` as
-    :func:`~tacos.solvers.greedy_core.run_trial` resolves it)."""
+    channels, uniform chunk sizes and no relay chunks."""
     return (not inst.physical and inst.uniform_size is not None and not inst.relay_mask
-            and not speculate and inst.n_chunks > 0)
+            and inst.n_chunks > 0)
 
 
 def _csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -113,8 +112,9 @@ def arrays(inst: Instance) -> dict[str, np.ndarray]:
     return a
 
 
-def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int):
-    """One trial on the compiled path (:func:`supported` must hold); the
+def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int, speculate: bool):
+    """One trial on the compiled path (:func:`supported` must hold; ``speculate`` as
+    :func:`~tacos.solvers.greedy_core.run_trial` resolves it); the
     :class:`~tacos.solvers.greedy_core.TrialResult` holds numpy columns."""
     from tacos.solvers.greedy_core import Stuck, TrialResult, make_rng
 
@@ -123,17 +123,19 @@ def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int):
     mt = np.asarray(state[:624], dtype=np.int64)
     pos = np.asarray([state[624]], dtype=np.int64)
     a = arrays(inst)
-    # chunk ids of every delivery (at most total_need of them); 2 bytes each when they fit
-    ids = np.empty(max(1, inst.total_need),
-                   dtype=np.uint16 if inst.n_chunks <= 1 << 16 else np.int32)
-    status, t, left, start, end, link, cptr, cids = kernels().kernel(
+    # chunk ids of every delivery (at most total_need of them without speculation); 2 bytes
+    # each when they fit, the largest value marking ids dropped on landing
+    dtype = np.uint16 if inst.n_chunks < (1 << 16) - 1 else np.int32
+    ids = np.empty(max(1, inst.total_need), dtype=dtype)
+    status, t, left, start, end, link, cptr, cids, st = kernels().kernel(
         a["src"], a["dst"], a["in_ptr"], a["in_idx"], a["out_ptr"], a["out_idx"], a["mult"],
         a["alpha"], a["bw"], a["pre"], a["need"], int(inst.total_need),
-        int(inst.uniform_size), int(inst.n_chunks), int(cap), mt, pos, ids)
+        int(inst.uniform_size), int(inst.n_chunks), int(cap), mt, pos, ids, bool(speculate),
+        int(np.iinfo(dtype).max))
     if status:
         raise Stuck(f"no transfer can progress at tick {t}; {left} requests left")
     return TrialResult(makespan=int(t), trial=trial, cap=cap, start=start, end=end, link=link,
-                       bits=[], stats={"replaced": 0, "dropped": 0, "speculative": 0,
-                                       "transfers": len(start)},
+                       bits=[], stats={"replaced": int(st[0]), "dropped": int(st[1]),
+                                       "speculative": int(st[2]), "transfers": len(start)},
                        chunk_ptr=cptr, chunk_ids=cids)
 

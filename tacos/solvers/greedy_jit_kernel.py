@@ -1,9 +1,8 @@
-"""numba kernels of the compiled greedy trial (imported only when numba is installed).
+"""numba kernel of the compiled greedy trial (imported only when numba is installed).
 
-Bitsets are rows of ``uint64`` words (bit ``c`` of a row is bit ``c & 63`` of word ``c >> 6``).
-The random source continues CPython's Mersenne Twister from the state the pure-Python trial
-starts with, so :func:`random01` equals ``random.Random.random`` and :func:`randbelow` equals
-the ``_randbelow`` that ``random.shuffle`` uses.  See :mod:`tacos.solvers.greedy_jit`.
+One trial of :func:`tacos.solvers.greedy_core.run_trial` over bit rows
+(:mod:`tacos.solvers.greedy_jit_bits`), speculation in :mod:`tacos.solvers.greedy_jit_spec`.
+See :mod:`tacos.solvers.greedy_jit`.
 """
 
 from __future__ import annotations
@@ -13,177 +12,34 @@ import heapq
 import numpy as np
 from numba import njit
 
-TICK = 1e-15  # must equal tacos.solvers.greedy_instance.TICK
-
-_U1 = np.uint64(1)
-_U0 = np.uint64(0)
-_U63 = np.uint64(63)
-_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
-_DB_TABLE = np.zeros(64, dtype=np.int64)
-for _i in range(64):
-    _DB_TABLE[((((1 << _i) * 0x03F79D71B4CB0A89) & (2**64 - 1)) >> 58)] = _i
-
-
-# ---------------------------------------------------------------- Mersenne Twister (CPython's)
-
-@njit(cache=True)
-def genrand(mt, pos):
-    """Next 32-bit output of MT19937 (state ``mt``: 624 words as int64, ``pos[0]`` index)."""
-    if pos[0] >= 624:
-        for kk in range(624):
-            y = (mt[kk] & 0x80000000) | (mt[(kk + 1) % 624] & 0x7FFFFFFF)
-            v = mt[(kk + 397) % 624] ^ (y >> 1)
-            if y & 1:
-                v ^= 0x9908B0DF
-            mt[kk] = v
-        pos[0] = 0
-    y = mt[pos[0]]
-    pos[0] += 1
-    y ^= y >> 11
-    y ^= (y << 7) & 0x9D2C5680
-    y ^= (y << 15) & 0xEFC60000
-    y ^= y >> 18
-    return y & 0xFFFFFFFF
-
-
-@njit(cache=True)
-def random01(mt, pos):
-    """``random.Random.random()``: 53 random bits as a float in [0, 1)."""
-    a = genrand(mt, pos) >> 5
-    b = genrand(mt, pos) >> 6
-    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
-
-
-@njit(cache=True)
-def randbelow(n, mt, pos):
-    """``random.Random._randbelow(n)`` for ``2 <= n < 2**32`` (rejection on ``k`` bits)."""
-    k = 0
-    x = n
-    while x:
-        k += 1
-        x >>= 1
-    r = genrand(mt, pos) >> (32 - k)
-    while r >= n:
-        r = genrand(mt, pos) >> (32 - k)
-    return r
-
-
-# ---------------------------------------------------------------- bit rows
-
-@njit(cache=True)
-def _popcount64(x):
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
-
-
-@njit(cache=True)
-def _ctz(x):
-    """Index of the lowest set bit of a non-zero word."""
-    low = x & (~x + _U1)
-    return _DB_TABLE[np.int64((low * _DEBRUIJN) >> np.uint64(58))]
-
-
-@njit(cache=True)
-def popcount(row):
-    n = 0
-    for w in range(row.shape[0]):
-        if row[w]:
-            n += _popcount64(row[w])
-    return n
-
-
-@njit(cache=True)
-def any_bit(row):
-    for w in range(row.shape[0]):
-        if row[w]:
-            return True
-    return False
-
-
-@njit(cache=True)
-def first_from(row, r):
-    """Lowest set bit at position >= ``r``, or -1."""
-    w = r >> 6
-    W = row.shape[0]
-    if w >= W:
-        return -1
-    x = row[w] & ~((_U1 << np.uint64(r & 63)) - _U1)
-    while True:
-        if x:
-            return (w << 6) + _ctz(x)
-        w += 1
-        if w >= W:
-            return -1
-        x = row[w]
-
-
-@njit(cache=True)
-def pick(row, nb, mt, pos):
-    """``pick(x)`` of :func:`~tacos.solvers.greedy_core.make_rng`: a random set bit (its
-    index); ``row`` must be non-empty."""
-    r = np.int64(random01(mt, pos) * nb)
-    c = first_from(row, r)
-    if c < 0:
-        c = first_from(row, 0)
-    return c
-
-
-@njit(cache=True)
-def set_bit(row, c):
-    row[c >> 6] |= _U1 << np.uint64(c & 63)
-
-
-@njit(cache=True)
-def clear_bit(row, c):
-    row[c >> 6] &= ~(_U1 << np.uint64(c & 63))
-
-
-@njit(cache=True)
-def take(x, q, nb, mt, pos, out):
-    """``take(x, q)``: up to ``q`` random bits of ``x`` into ``out`` (``x`` is consumed)."""
-    pc = popcount(x)
-    if pc <= q:
-        out[:] = x
-        return
-    if q * 2 <= pc:
-        out[:] = _U0
-        for _ in range(q):
-            c = pick(x, nb, mt, pos)
-            set_bit(out, c)
-            clear_bit(x, c)
-        return
-    for _ in range(pc - q):
-        clear_bit(x, pick(x, nb, mt, pos))
-    out[:] = x
-
-
-# ---------------------------------------------------------------- the trial
-
-@njit(cache=True)
-def _duration(alpha, bw, nbytes):
-    secs = alpha + nbytes / bw
-    d = np.int64(np.ceil(secs / TICK - 1e-6))
-    return d if d > 1 else 1
-
-
-@njit(cache=True)
-def _grow(a, n):
-    out = np.empty(max(n, 2 * a.shape[0]), dtype=a.dtype)
-    out[:a.shape[0]] = a
-    return out
+from tacos.solvers.greedy_jit_bits import (  # noqa: F401  (random01, randbelow: for tests)
+    _U0,
+    _U1,
+    _ctz,
+    _duration,
+    _grow,
+    any_bit,
+    pick,
+    popcount,
+    randbelow,
+    random01,
+    set_bit,
+    take,
+)
+from tacos.solvers.greedy_jit_spec import _best_resend, _inflight, _land, _meets, _remove_active
 
 
 @njit(cache=True)
 def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, need, total_need,
-           usize, nb, cap, mt, pos, T_ids):
-    """One speculation-free trial; returns ``(status, tick, left, start, end, link, chunk_ptr,
-    chunk_ids)`` with ``status`` 1 when stuck (no transfer in flight, ``left`` requests open).
+           usize, nb, cap, mt, pos, T_ids, spec, sentinel):
+    """One trial; returns ``(status, tick, left, start, end, link, chunk_ptr, chunk_ids,
+    stats)`` with ``status`` 1 when stuck (no transfer in flight, ``left`` requests open) and
+    ``stats`` = (replaced, dropped, speculative).
 
-    ``T_ids`` receives every delivered chunk id: without speculation a chunk reaches an NPU at
-    most once, so ``total_need`` entries always suffice (it is never grown); the transfer
-    columns grow by doubling.  The returned ``chunk_ids`` is a prefix view of ``T_ids``."""
+    ``T_ids`` receives every delivered chunk id (``sentinel`` marks an id dropped on landing):
+    without speculation a chunk reaches an NPU at most once, so ``total_need`` entries suffice;
+    with it the buffer grows, like the transfer columns, by doubling.  The returned
+    ``chunk_ids`` is a prefix view of ``T_ids``."""
     n = pre.shape[0]
     W = pre.shape[1]
     L = src.shape[0]
@@ -196,6 +52,22 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
     T_end = np.empty(capT, dtype=np.int64)
     T_link = np.empty(capT, dtype=np.int64)
     T_ptr = np.zeros(capT + 1, dtype=np.int64)
+    T_snap = np.empty(capT if spec else 0, dtype=np.int64)
+    stats = np.zeros(3, dtype=np.int64)
+    # speculation: chunks resent to d, transfers in flight per link, snapshots of the source's
+    # chunks at each launch (a pool as large as the lanes, since only transfers in flight
+    # need theirs)
+    dupped = np.zeros((n if spec else 0, W), dtype=np.uint64)
+    maxmult = 1
+    lanes = 0
+    for lk in range(L):
+        maxmult = max(maxmult, mult[lk])
+        lanes += mult[lk]
+    act = np.zeros((L if spec else 0, maxmult), dtype=np.int64)
+    act_n = np.zeros(L, dtype=np.int64)
+    snap = np.zeros((lanes if spec else 0, W), dtype=np.uint64)
+    snap_free = np.arange(lanes if spec else 0)[::-1].copy()
+    snap_top = np.array([lanes if spec else 0])
     ntr = 0
     nid = 0
     heap = [(np.int64(0), np.int64(0))]
@@ -249,6 +121,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
     per = np.empty(max_slots, dtype=np.float64)
     finish = np.empty(max_slots, dtype=np.float64)
     perm = np.empty(max_slots, dtype=np.int64)
+    idle = np.empty(max_slots, dtype=np.int64)
     t = np.int64(0)
     while remaining > 0:
         # ---- link-chunk matching for every destination touched by the last event
@@ -260,32 +133,44 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                 if want[w]:
                     have_want = True
             m = 0
-            if have_want:
+            ni = 0
+            if have_want or spec:
                 lk = head[d]
                 while lk >= 0:
                     f = lane_free[lk]
                     if f:
                         s = src[lk]
                         nz = False
-                        for w in range(W):
-                            tmp[w] = held[s, w] & want[w]
-                            if tmp[w]:
-                                nz = True
+                        if have_want:
+                            for w in range(W):
+                                tmp[w] = held[s, w] & want[w]
+                                if tmp[w]:
+                                    nz = True
                         if nz:
                             for _ in range(f):
                                 slot_lk[m] = lk
                                 slot_a[m] = tmp
                                 m += 1
+                        elif spec:
+                            for _ in range(f):
+                                idle[ni] = lk
+                                ni += 1
                     lk = nxt[lk]
-            if m == 0:
+            if m == 0 and ni == 0:
                 continue
-            # make room for up to m transfers and every chunk d still wants
-            if ntr + m > T_start.shape[0]:
-                T_start = _grow(T_start, ntr + m)
-                T_end = _grow(T_end, ntr + m)
-                T_link = _grow(T_link, ntr + m)
-                T_ptr = _grow(T_ptr, ntr + m + 1)
-            if m == 1:
+            # make room for every lane into d and every chunk d still wants
+            if ntr + max_slots > T_start.shape[0]:
+                T_start = _grow(T_start, ntr + max_slots)
+                T_end = _grow(T_end, ntr + max_slots)
+                T_link = _grow(T_link, ntr + max_slots)
+                T_ptr = _grow(T_ptr, ntr + max_slots + 1)
+                if spec:
+                    T_snap = _grow(T_snap, ntr + max_slots)
+            if nid + nb + max_slots > T_ids.shape[0]:
+                T_ids = _grow(T_ids, nid + nb + max_slots)
+            if m == 0:
+                pass
+            elif m == 1:
                 lk = slot_lk[0]
                 a = slot_a[0]
                 if popcount(a) > cap:
@@ -314,7 +199,8 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                     tmp[:] = a
                     take(tmp, cap, nb, mt, pos, b)
                 ntr, nid = _launch(t, lk, d, b, usize, alpha, bw, T_start, T_end, T_link,
-                                   T_ptr, T_ids, ntr, nid, lane_free, claimed, heap)
+                                   T_ptr, T_ids, ntr, nid, lane_free, claimed, heap, spec,
+                                   held, src, snap, snap_free, snap_top, T_snap, act, act_n)
             elif cap == 1:
                 for i in range(m):
                     pcs[i] = popcount(slot_a[i])
@@ -336,6 +222,9 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                         if tmp[w]:
                             nz = True
                     if not nz:
+                        if spec:
+                            idle[ni] = slot_lk[p]
+                            ni += 1
                         continue
                     nz = False
                     for w in range(W):
@@ -347,7 +236,9 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                     b[:] = _U0
                     set_bit(b, c)
                     ntr, nid = _launch(t, slot_lk[p], d, b, usize, alpha, bw, T_start, T_end,
-                                       T_link, T_ptr, T_ids, ntr, nid, lane_free, claimed, heap)
+                                       T_link, T_ptr, T_ids, ntr, nid, lane_free, claimed, heap,
+                                       spec, held, src, snap, snap_free, snap_top, T_snap, act,
+                                       act_n)
             else:
                 # rng.shuffle(slots)
                 for i in range(m):
@@ -363,11 +254,36 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                     if any_bit(chosen[i]):
                         ntr, nid = _launch(t, slot_lk[perm[i]], d, chosen[i], usize, alpha,
                                            bw, T_start, T_end, T_link, T_ptr, T_ids, ntr, nid,
-                                           lane_free, claimed, heap)
+                                           lane_free, claimed, heap, spec, held, src, snap,
+                                           snap_free, snap_top, T_snap, act, act_n)
+                    elif spec:
+                        idle[ni] = slot_lk[perm[i]]
+                        ni += 1
+            if ni:
+                # resend a chunk in flight to d on a slower transfer where it lands earlier
+                nz = _inflight(claimed[d], held[d], dupped[d], tmp)
+                if nz:
+                    for i in range(ni):
+                        lk = idle[i]
+                        if lane_free[lk] and _meets(held[src[lk]], tmp):
+                            c = _best_resend(t, lk, d, held, dupped, src, in_ptr, in_idx, act,
+                                             act_n, T_end, T_ptr, T_ids, sentinel, alpha, bw,
+                                             usize, nb, mt, pos, tmp2, b)
+                            if c >= 0:
+                                set_bit(dupped[d], c)
+                                stats[2] += 1
+                                b[:] = _U0
+                                set_bit(b, c)
+                                ntr, nid = _launch(t, lk, d, b, usize, alpha, bw, T_start,
+                                                   T_end, T_link, T_ptr, T_ids, ntr, nid,
+                                                   lane_free, claimed, heap, spec, held, src,
+                                                   snap, snap_free, snap_top, T_snap, act,
+                                                   act_n)
+                                _inflight(claimed[d], held[d], dupped[d], tmp)
         # ---- advance to the next completion
         if len(heap) == 0:
             return (1, t, remaining, T_start[:0].copy(), T_end[:0].copy(),
-                    T_link[:0].copy(), T_ptr[:1].copy(), T_ids[:0])
+                    T_link[:0].copy(), T_ptr[:1].copy(), T_ids[:0], stats)
         t = heap[0][0]
         event += 1
         nd = 0
@@ -376,6 +292,12 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
             lk = T_link[tr]
             d = dst[lk]
             lane_free[lk] += 1
+            if spec:
+                _remove_active(act, act_n, lk, tr)
+                _land(tr, lk, d, held, claimed, need, snap[T_snap[tr]], T_start, T_end, T_ptr,
+                      T_ids, sentinel, alpha, bw, usize, nb, mt, pos, tmp, tmp2, stats)
+                snap_free[snap_top[0]] = T_snap[tr]
+                snap_top[0] += 1
             if d_stamp[d] != event:
                 d_stamp[d] = event
                 d_order[nd] = d
@@ -389,11 +311,17 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                 nxt[tail[d]] = lk
                 tail[d] = lk
                 nxt[lk] = -1
+            got = 0
             for j in range(T_ptr[tr], T_ptr[tr + 1]):
                 c = T_ids[j]
+                if c == sentinel:
+                    continue
+                got += 1
                 held[d, c >> 6] |= _U1 << np.uint64(c & 63)
                 if (need[d, c >> 6] >> np.uint64(c & 63)) & _U1:
                     remaining -= 1
+            if got == 0:
+                continue
             for j in range(out_ptr[d], out_ptr[d + 1]):
                 l2 = out_idx[j]
                 if lane_free[l2]:
@@ -421,9 +349,14 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
     for tr in range(ntr):
         hi = T_ptr[tr + 1]
         if keep[tr]:
+            first = tot
             for j in range(lo, hi):
-                T_ids[tot] = T_ids[j]
-                tot += 1
+                if T_ids[j] != sentinel:
+                    T_ids[tot] = T_ids[j]
+                    tot += 1
+            if tot == first:  # every chunk dropped on landing
+                lo = hi
+                continue
             T_start[k] = T_start[tr]
             T_end[k] = T_end[tr]
             T_link[k] = T_link[tr]
@@ -431,13 +364,22 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
             T_ptr[k] = tot  # k <= tr + 1: T_ptr[tr + 1] was read above
         lo = hi
     return (0, t, 0, T_start[:k].copy(), T_end[:k].copy(), T_link[:k].copy(),
-            T_ptr[:k + 1].copy(), T_ids[:tot])
+            T_ptr[:k + 1].copy(), T_ids[:tot], stats)
 
 
 @njit(cache=True)
 def _launch(t, lk, d, bits, usize, alpha, bw, T_start, T_end, T_link, T_ptr, T_ids, ntr, nid,
-            lane_free, claimed, heap):
-    """Start a transfer of ``bits`` on ``lk`` towards ``d`` at tick ``t``."""
+            lane_free, claimed, heap, spec, held, src, snap, snap_free, snap_top, T_snap, act,
+            act_n):
+    """Start a transfer of ``bits`` on ``lk`` towards ``d`` at tick ``t`` (with speculation:
+    snapshot the source's chunks and list the transfer as in flight on ``lk``)."""
+    if spec:
+        snap_top[0] -= 1
+        slot = snap_free[snap_top[0]]
+        snap[slot] = held[src[lk]]
+        T_snap[ntr] = slot
+        act[lk, act_n[lk]] = ntr
+        act_n[lk] += 1
     cnt = 0
     for w in range(bits.shape[0]):
         x = bits[w]
