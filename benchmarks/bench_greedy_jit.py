@@ -10,6 +10,8 @@ Each measurement runs in a fresh process so its peak RSS is its own.  Rows:
   the CPU time of the trial alone (``time.process_time()``; the instance is built before) and
   ratios of medians measured in the same run;
 * ``big``: 16x16x16 torus (4096 NPUs), ``max_merge=1``, compiled trial: CPU time, peak RSS;
+* ``synth``: ``tacos.synthesize`` of the 8x8x8 torus all-gather with the default options
+  (``max_merge='auto'``, default trials, one worker), compiled and pure-Python trials;
 * ``growth``: k x k x k tori (``--growth 6,8,10,12,14,16``), ``max_merge=1`` and merged,
   compiled trial CPU and peak RSS, with the fitted exponents (CPU ~ N^e, least squares on
   log-log) and the extrapolation to 34x34x34;
@@ -17,7 +19,7 @@ Each measurement runs in a fresh process so its peak RSS is its own.  Rows:
   compiled trial, turning it into a :class:`~tacos.schedule.Schedule` (Transfer objects) and
   verifying it, with peak RSS;
 * ``huge`` (``--huge``): 34x34x34 torus (39304 NPUs), merged (cap from the ``auto`` ladder's
-  first rung, ``speculate=False`` so the compiled core runs it).
+  first rung, speculation on as by default).
 
 The numba compile (first call in a process without a cache) is timed apart: ``compile``
 runs in a process with ``NUMBA_CACHE_DIR`` pointing at an empty folder.
@@ -66,10 +68,10 @@ def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
             greedy_jit.kernels()
         small = build_instance(builders.mesh(2, 2, bandwidth=50 * GiB, latency=0.5e-6),
                                build("allgather", range(4), size=4 * MiB, chunks_per_npu=1))
-        run_trial(small, 0, 0, c, speculate=False)
+        run_trial(small, 0, 0, c)
         warm_s = time.process_time() - t
     t = time.process_time()
-    res = run_trial(inst, 0, 0, c, speculate=False)
+    res = run_trial(inst, 0, 0, c)  # speculation as by default (off for equal 1-chunk sends)
     trial_s = time.process_time() - t
     return {"npus": n, "cap": c, "build_s": build_s, "warm_s": warm_s, "trial_s": trial_s,
             "makespan_us": res.makespan * 1e-9, "transfers": len(res.start),
@@ -103,6 +105,23 @@ def _phases(k: int) -> dict:
     return {"npus": n, "instance_s": t1 - t0, "trial_s": t3 - t2, "schedule_s": t4 - t3,
             "verify_s": t5 - t4, "ok": ok, "transfers": len(sched.transfers),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _synth() -> dict:
+    import tacos
+    from tacos import builders
+
+    topo = builders.torus(8, 8, 8, bandwidth=50 * GiB, latency=0.5e-6)
+    coll = tacos.collective("allgather", list(range(512)), size=64 * MiB)
+    if os.environ.get("TACOS_JIT") != "0":
+        from tacos.solvers import greedy_jit
+
+        greedy_jit.kernels()
+        tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1)  # load the kernels
+    t = time.process_time()
+    sched = tacos.synthesize(topo, coll, solver="greedy", workers=1)
+    return {"cpu_s": time.process_time() - t, "makespan_us": sched.makespan * 1e6,
+            "trials": sched.meta.get("trials_run"), "ok": sched.verify().ok}
 
 
 def _run_child(kind: str, dims: list[int], cap: str = "1", jit: bool = True,
@@ -157,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--growth", default="6,8,10,12,14,16", help="torus sides for 'growth'")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child and args.child[0] == "synth":
+        print(json.dumps(_synth()))
+        return 0
     if args.child and args.child[0] == "phases":
         print(json.dumps(_phases(int(args.child[1]))))
         return 0
@@ -201,6 +223,21 @@ def main(argv: list[str] | None = None) -> int:
         print()
     if "growth" in only:
         _growth([int(x) for x in args.growth.split(",")])
+    if "synth" in only:
+        rows = {}
+        for jit in ("1", "0", "1", "0", "1", "0"):
+            argv = [sys.executable, "-m", "benchmarks.bench_greedy_jit", "--child", "synth",
+                    "-", "-"]
+            out = subprocess.run(argv, capture_output=True, text=True, check=True,
+                                 env=dict(os.environ, TACOS_JIT=jit))
+            rows.setdefault(jit, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+        mj = statistics.median(r["cpu_s"] for r in rows["1"])
+        mp = statistics.median(r["cpu_s"] for r in rows["0"])
+        assert {r["makespan_us"] for r in rows["1"]} == {r["makespan_us"] for r in rows["0"]}
+        print(f"- `tacos.synthesize`, 8x8x8 torus all-gather, default options "
+              f"({rows['1'][0]['trials']} trials, one worker): compiled {mj:.2f} s CPU, "
+              f"pure-Python {mp:.2f} s CPU ({mp / mj:.1f}x), same schedule "
+              f"({rows['1'][0]['makespan_us']:.1f} µs), verified\n")
     if "phases" in only:
         print("| torus | NPUs | instance CPU | compiled trial CPU | Schedule (Transfer objects) "
               "CPU | verify CPU | transfers | peak RSS | verified |")

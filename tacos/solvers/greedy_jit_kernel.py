@@ -85,19 +85,8 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
     for d in range(n):
         if in_ptr[d + 1] > in_ptr[d] and any_bit(need[d]):
             for j in range(in_ptr[d], in_ptr[d + 1]):
-                lk = in_idx[j]
-                if l_stamp[lk] == event:
-                    continue
-                l_stamp[lk] = event
-                if d_stamp[d] != event:
-                    d_stamp[d] = event
-                    d_order[nd] = d
-                    nd += 1
-                    head[d] = lk
-                else:
-                    nxt[tail[d]] = lk
-                tail[d] = lk
-                nxt[lk] = -1
+                nd = _touch(d, in_idx[j], event, d_stamp, d_order, nd, head, tail, nxt,
+                            l_stamp)
     max_slots = 1
     for d in range(n):
         s = 0
@@ -298,19 +287,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                       T_ids, sentinel, alpha, bw, usize, nb, mt, pos, tmp, tmp2, stats)
                 snap_free[snap_top[0]] = T_snap[tr]
                 snap_top[0] += 1
-            if d_stamp[d] != event:
-                d_stamp[d] = event
-                d_order[nd] = d
-                nd += 1
-                head[d] = lk
-                tail[d] = lk
-                nxt[lk] = -1
-                l_stamp[lk] = event
-            elif l_stamp[lk] != event:
-                l_stamp[lk] = event
-                nxt[tail[d]] = lk
-                tail[d] = lk
-                nxt[lk] = -1
+            nd = _touch(d, lk, event, d_stamp, d_order, nd, head, tail, nxt, l_stamp)
             got = 0
             for j in range(T_ptr[tr], T_ptr[tr + 1]):
                 c = T_ids[j]
@@ -325,20 +302,8 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
             for j in range(out_ptr[d], out_ptr[d + 1]):
                 l2 = out_idx[j]
                 if lane_free[l2]:
-                    e = dst[l2]
-                    if d_stamp[e] != event:
-                        d_stamp[e] = event
-                        d_order[nd] = e
-                        nd += 1
-                        head[e] = l2
-                        tail[e] = l2
-                        nxt[l2] = -1
-                        l_stamp[l2] = event
-                    elif l_stamp[l2] != event:
-                        l_stamp[l2] = event
-                        nxt[tail[e]] = l2
-                        tail[e] = l2
-                        nxt[l2] = -1
+                    nd = _touch(dst[l2], l2, event, d_stamp, d_order, nd, head, tail, nxt,
+                                l_stamp)
     # transfers still in flight carry nothing anyone needs any more: compact in place
     keep = np.ones(ntr, dtype=np.bool_)
     for item in heap:
@@ -365,6 +330,25 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
         lo = hi
     return (0, t, 0, T_start[:k].copy(), T_end[:k].copy(), T_link[:k].copy(),
             T_ptr[:k + 1].copy(), T_ids[:tot], stats)
+
+
+@njit(cache=True)
+def _touch(d, lk, event, d_stamp, d_order, nd, head, tail, nxt, l_stamp):
+    """Mark in-link ``lk`` of ``d`` touched in this event (destinations and, per destination,
+    links kept in first-touch order, each once); returns the new count of destinations."""
+    if d_stamp[d] != event:
+        d_stamp[d] = event
+        d_order[nd] = d
+        nd += 1
+        head[d] = lk
+    elif l_stamp[lk] == event:
+        return nd
+    else:
+        nxt[tail[d]] = lk
+    l_stamp[lk] = event
+    tail[d] = lk
+    nxt[lk] = -1
+    return nd
 
 
 @njit(cache=True)
