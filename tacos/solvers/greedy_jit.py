@@ -123,10 +123,12 @@ def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int, speculat
     mt = np.asarray(state[:624], dtype=np.int64)
     pos = np.asarray([state[624]], dtype=np.int64)
     a = arrays(inst)
-    # chunk ids of every delivery (at most total_need of them without speculation); 2 bytes
+    # chunk ids of every delivery: at most total_need of them without speculation, and resends
+    # are a few percent more with it (the kernel grows the buffer if they are not); 2 bytes
     # each when they fit, the largest value marking ids dropped on landing
     dtype = np.uint16 if inst.n_chunks < (1 << 16) - 1 else np.int32
-    ids = np.empty(max(1, inst.total_need), dtype=dtype)
+    room = inst.total_need // 16 + inst.n_chunks if speculate else 0
+    ids = np.empty(max(1, inst.total_need + room), dtype=dtype)
     status, t, left, start, end, link, cptr, cids, st = kernels().kernel(
         a["src"], a["dst"], a["in_ptr"], a["in_idx"], a["out_ptr"], a["out_idx"], a["mult"],
         a["alpha"], a["bw"], a["pre"], a["need"], int(inst.total_need),

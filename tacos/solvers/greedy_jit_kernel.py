@@ -156,7 +156,8 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                 if spec:
                     T_snap = _grow(T_snap, ntr + max_slots)
             if nid + nb + max_slots > T_ids.shape[0]:
-                T_ids = _grow(T_ids, nid + nb + max_slots)
+                # resends overflowed the headroom: grow by a quarter (the buffer is large)
+                T_ids = _grow_by(T_ids, nid + nb + max_slots, 4)
             if m == 0:
                 pass
             elif m == 1:
@@ -330,6 +331,14 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
         lo = hi
     return (0, t, 0, T_start[:k].copy(), T_end[:k].copy(), T_link[:k].copy(),
             T_ptr[:k + 1].copy(), T_ids[:tot], stats)
+
+
+@njit(cache=True)
+def _grow_by(a, n, div):
+    """``a`` copied into a buffer of at least ``n`` entries and ``len(a) / div`` more."""
+    out = np.empty(max(n, a.shape[0] + a.shape[0] // div), dtype=a.dtype)
+    out[:a.shape[0]] = a
+    return out
 
 
 @njit(cache=True)
