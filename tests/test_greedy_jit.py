@@ -146,3 +146,15 @@ def test_small_trials_do_not_load_numba(monkeypatch):
     assert inst.total_need < greedy_jit.MIN_WORK
     assert not greedy_jit.worth_it(inst)
     assert run_trial(inst, 0, 0, 1).chunk_ptr is None
+
+
+def test_times_beyond_64_bit_ticks_fall_back_to_python():
+    # a 1e5 s link latency is 1e20 ticks: past the kernel's int64 times
+    topo = mesh(4, 4, bandwidth=[50 * GiB, 25 * GiB], latency=[0.5e-6, 1e5])
+    inst = build_instance(topo, build("allgather", range(16), size=16 * MiB))
+    assert greedy_jit.supported(inst)
+    res = run_trial(inst, 0, 0, 1, jit=True)
+    assert res.chunk_ptr is None and res.makespan > 10**20  # the pure-Python trial ran
+    ref = run_trial(inst, 0, 0, 1, jit=False)
+    assert (res.makespan, res.start, res.end, res.bits) == (ref.makespan, ref.start, ref.end,
+                                                            ref.bits)

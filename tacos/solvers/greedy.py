@@ -206,23 +206,36 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
     ids, each transfer on its physical route: the link itself on a switch-free topology),
     ordered by (start, end, source, destination, channel, route)."""
     ids = [c.id for c in problem.collective.chunks]
-    start = np.asarray(res.start, dtype=np.int64)
-    end = np.asarray(res.end, dtype=np.int64)
-    link = np.asarray(res.link, dtype=np.int64)
-    route = (np.asarray(res.route, dtype=np.int64) if len(res.route)
-             else np.full(len(link), -1, dtype=np.int64))
-    src = np.asarray(inst.src, dtype=np.int64)[link]
-    dst = np.asarray(inst.dst, dtype=np.int64)[link]
-    order = np.lexsort((route, link, dst, src, end, start))  # stable, last key first
+    n = len(res.link)
+    if hasattr(res.end, "dtype") or max(res.end, default=0) < 1 << 62:
+        start = np.asarray(res.start, dtype=np.int64)
+        end = np.asarray(res.end, dtype=np.int64)
+        link = np.asarray(res.link, dtype=np.int64)
+        route = (np.asarray(res.route, dtype=np.int64) if len(res.route)
+                 else np.full(n, -1, dtype=np.int64))
+        src = np.asarray(inst.src, dtype=np.int64)[link]
+        dst = np.asarray(inst.dst, dtype=np.int64)[link]
+        order = np.lexsort((route, link, dst, src, end, start))  # stable, last key first
+        starts, ends = (start[order] * TICK).tolist(), (end[order] * TICK).tolist()
+        srcs, dsts = src[order].tolist(), dst[order].tolist()
+        links, routes = link[order].tolist(), route[order].tolist()
+        order = order.tolist()
+    else:  # ticks beyond 64 bits (hours of latency): Python integers all the way
+        rs = res.route or [-1] * n
+        order = sorted(range(n), key=lambda i: (res.start[i], res.end[i], inst.src[res.link[i]],
+                                                inst.dst[res.link[i]], res.link[i], rs[i]))
+        starts = [res.start[i] * TICK for i in order]
+        ends = [res.end[i] * TICK for i in order]
+        links, routes = [res.link[i] for i in order], [rs[i] for i in order]
+        srcs, dsts = [inst.src[lk] for lk in links], [inst.dst[lk] for lk in links]
     chunks = list(res.chunk_tuples())
     if ids != list(range(len(ids))):
         chunks = [tuple(ids[i] for i in cs) for cs in chunks]
     one_link = [(i,) for i in range(len(inst.src))]
-    routes = [inst.route_links[r] if r >= 0 else one_link[lk]
-              for lk, r in zip(link[order].tolist(), route[order].tolist(), strict=True)]
-    transfers = transfers_from_columns(
-        (start[order] * TICK).tolist(), (end[order] * TICK).tolist(), src[order].tolist(),
-        dst[order].tolist(), routes, [chunks[i] for i in order.tolist()])
+    paths = [inst.route_links[r] if r >= 0 else one_link[lk]
+             for lk, r in zip(links, routes, strict=True)]
+    transfers = transfers_from_columns(starts, ends, srcs, dsts, paths,
+                                       [chunks[i] for i in order])
     return Schedule(problem.topology, problem.collective, transfers, {})
 
 

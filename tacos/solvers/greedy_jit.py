@@ -134,6 +134,10 @@ def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int, speculat
         a["alpha"], a["bw"], a["pre"], a["need"], int(inst.total_need),
         int(inst.uniform_size), int(inst.n_chunks), int(cap), mt, pos, ids, bool(speculate),
         int(np.iinfo(dtype).max))
+    if status == 2:  # times beyond 64-bit ticks: the pure-Python trial has no such limit
+        from tacos.solvers.greedy_core import run_trial
+
+        return run_trial(inst, seed, trial, cap, speculate, jit=False)
     if status:
         raise Stuck(f"no transfer can progress at tick {t}; {left} requests left")
     return TrialResult(makespan=int(t), trial=trial, cap=cap, start=start, end=end, link=link,

@@ -13,6 +13,9 @@ import numpy as np
 from numba import njit
 
 TICK = 1e-15  # must equal tacos.solvers.greedy_instance.TICK
+TICK_LIMIT = 1 << 62
+"""Event times at or past this many ticks (about 77 minutes) do not fit the kernel: the trial
+reports it and the pure-Python trial (unbounded integers) runs instead."""
 
 _U1 = np.uint64(1)
 _U0 = np.uint64(0)
@@ -160,8 +163,12 @@ def take(x, q, nb, mt, pos, out):
 
 @njit(cache=True)
 def _duration(alpha, bw, nbytes):
-    secs = alpha + nbytes / bw
-    d = np.int64(np.ceil(secs / TICK - 1e-6))
+    """Ticks of a transfer (as :meth:`~tacos.solvers.greedy_instance.Instance.duration`), or
+    :data:`TICK_LIMIT` when it does not fit the kernel's 64-bit ticks."""
+    x = np.ceil((alpha + nbytes / bw) / TICK - 1e-6)
+    if x >= TICK_LIMIT:
+        return TICK_LIMIT
+    d = np.int64(x)
     return d if d > 1 else 1
 
 

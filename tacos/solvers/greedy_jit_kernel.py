@@ -15,6 +15,7 @@ from numba import njit
 from tacos.solvers.greedy_jit_bits import (  # noqa: F401  (random01, randbelow: for tests)
     _U0,
     _U1,
+    TICK_LIMIT,
     _ctz,
     _duration,
     _grow,
@@ -34,8 +35,9 @@ from tacos.solvers.greedy_jit_spec import _best_resend, _inflight, _land, _meets
 def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, need, total_need,
            usize, nb, cap, mt, pos, T_ids, spec, sentinel):
     """One trial; returns ``(status, tick, left, start, end, link, chunk_ptr, chunk_ids,
-    stats)`` with ``status`` 1 when stuck (no transfer in flight, ``left`` requests open) and
-    ``stats`` = (replaced, dropped, speculative).
+    stats)`` with ``status`` 1 when stuck (no transfer in flight, ``left`` requests open), 2
+    when event times outgrow 64-bit ticks, and ``stats`` = (replaced, dropped, speculative,
+    overflow).
 
     ``T_ids`` receives every delivered chunk id (``sentinel`` marks an id dropped on landing):
     without speculation a chunk reaches an NPU at most once, so ``total_need`` entries suffice;
@@ -54,7 +56,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
     T_link = np.empty(capT, dtype=np.int64)
     T_ptr = np.zeros(capT + 1, dtype=np.int64)
     T_snap = np.empty(capT if spec else 0, dtype=np.int64)
-    stats = np.zeros(3, dtype=np.int64)
+    stats = np.zeros(4, dtype=np.int64)  # replaced, dropped, speculative, overflow
     # speculation: chunks resent to d, transfers in flight per link, snapshots of the source's
     # chunks at each launch (a pool as large as the lanes, since only transfers in flight
     # need theirs)
@@ -191,7 +193,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                     take(tmp, cap, nb, mt, pos, b)
                 ntr, nid = _launch(t, lk, d, b, usize, alpha, bw, T_start, T_end, T_link,
                                    T_ptr, T_ids, ntr, nid, lane_free, claimed, heap, spec,
-                                   held, src, snap, snap_free, snap_top, T_snap, act, act_n)
+                                   held, src, snap, snap_free, snap_top, T_snap, act, act_n, stats)
             elif cap == 1:
                 for i in range(m):
                     pcs[i] = popcount(slot_a[i])
@@ -229,7 +231,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                     ntr, nid = _launch(t, slot_lk[p], d, b, usize, alpha, bw, T_start, T_end,
                                        T_link, T_ptr, T_ids, ntr, nid, lane_free, claimed, heap,
                                        spec, held, src, snap, snap_free, snap_top, T_snap, act,
-                                       act_n)
+                                       act_n, stats)
             else:
                 # rng.shuffle(slots)
                 for i in range(m):
@@ -246,7 +248,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                         ntr, nid = _launch(t, slot_lk[perm[i]], d, chosen[i], usize, alpha,
                                            bw, T_start, T_end, T_link, T_ptr, T_ids, ntr, nid,
                                            lane_free, claimed, heap, spec, held, src, snap,
-                                           snap_free, snap_top, T_snap, act, act_n)
+                                           snap_free, snap_top, T_snap, act, act_n, stats)
                     elif spec:
                         idle[ni] = slot_lk[perm[i]]
                         ni += 1
@@ -269,9 +271,12 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                                                    T_end, T_link, T_ptr, T_ids, ntr, nid,
                                                    lane_free, claimed, heap, spec, held, src,
                                                    snap, snap_free, snap_top, T_snap, act,
-                                                   act_n)
+                                                   act_n, stats)
                                 _inflight(claimed[d], held[d], dupped[d], tmp)
         # ---- advance to the next completion
+        if stats[3]:
+            return (2, t, remaining, T_start[:0].copy(), T_end[:0].copy(),
+                    T_link[:0].copy(), T_ptr[:1].copy(), T_ids[:0], stats)
         if len(heap) == 0:
             return (1, t, remaining, T_start[:0].copy(), T_end[:0].copy(),
                     T_link[:0].copy(), T_ptr[:1].copy(), T_ids[:0], stats)
@@ -364,7 +369,7 @@ def _touch(d, lk, event, d_stamp, d_order, nd, head, tail, nxt, l_stamp):
 @njit(cache=True)
 def _launch(t, lk, d, bits, usize, alpha, bw, T_start, T_end, T_link, T_ptr, T_ids, ntr, nid,
             lane_free, claimed, heap, spec, held, src, snap, snap_free, snap_top, T_snap, act,
-            act_n):
+            act_n, stats):
     """Start a transfer of ``bits`` on ``lk`` towards ``d`` at tick ``t`` (with speculation:
     snapshot the source's chunks and list the transfer as in flight on ``lk``)."""
     if spec:
@@ -384,6 +389,8 @@ def _launch(t, lk, d, bits, usize, alpha, bw, T_start, T_end, T_link, T_ptr, T_i
             cnt += 1
             x &= x - _U1
     e = t + _duration(alpha[lk], bw[lk], usize * cnt)
+    if e >= TICK_LIMIT:
+        stats[3] = 1
     T_start[ntr] = t
     T_end[ntr] = e
     T_link[ntr] = lk
