@@ -29,6 +29,10 @@ Options (``Problem.options``):
 ``time_limit`` (seconds, optional)
     No trial starts after this much time (at least one always runs); the best so far wins.
     Results then depend on machine speed, like any time-limited search.
+``jit`` (bool, default True)
+    Run the trials the compiled core covers (:mod:`tacos.solvers.greedy_jit`: switch-free,
+    uniform chunks, no relays, no speculation) in compiled code; same schedules either way.
+    ``TACOS_JIT=0`` in the environment also turns it off; without numba it is off.
 ``model`` (``'physical'`` or ``'unwound'``, default ``'physical'``)
     ``'unwound'`` is the seed paper's model: the greedy runs on the switch-unwound view
     (:func:`tacos.passes.unwind.unwind`, each switch's unwinding policy) without islands, and
@@ -52,11 +56,13 @@ import signal
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from tacos.collective import Collective
 from tacos.passes.unwind import to_physical, unwind
-from tacos.schedule import Schedule, Transfer
+from tacos.schedule import Schedule, transfers_from_columns
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
-from tacos.solvers.greedy_instance import TICK, Instance, bits_to_tuple, build_instance
+from tacos.solvers.greedy_instance import TICK, Instance, build_instance
 from tacos.solvers.greedy_ports import build_port_instance
 from tacos.solvers.islands import find_islands
 from tacos.solvers.merge import UNLIMITED, merge_caps, unmerged_lower_bound
@@ -105,6 +111,8 @@ class GreedySolver:
                         str, ("physical", "unwound"), "physical"),
         "islands": Option("let chunks cross the scarce cuts of the topology only once",
                           boolean, (True, False), True),
+        "jit": Option("run the trials the compiled (numba) core covers there; the same "
+                      "schedules as the pure-Python trial", boolean, (True, False), True),
     }
     native_switches = True
 
@@ -119,6 +127,7 @@ class GreedySolver:
         if isinstance(max_merge, str) and max_merge.strip().isdigit():
             max_merge = int(max_merge)
         speculate = bool(opts.get("speculate", True))
+        jit = bool(opts.get("jit", True))
         progress: Callable[[int, int], None] | None = opts.get("progress")
         topo, coll = problem.topology, problem.collective
         model = str(opts.get("model", "physical"))
@@ -148,7 +157,7 @@ class GreedySolver:
         total = len(jobs) + len(extra)
         limit = opts.get("time_limit")
         deadline = t0 + float(limit) if limit is not None else None
-        runner = _Runner(inst, seed, speculate, workers, progress, total, deadline)
+        runner = _Runner(inst, seed, speculate, workers, progress, total, deadline, jit)
         try:
             best = runner.run(jobs)
             if extra and best.makespan > unmerged_lower_bound(inst):
@@ -193,20 +202,46 @@ def relay_npus(topology, collective: Collective, options: dict) -> list[int]:
 
 
 def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
-    """Turn a trial's tick-based transfer lists into a :class:`Schedule` (seconds, chunk ids,
-    each transfer on its physical route: the link itself on a switch-free topology)."""
+    """Turn a trial's tick-based transfer columns into a :class:`Schedule` (seconds, chunk
+    ids, each transfer on its physical route: the link itself on a switch-free topology),
+    ordered by (start, end, source, destination, channel, route)."""
     ids = [c.id for c in problem.collective.chunks]
-    src, dst = inst.src, inst.dst
-    routes = res.route or [-1] * len(res.link)
-    rows = sorted(zip(res.start, res.end, res.link, res.bits, routes, strict=True),
-                  key=lambda r: (r[0], r[1], src[r[2]], dst[r[2]], r[2], r[4]))
-    transfers = tuple(
-        Transfer(s * TICK, e * TICK, src[lk], dst[lk],
-                 inst.route_links[r] if r >= 0 else (lk,),
-                 tuple(ids[i] for i in bits_to_tuple(b)), "copy")
-        for s, e, lk, b, r in rows
-    )
+    n = len(res.link)
+    if hasattr(res.end, "dtype") or max(res.end, default=0) < 1 << 62:
+        start = np.asarray(res.start, dtype=np.int64)
+        end = np.asarray(res.end, dtype=np.int64)
+        link = np.asarray(res.link, dtype=np.int64)
+        route = (np.asarray(res.route, dtype=np.int64) if len(res.route)
+                 else np.full(n, -1, dtype=np.int64))
+        src = np.asarray(inst.src, dtype=np.int64)[link]
+        dst = np.asarray(inst.dst, dtype=np.int64)[link]
+        order = np.lexsort((route, link, dst, src, end, start))  # stable, last key first
+        starts, ends = (start[order] * TICK).tolist(), (end[order] * TICK).tolist()
+        srcs, dsts = src[order].tolist(), dst[order].tolist()
+        links, routes = link[order].tolist(), route[order].tolist()
+        order = order.tolist()
+    else:  # ticks beyond 64 bits (hours of latency): Python integers all the way
+        rs = res.route or [-1] * n
+        order = sorted(range(n), key=lambda i: (res.start[i], res.end[i], inst.src[res.link[i]],
+                                                inst.dst[res.link[i]], res.link[i], rs[i]))
+        starts = [res.start[i] * TICK for i in order]
+        ends = [res.end[i] * TICK for i in order]
+        links, routes = [res.link[i] for i in order], [rs[i] for i in order]
+        srcs, dsts = [inst.src[lk] for lk in links], [inst.dst[lk] for lk in links]
+    chunks = list(res.chunk_tuples())
+    if ids != list(range(len(ids))):
+        chunks = [tuple(ids[i] for i in cs) for cs in chunks]
+    one_link = [(i,) for i in range(len(inst.src))]
+    paths = [inst.route_links[r] if r >= 0 else one_link[lk]
+             for lk, r in zip(links, routes, strict=True)]
+    transfers = transfers_from_columns(starts, ends, srcs, dsts, paths,
+                                       [chunks[i] for i in order])
     return Schedule(problem.topology, problem.collective, transfers, {})
+
+
+def _ints(column) -> list[int]:
+    """A column of a trial (a list, or numpy from the compiled trial) as Python ints."""
+    return column.tolist() if hasattr(column, "tolist") else list(column)
 
 
 class _Runner:
@@ -214,8 +249,8 @@ class _Runner:
 
     def __init__(self, inst: Instance, seed: int, speculate: bool, workers: int,
                  progress: Callable[[int, int], None] | None, total: int,
-                 deadline: float | None = None) -> None:
-        self.inst, self.seed, self.speculate = inst, seed, speculate
+                 deadline: float | None = None, jit: bool = True) -> None:
+        self.inst, self.seed, self.speculate, self.jit = inst, seed, speculate, jit
         self.workers, self.progress, self.total = workers, progress, total
         self.deadline = deadline
         self.done = 0
@@ -235,7 +270,7 @@ class _Runner:
             for trial, cap in jobs:
                 if best is not None and self._late():
                     break
-                r = run_trial(self.inst, self.seed, trial, cap, self.speculate)
+                r = run_trial(self.inst, self.seed, trial, cap, self.speculate, self.jit)
                 if best is None or _key(r) < _key(best):
                     best = r
                 self._tick()
@@ -257,7 +292,8 @@ class _Runner:
         results: list[TrialResult] = []
         keys: list[_Key] = []
         pool = ctx.Pool(n, initializer=_init_worker,
-                        initargs=(self.inst, self.seed, self.speculate, os.getpid()))
+                        initargs=(self.inst, self.seed, self.speculate, os.getpid(),
+                                  self.jit))
         try:
             answers = pool.imap_unordered(_work, jobs)
             for _ in jobs:
@@ -283,17 +319,19 @@ class _Runner:
 _WORKER: dict = {}
 
 
-def _init_worker(inst: Instance, seed: int, speculate: bool, parent: int) -> None:
+def _init_worker(inst: Instance, seed: int, speculate: bool, parent: int,
+                 jit: bool = True) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool on Ctrl-C
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: just end
     die_with_parent(parent)
-    _WORKER.update(inst=inst, seed=seed, speculate=speculate, best=None)
+    _WORKER.update(inst=inst, seed=seed, speculate=speculate, jit=jit, best=None)
 
 
 def _work(job: tuple[int, int]) -> tuple[_Key, TrialResult | None]:
     """Run one trial in a worker; ship the transfers only if it beats this worker's best."""
     trial, cap = job
-    r = run_trial(_WORKER["inst"], _WORKER["seed"], trial, cap, _WORKER["speculate"])
+    r = run_trial(_WORKER["inst"], _WORKER["seed"], trial, cap, _WORKER["speculate"],
+                  _WORKER["jit"])
     key = _key(r)
     if _WORKER["best"] is None or key < _WORKER["best"]:
         _WORKER["best"] = key

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from tacos.solvers.greedy_instance import Instance, iter_bits
+from tacos.solvers import greedy_jit
+from tacos.solvers.greedy_instance import Instance, bits_to_tuple, iter_bits
 from tacos.solvers.merge import split_batches
 
 
@@ -43,6 +45,28 @@ class TrialResult:
     bits: list[int]
     stats: dict[str, int] = field(default_factory=dict)
     route: list[int] = field(default_factory=list)
+    chunk_ptr: Any = None
+    chunk_ids: Any = None
+
+    def chunk_tuples(self) -> Iterator[tuple[int, ...]]:
+        """Each transfer's local chunk ids, ascending (from ``bits``, or from the compiled
+        trial's columns ``chunk_ptr``/``chunk_ids`` when ``bits`` is empty)."""
+        if self.chunk_ptr is None:
+            for b in self.bits:
+                yield bits_to_tuple(b)
+            return
+        ids = self.chunk_ids.tolist()
+        if len(ids) == len(self.chunk_ptr) - 1:  # one chunk per transfer: shared 1-tuples
+            one: dict[int, tuple[int]] = {}
+            for c in ids:
+                t = one.get(c)
+                if t is None:
+                    t = one[c] = (c,)
+                yield t
+            return
+        ptr = self.chunk_ptr.tolist()
+        for i in range(len(ptr) - 1):
+            yield tuple(ids[ptr[i]:ptr[i + 1]])
 
 
 class Stuck(Exception):
@@ -84,13 +108,22 @@ def make_rng(seed: int, trial: int, n_chunks: int
     return rng, rand, pick, take
 
 
-def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool = True
-              ) -> TrialResult:
-    """Run one randomized trial; deterministic in ``(seed, trial, cap)``."""
+def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool = True,
+              jit: bool = True) -> TrialResult:
+    """Run one randomized trial; deterministic in ``(seed, trial, cap)``.
+
+    With ``jit`` (and numba installed, ``TACOS_JIT`` not ``0``) the trials the compiled core
+    covers (:func:`tacos.solvers.greedy_jit.supported`) run there, with the same result, when
+    it pays (:func:`tacos.solvers.greedy_jit.worth_it`)."""
     if inst.physical:
         from tacos.solvers.greedy_ports import run_port_trial
 
         return run_port_trial(inst, seed, trial, cap)
+    if not (speculate and (cap > 1 or inst.heterogeneous)):
+        speculate = False  # equal single-chunk transfers: a resend never lands earlier
+    if (jit and greedy_jit.supported(inst) and greedy_jit.worth_it(inst)
+            and greedy_jit.available()):
+        return greedy_jit.run_trial_compiled(inst, seed, trial, cap, speculate)
     rng, rand, pick, take = make_rng(seed, trial, inst.n_chunks)
 
     src, dst, out_links, in_links = inst.src, inst.dst, inst.out_links, inst.in_links
@@ -104,8 +137,6 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     duration = inst.duration
     # one table per link: chunk count -> ticks (uniform chunk sizes only)
     dtab: list[dict[int, int]] = [{} for _ in src]
-    if not (speculate and (cap > 1 or inst.heterogeneous)):
-        speculate = False  # equal single-chunk transfers: a resend never lands earlier
     relay_mask = inst.relay_mask
     best = {c: dict(b) for c, b in inst.relay_best0.items()}
     T_start: list[int] = []
@@ -205,8 +236,11 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
         return bits
 
     t = 0
-    dirty: dict[int, set[int]] = {d: set(in_links[d]) for d in range(inst.n_nodes)
-                                  if in_links[d] and (need[d] or relay_mask)}
+    # touched destinations and, per destination, its touched in-links, both in touch order
+    # (insertion-ordered dicts, so the compiled core can follow the same order)
+    dirty: dict[int, dict[int, None]] = {d: dict.fromkeys(in_links[d])
+                                         for d in range(inst.n_nodes)
+                                         if in_links[d] and (need[d] or relay_mask)}
     while remaining > 0:
         # ---- link-chunk matching for every destination touched by the last event
         for d, lset in dirty.items():
@@ -295,9 +329,9 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                     bits = land(tr)
             s = dirty.get(d)
             if s is None:
-                dirty[d] = {lk}
+                dirty[d] = {lk: None}
             else:
-                s.add(lk)
+                s[lk] = None
             if not bits:
                 continue
             held[d] |= bits
@@ -307,9 +341,9 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
                     e = dst[l2]
                     s = dirty.get(e)
                     if s is None:
-                        dirty[e] = {l2}
+                        dirty[e] = {l2: None}
                     else:
-                        s.add(l2)
+                        s[l2] = None
     return finish_trial(inst, t, trial, cap, pending, T_start, T_end, T_link, T_bits, stats)
 
 

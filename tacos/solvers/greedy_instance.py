@@ -171,25 +171,41 @@ def set_islands(inst: Instance, islands: Sequence[tuple[int, ...]]) -> None:
     inst.guard = guard
 
 
+def _rows_of(n: int, sets: Sequence[frozenset[int]]) -> list[int]:
+    """Per node ``v``, the bitset of the indices ``i`` with ``v in sets[i]``.  Equal set
+    objects are grouped first, so a set shared by many chunks (an all-gather's destinations)
+    is walked once: the cost is the total size of the distinct set objects."""
+    groups: dict[int, tuple[frozenset[int], int]] = {}
+    for i, s in enumerate(sets):
+        g = groups.get(id(s))
+        groups[id(s)] = (s, (g[1] if g else 0) | (1 << i))
+    rows = [0] * n
+    for s, mask in groups.values():
+        for v in s:
+            rows[v] |= mask
+    return rows
+
+
 def _flatten(n: int, src: list[int], dst: list[int], in_links: list[list[int]],
              out_links: list[list[int]], collective: Collective, live: set[int]) -> Instance:
     """The chunk and relay part of an Instance over the given channels (α/bw/mult unset)."""
     sizes = [c.size for c in collective.chunks]
-    pre = [0] * n
-    need = [0] * n
+    pre = _rows_of(n, [c.pre for c in collective.chunks])
+    post = _rows_of(n, [c.post for c in collective.chunks])
+    need = [p & ~q for p, q in zip(post, pre, strict=True)]  # in post, not in pre
+    total = sum(x.bit_count() for x in need)
     relay_mask = 0
     relay_targets: dict[int, list[int]] = {}
-    total = 0
+    covers: dict[int, bool] = {}  # per post set (by identity): does it hold every live NPU?
     for i, c in enumerate(collective.chunks):
-        bit = 1 << i
-        for v in c.pre:
-            pre[v] |= bit
+        cov = covers.get(id(c.post))
+        if cov is None:
+            cov = covers[id(c.post)] = live <= c.post
+        if cov:
+            continue
         targets = sorted(c.post - c.pre)
-        for v in targets:
-            need[v] |= bit
-        total += len(targets)
         if targets and live - (c.pre | c.post):
-            relay_mask |= bit
+            relay_mask |= 1 << i
             relay_targets[i] = targets
     dist_to: dict[int, list[int]] = {}
     for targets in relay_targets.values():
