@@ -17,6 +17,12 @@ process groups included):
    per packing and :data:`SOLVE_TRANSFERS` transfers per solve are timed; for all-reduce only
    its last phase, on its own chunks).
 
+5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
+   attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
+   through the switch is one in-switch reduction into a root and one multicast out of it; that
+   pipelined plan (every byte once up and once down each port) is also built and kept when it is
+   faster (``meta['forest']['in_switch']`` has its time and the in-switch optimum).
+
 Reductions use reversed trees: reduce-scatter and reduce pack trees on the reversed topology and
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
 all-reduce is reduce-scatter then all-gather.  The schedule's collective is the user's refined to
@@ -26,7 +32,9 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
 k), ``slices`` (``"auto"`` or s), ``max_transfers`` (bound on the schedule size used to cap
-s, default 300000).
+s, default 300000), ``in_switch``
+(all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
+which MSCCL XML can express).
 """
 
 from __future__ import annotations
@@ -44,13 +52,14 @@ from tacos.errors import UsageError
 from tacos.passes.inversion import assemble, plan_inversion
 from tacos.schedule import Schedule, Transfer
 from tacos.simulate import simulate
+from tacos.solvers.forest_in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
-from tacos.solvers.options import Option, int_or_text
+from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
 from tacos.topology import Topology
 
@@ -245,6 +254,9 @@ class ForestSolver:
                          int_or_text("auto"), default="auto"),
         "max_transfers": Option("most transfers a schedule may have (caps the slices)", int,
                                 default=MAX_TRANSFERS),
+        "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
+                            "multicast out of it through a switch that declares both), keeping "
+                            "the faster", boolean, (True, False), True),
     }
     supports_combining = True
     native_switches = True
@@ -303,6 +315,16 @@ class ForestSolver:
         best = simulate(best).schedule
         data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
         optimal = sum(f.optimal_time(data) for f in forests)
+        facts: dict[str, Any] = {}
+        star = in_switch_allreduce(topo, coll) if opts.get("in_switch", True) else None
+        if star is not None:
+            tree = star.meta["in_switch_tree"]
+            tree["makespan"] = star.makespan
+            tree["optimal_time"] = star_optimum(topo, coll, tree["switch"])
+            facts["in_switch"] = tree
+            if star.makespan < best.makespan:
+                best = star
+                optimal = min(optimal, tree["optimal_time"])
         best.meta.update(
             solver=self.name, status="feasible",
             forest={"phases": [f.facts(data) for f in forests],
@@ -311,7 +333,7 @@ class ForestSolver:
                     "optimal_algbw": coll.size / optimal if optimal > 0 else None,
                     "tried": [{"k": [f.rate.k for f in fs], "islands": order,
                                "makespan": b.makespan, "schedules": len(t)}
-                              for b, fs, t, order in found]},
+                              for b, fs, t, order in found], **facts},
             synthesis_time=time.perf_counter() - clock)
         stats = {"trees": best.meta["forest"]["trees"],
                  "seconds": [dict(f.seconds) for f in forests]}
