@@ -506,8 +506,11 @@ def _sweep(args: argparse.Namespace) -> int:
     with reporter.phase(f"loading {args.topology}"):
         spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
     args.solver = args.solver or "auto"
-    coll = _choose_collective(spec, argparse.Namespace(**{**vars(args), "size": None}))
+    chosen = argparse.Namespace(**{**vars(args), "size": None})
+    coll = _choose_collective(spec, chosen)
     options = _solver_options(args) if args.solver != "auto" else {}
+    if getattr(chosen, "auto_chunks", False) and args.solver in ("auto", "greedy"):
+        options["greedy_chunks"] = True  # no count given: the greedy picks its own per size
     for key, value in (("trials", args.trials), ("workers", args.workers),
                        ("time_limit", args.time_limit)):
         if value is not None:

@@ -208,16 +208,20 @@ class Sweep:
 
 
 def sweep(topology: Topology, kind: str, sizes: str | Sequence[int | str], *,
-          group: Sequence[int] | None = None, chunks_per_npu: int = 1,
+          group: Sequence[int] | None = None, chunks_per_npu: int | None = None,
           root: int | None = None, candidates: Sequence[str] | None = None,
           progress: Callable[[int, int], None] | None = None, **options: Any) -> Sweep:
     """Synthesize ``kind`` at every size of ``sizes`` (see :func:`parse_sizes`) with the
     ``auto`` portfolio and the NCCL models; options go to the synthesizers (``seed``,
-    ``trials``, ``workers`` ...)."""
+    ``trials``, ``workers`` ...).  Without ``chunks_per_npu`` the greedy chooses its chunks per
+    NPU at every size (:mod:`tacos.solvers.greedy_chunks`; option ``greedy_chunks``)."""
     from tacos.solvers.auto import run_portfolio
     from tacos.solvers.nccl_system import system
 
     t0 = time.perf_counter()
+    if chunks_per_npu is None:
+        options.setdefault("greedy_chunks", True)
+        chunks_per_npu = 1
     values = parse_sizes(sizes)
     members = tuple(group) if group is not None else topology.live_npus
     nccl_sys = system(topology, members)

@@ -129,6 +129,17 @@ def test_sweep_writes_a_set_of_verified_xml_windows(tmp_path):
         res.write_xml(tmp_path / "plans")
 
 
+def test_sweep_lets_the_greedy_choose_its_chunks_unless_told():
+    topo = preset("dgx1")
+    free = sweep(topo, "allgather", "64MiB", trials=1, workers=1).rows[0]
+    fixed = sweep(topo, "allgather", "64MiB", trials=1, workers=1, chunks_per_npu=1).rows[0]
+    for r in (free, fixed):
+        assert verify_schedule(r.schedule).ok
+    # one chunk per NPU cannot pipeline over DGX-1's relays; the chosen count does
+    assert free.times["greedy"] < 0.8 * fixed.times["greedy"]
+    assert free.time <= fixed.time
+
+
 def test_cli_sweep_prints_table_writes_folder_and_verifies_it(tmp_path, capsys):
     tdl = tmp_path / "box.tdl"
     tdl.write_text('topology "box"\nuse dgx1\n')
