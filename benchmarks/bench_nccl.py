@@ -2,12 +2,15 @@
 
 For every system (2x/4x DGX-A100, 2x/4x DGX-H100, DGX-1, NDv2 x2, MI250 x1/x2) and collective
 (all-gather, all-reduce, all-to-all) a sweep 1 KiB .. 4 GiB (x4, 12 sizes) with the ``auto``
-portfolio (:func:`tacos.sweep.sweep`): per size tacos's plan, every NCCL model NCCL would run
-there, the best of them, and the speedup.  The DGX-H100 preset's NVSwitch declares NVLS
+portfolio (:func:`tacos.sweep.sweep`; the greedy chooses its chunks per NPU at every size): per
+size tacos's plan, every NCCL model NCCL would run there, the best of them, the speedup, and the
+*ceiling*: the best NCCL model's time over the lower bound (the largest speedup any plan could
+reach on the model).  The DGX-H100 preset's NVSwitch declares NVLS
 (multicast + reduce); the H100 systems here also declare SHARP on the rail switches
 (``sharp=1``), as H100 SuperPODs have; the other systems declare nothing.  Also:
 
-* the H100 NVLS all-reduce against the in-switch optimum (buffer / port bandwidth);
+* the H100 all-reduce against the in-switch optimum (buffer / port bandwidth): NCCL's NVLS and
+  tacos's plan (``auto``; the forest's in-switch star, :mod:`tacos.solvers.forest_in_switch`);
 * the wall time of a 12-size sweep on 16 GPUs (2x DGX-A100, all-reduce);
 * 512-NPU all-to-all synthesis (solver ``a2a``, 64x DGX-H100 and an 8x8x8 torus): wall time of
   ``tacos.synthesize``, median of ``--repeat`` runs, and the gap to the fabric cut bound.
@@ -70,6 +73,7 @@ def run_sweeps(args, rows: list[dict], sweeps: dict[tuple[str, str], Sweep]) -> 
                     "busbw_GBps": r.busbw() / 1e9, "nccl_best": r.nccl_best,
                     "nccl_best_us": best * 1e6 if best else None,
                     "speedup": r.speedup, "bound_us": bound * 1e6,
+                    "ceiling": best / bound if best and bound > 0 else None,
                     "gap": r.time / bound if bound > 0 else None, "xml_plan": r.xml_plan,
                     "verified": verify_schedule(r.schedule).ok,
                     **{f"{m}_us": t * 1e6 for m, t in r.nccl.items()}})
@@ -93,7 +97,8 @@ def geomean(vals: list[float]) -> float | None:
 
 
 def nvls_optimum(args) -> list[dict]:
-    """NVLS all-reduce on one DGX-H100 against buffer / port bandwidth."""
+    """All-reduce on one DGX-H100 (NVLS NVSwitch) against buffer / port bandwidth: NCCL's NVLS
+    and tacos's plan (``auto``)."""
     from tacos.solvers.nccl import nccl_schedule
 
     topo = T.preset("dgx_h100")
@@ -102,9 +107,17 @@ def nvls_optimum(args) -> list[dict]:
         coll = build("allreduce", topo.live_npus, size=size)
         s = nccl_schedule("nvls", topo, coll)
         bound = lower_bound(topo, coll)
+        t0 = time.perf_counter()
+        ours = synthesize(topo, coll, solver="auto", trials=args.trials, workers=1)
+        wall = time.perf_counter() - t0
+        assert verify_schedule(ours).ok and verify_schedule(s).ok
         out.append({"size": size, "nvls_us": s.makespan * 1e6, "optimum_us": bound.value * 1e6,
                     "ratio": s.makespan / bound.value, "algbw_GBps": size / s.makespan / 1e9,
-                    "slices": s.meta.get("tuned", {}).get("slices")})
+                    "slices": s.meta.get("tuned", {}).get("slices"),
+                    "tacos_us": ours.makespan * 1e6, "tacos_ratio": ours.makespan / bound.value,
+                    "tacos_plan": ours.meta["auto"]["winner"],
+                    "tacos_slices": ours.meta.get("in_switch_tree", {}).get("slices"),
+                    "tacos_s": wall})
     return out
 
 
@@ -155,29 +168,39 @@ def markdown(args, rows, nvls, a2a, sweeps, plots, seconds) -> str:
              f"Date: {dt.date.today().isoformat()}; wall time {seconds / 60:.1f} min "
              "(machine shared with other jobs).", ""]
     lines += ["### Geometric-mean speedup over the best NCCL model", "",
-              "| system | collective | all sizes | 64 MiB - 1 GiB | sizes where NCCL's best "
-              "model wins | sweep time |", "|---|---|---|---|---|---|"]
+              "| system | collective | all sizes | 64 MiB - 1 GiB | ceiling 64 MiB - 1 GiB "
+              "| sizes where NCCL's best model wins | sweep time |",
+              "|---|---|---|---|---|---|---|"]
     for (name, kind), res in sorted(sweeps.items()):
         mid = res.geomean_speedup(64 * MiB, GiB)
+        ceil = geomean([r["ceiling"] for r in rows if r["system"] == name
+                        and r["collective"] == kind and 64 * MiB <= r["size"] <= GiB])
         ties = sum(1 for r in res.rows if r.plan.startswith("nccl-"))
         lines.append(f"| {name} | {kind} | {res.geomean_speedup() or 0:.2f}x | "
-                     f"{mid or 0:.2f}x | {ties}/{len(res.rows)} | {res.seconds:.0f} s |")
+                     f"{mid or 0:.2f}x | {ceil or 0:.2f}x | {ties}/{len(res.rows)} | "
+                     f"{res.seconds:.0f} s |")
+    lines += ["", "Ceiling: geometric mean of the best NCCL model's time over the lower bound "
+              "(min-cut, in-network where switches reduce): no plan can beat NCCL's best model "
+              "by more on this model."]
     lines += ["", "### Per size", "",
               "| system | collective | size | plan | algbw GB/s | busbw GB/s | best NCCL model "
-              "| NCCL us | tacos us | speedup | gap to bound |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| NCCL us | tacos us | speedup | gap to bound | ceiling |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['system']} | {r['collective']} | {_size(r['size'])} | "
                      f"{r['plan']} | {r['algbw_GBps']:.2f} | {r['busbw_GBps']:.2f} | "
                      f"{r['nccl_best']} | {r['nccl_best_us'] or 0:.1f} | {r['time_us']:.1f} | "
-                     f"{r['speedup'] or 0:.2f}x | {r['gap'] or 0:.2f} |")
+                     f"{r['speedup'] or 0:.2f}x | {r['gap'] or 0:.2f} | "
+                     f"{r['ceiling'] or 0:.2f}x |")
     if nvls:
-        lines += ["", "### NVLS all-reduce on one DGX-H100 against the in-switch optimum", "",
-                  "| size | NVLS us | optimum us | ratio | algbw GB/s | slices |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "### All-reduce on one DGX-H100 (NVLS) against the in-switch optimum", "",
+                  "| size | optimum us | NCCL NVLS us | ratio | slices | tacos us | ratio | "
+                  "tacos plan | slices | synthesis s |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in nvls:
-            lines.append(f"| {_size(r['size'])} | {r['nvls_us']:.1f} | {r['optimum_us']:.1f} | "
-                         f"{r['ratio']:.3f} | {r['algbw_GBps']:.1f} | {r['slices']} |")
+            lines.append(f"| {_size(r['size'])} | {r['optimum_us']:.1f} | {r['nvls_us']:.1f} | "
+                         f"{r['ratio']:.3f} | {r['slices']} | {r['tacos_us']:.1f} | "
+                         f"{r['tacos_ratio']:.3f} | {r['tacos_plan']} | {r['tacos_slices']} | "
+                         f"{r['tacos_s']:.1f} |")
     if a2a:
         lines += ["", "### 512-NPU all-to-all synthesis (solver a2a, 1 GiB per rank)", "",
                   "| system | NPUs | transfers | synthesis s (median) | runs | gap to bound | "
