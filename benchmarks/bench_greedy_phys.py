@@ -17,7 +17,10 @@ Tables, printed as markdown (each schedule verified on the physical topology):
    baseline; an 8-host job on a 16-host fat-tree against the same job on an 8-host fat-tree
    with the same links (hosts 0-7 on ``examples/fattree.tdl``'s links, and two hosts per leaf
    on the 4:1 tree of ``leafspine_4to1.tdl``).
-4. ``time``: synthesis time on switch-free topologies (3D torus 8x8x8, 2D mesh 32x32,
+4. ``nccl``: all-gather 1 GiB, the greedy alone (chunks chosen by synthesis) against NCCL's
+   multi-ring model (``nccl-ring``, :mod:`tacos.solvers.nccl_rings`) and NCCL's best all-gather
+   model on the same physical model, on the systems of table 1 and DGX-1.
+5. ``time``: synthesis time on switch-free topologies (3D torus 8x8x8, 2D mesh 32x32,
    all-gather 64 MiB, one chunk per NPU), median CPU seconds of ``--repeats`` runs of this
    tree and, with ``--compare PYTHON`` (an interpreter with another tacos installed, e.g. the
    main branch), of that one, alternating, with the ratio and whether the schedules are
@@ -26,6 +29,7 @@ Tables, printed as markdown (each schedule verified on the physical topology):
 Usage::
 
     python benchmarks/bench_greedy_phys.py                      # every table
+    python benchmarks/bench_greedy_phys.py --only nccl                  # greedy vs NCCL rings
     python benchmarks/bench_greedy_phys.py --only time --compare /path/to/main/venv/bin/python
 """
 
@@ -101,6 +105,38 @@ def table_systems(workers: int) -> list[str]:
             times = [_run(topo, c, solver)[0].makespan for c in (coll, same_k)]
             cells.append(f"{cut / min(times):.1%}")
         _row(rows, f"{nodes}x {preset}", topo.n_npus, f"{cut * 1e3:.3f}", *cells)
+    return rows
+
+
+NCCL_SYSTEMS = SYSTEMS + (("dgx1", 1),)
+
+
+def table_nccl(workers: int) -> list[str]:
+    """Greedy alone (chunks chosen by synthesis) against NCCL's multi-ring (``nccl-ring``: as
+    many channels as NCCL's search finds, its best channel count and pipeline depth) and NCCL's
+    best all-gather model, all-gather 1 GiB, on the same physical model."""
+    from tacos.solvers.nccl import nccl_best
+
+    rows = ["| system | NPUs | cut bound ms | greedy ms | chunks | greedy / optimum | nccl-ring "
+            "ms | channels | nccl-ring / optimum | greedy speedup over nccl-ring | best NCCL "
+            "model | speedup over it |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for preset, nodes in NCCL_SYSTEMS:
+        text = f"use {preset}" if preset == "dgx1" else f"use {preset}(nodes={nodes})"
+        topo = tacos.parse(text).topology
+        coll = build("allgather", topo.live_npus, size=GiB)
+        cut = lower_bound(topo, coll).parts["cut"]
+        greedy, _ = _auto(topo, coll, workers=workers)
+        name, best, every = nccl_best(topo, coll)
+        ring = _checked(every["ring"])
+        _checked(best)
+        tuned = ring.meta.get("tuned", {})
+        _row(rows, f"{nodes}x {preset}", topo.n_npus, f"{cut * 1e3:.3f}",
+             f"{greedy.makespan * 1e3:.3f}", greedy.collective.chunks_per_npu,
+             f"{cut / greedy.makespan:.1%}", f"{ring.makespan * 1e3:.3f}",
+             tuned.get("channels", "-"), f"{cut / ring.makespan:.1%}",
+             f"**{ring.makespan / greedy.makespan:.2f}x**", f"nccl-{name}",
+             f"{best.makespan / greedy.makespan:.2f}x")
     return rows
 
 
@@ -232,7 +268,7 @@ def table_time(compare: str | None, repeats: int, trials: int) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default="systems,fabric,groups,time")
+    p.add_argument("--only", default="systems,nccl,fabric,groups,time")
     p.add_argument("--workers", type=int, default=2, help="greedy worker processes")
     p.add_argument("--compare", metavar="PYTHON", help="interpreter with the reference tacos")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per tree (median)")
@@ -247,6 +283,9 @@ def main(argv=None) -> int:
     if "systems" in only:
         out += ["### All-gather 1 GiB on multi-node systems: algbw / min-cut optimum", "",
                 *table_systems(args.workers), ""]
+    if "nccl" in only:
+        out += ["### All-gather 1 GiB: greedy alone against NCCL's multi-ring", "",
+                *table_nccl(args.workers), ""]
     if "fabric" in only:
         out += ["### 4:1 leaf-spine, all-gather 1 GiB", "", *table_fabric(args.workers), ""]
     if "groups" in only:

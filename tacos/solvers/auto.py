@@ -2,9 +2,10 @@
 
 For one collective and size, ``auto`` runs
 
-* the synthesizers -- ``greedy``, ``forest`` (when this build has it), ``multicast`` (tree
-  packing on the ports, copy collectives), ``hierarchical`` (on multi-dimensional topologies),
-  ``a2a`` (all-to-all) -- through :func:`tacos.synthesize.solve`, each also with its
+* the synthesizers -- ``greedy`` (choosing its chunks per NPU with ``greedy_chunks``),
+  ``forest`` (when this build has it; for all-reduce on a switch that multicasts and reduces it
+  also tries its in-switch star), ``hierarchical`` (on multi-dimensional topologies), ``a2a``
+  (all-to-all) -- through :func:`tacos.synthesize.solve`, each also with its
   transfers joined into in-switch groups where the switches allow
   (:func:`tacos.passes.in_switch.fuse_in_switch`);
 * the NCCL-faithful baselines NCCL itself would choose from on this topology
@@ -167,8 +168,8 @@ class AutoSolver:
     native_switches = True
     refines_chunks = True
     options = {
-        "candidates": Option("solvers to try (default: greedy, forest, multicast, "
-                             "hierarchical, a2a and NCCL's models, 'nccl')",
+        "candidates": Option("solvers to try (default: greedy, forest, hierarchical, a2a "
+                             "and NCCL's models, 'nccl')",
                              lambda text: tuple(x.strip() for x in text.split(",") if x)),
         "fuse": Option("also try every synthesized plan with in-switch multicast/reduce "
                        "groups where switches declare them", boolean, (True, False), True),
