@@ -109,6 +109,8 @@ def table_systems(workers: int) -> list[str]:
 
 
 NCCL_SYSTEMS = SYSTEMS + (("dgx1", 1),)
+OFF_LADDER = (6, 12, 24, 48, 96)
+"""Chunk counts tried where the greedy is below NCCL's rings (multiples of DGX-1's six lanes)."""
 
 
 def table_nccl(workers: int) -> list[str]:
@@ -121,6 +123,7 @@ def table_nccl(workers: int) -> list[str]:
             "ms | channels | nccl-ring / optimum | greedy speedup over nccl-ring | best NCCL "
             "model | speedup over it |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    below = []
     for preset, nodes in NCCL_SYSTEMS:
         text = f"use {preset}" if preset == "dgx1" else f"use {preset}(nodes={nodes})"
         topo = tacos.parse(text).topology
@@ -137,6 +140,18 @@ def table_nccl(workers: int) -> list[str]:
              tuned.get("channels", "-"), f"{cut / ring.makespan:.1%}",
              f"**{ring.makespan / greedy.makespan:.2f}x**", f"nccl-{name}",
              f"{best.makespan / greedy.makespan:.2f}x")
+        if greedy.makespan > ring.makespan:
+            below.append((f"{nodes}x {preset}", topo, coll, cut, ring.makespan))
+    for label, topo, coll, cut, ring_time in below:
+        rows += ["", f"Below 1.0x on {label}: the greedy at chunk counts outside the "
+                 "power-of-two search (greedy / optimum, speedup over nccl-ring):", "",
+                 "| chunks per NPU | " + " | ".join(str(k) for k in OFF_LADDER) + " |",
+                 "|---|" + "---:|" * len(OFF_LADDER)]
+        cells = []
+        for k in OFF_LADDER:
+            sched, _ = _run(topo, rechunk(coll, k), workers=workers)
+            cells.append(f"{cut / sched.makespan:.1%}, {ring_time / sched.makespan:.3f}x")
+        _row(rows, "greedy", *cells)
     return rows
 
 

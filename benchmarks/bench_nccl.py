@@ -195,7 +195,8 @@ def markdown(args, rows, nvls, a2a, sweeps, plots, seconds) -> str:
     if nvls:
         lines += ["", "### All-reduce on one DGX-H100 (NVLS) against the in-switch optimum", "",
                   "| size | optimum us | NCCL NVLS us | ratio | slices | tacos us | ratio | "
-                  "tacos plan | slices | synthesis s |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "tacos plan | slices | synthesis s |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in nvls:
             lines.append(f"| {_size(r['size'])} | {r['optimum_us']:.1f} | {r['nvls_us']:.1f} | "
                          f"{r['ratio']:.3f} | {r['slices']} | {r['tacos_us']:.1f} | "

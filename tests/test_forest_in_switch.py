@@ -54,9 +54,9 @@ def test_needs_a_switch_that_multicasts_and_reduces():
 
 
 def test_forest_uses_the_star_on_an_nvls_switch_and_beats_nccl_nvls():
-    from tacos.solvers.nccl import nccl_schedule
-
     from importlib import resources
+
+    from tacos.solvers.nccl import nccl_schedule
 
     topo = tacos.load(str(resources.files("tacos") / "presets" / "dgx_h100_node.tdl")).topology
     coll = build("allreduce", topo.live_npus, size=2**30)
