@@ -509,8 +509,8 @@ def _sweep(args: argparse.Namespace) -> int:
     chosen = argparse.Namespace(**{**vars(args), "size": None})
     coll = _choose_collective(spec, chosen)
     options = _solver_options(args) if args.solver != "auto" else {}
-    if getattr(chosen, "auto_chunks", False) and args.solver in ("auto", "greedy"):
-        options["greedy_chunks"] = True  # no count given: the greedy picks its own per size
+    # no count given: the greedy picks its own per size (tacos.sweep.sweep decides)
+    free = getattr(chosen, "auto_chunks", False) and args.solver in ("auto", "greedy")
     for key, value in (("trials", args.trials), ("workers", args.workers),
                        ("time_limit", args.time_limit)):
         if value is not None:
@@ -518,7 +518,8 @@ def _sweep(args: argparse.Namespace) -> int:
     cands = None if args.solver == "auto" else (args.solver, "nccl")
     with reporter.phase("sweeping", unit="sizes") as phase:
         result = sweep(spec.topology, coll.kind, args.sizes, group=coll.group,
-                       chunks_per_npu=coll.chunks_per_npu, root=coll.root, candidates=cands,
+                       chunks_per_npu=None if free else coll.chunks_per_npu, root=coll.root,
+                       candidates=cands,
                        progress=phase.update, seed=args.seed, **options)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))

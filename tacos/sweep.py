@@ -214,13 +214,14 @@ def sweep(topology: Topology, kind: str, sizes: str | Sequence[int | str], *,
     """Synthesize ``kind`` at every size of ``sizes`` (see :func:`parse_sizes`) with the
     ``auto`` portfolio and the NCCL models; options go to the synthesizers (``seed``,
     ``trials``, ``workers`` ...).  Without ``chunks_per_npu`` the greedy chooses its chunks per
-    NPU at every size (:mod:`tacos.solvers.greedy_chunks`; option ``greedy_chunks``)."""
+    NPU at every size (:mod:`tacos.solvers.greedy_chunks`; option ``greedy_chunks``), except
+    for all-to-all (one delivery per chunk: more chunks only multiply synthesis time)."""
     from tacos.solvers.auto import run_portfolio
     from tacos.solvers.nccl_system import system
 
     t0 = time.perf_counter()
-    if chunks_per_npu is None:
-        options.setdefault("greedy_chunks", True)
+    if chunks_per_npu is None:  # all-to-all: one delivery per chunk, nothing to pipeline
+        options.setdefault("greedy_chunks", kind != "alltoall")
         chunks_per_npu = 1
     values = parse_sizes(sizes)
     members = tuple(group) if group is not None else topology.live_npus
