@@ -451,6 +451,9 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         from tacos.solvers.greedy_chunks import synthesize_chunked as run
     elif getattr(args, "auto_chunks", False) and args.solver == "auto":
         options["greedy_chunks"] = True
+    if args.output and fmt in ("xml", "mscclpp") and args.solver in ("auto", "forest"):
+        # MSCCL cannot express in-switch groups: pick among the plans it can run
+        options.setdefault("in_switch", False)
     schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
                    trials=args.trials, workers=args.workers, time_limit=args.time_limit,
                    relays=args.relays or "members", progress=reporter, **options)

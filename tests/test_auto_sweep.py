@@ -53,6 +53,30 @@ def test_auto_says_why_a_candidate_was_skipped():
     assert verify_schedule(sched).ok and winner in facts["times"]
 
 
+def test_auto_without_in_switch_plans_for_msccl_xml(tmp_path, capsys):
+    topo = preset("dgx_h100_node")
+    coll = build("allreduce", topo.live_npus, size=64 * MiB)
+    s = tacos.synthesize(topo, coll, trials=1, workers=1)
+    assert verify_schedule(s).ok
+    assert s.meta["auto"]["winner"] == "forest"  # its in-switch star beats NCCL's NVLS
+    assert any(t.group is not None for t in s.transfers)
+    assert s.meta["auto"]["nccl_best"] == "nccl-nvls" and s.meta["auto"]["speedup_vs_nccl"] > 1
+    plain = tacos.synthesize(topo, coll, trials=1, workers=1, in_switch=False)
+    assert verify_schedule(plain).ok
+    assert all(t.group is None for t in plain.transfers)
+    facts = plain.meta["auto"]
+    assert "nccl-nvls" in facts["skipped"] and facts["nccl_best"] == "nccl-nvls"
+    assert facts["speedup_vs_nccl"] < 1  # NVLS stays the reference the plain plan is held to
+    # tacosc -o plan.xml picks among the plans MSCCL XML can express and says so
+    tdl = tmp_path / "h100.tdl"
+    tdl.write_text('topology "h100"\nuse dgx_h100_node\n')
+    out = tmp_path / "plan.xml"
+    assert main([str(tdl), "--collective", "allreduce", "--size", "64MiB", "--trials", "1",
+                 "-o", str(out), "--report"]) == 0
+    assert "slower than nccl-nvls (not a candidate" in capsys.readouterr().out
+    assert verify_xml_file(out, topology=topo).ok
+
+
 def test_in_switch_fusion_turns_repeated_sends_into_one_multicast():
     topo = preset("dgx_h100").with_capabilities({"*nvswitch": {"multicast", "reduce"}})
     coll = build("allgather", topo.live_npus, size=64 * MiB)

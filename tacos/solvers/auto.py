@@ -63,12 +63,15 @@ def _synthesized(topology: Topology, collective: Collective, name: str,
 def run_portfolio(topology: Topology, collective: Collective, *,
                   candidates: tuple[str, ...] | None = None, fuse: bool = True,
                   nccl_system=None, keep_plans: bool = False, greedy_chunks: bool = False,
-                  **options: Any) -> tuple[str, Schedule, dict[str, Any]]:
+                  in_switch: bool = True, **options: Any) -> tuple[str, Schedule, dict[str, Any]]:
     """Run the portfolio; ``(winner, schedule, facts)`` (see module doc).
 
     ``greedy_chunks``: the greedy candidate picks its own chunks per NPU (``tacosc`` sets it
     when neither the command line nor the file fixes the chunk count).  ``max_merge`` is
     checked first, so a bad value is a user error, not a skipped greedy.
+
+    ``in_switch=False`` keeps only plans without in-switch groups (what MSCCL XML can express):
+    no fusion, forest without its in-switch star, NCCL's NVLS/CollNet plans skipped.
 
     ``nccl_system`` reuses a :class:`~tacos.solvers.nccl_system.System` (sweeps build it once);
     ``keep_plans`` puts every verified plan in ``facts['plans']``.  Raises
@@ -79,6 +82,9 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 
         check_max_merge(options["max_merge"])
     wanted = candidates or SYNTHESIZERS + ("nccl",)
+    if not in_switch:
+        fuse = False
+        options = {**options, "in_switch": False}
     plans: dict[str, Schedule] = {}
     skipped: dict[str, str] = {}
     seconds: dict[str, float] = {}
@@ -99,6 +105,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
             if fused is not None:
                 plans[f"{name}+in-switch"] = fused
     nccl_best = None
+    nccl_ref: float | None = None
     if "nccl" in wanted:
         t0 = time.perf_counter()
         try:
@@ -106,7 +113,12 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 
             nccl_best, _, results = run_nccl(topology, collective, sys_=nccl_system)
             for algo, sched in results.items():
-                plans[f"nccl-{algo}"] = sched
+                if in_switch or all(t.group is None for t in sched.transfers):
+                    plans[f"nccl-{algo}"] = sched
+                else:
+                    skipped[f"nccl-{algo}"] = "uses in-switch operations (in_switch=false)"
+            if f"nccl-{nccl_best}" not in plans and verify_schedule(results[nccl_best]).ok:
+                nccl_ref = results[nccl_best].makespan  # NCCL's best still sets the reference
         except TacosError as exc:
             skipped["nccl"] = exc.message
         seconds["nccl"] = time.perf_counter() - t0
@@ -128,8 +140,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     if others:
         facts["runner_up"] = min((k for k in times if k != winner), key=times.__getitem__)
         facts["margin"] = min(others) / times[winner] if times[winner] > 0 else None
-    if nccl_best is not None and f"nccl-{nccl_best}" in times:
-        ref = times[f"nccl-{nccl_best}"]
+    if nccl_best is not None and (f"nccl-{nccl_best}" in times or nccl_ref is not None):
+        ref = times.get(f"nccl-{nccl_best}", nccl_ref)
         facts["nccl_best"] = f"nccl-{nccl_best}"
         facts["nccl_time"] = ref
         facts["speedup_vs_nccl"] = ref / times[winner] if times[winner] > 0 else None
@@ -151,8 +163,13 @@ def fuse_in_switch_safe(schedule: Schedule) -> Schedule | None:
 def describe(facts: dict[str, Any]) -> str:
     """One line: which plan won and by how much."""
     text = f"auto: {facts['winner']} won"
-    if facts.get("speedup_vs_nccl") is not None and not facts["winner"].startswith("nccl-"):
-        text += f", {facts['speedup_vs_nccl']:.2f}x faster than {facts['nccl_best']}"
+    speedup = facts.get("speedup_vs_nccl")
+    if speedup is not None and facts["nccl_best"] in facts.get("skipped", {}):
+        text += (f", {1 / speedup:.2f}x slower than {facts['nccl_best']} (not a candidate: "
+                 f"{facts['skipped'][facts['nccl_best']]})" if speedup < 1 else
+                 f", {speedup:.2f}x faster than {facts['nccl_best']}")
+    elif speedup is not None and not facts["winner"].startswith("nccl-"):
+        text += f", {speedup:.2f}x faster than {facts['nccl_best']}"
     elif facts.get("nccl_best"):
         text += f" (NCCL's own best model: {facts['nccl_best']})"
     if facts.get("runner_up") and facts.get("margin"):
@@ -175,6 +192,8 @@ class AutoSolver:
                        "groups where switches declare them", boolean, (True, False), True),
         "max_merge": Option("greedy: most chunks one transfer may carry",
                             int_or_text("auto"), default="auto"),
+        "in_switch": Option("keep plans with in-switch multicast/reduce groups (false: only "
+                            "plans MSCCL XML can express)", boolean, (True, False), True),
         "greedy_chunks": Option("let the greedy candidate choose its chunks per NPU "
                                 "(1, 2, 4, ... kept while it pays)", boolean, (True, False),
                                 False),
@@ -188,9 +207,11 @@ class AutoSolver:
         cands = opts.pop("candidates", None)
         fuse = bool(opts.pop("fuse", True))
         greedy_chunks = bool(opts.pop("greedy_chunks", False))
+        in_switch = bool(opts.pop("in_switch", True))
         winner, sched, facts = run_portfolio(problem.topology, problem.collective,
                                              candidates=tuple(cands) if cands else None,
-                                             fuse=fuse, greedy_chunks=greedy_chunks, **opts)
+                                             fuse=fuse, greedy_chunks=greedy_chunks,
+                                             in_switch=in_switch, **opts)
         meta = dict(sched.meta)
         meta["auto"] = facts
         meta["algorithm"] = f"{winner} ({meta.get('algorithm', winner)})"
