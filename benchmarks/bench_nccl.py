@@ -163,7 +163,7 @@ def speedup_plot(out: Path, sweeps: dict, kind: str) -> str:
 
 
 def markdown(args, rows, nvls, a2a, sweeps, plots, seconds) -> str:
-    lines = [f"Command: `nice python -m benchmarks.bench_nccl {' '.join(args.argv)}`  ",
+    lines = [f"Command: `{' '.join(['nice python -m benchmarks.bench_nccl', *args.argv])}`  ",
              f"Machine: {machine()}  ",
              f"Date: {dt.date.today().isoformat()}; wall time {seconds / 60:.1f} min "
              "(machine shared with other jobs).", ""]
