@@ -137,6 +137,23 @@ def test_nvls_all_reduce_moves_each_byte_once_up_and_once_down_a_port():
     assert s.makespan < ring.makespan / 1.5
 
 
+def test_nvls_across_nodes_uses_sharp_rails_when_they_reduce():
+    size = 64 * MiB
+    plain = preset("dgx_h100", nodes=4)
+    coll = build("allreduce", plain.live_npus, size=size)
+    tree = ok(nccl_schedule("nvls", plain, coll))
+    assert tree.meta["tuned"]["sharp"] is False  # no SHARP: NVLS_TREE
+    topo = preset("dgx_h100", nodes=4, sharp=1)
+    s = ok(nccl_schedule("nvls", topo, coll))
+    assert s.meta["tuned"]["sharp"] is True
+    assert s.makespan < tree.makespan / 1.3
+    carried = port_bytes(s)
+    nics = [li for li, lk in enumerate(topo.links) if lk.tag == "nic"]
+    assert len(nics) == 2 * 32
+    for li in nics:  # each shard once up and once down every NIC: M / 8 each way
+        assert carried[li] == size // 8, topo.routing.link_name(li)
+
+
 def test_nvls_needs_the_capability():
     assert preset("dgx_h100").switches[0].capabilities == {"multicast", "reduce"}  # NVLS
     topo = preset("dgx_h100").with_capabilities({"*nvswitch": ()})

@@ -17,6 +17,12 @@ transfer groups (``Transfer.group``, :mod:`tacos.in_switch`):
   NVSwitch, then GPU g of every node all-reduces shard g with its peers over rail g by NCCL's
   double binary tree of nodes (reduce up, broadcast down), then all-gather inside each node;
   pipelined in slices, every step of a slice as soon as its data is there.
+* **All-reduce across nodes with SHARP** (NVLS with CollNet, ``runNvls``'s network part): where
+  every rail's switch declares ``multicast`` and ``reduce`` (InfiniBand SHARP), shard g is
+  reduced across the nodes in rail g's switch and the sum sent back down to every node: a
+  reduce group into GPU g of one node (rotating per slice) and a multicast out of it, so each
+  NIC carries each byte once up and once down.  NCCL's tuner picks between this and NVLS_TREE;
+  so does the model (the faster of the two).
 
 Needs, in every node, one switch that every member is attached to and that declares
 ``multicast`` (and ``reduce`` for reduce-scatter and all-reduce) -- an H100 NVSwitch with NVLS.
@@ -43,7 +49,7 @@ from tacos.solvers.nccl_lower import (
     refine_allreduce,
     split,
 )
-from tacos.solvers.nccl_system import System
+from tacos.solvers.nccl_system import System, capable_switch
 
 KINDS = ("allreduce", "allgather", "reducescatter")
 MAX_SLICES = 64
@@ -86,8 +92,20 @@ def _single_node(system: System, lowering: GroupLowering, coll: Collective, swit
                 lowering.reduce(members, g, piece, switch)
 
 
+def sharp_rails(system: System) -> list[int] | None:
+    """The switch of every rail g (GPU g of each node) that reduces and multicasts, or None."""
+    out = []
+    for g in range(len(system.nodes[0])):
+        sw = capable_switch(system.topology, [node[g] for node in system.nodes],
+                            {"multicast", "reduce"})
+        if sw is None:
+            return None
+        out.append(sw)
+    return out
+
+
 def _multi_node(system: System, lowering: GroupLowering, coll: Collective,
-                switches: list[int], slices: int) -> None:
+                switches: list[int], slices: int, rails: list[int] | None = None) -> None:
     nodes = system.nodes
     width = len(nodes[0])
     if any(len(n) != width for n in nodes):
@@ -99,11 +117,15 @@ def _multi_node(system: System, lowering: GroupLowering, coll: Collective,
             piece = split(shards[g], slices)[j]
             for n, node in enumerate(nodes):
                 lowering.reduce(node, node[g], piece, switches[n])
-            parents = trees[(g + j) % 2]
-            rails = [node[g] for node in nodes]
-            up = _tree_edges(parents)
-            lowering.run([Msg(rails[c], rails[p], piece) for c, p in up])
-            lowering.run([Msg(rails[p], rails[c], piece) for c, p in reversed(up)])
+            peers = [node[g] for node in nodes]
+            if rails is not None:  # SHARP: in-switch across the nodes
+                root = peers[j % len(peers)]
+                lowering.reduce(peers, root, piece, rails[g])
+                lowering.multicast(root, peers, piece, rails[g])
+            else:
+                up = _tree_edges(trees[(g + j) % 2])
+                lowering.run([Msg(peers[c], peers[p], piece) for c, p in up])
+                lowering.run([Msg(peers[p], peers[c], piece) for c, p in reversed(up)])
             for n, node in enumerate(nodes):
                 lowering.multicast(node[g], node, piece, switches[n])
 
@@ -121,8 +143,10 @@ def _tree_edges(parents: list[int | None]) -> list[tuple[int, int]]:
                   key=lambda e: -depth(e[0]))
 
 
-def nvls_schedule(system: System, collective: Collective, slices: int) -> Schedule:
-    """NVLS for ``collective`` with ``slices`` pipelined slices (see module doc)."""
+def nvls_schedule(system: System, collective: Collective, slices: int,
+                  sharp: bool = False) -> Schedule:
+    """NVLS for ``collective`` with ``slices`` pipelined slices (see module doc); ``sharp``:
+    across nodes through the rails' SHARP switches instead of NVLS_TREE's trees."""
     kind = collective.kind
     if kind not in KINDS:
         raise TacosError(f"NVLS runs {', '.join(KINDS)}, not {kind}")
@@ -137,8 +161,14 @@ def nvls_schedule(system: System, collective: Collective, slices: int) -> Schedu
         coll = refine(collective, slices)
     lowering = GroupLowering(system.topology, coll, system.graph)
     if system.multi_node:
-        _multi_node(system, lowering, coll, switches, slices)
-        what = "NVLS tree (NVSwitch reduce/multicast + double binary tree of nodes)"
+        rails = sharp_rails(system) if sharp else None
+        if sharp and rails is None:
+            raise TacosError("NVLS with SHARP needs every rail's switch to declare multicast "
+                             "and reduce")
+        _multi_node(system, lowering, coll, switches, slices, rails)
+        what = ("NVLS + SHARP (NVSwitch reduce/multicast + in-switch reduction on the rails)"
+                if sharp else
+                "NVLS tree (NVSwitch reduce/multicast + double binary tree of nodes)")
     else:
         _single_node(system, lowering, coll, switches[0], slices)
         what = "NVLS (NVSwitch reduce/multicast)"
@@ -153,8 +183,12 @@ def nccl_nvls(system: System, collective: Collective) -> Schedule:
     links = system.topology.links
     hop = min(((2 * lk.alpha, lk.bandwidth) for lk in links), key=lambda h: h[1])
     cap = min(MAX_SLICES, max(1, MAX_TRANSFERS // max(1, 2 * n * width)))
-    settings = [{"slices": s}
+    variants = [False]
+    if system.multi_node and sharp_rails(system) is not None:
+        variants.append(True)
+    settings = [{"slices": s, "sharp": v} for v in variants
                 for s in pipeline_depths(collective.size / max(1, width), depth, hop, cap)]
-    best = best_of(settings, lambda s: nvls_schedule(system, collective, s["slices"]))
+    best = best_of(settings, lambda s: nvls_schedule(system, collective, s["slices"],
+                                                     s["sharp"]))
     best.schedule.meta["tuned"] = best.setting
     return best.schedule

@@ -90,17 +90,22 @@ class System:
     def nvls_switch(self, node: int, *, reduce: bool) -> int | None:
         """A switch every member of ``node`` is attached to (one link each way) that declares
         ``multicast`` (and ``reduce`` when asked), or None."""
-        topo = self.topology
-        members = self.nodes[node]
         need = {"multicast", "reduce"} if reduce else {"multicast"}
-        for sw in topo.switches:
-            if not need <= sw.capabilities:
-                continue
-            ups = {topo.links[i].src for i in topo.in_links[sw.id]}
-            downs = {topo.links[i].dst for i in topo.out_links[sw.id]}
-            if all(v in ups and v in downs for v in members):
-                return sw.id
-        return None
+        return capable_switch(self.topology, self.nodes[node], need)
+
+
+def capable_switch(topology: Topology, members: Sequence[int], need: set[str]) -> int | None:
+    """A switch every one of ``members`` is attached to (one link each way) that declares every
+    capability of ``need``, or None."""
+    topo = topology
+    for sw in topo.switches:
+        if not need <= sw.capabilities:
+            continue
+        ups = {topo.links[i].src for i in topo.in_links[sw.id]}
+        downs = {topo.links[i].dst for i in topo.out_links[sw.id]}
+        if all(v in ups and v in downs for v in members):
+            return sw.id
+    return None
 
 
 def find_nodes(topology: Topology, group: Sequence[int]) -> tuple[tuple[int, ...], ...]:
