@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tacos.backends.plot import _pyplot
 
+from tacos.atomic import write_with
 from tacos.units import format_size
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ def plot_sweep(result: Sweep, path: Path) -> Path:
     name = result.topology.name or "topology"
     ax.set_title(f"{result.kind} on {name}: tacos vs NCCL models", fontsize=10)
     path = Path(path)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    try:  # atomically: the previous picture or the whole new one
+        write_with(path, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight",
+                                                 format=path.suffix.lstrip(".").lower() or None))
+    finally:
+        plt.close(fig)
     return path

@@ -505,6 +505,18 @@ def _sweep(args: argparse.Namespace) -> int:
     if out is not None and (out.suffix.lower() in (".xml", ".json") or out.is_file()):
         raise UsageError(f"with --sizes, -o names a folder for one MSCCL XML per size range, "
                          f"not {args.output}", hint="e.g. -o plans/")
+    # every output is checked before the sweep, not after minutes of synthesis
+    from tacos.sweep import parse_sizes
+    from tacos.sweep_xml import check_folder, windows
+
+    sizes = parse_sizes(args.sizes)
+    if out is not None:
+        windows(sizes, min_bytes, max_bytes)
+        check_folder(out)
+    if args.plot:
+        from tacos.backends.plot import check_plot_path
+
+        check_plot_path(args.plot)
     reporter = TerminalReporter(enabled=not args.quiet and not args.json)
     with reporter.phase(f"loading {args.topology}"):
         spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
@@ -520,7 +532,7 @@ def _sweep(args: argparse.Namespace) -> int:
             options[key] = value
     cands = None if args.solver == "auto" else (args.solver, "nccl")
     with reporter.phase("sweeping", unit="sizes") as phase:
-        result = sweep(spec.topology, coll.kind, args.sizes, group=coll.group,
+        result = sweep(spec.topology, coll.kind, sizes, group=coll.group,
                        chunks_per_npu=None if free else coll.chunks_per_npu, root=coll.root,
                        candidates=cands,
                        progress=phase.update, seed=args.seed, **options)

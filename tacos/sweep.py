@@ -81,7 +81,7 @@ def parse_sizes(text: str | Sequence[int | str]) -> list[int]:
             inc = parse_size(step[1:], "--sizes STEP")
             if inc < 1:
                 raise UsageError(f"--sizes {text!r}: the step must be at least 1 byte")
-            sizes = list(range(lo, hi + 1, inc))[:MAX_SIZES + 1]
+            sizes = list(range(lo, hi + 1, inc)[:MAX_SIZES + 1])  # never more than that
         else:
             raise UsageError(f"--sizes {text!r}: unknown step {step!r}", hint=SIZES_HINT)
     else:

@@ -70,31 +70,54 @@ def write_windows(result: Sweep, folder: Path, *, min_bytes: int = 0, max_bytes:
         else:
             merged.append([lo, hi, body, row])
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{folder} is a file; the sweep writes a folder of XML files")
-    if folder.is_dir() and any(folder.glob("*.xml")):
-        raise UsageError(f"{folder} already holds XML files, and the runtime loads every file "
-                         "in its folder", hint="write the sweep into an empty folder")
+    check_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     coll = result.rows[0].schedule.collective
     mode = "inplace" if inplace else "outofplace"
     staged = Path(tempfile.mkdtemp(prefix=".tacos-", dir=folder))
-    paths = []
+    paths: list[Path] = []
+    moved: list[Path] = []
     try:
         for lo, hi, _, row in merged:
             name = f"{coll.kind}-{len(coll.group)}gpus-{mode}-{lo}-{hi or 'max'}"
             opts = replace(base, name=f"tacos {row.xml_plan} {name}"[:200], min_bytes=lo,
                            max_bytes=hi)
             text = schedule_to_xml(row.xml_schedule, opts)
-            (staged / f"{name}.xml").write_text(text, encoding="utf-8")
+            with open(staged / f"{name}.xml", "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
             paths.append(folder / f"{name}.xml")
         for p in paths:
             os.replace(staged / p.name, p)
+            moved.append(p)
+    except OSError as exc:
+        for p in moved:  # all files or none: a partial set would load with a gap
+            p.unlink(missing_ok=True)
+        raise TacosError(f"cannot write {folder}: {exc.strerror or exc}",
+                         hint="check that the folder is writable and has space") from None
     finally:
         for leftover in staged.glob("*"):
             leftover.unlink()
         staged.rmdir()
     return paths
+
+
+def check_folder(folder: str | Path) -> None:
+    """Raise a :class:`TacosError` now if a sweep cannot be written into ``folder`` later: it
+    must be a folder (or not exist yet, under a writable one) and hold no ``.xml`` file."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder} is a file; the sweep writes a folder of XML files")
+    if folder.is_dir() and any(folder.glob("*.xml")):
+        raise UsageError(f"{folder} already holds XML files, and the runtime loads every file "
+                         "in its folder", hint="write the sweep into an empty folder")
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {folder}: {existing} is not a writable folder",
+                         hint="write the sweep somewhere else")
 
 
 def check_set(paths: Iterable[str | Path]) -> list[str]:

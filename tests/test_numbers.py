@@ -105,3 +105,34 @@ def test_huge_latencies_verify(kind: str) -> None:
     schedule.verify()
     small = [t for t in schedule.transfers if t.end - t.start < 1e-5 and t.start > 1e5]
     assert small  # short transfers late in a long schedule, verified at full precision
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (["allocate", "Ring(2)_Switch(4)", "--budget", "200GB/s", "--op", "allreduce:1MiB",
+      "--prices", "nan,1"], "prices must be finite"),
+    (["allocate", "Ring(2)_Switch(4)", "--budget", "200GB/s", "--op", "allreduce:1MiB",
+      "--grid-step", "1B/s"], "more than 2,000,000"),
+    (["allocate", "Ring(2)_Switch(4)", "--budget", "200GB/s", "--op", "allreduce:1MiB:x0"],
+     "count must be"),
+    (["allocate", "Ring(2)_Switch(4)", "--budget", "200GB/s", "--op", "allreduce:0"],
+     "out of range"),
+    (["allocate", "Ring(2)_Switch(4)", "--budget", "200GB/s", "--op", "allreduce:2000TiB"],
+     "out of range"),
+    (["cost", "{ring}", "-c", "allreduce", "--groups", "inner=0"], "inner must be"),
+    (["explore", "{ring}", "--model", "custom", "--layers", "1000000000000", "--hidden", "64"],
+     "--layers must be"),
+    (["explore", "{ring}", "--bytes-per-element", "nan"], "--bytes-per-element"),
+    (["explore", "{ring}", "--tokens", "0"], "--tokens must be"),
+    (["{ring}", "-c", "allgather", "--sizes", "1B:1TiB:+1"], "more than 64 sizes"),
+])
+def test_design_space_numbers(args: list[str], phrase: str, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``tacosc allocate/cost/explore`` and size sweeps refuse out-of-range numbers up front
+    (a NaN price used to hang the search, a 1 B/s grid or a +1 B sweep to exhaust memory)."""
+    topo = tmp_path / "ring.tdl"
+    topo.write_text(RING)
+    code = main([a.replace("{ring}", str(topo)) for a in args] + ["--confirm", "0"] * (
+        args[0] == "allocate"))
+    err = capsys.readouterr().err
+    assert code in (1, 2), err
+    assert phrase in err and "internal error" not in err, err

@@ -99,6 +99,15 @@ def parse_op(text: str) -> Op:
                 raise ValueError
         except ValueError:
             raise TacosError(f"{text!r}: cannot read {p!r}", hint=hint) from None
+    from tacos.limits import MAX_INTEGER, check_number
+
+    problem = check_number("size", op.size)
+    if problem is not None:
+        raise TacosError(f"{text!r}: {problem}", hint=hint)
+    for what, value in (("inner", op.inner), ("outer", op.outer), ("count", op.count)):
+        if value is not None and not 1 <= value <= MAX_INTEGER:
+            raise TacosError(f"{text!r}: {what} must be a whole number from 1 to 2^53, "
+                             f"not {value}", hint=hint)
     return op
 
 
@@ -318,8 +327,29 @@ def _slsqp(terms: Terms, budget: float, lo: float, prices: np.ndarray | None,
     return best[1]
 
 
+MAX_GRID_POINTS = 2_000_000
+"""Most splits the exhaustive grid check may enumerate (a finer step is refused up front)."""
+
+
+def grid_size(d: int, budget: float, step: float, lo: float) -> int:
+    """How many splits :func:`grid` would enumerate, without enumerating them."""
+    units = int(round(budget / step))
+    first = max(1, math.ceil(lo / step - 1e-9))
+    free = units - first * d
+    return 0 if free < 0 else math.comb(free + d - 1, d - 1)
+
+
+def _check_grid(d: int, budget: float, step: float, lo: float) -> None:
+    count = grid_size(d, budget, step, lo)
+    if count > MAX_GRID_POINTS:
+        raise TacosError(f"a grid of {step / GB:g} GB/s steps over {d} dimensions has "
+                         f"{count:,} splits, more than {MAX_GRID_POINTS:,}",
+                         hint="use a larger grid step (--grid-step), or 0 for no grid check")
+
+
 def grid(d: int, budget: float, step: float, lo: float) -> np.ndarray:
     """Every split of ``budget`` into ``d`` multiples of ``step`` that are at least ``lo``."""
+    _check_grid(d, budget, step, lo)
     units = int(round(budget / step))
     first = max(1, math.ceil(lo / step - 1e-9))
     free = units - first * d
@@ -343,15 +373,35 @@ def message_split(terms: Terms, budget: float) -> np.ndarray:
     return budget * c / c.sum()
 
 
+def _check_inputs(budget: float, minimum: float | None, prices: Sequence[float] | None,
+                  grid_step: float | None) -> None:
+    """Numbers must be finite and in range before the search (a NaN price would never
+    converge); bandwidths use the range of :data:`tacos.limits.RANGES`."""
+    from tacos.limits import check_number
+
+    for what, value in (("budget", budget), ("minimum", minimum), ("grid step", grid_step)):
+        if value is None or (what != "budget" and value == 0):
+            continue
+        problem = check_number("bandwidth", value)
+        if problem is not None:
+            raise TacosError(f"{what}: {problem}")
+    for p in prices if prices is not None else ():
+        if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) or p < 0:
+            raise TacosError(f"prices must be finite numbers >= 0, not {p!r}")
+
+
 def allocate(terms: Terms, budget: float, *, minimum: float | None = None,
              prices: Sequence[float] | None = None, grid_step: float | None = 10 * GB
              ) -> Allocation:
     """The split of ``budget`` B/s per NPU minimizing the workload's predicted time (or time ×
     cost with ``prices`` in $ per GB/s per dimension); see the module doc for the method."""
     d = len(terms.dims)
+    _check_inputs(budget, minimum, prices, grid_step)
     lo = minimum if minimum is not None else min(budget / (10 * d), 1 * GB)
     if lo * d > budget:
         raise TacosError("the budget is smaller than the minimum bandwidth of every dimension")
+    if grid_step:
+        _check_grid(d, budget, grid_step, lo)  # before the search, not after it
     price = None if prices is None else np.asarray(prices, dtype=float)
     if price is not None and len(price) != d:
         raise TacosError(f"give one price per dimension ({d})")

@@ -244,6 +244,29 @@ def _explore_parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_LAYERS = 100_000
+"""Most transformer blocks ``tacosc explore`` prices (the model lists every layer)."""
+
+
+def _check_model_numbers(layers: int, hidden: int, args: argparse.Namespace) -> None:
+    """Model numbers in range before any work: counts at least 1, at most :data:`MAX_LAYERS`
+    blocks, a finite positive element size."""
+    from tacos.limits import MAX_INTEGER
+
+    for name, value, top in (("--layers", layers, MAX_LAYERS), ("--hidden", hidden, MAX_INTEGER),
+                             ("--tokens", args.tokens, MAX_INTEGER),
+                             ("--top", args.top, MAX_INTEGER), ("--show", args.show, MAX_INTEGER)):
+        if not (0 if name in ("--top", "--show") else 1) <= value <= top:
+            raise UsageError(f"{name} must be a whole number from "
+                             f"{0 if name in ('--top', '--show') else 1} to {top:,}, not {value}")
+    if args.gpus is not None and args.gpus < 1:
+        raise UsageError(f"--gpus must be at least 1, not {args.gpus}")
+    bpe = args.bytes_per_element
+    if not math.isfinite(bpe) or not 0 < bpe <= 64:
+        raise UsageError(f"--bytes-per-element must be a number above 0 and at most 64, "
+                         f"not {bpe}")
+
+
 def cmd_explore(argv: Sequence[str]) -> int:
     """``tacosc explore``."""
     from tacos.cost.axonn import GPT_MODELS, transformer_layers
@@ -259,6 +282,7 @@ def cmd_explore(argv: Sequence[str]) -> int:
     else:
         raise UsageError(f"unknown model {args.model!r}",
                          hint=f"use one of {', '.join(GPT_MODELS)} or 'custom'")
+    _check_model_numbers(n_layers, hidden, args)
     spec = _load(args.topology, args.param)
     ranked = explore(spec.topology, transformer_layers(n_layers, hidden, args.tokens),
                      gpus=args.gpus, algorithm=args.algorithm,
@@ -351,6 +375,10 @@ def cmd_allocate(argv: Sequence[str]) -> int:
     from tacos.units import parse_quantity
 
     args = _allocate_parser().parse_args(argv)
+    if args.plot:  # fail now, not after the confirming syntheses
+        from tacos.backends.plot import check_plot_path
+
+        check_plot_path(args.plot)
     topo, declared = _allocation_topology(args)
     try:
         budget = parse_quantity(args.budget, "bandwidth", default_unit="GB/s")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tacos.atomic import write_with
 from tacos.backends.plot import _pyplot
 from tacos.cost.allocate import GB, Allocation
 from tacos.cost.terms import Terms
-from tacos.errors import TacosError
 
 
 def _value(terms: Terms, b: np.ndarray, prices) -> np.ndarray:
@@ -107,11 +107,9 @@ def plot_allocation(alloc: Allocation, terms: Terms, path: str | Path, *,
     ax.set_title(title or f"bandwidth split, budget {budget / GB:g} GB/s per NPU", fontsize=10)
     fig.tight_layout()
     out = Path(path)
-    try:
-        fig.savefig(out, dpi=110)
-    except OSError as exc:
-        raise TacosError(f"cannot write {out}: {exc.strerror or exc}",
-                         hint="check that the folder exists and is writable") from None
+    try:  # atomically: the previous picture or the whole new one
+        write_with(out, lambda tmp: fig.savefig(tmp, dpi=110,
+                                                format=out.suffix.lstrip(".").lower() or None))
     finally:
         plt.close(fig)
     return out
