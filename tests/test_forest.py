@@ -4,6 +4,7 @@ verified pipelined schedules for every collective it handles."""
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from tacos.backends.msccl_xml import schedule_to_xml
@@ -24,6 +25,7 @@ from tacos.verify import verify_schedule
 
 GB = 1e9
 US = 1e-6
+EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def _topo(n: int, edges: list[tuple[int, int, float]]) -> Topology:
@@ -342,3 +344,24 @@ def test_allreduce_is_no_slower_than_its_two_phases():
         assert verify_schedule(s).ok
         times[kind] = s.makespan
     assert times["allreduce"] <= (times["reducescatter"] + times["allgather"]) * 1.001
+
+
+def test_relay_npus_hold_a_trees_data_once():
+    """With relays='all', edge splitting can give one tree paths that pass the same relay NPU
+    from different places, or loop through it (``2, 1, 5, 1, 0``).  The relay must receive the
+    tree's data once: twice put a chunk twice on one link (all-gather) and, in the reversed
+    trees of all-reduce, counted relayed contributions twice."""
+    from tacos.solvers.forest_pipeline import _local, _simple
+
+    assert _simple((2, 1, 5, 1, 0)) == (2, 1, 0)
+    assert _simple((6, 5, 9, 5, 4)) == (6, 5, 4)
+    tree = Tree(0, 1, [(0, 2), (0, 4)], [(0, 1, 2), (0, 1, 3, 1, 4)])
+    local, npus = _local(tree, lambda v: False)
+    assert sorted(npus) == [0, 1, 2, 4]  # NPU 1 holds the data once and forwards it twice
+    topo = tacos.load(str(EXAMPLES / "mesh4x4.tdl")).topology
+    half = topo.live_npus[::2]
+    for kind in ("allgather", "allreduce"):
+        coll = build(kind, half, size=len(half) * 64 * 1024)
+        sched = tacos.synthesize(topo, coll, solver="forest", seed=1, relays="all", bound=False)
+        assert verify_schedule(sched).ok, verify_schedule(sched).text(3)
+

@@ -68,25 +68,49 @@ def _heights(tree: Tree) -> dict[int, int]:
     return h
 
 
+def _simple(path: Path) -> Path:
+    """``path`` without the loops edge splitting can leave in it (``a, r, b, r, c`` becomes
+    ``a, r, c``): the links kept are a subset of the walk's."""
+    out: list[int] = []
+    at: dict[int, int] = {}
+    for v in path:
+        if v in at:
+            for u in out[at[v] + 1:]:
+                del at[u]
+            del out[at[v] + 1:]
+        else:
+            at[v] = len(out)
+            out.append(v)
+    return tuple(out)
+
+
 def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, list[int]]:
     """``tree`` on local node ids (0 = root) with every path cut at the NPUs it passes
-    (``relays='all'``: a relay NPU stores and forwards, so its segments are separate transfers;
-    each passage is its own local node).  Returns the local tree and each local node's NPU."""
+    (``relays='all'``: a relay NPU stores and forwards, so its segments are separate transfers).
+
+    Every NPU holds the tree's data at most once: a path starts from the last NPU on it that
+    already has the data (a relay another path of the tree passed, or a member), and loops in a
+    path are cut out.  Sending the data to an NPU twice would put a chunk twice on a link, and
+    in the reversed tree of a reduction the second send would carry the first one's
+    contributions again.  Only links of the packed paths are used, so the capacities the packing
+    respects still hold.  Returns the local tree and each local node's NPU."""
     npus = [tree.root]
-    where = {tree.root: 0}
+    where = {tree.root: 0}  # NPU -> the local node that holds the tree's data there
     edges: list[tuple[int, int]] = []
     paths: list[Path] = []
-    for (x, y), path in zip(tree.edges, tree.paths, strict=True):
-        cur, seg = where[x], [path[0]]
-        for v in path[1:]:
-            seg.append(v)
-            if v != y and (is_switch is None or is_switch(v)):
+    for _, path in zip(tree.edges, tree.paths, strict=True):
+        path = _simple(path)
+        cut = [i for i, v in enumerate(path)
+               if i in (0, len(path) - 1) or is_switch is None or not is_switch(v)]
+        first = max(i for i in cut if path[i] in where)
+        cur = where[path[first]]
+        for a, b in zip(cut, cut[1:], strict=False):
+            if a < first:
                 continue
-            npus.append(v)
+            npus.append(path[b])
             edges.append((cur, len(npus) - 1))
-            paths.append(tuple(seg))
-            cur, seg = len(npus) - 1, [v]
-        where[y] = cur
+            paths.append(path[a:b + 1])
+            cur = where[path[b]] = len(npus) - 1
     return Tree(0, tree.mult, edges, paths), npus
 
 
