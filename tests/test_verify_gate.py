@@ -29,7 +29,8 @@ def docs() -> dict[str, dict]:
     out = {}
     for kind in ("allreduce", "allgather"):
         coll = tacos.collective(kind, range(4), size=4096)
-        sched = tacos.synthesize(topo, coll, trials=1, workers=1, bound=False)
+        sched = tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1,
+                                 bound=False)
         out[kind] = to_document(sched, bound=False)
     return out
 
