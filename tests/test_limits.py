@@ -167,3 +167,42 @@ def test_reshard_sizes_and_pieces_are_bounded() -> None:
     err = located(f"npu g[8]\nreshard \"x\" tensor [1024, 1024] dtype f32 {mesh} "
                   "pieces 100000000\n")
     assert "(chunks)" in err.message and err.span.line == 2
+
+
+@pytest.mark.parametrize("command", [
+    ["cost", "{f}", "--no-baseline", "-m", "ring"],
+    ["explore", "{f}", "--no-synthesize", "--model", "custom", "--layers", "1", "--hidden",
+     "64"],
+    ["allocate", "{f}", "--budget", "200GB/s", "--op", "allreduce:1MiB", "--confirm", "0"],
+])
+def test_design_space_commands_take_limits_and_include_dirs(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tacosc cost/explore/allocate read TDL like every other command: under the documented
+    limits, which --limit raises, and with 'use' confined to --include-dir."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "lib" / "two.tdl").write_text("dims npu Ring(2)_Switch(4) 100GB/s 0.5us, "
+                                               "100GB/s 1us\n")
+    f = tmp_path / "proj" / "main.tdl"
+    f.write_text('use "../lib/two.tdl"\n')
+    args = [a.replace("{f}", str(f)) for a in command]
+    assert main(args) == 1
+    assert "outside the folders" in capsys.readouterr().err
+    inc = ["--include-dir", str(tmp_path / "lib")]
+    assert main([*args, *inc, "--limit", "nodes=4"]) == 1
+    err = capsys.readouterr().err
+    assert "(nodes)" in err and "--limit nodes=" in err, err
+    assert main([*args, *inc, "--limit", "nodes=100"]) == 0, capsys.readouterr().err
+    assert main([*args, "--limit", "nodes=zero"]) == 2
+
+
+def test_cost_estimates_take_finite_sizes() -> None:
+    from tacos.cost import estimate
+
+    ring = tacos.parse("ring r[4] 10GB/s 1us\n").topology
+    for bad in (float("inf"), float("nan"), 0, -5, 2**60):
+        with pytest.raises(TacosError, match="cost estimate: a size"):
+            estimate(ring, "allreduce", bad)
+    with pytest.raises(TacosError, match="chunks"):
+        estimate(ring, "allreduce", 4096, chunks=0)
+    assert estimate(ring, "allreduce", 4096).time > 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,31 @@ def _bw(x: float) -> str:
     return f"{x / 1e9:.4g} GB/s" if math.isfinite(x) else "-"
 
 
-def _load(path: str, params: Sequence[str]):
+def _load(args: argparse.Namespace):
     from tacos import load
     from tacos.cli import _params
 
-    return load(path, _params(params))
+    return load(args.topology, _params(args.param), include_dirs=args.include_dir)
+
+
+def _parser(**kwargs: str) -> argparse.ArgumentParser:
+    """A design-space command's parser, with ``--limit`` and ``--include-dir`` as every
+    command that reads TDL has."""
+    from tacos.cli import _add_input_options
+
+    p = argparse.ArgumentParser(**kwargs)
+    _add_input_options(p)
+    return p
+
+
+def _run(argv: Sequence[str], parser: Callable[[], argparse.ArgumentParser],
+         run: Callable[[argparse.Namespace], int]) -> int:
+    """Parse ``argv`` and run the command under its ``--limit`` options (docs/tdl.md)."""
+    from tacos.cli import limits_of
+
+    args = parser().parse_args(argv)
+    with limits_of(args):
+        return run(args)
 
 
 def _size(text: str) -> int:
@@ -92,7 +112,7 @@ def _groups(topology, args) -> list[list[int]] | None:
 
 # -- tacosc cost -----------------------------------------------------------------------------
 def _cost_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _parser(
         prog="tacosc cost",
         description="Closed-form α-β times of a collective on process groups of a topology, "
         "placement-aware on the physical links, each next to the simulated time of the "
@@ -124,13 +144,16 @@ def _cost_parser() -> argparse.ArgumentParser:
 
 
 def cmd_cost(argv: Sequence[str]) -> int:
-    """``tacosc cost``."""
+    """``tacosc cost`` (under its ``--limit`` options)."""
+    return _run(argv, _cost_parser, _cost)
+
+
+def _cost(args: argparse.Namespace) -> int:
     from tacos.collective import ROOTED_COLLECTIVES
     from tacos.cost.compare import compare
     from tacos.cost.models import MODELS
 
-    args = _cost_parser().parse_args(argv)
-    spec = _load(args.topology, args.param)
+    spec = _load(args)
     topo = spec.topology
     groups = _groups(topo, args)
     root = None
@@ -216,7 +239,7 @@ def _cost_json(res) -> dict[str, Any]:
 
 # -- tacosc explore --------------------------------------------------------------------------
 def _explore_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _parser(
         prog="tacosc explore",
         description="Rank AxoNN-style 4D parallel configurations (G_x, G_y, G_z, G_data) and "
         "placements by predicted communication time per batch: the placement-aware model "
@@ -268,11 +291,14 @@ def _check_model_numbers(layers: int, hidden: int, args: argparse.Namespace) -> 
 
 
 def cmd_explore(argv: Sequence[str]) -> int:
-    """``tacosc explore``."""
+    """``tacosc explore`` (under its ``--limit`` options)."""
+    return _run(argv, _explore_parser, _explore)
+
+
+def _explore(args: argparse.Namespace) -> int:
     from tacos.cost.axonn import GPT_MODELS, transformer_layers
     from tacos.cost.explore import explore
 
-    args = _explore_parser().parse_args(argv)
     if args.model == "custom":
         if not args.layers or not args.hidden:
             raise UsageError("a custom model needs --layers and --hidden")
@@ -283,7 +309,7 @@ def cmd_explore(argv: Sequence[str]) -> int:
         raise UsageError(f"unknown model {args.model!r}",
                          hint=f"use one of {', '.join(GPT_MODELS)} or 'custom'")
     _check_model_numbers(n_layers, hidden, args)
-    spec = _load(args.topology, args.param)
+    spec = _load(args)
     ranked = explore(spec.topology, transformer_layers(n_layers, hidden, args.tokens),
                      gpus=args.gpus, algorithm=args.algorithm,
                      bytes_per_element=args.bytes_per_element, top=args.top,
@@ -313,7 +339,7 @@ def cmd_explore(argv: Sequence[str]) -> int:
 
 # -- tacosc allocate -------------------------------------------------------------------------
 def _allocate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _parser(
         prog="tacosc allocate",
         description="Split a per-NPU bandwidth budget across the dimensions of a "
         "multi-dimensional topology to minimize a workload's communication time (or time x "
@@ -352,7 +378,7 @@ def _allocation_topology(args):
     from tacos import parse
 
     if Path(args.topology).exists() or args.topology.endswith(".tdl"):
-        spec = _load(args.topology, args.param)
+        spec = _load(args)
         return spec.topology, spec.collectives
     if not re.fullmatch(r"[A-Za-z]+\(\w+\)(_[A-Za-z]+\(\w+\))*", args.topology):
         raise UsageError(f"{args.topology!r} is neither a file nor the multi-dimensional "
@@ -367,14 +393,17 @@ def _allocation_topology(args):
 
 
 def cmd_allocate(argv: Sequence[str]) -> int:
-    """``tacosc allocate``."""
+    """``tacosc allocate`` (under its ``--limit`` options)."""
+    return _run(argv, _allocate_parser, _allocate)
+
+
+def _allocate(args: argparse.Namespace) -> int:
     import numpy as np
 
     from tacos.cost.allocate import GB, Op, allocate, parse_op, workload_terms
     from tacos.cost.confirm import confirm, seed_prices
     from tacos.units import parse_quantity
 
-    args = _allocate_parser().parse_args(argv)
     if args.plot:  # fail now, not after the confirming syntheses
         from tacos.backends.plot import check_plot_path
 

@@ -137,7 +137,7 @@ def explore(topology: Topology, layers: Sequence[axonn.Layer], *, gpus: int | No
         breakdown: dict[str, float] = {}
         total = 0.0
         for (kind, axis, size), count in calls(cfg).items():
-            if len(groups[axis][0]) < 2:
+            if len(groups[axis][0]) < 2 or size < 1:  # one GPU or no bytes: no call
                 continue
             t = estimate(ctx, kind, int(size), model=algorithm, groups=groups[axis]).time
             if t is None:
@@ -178,7 +178,7 @@ def _synthesized(topology: Topology, npus: list[int], cfg: Config, calls, solver
     if trials is not None:
         opts["trials"] = trials
     for (kind, axis, size), count in calls(cfg).items():
-        if len(groups[axis][0]) < 2:
+        if len(groups[axis][0]) < 2 or size < 1:
             continue
         coll = make_collective(topology, kind, int(size), groups[axis])
         total += count * simulated_time(synthesize(topology, coll, solver=solver, **opts))

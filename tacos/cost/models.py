@@ -157,6 +157,16 @@ def relay_set(groups: Sequence[Sequence[int]], relays: str = "members"
     return None if relays == "all" else frozenset(v for g in groups for v in g)
 
 
+def check_size(size: float, chunks: int = 1) -> None:
+    """Raise a :class:`TacosError` unless ``size`` is a finite size in range (docs/tdl.md,
+    "Numbers and limits") and ``chunks`` a whole number of at least 1."""
+    from tacos.limits import require_number
+
+    require_number("size", size, "cost estimate: ")
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise TacosError(f"cost estimate: chunks must be a whole number >= 1, not {chunks!r}")
+
+
 def check_request(topology: Topology, kind: str, groups: Sequence[Sequence[int]],
                   root: int | None) -> None:
     """Raise a :class:`TacosError` for an unknown collective, bad groups or a bad root."""
@@ -266,6 +276,7 @@ def estimate(topology: Topology | Context, kind: str, size: int, *, model: str =
     model = canonical(model)
     groups = [list(g) for g in (groups or [topo.live_npus])]
     check_request(topo, kind, groups, root)
+    check_size(size, chunks)
     n = len(groups[0])
     if n == 1:
         return Estimate(model, kind, size, 1, len(groups), 0.0, formula="0 (one NPU)")
