@@ -118,16 +118,19 @@ def intra_rings(system: System, members: Sequence[int], *, seed: int = 0,
     cap = min(min(sum(c for (u, _), c in lanes.items() if u == v),
                   sum(c for (_, w), c in lanes.items() if w == v)) for v in members)
     best: list[list[int]] = []
+    peers: dict[int, list[int]] = defaultdict(list)  # lane neighbours, in member order
+    for u, w in sorted(lanes):
+        peers[u].append(w)
     for attempt in range(ATTEMPTS):
         rng = random.Random(seed * 7919 + attempt)
         left = dict(lanes)
         rings: list[list[int]] = []
 
         def und(v: int, left=left) -> list[int]:
-            return [w for w in members if left.get((v, w), 0) > 0 and left.get((w, v), 0) > 0]
+            return [w for w in peers[v] if left[(v, w)] > 0 and left.get((w, v), 0) > 0]
 
         def directed(v: int, left=left) -> list[int]:
-            return [w for w in members if left.get((v, w), 0) > 0]
+            return [w for w in peers[v] if left[(v, w)] > 0]
 
         for succ, both in ((und, True), (directed, False)):
             while len(rings) < min(cap, limit):
