@@ -183,3 +183,73 @@ def test_cli_sweep_prints_table_writes_folder_and_verifies_it(tmp_path, capsys):
     assert len(doc["rows"]) == 3 and doc["rows"][0]["nccl"]
     assert main([str(tdl), "--collective", "allgather", "--sizes", "1KiB", "-o",
                  str(tmp_path / "x.xml")]) == 2
+
+
+def test_auto_leaves_forest_out_of_large_groups_unless_named(monkeypatch):
+    """Tree packing grows with N² max-flows: the default portfolio skips forest above
+    FOREST_MAX_GROUP NPUs (a 16x16 mesh kept it busy for minutes) and says so; naming forest
+    runs it at any size."""
+    from tacos.solvers import auto
+
+    monkeypatch.setattr(auto, "FOREST_MAX_GROUP", 4)
+    topo = tacos.parse("ring r[8] 10GB/s 1us\n").topology
+    coll = build("allgather", range(8), size=8 * 4096)
+    _, sched, facts = run_portfolio(topo, coll, trials=1, workers=1)
+    assert "more than 4" in facts["skipped"]["forest"] and "forest" not in facts["times"]
+    assert verify_schedule(sched).ok
+    _, sched, facts = run_portfolio(topo, coll, candidates=("forest",))
+    assert "forest" in facts["times"] and verify_schedule(sched).ok
+
+
+def test_auto_time_limit_keeps_the_best_plan_found_so_far(monkeypatch):
+    """Once the time limit is spent no further candidate starts (NCCL's models included):
+    the best verified plan so far is returned, with the reason for each skip."""
+    import time
+
+    from tacos.solvers import auto
+
+    real = auto._synthesized
+    started = []
+
+    def slow(topology, collective, name, options, greedy_chunks=False):
+        started.append((name, options.get("time_limit")))
+        time.sleep(0.3)
+        return real(topology, collective, name, options, greedy_chunks)
+
+    monkeypatch.setattr(auto, "_synthesized", slow)
+    topo = tacos.parse("ring r[8] 10GB/s 1us\n").topology
+    coll = build("allgather", range(8), size=8 * 4096)
+    winner, sched, facts = run_portfolio(topo, coll, trials=1, workers=1, time_limit=0.2)
+    assert [n for n, _ in started] == ["greedy"] and started[0][1] == pytest.approx(0.2, 0.1)
+    assert winner == "greedy" and verify_schedule(sched).ok
+    for name in ("forest", "hierarchical", "a2a", "nccl"):
+        assert "time limit" in facts["skipped"][name], facts["skipped"]
+
+
+def test_greedy_chunk_search_shares_one_time_limit(monkeypatch):
+    """The chunk-count search gives every count what is left of one time limit and stops
+    when it is spent (it used to give each count the whole limit)."""
+    import time
+
+    from tacos.solvers import greedy_chunks
+
+    real = tacos.synthesize
+    limits_seen = []
+
+    def slow(topology, collective, **options):
+        limits_seen.append(options.get("time_limit"))
+        time.sleep(0.3)
+        return real(topology, collective, **options)
+
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("tacos.synthesize"), "synthesize", slow)
+    monkeypatch.setattr(greedy_chunks, "CLOSE_TO_BOUND", 0.0)  # keep searching: only the
+    monkeypatch.setattr(greedy_chunks, "PATIENCE", 100)        # time limit may stop it
+    topo = tacos.parse("ring r[8] 10GB/s 1us\n").topology
+    coll = build("allgather", range(8), size=8 * MiB)
+    assert len(greedy_chunks.chunk_counts(coll)) > 2
+    sched = greedy_chunks.synthesize_chunked(topo, coll, time_limit=0.5, trials=1, workers=1,
+                                             bound=False)
+    assert verify_schedule(sched).ok
+    assert len(limits_seen) == 2 and limits_seen[0] == 0.5 and limits_seen[1] < 0.25

@@ -36,6 +36,12 @@ from tacos.topology import Topology
 from tacos.verify import verify_schedule
 
 SYNTHESIZERS = ("greedy", "forest", "hierarchical", "a2a")
+FOREST_MAX_GROUP = 64
+"""Largest group the default portfolio packs trees for.  Packing grows with N² max-flows
+(docs/forest.md, Limits): on this project's 2-core machine forest took 15 s for an all-reduce
+on an 8x8 mesh, 44 s for an all-gather on 8x16, and more than 200 s for an all-reduce on 16x16,
+which kept the default solver busy for many minutes.  Naming ``forest`` (``--solver forest``
+or ``-O candidates=...``) runs it at any size."""
 
 
 def _synthesized(topology: Topology, collective: Collective, name: str,
@@ -88,15 +94,28 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     plans: dict[str, Schedule] = {}
     skipped: dict[str, str] = {}
     seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    limit = options.get("time_limit")
     for name in wanted:
         if name == "nccl" or name not in SYNTHESIZERS and name not in SOLVERS:
             continue
         if name not in SOLVERS:
             skipped[name] = "not in this build"
             continue
+        n = len(collective.group)
+        if name == "forest" and candidates is None and n > FOREST_MAX_GROUP:
+            skipped[name] = (f"not tried on a group of {n} NPUs (more than "
+                             f"{FOREST_MAX_GROUP}): its tree packing would take minutes; "
+                             "--solver forest runs it")
+            continue
+        left = None if limit is None else limit - (time.perf_counter() - start)
+        if left is not None and left <= 0 and plans:  # keep the best plan found so far
+            skipped[name] = f"not tried: the time limit of {limit:g} s was reached"
+            continue
         t0 = time.perf_counter()
         try:
-            plans[name] = _synthesized(topology, collective, name, options, greedy_chunks)
+            opts = options if left is None else {**options, "time_limit": max(left, 1e-3)}
+            plans[name] = _synthesized(topology, collective, name, opts, greedy_chunks)
         except TacosError as exc:
             skipped[name] = exc.message
         seconds[name] = time.perf_counter() - t0
@@ -106,7 +125,10 @@ def run_portfolio(topology: Topology, collective: Collective, *,
                 plans[f"{name}+in-switch"] = fused
     nccl_best = None
     nccl_ref: float | None = None
-    if "nccl" in wanted:
+    if "nccl" in wanted and limit is not None and plans and time.perf_counter() - start > limit:
+        skipped["nccl"] = (f"not tried: the time limit of {limit:g} s was reached (the plan "
+                           "may be slower than NCCL's models)")
+    elif "nccl" in wanted:
         t0 = time.perf_counter()
         try:
             from tacos.solvers.nccl import nccl_best as run_nccl

@@ -24,6 +24,7 @@ given.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tacos.collective import STANDARD_COLLECTIVES, Collective
@@ -94,8 +95,16 @@ def synthesize_chunked(topology: Topology, collective: Collective, *, solver: st
     best: Schedule | None = None
     tried: dict[int, float] = {}
     misses = 0
+    limit = options.get("time_limit")
+    start = time.perf_counter()
     for k in counts:
-        sched = synthesize(topology, rechunk(collective, k), solver=solver, **options)
+        opts = options
+        if limit is not None and best is not None:  # one time limit for all the counts
+            left = limit - (time.perf_counter() - start)
+            if left <= 0:
+                break
+            opts = {**options, "time_limit": max(left, 1e-3)}
+        sched = synthesize(topology, rechunk(collective, k), solver=solver, **opts)
         tried[k] = sched.makespan
         if best is None or sched.makespan < best.makespan * (1 - MIN_GAIN):
             best, misses = sched, 0
