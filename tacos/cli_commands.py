@@ -177,11 +177,16 @@ def _verify_folder(folder: Path, args: Any) -> int:
     files = sorted(folder.glob("*.xml"))
     if not files:
         raise TacosError(f"{folder}: no .xml file to verify")
+    odd = [f for f in files if not f.is_file()]
+    if odd:  # a pipe or device would block the read (and the runtime's load of the folder)
+        raise TacosError(f"{odd[0]}: not a regular file",
+                         hint="the folder should hold only the MSCCL XML files of one set")
     topology = None
     if args.topology:
         from tacos.importers import load_any
 
-        topology = load_any(args.topology, _params(args.param)).topology
+        topology = load_any(args.topology, _params(args.param),
+                            include_dirs=args.include_dir).topology
     results = [(f, verify_xml_file(f, topology=topology, max_steps=args.max_steps,
                                    strict=args.strict)) for f in files]
     problems = check_set(files)
@@ -212,7 +217,8 @@ def _verify(args: argparse.Namespace) -> int:
     if path.is_dir():
         return _verify_folder(path, args)
     if not path.is_file():
-        raise TacosError(f"{path}: no such file")
+        raise TacosError(f"{path}: " + ("not a regular file" if path.exists() else
+                                        "no such file"))
     topology, groups = None, []
     if args.topology:
         from tacos.importers import load_any

@@ -65,6 +65,22 @@ def test_use_of_a_named_pipe_does_not_block(tmp_path: Path) -> None:
     assert "not a regular file" in err.message and err.span.line == 2
 
 
+def test_verify_refuses_named_pipes_without_blocking(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``tacosc verify`` of a pipe, or of a sweep folder holding one, answers at once (reading
+    the pipe would block until a writer came)."""
+    from tacos.cli import main
+
+    (tmp_path / "plans").mkdir()
+    os.mkfifo(tmp_path / "plans" / "a.xml")
+    os.mkfifo(tmp_path / "plan.json")
+    for target in (tmp_path / "plans", tmp_path / "plans" / "a.xml", tmp_path / "plan.json"):
+        t0 = time.perf_counter()
+        assert main(["verify", str(target)]) == 1
+        assert "not a regular file" in capsys.readouterr().err
+        assert time.perf_counter() - t0 < 3
+
+
 def test_size_cap_is_applied_while_reading(tmp_path: Path) -> None:
     """A top-level file that is a stream (st_size 0) is cut off at the cap, not read whole."""
     fifo = tmp_path / "stream.tdl"
