@@ -52,10 +52,16 @@ def locate(text: str, needle: str, start: int = 0) -> tuple[int, int]:
 
 def load_json(text: str, name: str) -> Any:
     """Decode JSON, turning a syntax error into a located :class:`TacosError`."""
+    from tacos.inputs import check_json_nesting, json_nesting_error
+
     try:
-        return json.loads(text)
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise error_at(name, text, exc.lineno, exc.colno, f"not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise json_nesting_error(text, name) from None
+    check_json_nesting(doc, name)
+    return doc
 
 
 def quantity(value: Any, kind: str, what: str, default_unit: str | None = None) -> float:

@@ -24,6 +24,10 @@ class Span:
         return f"{self.file}:{self.line}:{self.col}"
 
 
+SHOWN_LINE = 160
+"""Longest part of a source line an error shows (a window around the caret)."""
+
+
 class TacosError(Exception):
     """Base class of every error a user can cause.
 
@@ -53,13 +57,21 @@ class TacosError(Exception):
         lines = [head]
         if self.span is not None and self.source_line is not None:
             text = self.source_line.rstrip("\n").expandtabs(1)
-            num = str(self.span.line)
-            lines.append(f"  {num} | {text}")
+            col = self.span.col
             width = 1
             if self.span.end_col is not None and (self.span.end_line in (None, self.span.line)):
                 width = max(1, self.span.end_col - self.span.col)
-            width = min(width, max(1, len(text) - self.span.col + 1))
-            lines.append(f"  {' ' * len(num)} | {' ' * (self.span.col - 1)}{'^' * width}")
+            if len(text) > SHOWN_LINE:  # a window around the caret, not a megabyte of line
+                start = max(0, min(col - 1 - SHOWN_LINE // 3, len(text) - SHOWN_LINE))
+                cut = text[start:start + SHOWN_LINE]
+                text = ("..." if start else "") + cut + (
+                    "..." if start + SHOWN_LINE < len(text) else "")
+                col = col - start + (3 if start else 0)
+                width = min(width, max(1, SHOWN_LINE - (col - 1 - (3 if start else 0))))
+            num = str(self.span.line)
+            lines.append(f"  {num} | {text}")
+            width = min(width, max(1, len(text) - col + 1))
+            lines.append(f"  {' ' * len(num)} | {' ' * (col - 1)}{'^' * width}")
         if self.hint:
             lines.append(f"hint: {self.hint}")
         return "\n".join(lines)

@@ -40,7 +40,7 @@ def sniff_format(text: str) -> str | None:
     if head.startswith("{"):
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # too deep for any import format
             return None
         if isinstance(doc, dict) and "TopologyParams" in doc:
             return "teccl"

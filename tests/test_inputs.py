@@ -147,3 +147,29 @@ def test_names_set_in_a_loop_body_and_passed_parameters_are_not_duplicates(
     top.write_text('use "part.tdl"(n=3) as p[2]\n')
     assert tacos.load(top).topology.n_npus == 6
     assert tacos.load(part, {"n": 5}).topology.n_npus == 5
+
+
+@pytest.mark.parametrize("fmt", ["taccl", "teccl"])
+def test_deeply_nested_import_json_is_a_located_limit_error(
+        fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tacos.cli import main
+
+    f = tmp_path / "deep.json"
+    f.write_text('{"a":\n' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    assert main(["import", fmt, str(f), "-o", str(tmp_path / "x.tdl")]) == 1
+    err = capsys.readouterr().err
+    assert "deep.json:2:100: error: JSON nested deeper than 100 levels (nesting)" in err, err
+    assert not (tmp_path / "x.tdl").exists()
+
+
+def test_errors_show_a_window_of_a_long_source_line() -> None:
+    from tacos.errors import SHOWN_LINE, Span
+
+    line = "x" * 5000 + "BAD" + "y" * 5000
+    err = TacosError("bad thing", span=Span("f.tdl", 1, 5001, end_col=5004),
+                     source_line=line)
+    shown, caret = err.render().splitlines()[1:3]
+    assert len(shown) < SHOWN_LINE + 20 and shown.count("...") == 2
+    assert shown[caret.index("^"):caret.index("^") + 3] == "BAD" and caret.count("^") == 3
+    short = TacosError("bad", span=Span("f.tdl", 1, 3), source_line="abcdef").render()
+    assert short.splitlines()[1:] == ["  1 | abcdef", "    |   ^"]
