@@ -48,55 +48,61 @@ def run_fifo(model: Model, *, capacity: int = 1) -> FifoRun:
     flag: dict[TbKey, int] = dict.fromkeys(model.by_tb, -1)
     fifo: dict[ConnKey, deque[Tx]] = defaultdict(deque)
     waiting: dict[TbKey, list[TbKey]] = defaultdict(list)  # tb -> tbs waiting on its flag
-    ends = {}  # tb -> (its transmissions, the connection it receives on, the one it sends on)
+    sender, receiver = model.sender, model.receiver
+    # per tb, resolved once: its transmissions with (receives, sends, cnt) of each, the queue
+    # it pops from and the tb that feeds it, the queue it pushes into and the tb that drains it
+    ends = {}
     for key, txs in model.by_tb.items():
         tb = model.tbs[key]
-        ends[key] = (txs, (tb.recv, key[0], tb.chan), (key[0], tb.send, tb.chan))
+        rconn, sconn = (tb.recv, key[0], tb.chan), (key[0], tb.send, tb.chan)
+        kinds = [(tx.type in RECEIVING_TYPES, tx.type in SENDING_TYPES, tx.steps[0].cnt)
+                 for tx in txs]
+        ends[key] = (txs, kinds, fifo[rconn], sender.get(rconn), fifo[sconn],
+                     receiver.get(sconn))
     work = deque(model.by_tb)
     queued = set(work)
-    sender, receiver = model.sender, model.receiver
 
     def wake(key: TbKey | None) -> None:
         if key is not None and key not in queued:
             queued.add(key)
             work.append(key)
 
+    flag_get = flag.get
     while work:
         key = work.popleft()
         queued.discard(key)
-        txs, rconn, sconn = ends[key]
+        txs, kinds, rq, feeder, sq, drainer = ends[key]
         rank = key[0]
         i, ph, n = pc[key], phase[key], len(txs)
         while i < n:
             tx = txs[i]
-            kind = tx.type
-            recv, send = kind in RECEIVING_TYPES, kind in SENDING_TYPES
+            recv, send, cnt = kinds[i]
             if ph == 0:
-                if tx.waits:
-                    short = next(((rank, d) for d, k, _ in tx.waits
-                                  if flag.get((rank, d), -1) < k), None)
-                    if short is not None:
-                        waiting[short].append(key)
+                short = None
+                for d, k, _ in tx.waits:
+                    if flag_get((rank, d), -1) < k:
+                        short = (rank, d)
                         break
+                if short is not None:
+                    waiting[short].append(key)
+                    break
                 if recv:
-                    q = fifo[rconn]
-                    if not q or q[0].steps[0].cnt != tx.steps[0].cnt:
+                    if not rq or rq[0].steps[0].cnt != cnt:
                         break
-                    q.popleft()
+                    rq.popleft()
                     order.append((tx.gid, "recv"))
-                    wake(sender.get(rconn))
+                    wake(feeder)
                     if send:
                         ph = 1  # a fused op: its send half runs next
                         continue
                 elif not send:
                     order.append((tx.gid, "exec"))
             if ph == 1 or (send and not recv):
-                q = fifo[sconn]
-                if len(q) >= capacity:
+                if len(sq) >= capacity:
                     break
-                q.append(tx)
+                sq.append(tx)
                 order.append((tx.gid, "send"))
-                wake(receiver.get(sconn))
+                wake(drainer)
             ph = 0
             i += 1
             if tx.hasdep:

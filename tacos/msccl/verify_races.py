@@ -24,7 +24,7 @@ from tacos.msccl.verify_deps import HappensBefore
 from tacos.msccl.verify_model import Model, Tx
 from tacos.msccl.verify_report import Violation
 
-Access = tuple[int, int, bool, str]  # (gid, tb, is_write, text as written)
+Access = tuple[int, int, bool, str, int]  # (gid, tb, is_write, buffer, offset)
 
 
 def accesses(tx: Tx) -> list[tuple[str, int, int, bool]]:
@@ -132,7 +132,7 @@ def check_races(model: Model, hb: HappensBefore, *, aliased: bool, limit: int = 
             for j in range(off, off + cnt):
                 phys = _phys(p, tx.rank, buf, j) if aliased else (buf, j)
                 slot = (tx.rank, phys[0], phys[1])
-                acc = (gid, tx.tb, write, f"{buf}[{j}]")
+                acc = (gid, tx.tb, write, buf, j)
                 w = last_write.get(slot)
                 if w is not None and w[0] != gid and not ordered(w, acc):
                     flag(w, acc)
@@ -146,10 +146,10 @@ def check_races(model: Model, hb: HappensBefore, *, aliased: bool, limit: int = 
     out = []
     for a, b in list(found.values())[:limit]:
         ta, tb_ = model.txs[a[0]], model.txs[b[0]]
-        alias = " (in-place aliasing)" if aliased and a[3][0] != b[3][0] else ""
+        alias = " (in-place aliasing)" if aliased and a[3][:1] != b[3][:1] else ""
         out.append(Violation(
-            "race", f"tb {tb_.tb} step {tb_.first} ({tb_.type} {_verb(b)} {b[3]}) and tb "
-            f"{ta.tb} step {ta.first} ({ta.type} {_verb(a)} {a[3]}) touch the same chunk"
+            "race", f"tb {tb_.tb} step {tb_.first} ({tb_.type} {_verb(b)} {b[3]}[{b[4]}]) and tb "
+            f"{ta.tb} step {ta.first} ({ta.type} {_verb(a)} {a[3]}[{a[4]}]) touch the same chunk"
             f"{alias} with no happens-before order between them",
             hint="make one wait for the other with depid/deps (and hasdep=1 on the target)",
             **tb_.where()))
