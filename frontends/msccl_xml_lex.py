@@ -34,6 +34,9 @@ _STEP = re.compile(r'<step s=' + _INT + r' type="([a-z]{1,4})" srcbuf="([ios])" 
                    + r' dstbuf="([ios])" dstoff=' + _INT + r' cnt=' + _INT + r' depid=' + _INT
                    + r' deps=' + _INT + r' hasdep=' + _INT + r'/>')
 
+#: the next canonical ``<step>`` after only spaces and newlines (the lexer's run loop)
+_STEP_NEXT = re.compile(r"[ \n\r]*" + _STEP.pattern)
+
 
 @dataclass
 class Element:
@@ -153,14 +156,8 @@ class Reader:
                 stack.pop()
                 continue
             if stack and text.startswith("<step ", lt):
-                m = _STEP.match(text, lt)
-                if m:
-                    g = m.groups()
-                    line, col = self.pos(lt)
-                    stack[-1].children.append(Element("step", {}, {}, line, col, [], Step(
-                        int(g[0]), g[1], g[2], int(g[3]), g[4], int(g[5]), int(g[6]),
-                        int(g[7]), int(g[8]), int(g[9]), line)))
-                    pos = m.end()
+                pos = self._step_run(lt, stack[-1].children)
+                if pos > lt:
                     continue
             elem, selfclose, pos = self._start_tag(lt)
             if elem is None:
@@ -174,6 +171,26 @@ class Reader:
                          hint=f"add </{e.name}> or self-close the element with '/>'")
             self.damaged = True
         return top
+
+    def _step_run(self, lt: int, children: list[Element]) -> int:
+        """Read the run of canonical ``<step>`` lines starting at ``lt`` (separated only by
+        spaces and newlines) in one loop; returns where it stopped (``lt`` if none matched)."""
+        text, starts = self.text, self.starts
+        line = bisect_right(starts, lt)
+        nstarts = len(starts)
+        pos = lt
+        m = _STEP.match(text, lt)
+        while m is not None:
+            at = m.start(1) - 9  # where '<step s="' begins
+            while line < nstarts and starts[line] <= at:
+                line += 1
+            g = m.groups()
+            children.append(Element("step", {}, {}, line, at - starts[line - 1] + 1, [], Step(
+                int(g[0]), g[1], g[2], int(g[3]), g[4], int(g[5]), int(g[6]), int(g[7]),
+                int(g[8]), int(g[9]), line)))
+            pos = m.end()
+            m = _STEP_NEXT.match(text, pos)
+        return pos
 
     def _fatal(self, rule: str, message: str, offset: int, hint: str | None = None) -> None:
         line, col = self.pos(offset)
