@@ -81,9 +81,13 @@ class _Replay:
         return (rank, buf, idx)
 
     def read(self, tx: Tx, buf: str, off: int, cnt: int) -> list[Value]:
-        vals = [self.mem.get(self.loc(tx.rank, buf, off + j)) for j in range(cnt)]
-        missing = [off + j for j, v in enumerate(vals) if v is None]
-        if missing:
+        get, rank = self.mem.get, tx.rank
+        if self.aliased:
+            vals = [get(self.loc(rank, buf, off + j)) for j in range(cnt)]
+        else:
+            vals = [get((rank, buf, j)) for j in range(off, off + cnt)]
+        if None in vals:
+            missing = [off + j for j, v in enumerate(vals) if v is None]
             self.bad_reads += 1
             if self.bad_reads <= self.limit:
                 self.out.append(Violation(
@@ -93,22 +97,27 @@ class _Replay:
         return vals
 
     def write(self, tx: Tx, buf: str, off: int, vals: list[Value]) -> None:
-        for j, v in enumerate(vals):
-            key = self.loc(tx.rank, buf, off + j)
-            self.mem[key] = v
-            self.writer[key] = tx
+        mem, writer, rank, aliased = self.mem, self.writer, tx.rank, self.aliased
+        for j, v in enumerate(vals, off):
+            key = self.loc(rank, buf, j) if aliased else (rank, buf, j)
+            mem[key] = v
+            writer[key] = tx
 
     def run(self, fifo_run: FifoRun) -> None:
         m = self.model
+        # each tb's outgoing and incoming queue, looked up once
+        sq = {key: self.fifo[(key[0], tb.send, tb.chan)] for key, tb in m.tbs.items()}
+        rq = {key: self.fifo[(tb.recv, key[0], tb.chan)] for key, tb in m.tbs.items()}
+        txs, carry = m.txs, self.carry
         for gid, what in fifo_run.order:
-            tx = m.txs[gid]
+            tx = txs[gid]
             st = tx.step
-            if what == "send" and gid in self.carry:
-                self.fifo[m.send_conn(tx)].append(self.carry.pop(gid))
+            if what == "send" and gid in carry:
+                sq[(tx.rank, tx.tb)].append(carry.pop(gid))
             elif what == "send":
-                self.fifo[m.send_conn(tx)].append(self.read(tx, st.srcbuf, st.srcoff, st.cnt))
+                sq[(tx.rank, tx.tb)].append(self.read(tx, st.srcbuf, st.srcoff, st.cnt))
             elif what == "recv":
-                got = list(self.fifo[m.recv_conn(tx)].popleft())
+                got = list(rq[(tx.rank, tx.tb)].popleft())
                 got = (got + [None] * st.cnt)[:st.cnt]
                 if st.type in ("rrs", "rrc", "rrcs"):
                     local = self.read(tx, st.srcbuf, st.srcoff, st.cnt)
