@@ -55,6 +55,14 @@ class _Order:
 
     def visit(self, tx: Tx) -> None:
         """Compute ``tx``'s rank-local vector clock (predecessors visited first)."""
+        if not tx.waits:  # the tb's clock stays as it is (an absent clock is empty)
+            if tx.hasdep:
+                key = (tx.rank, tx.tb)
+                vc = self.tb_clock.get(key)
+                if vc is None:
+                    vc = self.tb_clock[key] = {}
+                self.clock[tx.gid] = vc
+            return
         vc = self.tb_clock.get(tx.key, {})
         fresh = False
         for depid, deps, _ in tx.waits:
@@ -120,20 +128,21 @@ def check_races(model: Model, hb: HappensBefore, *, aliased: bool, limit: int = 
         key = (min(x[0], y[0]), max(x[0], y[0]))
         found.setdefault(key, (x, y) if x[0] < y[0] else (y, x))
 
+    visit, get_write = order.visit, last_write.get
     for gid in hb.order:
         tx = txs[gid]
-        order.visit(tx)
-        st = tx.step
-        self_copy = aliased and st.type == "cpy" and _phys(p, tx.rank, st.srcbuf, st.srcoff) \
-            == _phys(p, tx.rank, st.dstbuf, st.dstoff)
+        visit(tx)
+        st = tx.steps[0]
+        rank, tb = tx.rank, tx.tb
+        self_copy = aliased and st.type == "cpy" and _phys(p, rank, st.srcbuf, st.srcoff) \
+            == _phys(p, rank, st.dstbuf, st.dstoff)
         for buf, off, cnt, write in accesses(tx):
             if write and self_copy:
                 continue  # copies a chunk onto itself (in-place): nothing changes
             for j in range(off, off + cnt):
-                phys = _phys(p, tx.rank, buf, j) if aliased else (buf, j)
-                slot = (tx.rank, phys[0], phys[1])
-                acc = (gid, tx.tb, write, buf, j)
-                w = last_write.get(slot)
+                slot = (rank, *_phys(p, rank, buf, j)) if aliased else (rank, buf, j)
+                acc = (gid, tb, write, buf, j)
+                w = get_write(slot)
                 if w is not None and w[0] != gid and not ordered(w, acc):
                     flag(w, acc)
                 if write:
