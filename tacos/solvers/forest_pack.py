@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from tacos.solvers.forest_flow import INF, FlowNetwork
 from tacos.solvers.forest_rate import Edge
-from tacos.solvers.forest_split import Path, SplitGraph
+from tacos.solvers.forest_split import Path, SplitGraph, hop_distances, successors
 
 
 @dataclass
@@ -216,22 +216,8 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
 
 def _eccentricity(compute: tuple[int, ...], caps: dict[Edge, int]) -> dict[int, int]:
     """Hop eccentricity of every NPU in the graph of positive-capacity arcs."""
-    succ: dict[int, list[int]] = defaultdict(list)
-    for (x, y), c in caps.items():
-        if c > 0:
-            succ[x].append(y)
-    out = {}
-    for r in compute:
-        dist = {r: 0}
-        frontier = deque([r])
-        while frontier:
-            x = frontier.popleft()
-            for y in succ[x]:
-                if y not in dist:
-                    dist[y] = dist[x] + 1
-                    frontier.append(y)
-        out[r] = max(dist.values())
-    return out
+    succ = successors(caps)
+    return {r: max(hop_distances(succ, r).values()) for r in compute}
 
 
 def _map_paths(tree: Tree, pools: dict[Edge, list[tuple[Path, int]]]) -> list[Tree]:

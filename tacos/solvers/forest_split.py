@@ -167,18 +167,8 @@ class _Splitter:
         nodes)."""
         if len(peers) <= FAN_OUT:
             return peers
-        succ: dict[int, list[int]] = defaultdict(list)
-        for (a, b), c in self.caps.items():
-            if c > 0 and w not in (a, b):
-                succ[a].append(b)
-        dist = {u: 0}
-        frontier = deque([u])
-        while frontier:
-            a = frontier.popleft()
-            for b in succ[a]:
-                if b not in dist:
-                    dist[b] = dist[a] + 1
-                    frontier.append(b)
+        succ = successors(self.caps, avoid=w)
+        dist = hop_distances(succ, u)
         order = sorted(peers + [u])
         pos = {v: i for i, v in enumerate(order)}
         n = len(order)
@@ -201,6 +191,29 @@ class _Splitter:
         if u != t:
             self._set((u, t), self.caps.get((u, t), 0) + mu)
             self.paths.setdefault((u, t), []).extend(_join(first, second))
+
+
+def successors(caps: dict[Edge, int], avoid: int | None = None) -> dict[int, list[int]]:
+    """Out-neighbours along the positive-capacity arcs of ``caps`` (arcs touching ``avoid``
+    left out)."""
+    succ: dict[int, list[int]] = defaultdict(list)
+    for (a, b), c in caps.items():
+        if c > 0 and avoid not in (a, b):
+            succ[a].append(b)
+    return succ
+
+
+def hop_distances(succ: dict[int, list[int]], source: int) -> dict[int, int]:
+    """Breadth-first hop counts from ``source`` over ``succ`` (reachable nodes only)."""
+    dist = {source: 0}
+    frontier = deque([source])
+    while frontier:
+        a = frontier.popleft()
+        for b in succ[a]:
+            if b not in dist:
+                dist[b] = dist[a] + 1
+                frontier.append(b)
+    return dist
 
 
 def split_switches(n_nodes: int, compute: tuple[int, ...], roots: tuple[int, ...],
