@@ -59,7 +59,8 @@ def _synthesized(topology: Topology, collective: Collective, name: str,
     if name == "greedy" and greedy_chunks:
         from tacos.solvers.greedy_chunks import synthesize_chunked
 
-        return synthesize_chunked(topology, collective, solver=name, **opts)
+        return synthesize_chunked(topology, collective, solver=name, bound=False,
+                                  **opts)
     res = solve(topology, collective, solver=name, bound=False, **opts)
     if res.schedule is None:
         raise TacosError(f"{name} found no schedule ({res.status})")
