@@ -230,8 +230,9 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "aut
         synthesizers and of NCCL's own algorithms on this topology (``meta['auto']`` says which
         won and by how much).  Or one solver: ``greedy``, ``forest``, ``ilp``, ``taccl``,
         ``multicast``, ``a2a``; NCCL models ``nccl`` (NCCL's pick), ``nccl-ring``,
-        ``nccl-tree``, ``nvls``, ``collnet``, ``pat``, ``nccl-p2p``; textbook baselines ``ring`` (one ring),
-        ``biring``, ``direct``, ``rhd``, ``dbtree``, ``hierarchical`` (options:
+        ``nccl-tree``, ``nvls``, ``collnet``, ``pat``, ``nccl-p2p``; textbook baselines
+        ``ring`` (one ring), ``biring``, ``direct``, ``rhd``, ``dbtree``, ``hierarchical``
+        (options:
         :func:`tacos.solver_options`).
     seed
         Random seed; the same seed gives the same schedule.
