@@ -107,6 +107,7 @@ def test_alltoall_bound_sees_the_nodes_nics():
     assert b.parts["cut"] == pytest.approx(64 * chunk / (8 * 25e9), rel=1e-6)
     assert b.parts["cut"] > 5 * b.parts["ingress_egress"]
     p2p = nccl_schedule("p2p", topo, coll)
+    assert verify_schedule(p2p).ok
     assert b.value <= p2p.makespan < 1.1 * b.value
 
 

@@ -115,7 +115,7 @@ def test_worker_count_does_not_change_the_schedule(monkeypatch):
     two = solve(topo, coll, seed=3, trials=6, workers=2)
     assert transfers_key(one.schedule) == transfers_key(two.schedule)
     assert one.schedule.meta["best_trial"] == two.schedule.meta["best_trial"]
-    assert seen and seen[-1] == seen[-1] and seen == sorted(seen)
+    assert seen and seen[-1] >= 6 and seen == sorted(seen)  # every trial reported, in order
 
 
 @pytest.mark.parametrize("dims,wrap,size,k", [((4, 4, 4), True, 64 * MiB, 4),

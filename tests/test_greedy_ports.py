@@ -134,7 +134,7 @@ def test_node_nics_carry_fewer_copies_with_islands():
 def test_same_seed_same_bytes_on_the_physical_model():
     topo = preset("dgx_a100", nodes=2)
     coll = build("allgather", topo.live_npus, size=16 * MiB, chunks_per_npu=2)
-    a = synthesize(topo, coll, solver="greedy", trials=3, workers=1, seed=4)
+    a = checked(synthesize(topo, coll, solver="greedy", trials=3, workers=1, seed=4))
     b = synthesize(topo, coll, solver="greedy", trials=3, workers=2, seed=4)
     assert a.transfers == b.transfers
     c = synthesize(topo, coll, solver="greedy", trials=3, workers=1, seed=5)

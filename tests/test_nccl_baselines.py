@@ -229,6 +229,7 @@ def test_refined_plans_are_bounded_with_their_own_chunks():
     topo = preset("dgx1")
     coll = build("allgather", topo.live_npus, size=64 * MiB)
     s = tacos.synthesize(topo, coll, solver="nccl-ring")
+    ok(s)
     assert s.collective.chunks_per_npu == 6  # six channels
     assert s.meta["gap"] >= 1.0  # against the bound of the six-piece collective
     bound = lower_bound(topo, coll)
