@@ -195,17 +195,19 @@ def _tacos_version() -> str:
 _CLIENTS: dict[str, Any] = {}
 
 
-def connect(address: str, timeout: float = CONNECT_TIMEOUT) -> Any:
+def connect(address: str, timeout: float | None = None) -> Any:
     """A ``distributed.Client`` for the scheduler at ``address`` (kept for later calls).
 
     Raises :class:`~tacos.errors.ClusterError` with a hint when Dask is not installed, the
-    address is not a Dask scheduler's, nothing answers there within ``timeout`` seconds, the
-    cluster has no worker, or its workers run another tacos version.
+    address is not a Dask scheduler's, nothing answers there within ``timeout`` seconds (default
+    :data:`CONNECT_TIMEOUT`), the cluster has no worker, or its workers run another tacos
+    version.
     """
     address = str(address).strip()
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
     if address.startswith("ray://"):
         raise ClusterError(f"--cluster {address}: Ray clusters are not supported, only Dask "
-                         "schedulers (tcp://HOST:8786)", hint=CLUSTER_HINT)
+                           "schedulers (tcp://HOST:8786)", hint=CLUSTER_HINT)
     client = _CLIENTS.get(address)
     if client is not None and client.status == "running":
         return client
@@ -213,7 +215,7 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT) -> Any:
         from distributed import Client
     except ImportError:
         raise ClusterError("running on a cluster needs Dask's distributed scheduler, which is "
-                         "not installed", hint="pip install 'tacos[cluster]'") from None
+                           "not installed", hint="pip install 'tacos[cluster]'") from None
     from distributed.comm import parse_address, parse_host_port
     from distributed.comm.registry import backends
 
@@ -237,20 +239,20 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT) -> Any:
             client.wait_for_workers(1, timeout=timeout)
         except TimeoutError:
             raise ClusterError(f"the Dask scheduler at {address} has no worker",
-                             hint=CLUSTER_HINT) from None
+                               hint=CLUSTER_HINT) from None
         mine = _tacos_version()
         try:
             versions = client.run(_tacos_version)
         except Exception as exc:  # noqa: BLE001 - any failure here means a broken worker
             raise ClusterError(f"the workers of {address} cannot run tacos "
-                             f"({_first_line(exc)})",
-                             hint="install the same tacos on every worker") from None
+                               f"({_first_line(exc)})",
+                               hint="install the same tacos on every worker") from None
         other = {w: v for w, v in versions.items() if v != mine}
         if other:
             w, v = sorted(other.items())[0]
             raise ClusterError(f"worker {w} of {address} runs tacos {v}, this is {mine}",
-                             hint="install the same tacos on every worker: the same seed "
-                                  "gives the same schedule only with the same code")
+                               hint="install the same tacos on every worker: the same seed "
+                                    "gives the same schedule only with the same code")
     except BaseException:
         client.close()
         raise
