@@ -100,6 +100,8 @@ class PoolEngine(Engine):
 
     def imap(self, fn: Task, shared: Any, items: Sequence[Any],
              deadline: float | None = None) -> Iterator[tuple[int, Any]]:
+        if not items:
+            return
         ctx = mp.get_context("fork")
         pool = ctx.Pool(min(self.slots, len(items)), initializer=_init_worker,
                         initargs=(fn, shared, os.getpid()))
@@ -157,7 +159,7 @@ class DaskEngine(Engine):
 
         client = self.client
         run = uuid.uuid4().hex[:12]
-        data = client.scatter(shared, broadcast=True, hash=False)
+        [data] = client.scatter([shared], broadcast=True, hash=False)  # one object
         futures = [client.submit(_dask_call, fn, data, i, item, key=f"tacos-{run}-{i}",
                                  pure=False) for i, item in enumerate(items)]
         pending = set(futures)
