@@ -177,11 +177,13 @@ class DaskEngine(Engine):
                     break
                 for fut in sorted(done, key=futures.index):
                     got += 1
-                    yield fut.result()
+                    answer = fut.result()
+                    fut.release()  # the scheduler may forget it now
+                    yield answer
         finally:
             if pending:
                 client.cancel(list(pending))
-            del futures, pending, data
+            data.release()
 
 
 def _dask_call(fn: Task, shared: Any, i: int, item: Any) -> tuple[int, Any]:

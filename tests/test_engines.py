@@ -49,6 +49,41 @@ def _square_plus(shared: int, item: int) -> int:
     return shared + item * item
 
 
+def _nap(shared: float, item: int) -> int:
+    import time
+
+    time.sleep(shared)
+    return item
+
+
+@pytest.mark.parametrize("engine", [engines.SerialEngine(), engines.PoolEngine(2)])
+def test_past_the_deadline_one_result_is_still_waited_for(engine):
+    import time
+
+    got = list(engine.imap(_nap, 0.05, list(range(8)), deadline=time.perf_counter()))
+    assert 1 <= len(got) < 8
+    assert all(i == item for i, item in got)
+
+
+def test_dask_engine_stops_at_the_deadline_and_cancels_the_rest():
+    import time
+
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        engine = engines.engine_for(cluster=client)
+        assert isinstance(engine, engines.DaskEngine) and engine.slots == 1
+        got = list(engine.imap(_nap, 0.2, list(range(6)), deadline=time.perf_counter()))
+        assert 1 <= len(got) < 6 and all(i == item for i, item in got)
+        end = time.perf_counter() + 2.0  # the unfinished tasks were cancelled, not left to run
+        while cluster.scheduler.tasks and time.perf_counter() < end:
+            time.sleep(0.05)
+        assert not cluster.scheduler.tasks
+        full = sorted(engine.imap(_square_plus, 1, [3, 1, 2]))
+        assert full == [(0, 10), (1, 2), (2, 5)]
+
+
 def test_trials_give_the_same_bytes_in_process_on_a_pool_and_on_dask(monkeypatch):
     distributed = pytest.importorskip("distributed")
     monkeypatch.setattr(greedy_mod, "IN_PROCESS_WORK", 0)  # a pool even for this problem
