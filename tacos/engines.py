@@ -243,7 +243,8 @@ def connect(address: str, timeout: float | None = None) -> Any:
             client.wait_for_workers(1, timeout=timeout)
         except TimeoutError:
             raise ClusterError(f"the Dask scheduler at {address} has no worker",
-                               hint=CLUSTER_HINT) from None
+                               hint=f"start workers with `dask worker {address} --nthreads 1` "
+                                    "(same Python and tacos as here)") from None
         mine = _tacos_version()
         try:
             versions = client.run(_tacos_version)
