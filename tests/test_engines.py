@@ -188,3 +188,21 @@ def test_tacosc_cluster_sweep_writes_the_same_files(process_cluster, tmp_path):
     there = {p.name: p.read_bytes() for p in (tmp_path / "there").glob("*.xml")}
     assert here and here == there
     assert check_set(sorted((tmp_path / "there").glob("*.xml"))) == []
+
+
+def test_connect_checks_the_workers_tacos_and_keeps_the_connection(monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                                  dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        try:
+            client = engines.connect(address)
+            assert engines.connect(address) is client  # kept for the next run
+            engines.close_clients()
+            monkeypatch.setattr(distributed.Client, "run",
+                                lambda self, fn, *a, **k: {"tcp://10.0.0.9:1": "0.0.0"})
+            with pytest.raises(ClusterError, match="runs tacos 0.0.0") as info:
+                engines.connect(address)
+            assert "same tacos" in info.value.hint
+        finally:
+            engines.close_clients()
