@@ -114,8 +114,8 @@ def solver_options(solver: str) -> dict[str, Any]:
     """The options ``solver`` accepts (name -> :class:`tacos.solvers.options.Option` with a
     one-line ``doc``), the common ones first.
 
-    >>> sorted(solver_options("ilp"))[:3]
-    ['backend', 'cluster_first', 'cluster_steps']
+    >>> sorted(solver_options("ilp"))[:4]
+    ['backend', 'cluster', 'cluster_first', 'cluster_steps']
     """
     from tacos.solvers.options import describe
 

@@ -139,8 +139,15 @@ def limits_of(args: argparse.Namespace) -> Any:
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    """Refuse numeric options that are out of range before any work is done."""
+    """Refuse numeric options that are out of range before any work is done (and read
+    ``--cluster``'s default from ``$TACOS_CLUSTER``)."""
     from tacos.limits import check_number
+
+    if getattr(args, "cluster", None) is None:
+        args.cluster = os.environ.get("TACOS_CLUSTER", "").strip() or None
+    if args.cluster is not None and not args.cluster.strip():
+        raise UsageError("--cluster needs a Dask scheduler address",
+                         hint="e.g. --cluster tcp://10.0.0.5:8786")
 
     for key in ("instances", "max_steps"):
         value = getattr(args, key)
@@ -201,6 +208,9 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, help="randomized trials (greedy; the ILP's start)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--workers", type=int, help="parallel processes for trials (default: cores)")
+    p.add_argument("--cluster", metavar="tcp://HOST:8786",
+                   help="run trials and sweep sizes on this Dask scheduler's workers "
+                   "(default: $TACOS_CLUSTER, else local processes; needs tacos[cluster])")
     p.add_argument("--time-limit", type=float, help="seconds the solver may spend (ILP)")
     p.add_argument("--relays", choices=("members", "all"),
                    help="where a process group's data may be relayed: at group members only "
@@ -455,8 +465,9 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         # MSCCL cannot express in-switch groups: pick among the plans it can run
         options.setdefault("in_switch", False)
     schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
-                   trials=args.trials, workers=args.workers, time_limit=args.time_limit,
-                   relays=args.relays or "members", progress=reporter, **options)
+                   trials=args.trials, workers=args.workers, cluster=args.cluster,
+                   time_limit=args.time_limit, relays=args.relays or "members",
+                   progress=reporter, **options)
     with reporter.phase("verifying"):
         schedule.verify().raise_if_failed()
     if args.output and fmt == "xml":  # large plans: streamed, never held as one text
@@ -527,7 +538,7 @@ def _sweep(args: argparse.Namespace) -> int:
     # no count given: the greedy picks its own per size (tacos.sweep.sweep decides)
     free = getattr(chosen, "auto_chunks", False) and args.solver in ("auto", "greedy")
     for key, value in (("trials", args.trials), ("workers", args.workers),
-                       ("time_limit", args.time_limit)):
+                       ("cluster", args.cluster), ("time_limit", args.time_limit)):
         if value is not None:
             options[key] = value
     cands = None if args.solver == "auto" else (args.solver, "nccl")

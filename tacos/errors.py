@@ -102,6 +102,11 @@ class UsageError(TacosError):
     exit_code = 2
 
 
+class ClusterError(UsageError):
+    """The cluster the user named cannot run the work (not installed, unreachable, no worker,
+    another tacos version): never a reason to quietly skip a solver."""
+
+
 class SolverUnavailableError(TacosError):
     """A requested solver back end is not installed."""
 

@@ -210,13 +210,19 @@ class Sweep:
 def sweep(topology: Topology, kind: str, sizes: str | Sequence[int | str], *,
           group: Sequence[int] | None = None, chunks_per_npu: int | None = None,
           root: int | None = None, candidates: Sequence[str] | None = None,
-          progress: Callable[[int, int], None] | None = None, **options: Any) -> Sweep:
+          progress: Callable[[int, int], None] | None = None, workers: int | None = None,
+          cluster: Any = None, **options: Any) -> Sweep:
     """Synthesize ``kind`` at every size of ``sizes`` (see :func:`parse_sizes`) with the
     ``auto`` portfolio and the NCCL models; options go to the synthesizers (``seed``,
-    ``trials``, ``workers`` ...).  Without ``chunks_per_npu`` the greedy chooses its chunks per
+    ``trials`` ...).  Without ``chunks_per_npu`` the greedy chooses its chunks per
     NPU at every size (:mod:`tacos.solvers.greedy_chunks`; option ``greedy_chunks``), except
-    for all-to-all (one delivery per chunk: more chunks only multiply synthesis time)."""
-    from tacos.solvers.auto import run_portfolio
+    for all-to-all (one delivery per chunk: more chunks only multiply synthesis time).
+
+    Sizes are independent tasks (:mod:`tacos.engines`): on ``workers`` local processes
+    (default: every core), or on the Dask cluster at ``cluster``; each size then runs its
+    trials in one process.  A single size runs here, its trials on the workers or cluster.
+    The rows are the same whatever runs them."""
+    from tacos.engines import SerialEngine, engine_for
     from tacos.solvers.nccl_system import system
 
     t0 = time.perf_counter()
@@ -225,29 +231,53 @@ def sweep(topology: Topology, kind: str, sizes: str | Sequence[int | str], *,
         chunks_per_npu = 1
     values = parse_sizes(sizes)
     members = tuple(group) if group is not None else topology.live_npus
-    nccl_sys = system(topology, members)
-    rows = []
-    for i, size in enumerate(values):
+    colls = []
+    for size in values:  # every size is checked before any work
         try:
-            coll = patterns.build(kind, members, size=size, chunks_per_npu=chunks_per_npu,
-                                  root=root)
+            colls.append(patterns.build(kind, members, size=size,
+                                        chunks_per_npu=chunks_per_npu, root=root))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        winner, sched, facts = run_portfolio(topology, coll, candidates=tuple(candidates or ())
-                                             or None, nccl_system=nccl_sys, keep_plans=True,
-                                             **options)
-        plans = facts.pop("plans")
-        times = facts["times"]
-        nccl = {k: t for k, t in times.items() if k.startswith("nccl-")}
-        best = min(nccl, key=nccl.__getitem__) if nccl else None
-        plain = [k for k in times if not any(t.group is not None
-                                             for t in plans[k].transfers)]
-        xml = min(plain, key=lambda k: (times[k], k)) if plain else None
-        rows.append(SweepRow(size, winner, sched, nccl, best, xml,
-                             plans[xml] if xml else None, dict(times)))
-        if progress is not None:
-            progress(i + 1, len(values))
-    return Sweep(kind, topology, rows, time.perf_counter() - t0)
+    nccl_sys = system(topology, members)
+    cands = tuple(candidates or ()) or None
+    if len(values) == 1:
+        engine = SerialEngine()
+    else:
+        engine = engine_for(workers, cluster, tasks=len(values))
+    if isinstance(engine, SerialEngine):  # the sizes here: their trials may fan out
+        options.update((k, v) for k, v in (("workers", workers), ("cluster", cluster))
+                       if v is not None)
+    else:  # the sizes fan out: their trials run in the size's process
+        options.update(workers=1, cluster=None)
+    rows: list[SweepRow | None] = [None] * len(values)
+    answers = engine.imap(_size_row, (topology, cands, nccl_sys, options),
+                          list(zip(values, colls, strict=True)))
+    try:
+        for n, (i, row) in enumerate(answers, 1):
+            rows[i] = row
+            if progress is not None:
+                progress(n, len(values))
+    finally:
+        answers.close()
+    return Sweep(kind, topology, [r for r in rows if r is not None], time.perf_counter() - t0)
+
+
+def _size_row(shared: tuple, job: tuple[int, Any]) -> SweepRow:
+    """One size of a sweep: the portfolio's plan, the NCCL models and the plan for XML."""
+    from tacos.solvers.auto import run_portfolio
+
+    topology, candidates, nccl_sys, options = shared
+    size, coll = job
+    winner, sched, facts = run_portfolio(topology, coll, candidates=candidates,
+                                         nccl_system=nccl_sys, keep_plans=True, **options)
+    plans = facts.pop("plans")
+    times = facts["times"]
+    nccl = {k: t for k, t in times.items() if k.startswith("nccl-")}
+    best = min(nccl, key=nccl.__getitem__) if nccl else None
+    plain = [k for k in times if not any(t.group is not None for t in plans[k].transfers)]
+    xml = min(plain, key=lambda k: (times[k], k)) if plain else None
+    return SweepRow(size, winner, sched, nccl, best, xml, plans[xml] if xml else None,
+                    dict(times))
 
 
 __all__ = ["Sweep", "SweepRow", "parse_size", "parse_sizes", "sweep"]

@@ -74,8 +74,8 @@ def _retime(schedule: Schedule) -> Schedule:
 
 def solve(topology: Topology, collective: Collective, *, solver: str = "auto",
           seed: int = 0, trials: int | None = None, workers: int | None = None,
-          time_limit: float | None = None, progress: Any = None, bound: bool = True,
-          relays: str = "members", **solver_options: Any) -> SolveResult:
+          cluster: Any = None, time_limit: float | None = None, progress: Any = None,
+          bound: bool = True, relays: str = "members", **solver_options: Any) -> SolveResult:
     """Synthesize and return the :class:`~tacos.solvers.registry.SolveResult` (with status).
 
     Takes the parameters of :func:`synthesize`.  Infeasibility is a status here
@@ -85,13 +85,15 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "auto",
     impl_class = solver_class(solver)
     check_options(solver, impl_class, solver_options)
     _check_common(seed, trials, workers, time_limit)
+    check_cluster(cluster)
     check_topology(topology)
     if not isinstance(collective, Collective):
         raise TacosError(f"expected a tacos.Collective, not {type(collective).__name__}",
                          hint="build one with tacos.collective('allgather', group, size=...)")
     limits.check_problem(topology, collective)  # ranges and limits, before any work
     options: dict[str, Any] = {"seed": seed, "relays": relays, **solver_options}
-    for key, value in (("trials", trials), ("workers", workers), ("time_limit", time_limit)):
+    for key, value in (("trials", trials), ("workers", workers), ("cluster", cluster),
+                       ("time_limit", time_limit)):
         if value is not None:
             options[key] = value
     reporter = as_reporter(progress)
@@ -119,6 +121,20 @@ def _check_common(seed: Any, trials: Any, workers: Any, time_limit: Any) -> None
                                    or limits.check_number("time_limit", time_limit)):
         raise UsageError(f"time_limit must be a positive number of seconds, not "
                          f"{time_limit!r}")
+
+
+def check_cluster(cluster: Any) -> None:
+    """Raise a :class:`~tacos.errors.UsageError` unless ``cluster`` is None, a
+    ``distributed.Client`` or the address of a Dask scheduler that answers (connecting now,
+    before any work: :func:`tacos.engines.connect`)."""
+    if cluster is None or hasattr(cluster, "submit"):
+        return
+    if not isinstance(cluster, str) or not cluster.strip():
+        raise UsageError(f"cluster must be a Dask scheduler address (tcp://HOST:8786) or a "
+                         f"distributed.Client, not {cluster!r}")
+    from tacos.engines import connect
+
+    connect(cluster)
 
 
 def _attach_bound(schedule: Schedule, topology: Topology, collective: Collective) -> None:
@@ -216,8 +232,8 @@ def _solve(topology: Topology, collective: Collective, solver: str, impl_class: 
 
 def synthesize(topology: Topology, collective: Collective, *, solver: str = "auto",
                seed: int = 0, trials: int | None = None, workers: int | None = None,
-               time_limit: float | None = None, progress: Any = None, bound: bool = True,
-               relays: str = "members", **solver_options: Any) -> Schedule:
+               cluster: Any = None, time_limit: float | None = None, progress: Any = None,
+               bound: bool = True, relays: str = "members", **solver_options: Any) -> Schedule:
     """Synthesize a schedule for ``collective`` on ``topology``.
 
     Parameters
@@ -241,6 +257,10 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "aut
         problems.
     workers
         Processes running trials in parallel (default: every core).
+    cluster
+        A Dask scheduler's address (``'tcp://10.0.0.5:8786'``) or a ``distributed.Client``:
+        the trials run as tasks on that cluster's workers instead (:mod:`tacos.engines`;
+        needs ``pip install 'tacos[cluster]'``).  The same seed gives the same schedule.
     time_limit
         Seconds the solver may spend (ILP; default 60).
     progress
@@ -270,8 +290,8 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "aut
     Raises :class:`~tacos.errors.InfeasibleError` if no schedule exists.
     """
     res = solve(topology, collective, solver=solver, seed=seed, trials=trials, workers=workers,
-                time_limit=time_limit, progress=progress, bound=bound, relays=relays,
-                **solver_options)
+                cluster=cluster, time_limit=time_limit, progress=progress, bound=bound,
+                relays=relays, **solver_options)
     if res.schedule is None:
         raise InfeasibleError(
             f"solver {solver!r} found no schedule ({res.status})"

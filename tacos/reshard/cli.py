@@ -22,6 +22,7 @@ def run_options(args: argparse.Namespace, relays: str | None = None) -> dict[str
 
     options = _solver_options(args)
     for key, value in (("trials", args.trials), ("workers", args.workers),
+                       ("cluster", getattr(args, "cluster", None)),
                        ("time_limit", args.time_limit)):
         if value is not None:
             options[key] = value

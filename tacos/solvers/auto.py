@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from tacos.collective import Collective
-from tacos.errors import TacosError
+from tacos.errors import ClusterError, TacosError
 from tacos.schedule import Schedule
 from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import SOLVERS, Problem, SolveResult
@@ -117,6 +117,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         try:
             opts = options if left is None else {**options, "time_limit": max(left, 1e-3)}
             plans[name] = _synthesized(topology, collective, name, opts, greedy_chunks)
+        except ClusterError:
+            raise  # the cluster the user named: fix it, not a candidate to skip
         except TacosError as exc:
             skipped[name] = exc.message
         seconds[name] = time.perf_counter() - t0

@@ -16,6 +16,9 @@ Options (``Problem.options``):
     The default is :data:`DEFAULT_TRIALS`, scaled down on big problems (at least 2).
 ``workers`` (int, default ``os.cpu_count()``)
     Processes running trials in parallel; 1, a single trial, or a tiny problem run in-process.
+``cluster`` (str or ``distributed.Client``, optional)
+    Run the trials as tasks on this Dask cluster instead (:mod:`tacos.engines`); the same
+    schedule as on one process.
 ``max_merge`` (int, None or ``'auto'``, default ``'auto'``)
     Most chunks one transfer may carry (paying α once).  1 reproduces TACOS's chunk-granular
     behaviour; None means unlimited; ``'auto'`` tries a ladder of caps derived from α and the
@@ -50,15 +53,16 @@ Options (``Problem.options``):
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import signal
 import time
+import uuid
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from tacos.collective import Collective
+from tacos.engines import Engine, SerialEngine, engine_for
 from tacos.passes.unwind import to_physical, unwind
 from tacos.schedule import Schedule, transfers_from_columns
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
@@ -68,7 +72,6 @@ from tacos.solvers.islands import find_islands
 from tacos.solvers.merge import UNLIMITED, merge_caps, unmerged_lower_bound
 from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
-from tacos.workers import die_with_parent
 
 DEFAULT_TRIALS = 16
 """Default number of trials on small problems: enough to cycle the merge ladder several times
@@ -157,7 +160,8 @@ class GreedySolver:
         total = len(jobs) + len(extra)
         limit = opts.get("time_limit")
         deadline = t0 + float(limit) if limit is not None else None
-        runner = _Runner(inst, seed, speculate, workers, progress, total, deadline, jit)
+        runner = _Runner(inst, seed, speculate, workers, progress, total, deadline, jit,
+                         opts.get("cluster"))
         try:
             best = runner.run(jobs)
             if extra and best.makespan > unmerged_lower_bound(inst):
@@ -245,14 +249,15 @@ def _ints(column) -> list[int]:
 
 
 class _Runner:
-    """Runs (trial, cap) jobs in-process or in a process pool and keeps the best."""
+    """Runs (trial, cap) jobs on an engine (:mod:`tacos.engines`: this process, a process pool
+    or a Dask cluster) and keeps the best."""
 
     def __init__(self, inst: Instance, seed: int, speculate: bool, workers: int,
                  progress: Callable[[int, int], None] | None, total: int,
-                 deadline: float | None = None, jit: bool = True) -> None:
+                 deadline: float | None = None, jit: bool = True, cluster: Any = None) -> None:
         self.inst, self.seed, self.speculate, self.jit = inst, seed, speculate, jit
         self.workers, self.progress, self.total = workers, progress, total
-        self.deadline = deadline
+        self.deadline, self.cluster = deadline, cluster
         self.done = 0
 
     def _tick(self) -> None:
@@ -260,80 +265,52 @@ class _Runner:
         if self.progress is not None:
             self.progress(self.done, self.total)
 
+    def _engine(self, jobs: list[tuple[int, int]]) -> Engine:
+        if self.cluster is not None and len(jobs) > 1:
+            return engine_for(cluster=self.cluster)
+        if self.inst.total_need * len(jobs) < IN_PROCESS_WORK:
+            return SerialEngine()  # a pool would take longer to start than the trials
+        return engine_for(self.workers, tasks=len(jobs))
+
     def run(self, jobs: list[tuple[int, int]]) -> TrialResult:
         """The best result of ``jobs``; after the deadline (if any) no further job starts, but
-        at least one always finishes."""
-        work = self.inst.total_need * len(jobs)
-        n = min(self.workers, len(jobs))
-        if n <= 1 or work < IN_PROCESS_WORK or "fork" not in mp.get_all_start_methods():
-            best: TrialResult | None = None
-            for trial, cap in jobs:
-                if best is not None and self._late():
-                    break
-                r = run_trial(self.inst, self.seed, trial, cap, self.speculate, self.jit)
-                if best is None or _key(r) < _key(best):
-                    best = r
-                self._tick()
-            assert best is not None
-            return best
-        return self._run_pool(jobs, n)
-
-    def _late(self) -> bool:
-        return self.deadline is not None and time.perf_counter() >= self.deadline
-
-    def _run_pool(self, jobs: list[tuple[int, int]], n: int) -> TrialResult:
-        """Run ``jobs`` on ``n`` forked workers.
-
-        The pool is terminated (workers killed at once) on any exception, Ctrl-C and SIGTERM
-        included, and when the deadline passes with a result in hand; workers ignore SIGINT
-        (the parent stops them) and die with the parent (Linux ``PR_SET_PDEATHSIG``).
-        """
-        ctx = mp.get_context("fork")
-        results: list[TrialResult] = []
+        at least one always finishes.  The best is the smallest (makespan, trial, cap), so it
+        does not depend on the engine or on the order trials finish in."""
+        engine = self._engine(jobs)
+        if isinstance(engine, SerialEngine):
+            shared: tuple = (None, self.inst, self.seed, self.speculate, self.jit)
+        else:  # workers ship a trial's transfers only when it beats their best of this run
+            shared = (uuid.uuid4().hex, self.inst, self.seed, self.speculate, self.jit)
+        best: TrialResult | None = None
         keys: list[_Key] = []
-        pool = ctx.Pool(n, initializer=_init_worker,
-                        initargs=(self.inst, self.seed, self.speculate, os.getpid(),
-                                  self.jit))
+        answers = engine.imap(_work, shared, jobs, self.deadline)
         try:
-            answers = pool.imap_unordered(_work, jobs)
-            for _ in jobs:
-                wait = None
-                if keys and self.deadline is not None:
-                    wait = max(0.0, self.deadline - time.perf_counter())
-                try:
-                    key, payload = answers.next(wait)
-                except mp.TimeoutError:
-                    break
+            for _, (key, payload) in answers:
                 keys.append(key)
-                if payload is not None:
-                    results.append(payload)
+                if payload is not None and (best is None or key < _key(best)):
+                    best = payload
                 self._tick()
-            pool.close()
         finally:
-            pool.terminate()
-            pool.join()
-        target = min(keys)
-        return next(r for r in results if _key(r) == target)
+            answers.close()
+        assert best is not None and _key(best) == min(keys)
+        return best
 
 
-_WORKER: dict = {}
+_BEST: dict[str, Any] = {"run": None, "key": None}
 
 
-def _init_worker(inst: Instance, seed: int, speculate: bool, parent: int,
-                 jit: bool = True) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool on Ctrl-C
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler: just end
-    die_with_parent(parent)
-    _WORKER.update(inst=inst, seed=seed, speculate=speculate, jit=jit, best=None)
-
-
-def _work(job: tuple[int, int]) -> tuple[_Key, TrialResult | None]:
-    """Run one trial in a worker; ship the transfers only if it beats this worker's best."""
+def _work(shared: tuple, job: tuple[int, int]) -> tuple[_Key, TrialResult | None]:
+    """Run one trial; in a worker process, ship its transfers only if it beats this worker's
+    best of the same run (``shared[0]``; None: always)."""
+    run, inst, seed, speculate, jit = shared
     trial, cap = job
-    r = run_trial(_WORKER["inst"], _WORKER["seed"], trial, cap, _WORKER["speculate"],
-                  _WORKER["jit"])
+    r = run_trial(inst, seed, trial, cap, speculate, jit)
     key = _key(r)
-    if _WORKER["best"] is None or key < _WORKER["best"]:
-        _WORKER["best"] = key
+    if run is None:
+        return key, r
+    if _BEST["run"] != run:
+        _BEST.update(run=run, key=None)
+    if _BEST["key"] is None or key < _BEST["key"]:
+        _BEST["key"] = key
         return key, r
     return key, None

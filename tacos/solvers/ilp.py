@@ -215,14 +215,15 @@ def upper_bound_schedule(problem: Problem, seed: int, trials: int, source: str =
             if label == GREEDY_MERGED and cap in (1, "1"):
                 break
             opts = {"seed": seed, "trials": trials, "max_merge": cap,
-                    "workers": problem.options.get("workers")}
+                    "workers": problem.options.get("workers"),
+                    "cluster": problem.options.get("cluster")}
             if time_limit is not None:  # the first run may use 60% of the budget
                 left = time_limit - (time.perf_counter() - t0)
                 if out and left <= 0:  # a start is in hand: no further run past the budget
                     break
                 opts["time_limit"] = max(0.0, left * (0.6 if label == GREEDY else 1.0))
                 if opts["time_limit"] < POOL_MIN_SECONDS:  # worker start-up would eat it
-                    opts["workers"] = 1
+                    opts["workers"], opts["cluster"] = 1, None
             res = greedy.solve(Problem(problem.topology, problem.collective, opts))
             if res.schedule is not None:
                 out.append((list(res.schedule.transfers), label))

@@ -8,11 +8,11 @@ value from the command line, the allowed choices and the default)::
         name = "mine"
         options = {"depth": Option("search depth", int, default=3)}
 
-The options every solver may use (``seed``, ``trials``, ``workers``, ``time_limit``,
-``progress``, ``relays``) are explicit parameters of :func:`tacos.synthesize` and listed in
-:data:`COMMON_OPTIONS`; a solver need not declare them.  :func:`check_options` rejects any
-other option the chosen solver does not declare, with a "did you mean" drawn from that
-solver's options, the common ones, and the options of the other solvers.
+The options every solver may use (``seed``, ``trials``, ``workers``, ``cluster``,
+``time_limit``, ``progress``, ``relays``) are explicit parameters of :func:`tacos.synthesize`
+and listed in :data:`COMMON_OPTIONS`; a solver need not declare them.  :func:`check_options`
+rejects any other option the chosen solver does not declare, with a "did you mean" drawn from
+that solver's options, the common ones, and the options of the other solvers.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ COMMON_OPTIONS: dict[str, Option] = {
     "seed": Option("random seed: the same seed gives the same schedule", int, default=0),
     "trials": Option("randomized trials (greedy, and the ILP's starting schedule)", int),
     "workers": Option("processes running trials in parallel (default: all cores)", int),
+    "cluster": Option("address of a Dask scheduler (tcp://HOST:8786) whose workers run the "
+                      "trials and sweep sizes instead of local processes", str),
     "time_limit": Option("seconds the solver may spend (ILP; default 60)", float),
     "progress": Option("callback (done, total) after each unit of work, or a "
                        "tacos.progress.Reporter"),
