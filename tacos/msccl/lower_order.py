@@ -25,7 +25,7 @@ from tacos.msccl.lower_layout import Layout
 from tacos.schedule import Schedule
 
 
-@dataclass
+@dataclass(slots=True)
 class Version:
     """One value of a chunk on a rank: initial (``creator`` None) or landed by a transfer."""
 
@@ -107,32 +107,34 @@ def order_transfers(schedule: Schedule, versions: list[Version], prev_on_lane: l
     """Topological order of send (2i) / receive (2i+1) nodes, ties broken by time."""
     ts = schedule.transfers
     n = 2 * len(ts)
-    succ: list[set[int]] = [set() for _ in range(n)]
-
-    def node(ref: tuple[str, int]) -> int:
-        return 2 * ref[1] + (0 if ref[0] == "S" else 1)
-
+    # Successor lists may repeat an edge: a repeated edge adds to the in-degree as often as it
+    # is taken away, and the heap's (unique) priorities alone fix the order.
+    succ: list[list[int]] = []
     for i in range(len(ts)):
-        succ[2 * i].add(2 * i + 1)
-        if prev_on_lane[i] is not None:
-            succ[2 * prev_on_lane[i] + 1].add(2 * i)
+        succ.append([2 * i + 1])  # a send before its receive
+        succ.append([])
+    for i, j in enumerate(prev_on_lane):
+        if j is not None:
+            succ[2 * j + 1].append(2 * i)
     for x in versions:
         made = 2 * x.creator + 1 if x.creator is not None else None
-        nxt = versions[x.next].creator if x.next is not None else None
-        for ref in x.readers:
-            r = node(ref)
+        nxt = 2 * versions[x.next].creator + 1 if x.next is not None else None
+        for kind, i in x.readers:
+            r = 2 * i + (0 if kind == "S" else 1)
             if made is not None and r != made:
-                succ[made].add(r)
-            if nxt is not None and r != 2 * nxt + 1:
-                succ[r].add(2 * nxt + 1)
+                succ[made].append(r)
+            if nxt is not None and r != nxt:
+                succ[r].append(nxt)
     indeg = [0] * n
     for s in succ:
         for b in s:
             indeg[b] += 1
+    starts = [t.start for t in ts]
+    ends = [t.end - tol for t in ts]
 
     def prio(a: int) -> tuple[float, int, float, int]:
-        t = ts[a // 2]
-        return (t.start, 1, t.start, a // 2) if a % 2 == 0 else (t.end - tol, 0, t.start, a // 2)
+        i = a >> 1
+        return (starts[i], 1, starts[i], i) if a & 1 == 0 else (ends[i], 0, starts[i], i)
 
     heap = [(prio(a), a) for a in range(n) if indeg[a] == 0]
     heapq.heapify(heap)
@@ -142,7 +144,7 @@ def order_transfers(schedule: Schedule, versions: list[Version], prev_on_lane: l
         _, a = heapq.heappop(heap)
         pos[a] = k
         k += 1
-        for b in sorted(succ[a]):
+        for b in succ[a]:
             indeg[b] -= 1
             if indeg[b] == 0:
                 heapq.heappush(heap, (prio(b), b))

@@ -69,7 +69,10 @@ class Built:
 
     program: Program | None
     unsafe: set[tuple[int, int]]
-    oversize: list[tuple[int, _Tb]]
+    #: ``(rank, units)`` of every tb over the limit (:attr:`_Tb.units`).
+    oversize: list[tuple[int, list[tuple[tuple[int, ...], int]]]]
+    #: Steps of the first tb in ``oversize``.
+    longest: int = 0
 
 
 def _step_fields(flow: Flow, plan: TbPlan) -> tuple[list[str], list[tuple], list[Field]]:
@@ -248,7 +251,10 @@ def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int) ->
         for slot in writes:
             lw[slot] = ref
             rs.pop(slot, None)
-    del writer, readers
+    del writer, readers, fields, dst_of, types
+    for tbs in gpus.values():
+        for tb in tbs.values():
+            tb.vc = {}  # vector clocks and dependencies link tbs in cycles: cut them
 
     unsafe: set[tuple[int, int]] = set()
     if dependents:
@@ -263,12 +269,24 @@ def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int) ->
             if prev is not None and first <= runs[prev].recv_pos:
                 unsafe.add((a, b))
     if unsafe:
+        _release(gpus)
         return Built(None, unsafe, [])
-    oversize = [(rank, tb) for rank, tbs in gpus.items() for tb in tbs.values()
-                if len(tb.steps) > max_steps]
-    if oversize:
-        return Built(None, set(), oversize)
+    long = [(rank, tb) for rank, tbs in gpus.items() for tb in tbs.values()
+            if len(tb.steps) > max_steps]
+    if long:
+        oversize = [(rank, tb.units) for rank, tb in long]
+        longest = len(long[0][1].steps)
+        del long
+        _release(gpus)
+        return Built(None, set(), oversize, longest)
     return Built(_finish(flow, gpus, chan), set(), [])
+
+
+def _release(gpus: dict[int, dict[object, _Tb]]) -> None:
+    """Drop the steps (their dependencies reference other tbs: reference cycles)."""
+    for tbs in gpus.values():
+        for tb in tbs.values():
+            tb.steps = []
 
 
 def _finish(flow: Flow, gpus: dict[int, dict[object, _Tb]], chan: list[int]) -> Program:
