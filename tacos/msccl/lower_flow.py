@@ -156,7 +156,7 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
     def last_use(vid: int) -> int:
         u = uses[vid]
         if u == -2:
-            u = uses[vid] = max((pos_r[i] for _, i in versions[vid].readers), default=-1)
+            u = uses[vid] = max((pos_r[n >> 1] for n in versions[vid].readers), default=-1)
         return u
 
     interned: dict[Loc, Loc] = {}  # one tuple per location, shared by every rank and version
@@ -276,11 +276,13 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
     for seq in per_conn.values():
         for n, run in enumerate(seq):
             run.conn_index = n
-    final = frozenset(vid for (r, c), vid in cur.items() if r in layout.post[c])
+    nchunks = len(layout.post)
+    final = frozenset(cur[r * nchunks + c] for c, ranks_c in enumerate(layout.post)
+                      for r in ranks_c if cur[r * nchunks + c] >= 0)
     return Flow(layout, runs, copies, order, versions, dict(readers), final, loc)
 
 
-def _final_copies(layout: Layout, versions: list[Version], cur: dict[tuple[int, int], int],
+def _final_copies(layout: Layout, versions: list[Version], cur: list[int],
                   loc: list[Loc | None], hist: dict[tuple[int, Loc], list[int]],
                   runs: list[Run], readers: dict[int, list[tuple[str, int]]],
                   made_by: list[int]) -> list[Copy]:
@@ -290,8 +292,8 @@ def _final_copies(layout: Layout, versions: list[Version], cur: dict[tuple[int, 
     pending: dict[tuple[int, Key], list[tuple[Loc, Loc, tuple[int, int]]]] = defaultdict(list)
     for c in range(len(layout.post)):
         for v in sorted(layout.post[c]):
-            vid = cur.get((v, c))
-            if vid is None:
+            vid = cur[v * len(layout.post) + c]
+            if vid < 0:
                 raise TacosError(f"rank {v} (NPU {layout.group[v]}) never receives chunk {c}",
                                  hint="verify the schedule first (tacos.verify.verify_schedule)")
             for p in range(layout.instances):

@@ -27,14 +27,17 @@ from tacos.schedule import Schedule
 
 @dataclass(slots=True)
 class Version:
-    """One value of a chunk on a rank: initial (``creator`` None) or landed by a transfer."""
+    """One value of a chunk on a rank: initial (``creator`` None) or landed by a transfer.
+
+    ``readers`` are the order's nodes that read it: ``2i`` the send of transfer i, ``2i+1``
+    its receive (a reduction reads the receiver's previous version)."""
 
     id: int
     rank: int
     chunk: int
     creator: int | None
     prev: int | None = None
-    readers: list[tuple[str, int]] = field(default_factory=list)
+    readers: list[int] = field(default_factory=list)
     next: int | None = None
 
 
@@ -61,13 +64,16 @@ def lanes(schedule: Schedule, tol: float) -> tuple[list[int], list[int | None]]:
 
 
 def replay_versions(schedule: Schedule, layout: Layout, tol: float):
-    """Versions per the verifier's time semantics; returns (versions, read, created, cur)."""
+    """Versions per the verifier's time semantics; returns ``(versions, read, created, cur)``:
+    per transfer the version it reads and creates of each chunk, and the last version of chunk
+    c on rank r at ``cur[r * nchunks + c]`` (-1: none)."""
     versions: list[Version] = []
-    cur: dict[tuple[int, int], int] = {}
-    for c in range(len(layout.pre)):
+    nchunks = len(layout.pre)
+    cur = [-1] * (layout.ngpus * nchunks)
+    for c in range(nchunks):
         for r in sorted(layout.pre[c]):
             versions.append(Version(len(versions), r, c, None))
-            cur[(r, c)] = versions[-1].id
+            cur[r * nchunks + c] = versions[-1].id
     ts = schedule.transfers
     ev = []
     for i, t in enumerate(ts):
@@ -76,29 +82,36 @@ def replay_versions(schedule: Schedule, layout: Layout, tol: float):
     ev.sort()
     read: list[dict[int, int]] = [{} for _ in ts]
     created: list[dict[int, int]] = [{} for _ in ts]
+    ranks = layout.ranks
     for _, kind, _, i in ev:
         t = ts[i]
-        u, v = layout.rank_of(t.src), layout.rank_of(t.dst)
-        for c in t.chunks:
-            if kind == 1:
-                vid = cur.get((u, c))
-                if vid is None:
+        if kind == 1:
+            base = ranks[t.src] * nchunks
+            ri = read[i]
+            for c in t.chunks:
+                vid = cur[base + c]
+                if vid < 0:
                     raise TacosError(f"transfer {i} sends chunk {c} from NPU {t.src} before it "
                                      "holds it", hint="verify the schedule first "
                                      "(tacos.verify.verify_schedule)")
-                read[i][c] = vid
-                versions[vid].readers.append(("S", i))
-                continue
-            prev = cur.get((v, c)) if t.op == "reduce" else None
+                ri[c] = vid
+                versions[vid].readers.append(2 * i)
+            continue
+        v = ranks[t.dst]
+        base = v * nchunks
+        reduce = t.op == "reduce"
+        ci = created[i]
+        for c in t.chunks:
+            old = cur[base + c]
+            prev = old if reduce and old >= 0 else None
             x = Version(len(versions), v, c, i, prev)
             versions.append(x)
             if prev is not None:
-                versions[prev].readers.append(("R", i))
-            old = cur.get((v, c))
-            if old is not None:
+                versions[prev].readers.append(2 * i + 1)
+            if old >= 0:
                 versions[old].next = x.id
-            cur[(v, c)] = x.id
-            created[i][c] = x.id
+            cur[base + c] = x.id
+            ci[c] = x.id
     return versions, read, created, cur
 
 
@@ -119,8 +132,7 @@ def order_transfers(schedule: Schedule, versions: list[Version], prev_on_lane: l
     for x in versions:
         made = 2 * x.creator + 1 if x.creator is not None else None
         nxt = 2 * versions[x.next].creator + 1 if x.next is not None else None
-        for kind, i in x.readers:
-            r = 2 * i + (0 if kind == "S" else 1)
+        for r in x.readers:
             if made is not None and r != made:
                 succ[made].append(r)
             if nxt is not None and r != nxt:
