@@ -27,7 +27,7 @@ from tacos.errors import TacosError
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
 from tacos.msccl.lower_flow import Flow, build_flow
 from tacos.msccl.lower_layout import build_layout
-from tacos.msccl.lower_steps import build_steps
+from tacos.msccl.lower_steps import build_steps, finish_program
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
 from tacos.nogc import paused_gc
 from tacos.passes.rounds import first_round
@@ -160,8 +160,11 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
                                  f"more than the limit {opts.max_steps_per_tb}, and cannot be "
                                  "split further", hint="raise max_steps_per_tb")
             continue
-        program = built.program
-        assert program is not None
+        tbs, nchannels = built.tbs, max([1] + [c + 1 for c in chan])
+        assert tbs is not None
+        del flow, plan, built, chan  # only the thread blocks are needed from here on
+        with progress.phase("program"):
+            program = finish_program(layout, tbs, nchannels)
         name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
         combining = layout.coll in ("allreduce", "reducescatter", "reduce")
         return replace(program, name=name, proto=opts.proto, inplace=int(opts.inplace),

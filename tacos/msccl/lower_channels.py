@@ -93,19 +93,27 @@ def feeders(flow: Flow) -> list[int]:
 
 def _matching(flow: Flow, edges: tuple) -> dict[int, int]:
     """Receive peer -> send peer of a maximum-weight matching of ``edges`` (``((x, w), wt)``,
-    sorted), remembered per flow: the later rounds mostly ask for the same graphs."""
+    sorted).  The matching is computed on the peers renumbered in sorted order and remembered
+    per flow: networkx's blossom algorithm depends on the node insertion order and the weights
+    only, never on the labels' values, and most ranks of a regular topology (and the later
+    rounds) ask for the same renumbered graphs."""
     memo = flow.cache.setdefault("matchings", {})
-    got = memo.get(edges)
+    xs = sorted({x for (x, _), _ in edges})
+    ws = sorted({w for (_, w), _ in edges})
+    xi = {x: n for n, x in enumerate(xs)}
+    wi = {w: n for n, w in enumerate(ws)}
+    key = tuple(((xi[x], wi[w]), wt) for (x, w), wt in edges)
+    got = memo.get(key)
     if got is None:
         g = nx.Graph()
-        for (x, w), wt in edges:
+        for (x, w), wt in key:
             g.add_edge(("r", x), ("s", w), weight=wt)
         got = {}
         for a, b in nx.max_weight_matching(g):
             (_, x), (_, w) = (a, b) if a[0] == "r" else (b, a)
             got[x] = w
-        memo[edges] = got
-    return got
+        memo[key] = got
+    return {xs[x]: ws[w] for x, w in got.items()}
 
 
 def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]]) -> TbPlan:

@@ -16,12 +16,16 @@ forbids it and rebuilds (see :func:`build_steps`' ``unsafe`` result).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import MemberDescriptorType
 
 from tacos.errors import TacosError
 from tacos.msccl.lower_channels import TbPlan
 from tacos.msccl.lower_flow import Flow
+from tacos.msccl.lower_layout import Layout
 from tacos.msccl.program import MAX_DEPENDED_TB, Gpu, Program, Step, Threadblock
 
 Field = tuple[int, str, int]  # (owning rank, buffer, offset)
@@ -65,9 +69,10 @@ class _Tb:
 
 @dataclass
 class Built:
-    """Result of one build: a program, or what must change before it fits."""
+    """Result of one build: the thread blocks (:func:`finish_program` turns them into the
+    program), or what must change before they fit."""
 
-    program: Program | None
+    tbs: dict[int, dict[object, _Tb]] | None
     unsafe: set[tuple[int, int]]
     #: ``(rank, units)`` of every tb over the limit (:attr:`_Tb.units`).
     oversize: list[tuple[int, list[tuple[tuple[int, ...], int]]]]
@@ -117,6 +122,26 @@ def _step_fields(flow: Flow, plan: TbPlan) -> tuple[list[str], list[tuple], list
             fields[r.id] = (src, (r.dst, *r.rdst))
     dst_of = [f[1] for f in fields]
     return types, fields, dst_of
+
+
+def _step_maker() -> Callable[..., Step]:
+    """A constructor of :class:`~tacos.msccl.program.Step` taking every field positionally
+    (``line`` last) that fills the slots directly: a frozen dataclass's ``__init__`` goes
+    through ``object.__setattr__`` per field, a third of building a million-step program.
+    Falls back to the class itself if ``Step`` ever gets a ``__post_init__``."""
+    names = [f.name for f in dataclasses.fields(Step)]
+    if hasattr(Step, "__post_init__") or not all(
+            isinstance(Step.__dict__.get(n), MemberDescriptorType) for n in names):
+        return Step
+    args = ", ".join(f"a{i}" for i in range(len(names)))
+    body = "".join(f"    set{i}(st, a{i})\n" for i in range(len(names)))
+    env: dict = {"new": object.__new__, "Step": Step}
+    env.update({f"set{i}": Step.__dict__[n].__set__ for i, n in enumerate(names)})
+    exec(f"def make({args}):\n    st = new(Step)\n{body}    return st\n", env)  # noqa: S102
+    return env["make"]
+
+
+make_step = _step_maker()
 
 
 def _slots(loc: tuple[str, int], cnt: int) -> range:
@@ -279,7 +304,7 @@ def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int) ->
         del long
         _release(gpus)
         return Built(None, set(), oversize, longest)
-    return Built(_finish(flow, gpus, chan), set(), [])
+    return Built(gpus, set(), [])
 
 
 def _release(gpus: dict[int, dict[object, _Tb]]) -> None:
@@ -289,9 +314,10 @@ def _release(gpus: dict[int, dict[object, _Tb]]) -> None:
             tb.steps = []
 
 
-def _finish(flow: Flow, gpus: dict[int, dict[object, _Tb]], chan: list[int]) -> Program:
-    """Number tbs and scratch slots, and freeze into a Program (header filled by the caller)."""
-    layout = flow.layout
+def finish_program(layout: Layout, gpus: dict[int, dict[object, _Tb]],
+                   nchannels: int) -> Program:
+    """Number tbs and scratch slots, and freeze into a Program (header filled by the caller).
+    Empties the tbs' step lists as it goes (the caller no longer needs the flow by then)."""
     i_chunks, o_chunks = layout.declared()
     used: dict[int, set[int]] = defaultdict(set)
     for tbs in gpus.values():
@@ -316,6 +342,7 @@ def _finish(flow: Flow, gpus: dict[int, dict[object, _Tb]], chan: list[int]) -> 
         local = tb.key[1] if tb.key[0] == "local" else -1
         return (tb.chan, tb.send, tb.recv, local)
 
+    make = make_step
     gpu_list = []
     for rank in range(layout.ngpus):
         tbs = list(gpus.get(rank, {}).values())
@@ -337,7 +364,7 @@ def _finish(flow: Flow, gpus: dict[int, dict[object, _Tb]], chan: list[int]) -> 
             hasdep = tb.hasdep
             for s, (t, src, dst, cnt, dep, _units) in enumerate(tb.steps):
                 if t == "nop":
-                    steps.append(Step(s, "nop", "i", -1, "o", -1, 0, ids[dep[0]], dep[1], 0))
+                    steps.append(make(s, "nop", "i", -1, "o", -1, 0, ids[dep[0]], dep[1], 0, 0))
                     continue
                 sf = fixed.get(src)
                 if sf is None:
@@ -346,12 +373,11 @@ def _finish(flow: Flow, gpus: dict[int, dict[object, _Tb]], chan: list[int]) -> 
                 if df is None:
                     df = fixed[dst] = fix(dst)
                 depid, deps = (ids[dep[0]], dep[1]) if dep else (-1, -1)
-                steps.append(Step(s, t, sf[0], sf[1], df[0], df[1], cnt, depid, deps,
-                                  1 if s in hasdep else 0))
+                steps.append(make(s, t, sf[0], sf[1], df[0], df[1], cnt, depid, deps,
+                                  1 if s in hasdep else 0, 0))
             out_tbs.append(Threadblock(ids[tb], tb.send, tb.recv, tb.chan, tuple(steps)))
             tb.steps = []  # free the records as the program grows
         s_chunks = len(used.get(rank, ()))
         gpu_list.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(out_tbs)))
-    nchannels = max([1] + [c + 1 for c in chan])
     return Program("", "Simple", nchannels, layout.nchunksperloop, layout.ngpus, layout.coll,
                    int(layout.inplace), int(not layout.inplace), 0, 0, tuple(gpu_list))
