@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tacos.errors import TacosError
-from tacos.msccl.lower_flow import Flow
+from tacos.msccl.lower_flow import SEND, Flow
 from tacos.msccl.program import MAX_TBS_PER_CHANNEL
 
 TbKey = tuple[int, int, int]  # (chan, send peer, recv peer); -1 = none
@@ -168,7 +168,7 @@ def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]]) -> Tb
         r = runs[a]
         if r.prevs is None:
             continue
-        if all(flow.readers.get(flow.vp(vid, r.piece), []) == [("send", b)]
+        if all(flow.readers.get(flow.vp(vid, r.piece), []) == [3 * b + SEND]
                and vid not in flow.final for vid in r.creates):
             unstored.add(a)
     return TbPlan(send_tb, recv_tb, fused, frozenset(fused.values()), frozenset(unstored),

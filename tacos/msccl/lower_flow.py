@@ -26,6 +26,7 @@ from tacos.msccl.program import MAX_COUNT
 from tacos.schedule import Schedule
 
 TIME_RTOL = 1e-12
+SEND, PREV, CPY = 0, 1, 2  #: kinds of the reader references in :attr:`Flow.readers`
 Key = tuple[int, int, int, int, int]
 
 
@@ -79,14 +80,15 @@ class Flow:
 
     Per-piece facts about a version are kept in flat lists indexed by ``vid * pieces + piece``
     (:meth:`vp`): ``loc`` its buffer location, ``readers`` (a dict with that key) the events
-    that read it."""
+    that read it, as ``3 * id + kind``: kind :data:`SEND` (run ``id`` sends it), :data:`PREV`
+    (run ``id`` reduces into it) or :data:`CPY` (copy ``id`` moves it)."""
 
     layout: Layout
     runs: list[Run]
     copies: list[Copy]
     order: list[tuple[str, int]]
     versions: list[Version]
-    readers: dict[int, list[tuple[str, int]]]
+    readers: dict[int, list[int]]
     final: frozenset[int]
     loc: list[Loc | None]
     cache: dict = field(default_factory=dict, repr=False)  # facts the rounds share
@@ -226,14 +228,14 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
     interned.clear()
     uses.clear()
 
-    readers: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    readers: dict[int, list[int]] = defaultdict(list)
     made_by = [-1] * (nv * pieces)
     for run in runs:
         p = run.piece
         for vid in run.reads:
-            readers[vid * pieces + p].append(("send", run.id))
+            readers[vid * pieces + p].append(3 * run.id + SEND)
         for vid in run.prevs or ():
-            readers[vid * pieces + p].append(("prev", run.id))
+            readers[vid * pieces + p].append(3 * run.id + PREV)
         for vid in run.creates:
             made_by[vid * pieces + p] = run.id
     for run in runs:
@@ -252,7 +254,7 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
     del hist, made_by
     for cp in copies:
         for vid, p in cp.reads:
-            readers[vid * pieces + p].append(("cpy", cp.id))
+            readers[vid * pieces + p].append(3 * cp.id + CPY)
     keyed: list[tuple[Key, str, int]] = []
     for run in runs:
         keyed.append((run.send_key, "send", run.id))
@@ -284,7 +286,7 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
 
 def _final_copies(layout: Layout, versions: list[Version], cur: list[int],
                   loc: list[Loc | None], hist: dict[tuple[int, Loc], list[int]],
-                  runs: list[Run], readers: dict[int, list[tuple[str, int]]],
+                  runs: list[Run], readers: dict[int, list[int]],
                   made_by: list[int]) -> list[Copy]:
     """``cpy`` steps for ranks whose final value is not in its output slot yet."""
     start: Key = (-1, 0, 0, 0, 0)
@@ -309,9 +311,9 @@ def _final_copies(layout: Layout, versions: list[Version], cur: list[int],
                         continue
                     if versions[other].creator is not None:
                         anchor = max(anchor, runs[made_by[other * pieces + p]].recv_key)
-                    for kind, rid in readers.get(other * pieces + p, ()):
-                        r = runs[rid]
-                        anchor = max(anchor, r.send_key if kind == "send" else r.recv_key)
+                    for ref in readers.get(other * pieces + p, ()):
+                        r = runs[ref // 3]
+                        anchor = max(anchor, r.send_key if ref % 3 == SEND else r.recv_key)
                 pending[(v, anchor)].append((have, want, (vid, p)))
     copies: list[Copy] = []
     seq = 0
