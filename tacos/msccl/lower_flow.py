@@ -78,19 +78,16 @@ class Copy:
 class Flow:
     """Everything the thread-block assignment needs, independent of channels.
 
-    Per-piece facts about a version are kept in flat lists indexed by ``vid * pieces + piece``
-    (:meth:`vp`): ``loc`` its buffer location, ``readers`` (a dict with that key) the events
-    that read it, as ``3 * id + kind``: kind :data:`SEND` (run ``id`` sends it), :data:`PREV`
-    (run ``id`` reduces into it) or :data:`CPY` (copy ``id`` moves it)."""
+    ``readers[vid * pieces + piece]`` (:meth:`vp`) are the events that read a version's piece,
+    as ``3 * id + kind``: kind :data:`SEND` (run ``id`` sends it), :data:`PREV` (run ``id``
+    reduces into it) or :data:`CPY` (copy ``id`` moves it)."""
 
     layout: Layout
     runs: list[Run]
     copies: list[Copy]
     order: list[tuple[str, int]]
-    versions: list[Version]
     readers: dict[int, list[int]]
     final: frozenset[int]
-    loc: list[Loc | None]
     cache: dict = field(default_factory=dict, repr=False)  # facts the rounds share
 
     def vp(self, vid: int, piece: int) -> int:
@@ -281,7 +278,7 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
     nchunks = len(layout.post)
     final = frozenset(cur[r * nchunks + c] for c, ranks_c in enumerate(layout.post)
                       for r in ranks_c if cur[r * nchunks + c] >= 0)
-    return Flow(layout, runs, copies, order, versions, dict(readers), final, loc)
+    return Flow(layout, runs, copies, order, dict(readers), final)
 
 
 def _final_copies(layout: Layout, versions: list[Version], cur: list[int],
