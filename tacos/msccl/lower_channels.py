@@ -97,9 +97,12 @@ def _matching(flow: Flow, edges: tuple) -> dict[int, int]:
     per flow: networkx's blossom algorithm depends on the node insertion order and the weights
     only, never on the labels' values, and most ranks of a regular topology (and the later
     rounds) ask for the same renumbered graphs."""
-    memo = flow.cache.setdefault("matchings", {})
     xs = sorted({x for (x, _), _ in edges})
     ws = sorted({w for (_, w), _ in edges})
+    if len(xs) == len(ws) == len(edges):
+        # the edges share no peer: taking them all is the only maximum (weights are >= 1)
+        return {x: w for (x, w), _ in edges}
+    memo = flow.cache.setdefault("matchings", {})
     xi = {x: n for n, x in enumerate(xs)}
     wi = {w: n for n, w in enumerate(ws)}
     key = tuple(((xi[x], wi[w]), wt) for (x, w), wt in edges)
