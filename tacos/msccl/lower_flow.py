@@ -160,7 +160,15 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
 
     interned: dict[Loc, Loc] = {}  # one tuple per location, shared by every rank and version
 
+    # where each chunk piece ends: one tuple per (chunk, piece) unless in-place aliasing makes
+    # it depend on the rank (reducescatter and scatter)
+    same_everywhere = not layout.inplace or layout.coll not in ("reducescatter", "scatter")
+    out_table = ([interned.setdefault(w, w) for c in range(len(post)) for p in range(pieces)
+                  for w in (layout.output_loc(0, c, p),)] if same_everywhere else [])
+
     def out_loc(rank: int, chunk: int, piece: int) -> Loc:
+        if same_everywhere:
+            return out_table[chunk * pieces + piece]
         want = layout.output_loc(rank, chunk, piece)
         return interned.setdefault(want, want)
 
@@ -193,7 +201,7 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
                 x = versions[ci[c]]
                 target = None
                 if v in post[c]:
-                    want = out_loc(v, c, p)
+                    want = out_table[c * pieces + p] if same_everywhere else out_loc(v, c, p)
                     o = occ.get((v, want))
                     if o is None or versions[o].chunk == c or last_use(o) <= pr:
                         target = want
@@ -269,12 +277,12 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
         else:
             copies[idx].pos = n
     del keyed
-    per_conn: dict[tuple[int, int, int, int], list[Run]] = defaultdict(list)
-    for run in sorted(runs, key=lambda r: r.send_pos):
-        per_conn[run.conn].append(run)
-    for seq in per_conn.values():
-        for n, run in enumerate(seq):
-            run.conn_index = n
+    sent: dict[tuple[int, int, int, int], int] = defaultdict(int)  # sends so far per lane
+    for kind, idx in order:
+        if kind == "send":
+            run = runs[idx]
+            run.conn_index = sent[run.conn]
+            sent[run.conn] += 1
     nchunks = len(layout.post)
     final = frozenset(cur[r * nchunks + c] for c, ranks_c in enumerate(layout.post)
                       for r in ranks_c if cur[r * nchunks + c] >= 0)
