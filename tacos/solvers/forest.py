@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -56,6 +56,7 @@ from tacos.solvers.forest_in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
+from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
@@ -84,8 +85,13 @@ SOLVE_TRANSFERS = 200_000
 """Transfers timed in all by one solve (screening and search): list-scheduling costs about
 40 µs per transfer, so this keeps the pipeline search of a 64-NPU system to a few seconds.
 Every tree count still gets one schedule, and the best one at least one more."""
-MODES = tuple((batch, depth) for depth in (2, 0, 4) for batch in (False, True))
+MODES: tuple[tuple[bool | str, int], ...] = tuple(
+    (batch, depth) for depth in (2, 0, 4) for batch in (False, True))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
+STEP_MODES: tuple[tuple[bool | str, int], ...] = (
+    ("steps", -2), ("steps", 0), ("steps", -1), ("steps", 2), (True, -2), ("steps", -3))
+"""The same for trees that share switch hops (:mod:`~tacos.solvers.forest_shared`): their
+slices merge by step (``batch='steps'``); a negative taper depth only ramps down at the end."""
 
 
 @dataclass
@@ -159,8 +165,21 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
 def _signature(forests: list[Forest]) -> tuple:
     """What the schedules of a packing depend on: every tree's root, share of its root's data,
     edges and physical paths."""
-    return tuple((t.root, Fraction(t.mult, f.rate.k), tuple(t.edges), tuple(t.paths))
-                 for f in forests for t in f.trees)
+    return tuple((t.root, Fraction(t.mult, f.rate.k), tuple(t.edges), tuple(t.paths),
+                  tuple(t.steps or ())) for f in forests for t in f.trees)
+
+
+def _shared(forests: list[Forest], topology: Topology,
+            group: tuple[int, ...]) -> list[Forest] | None:
+    """The forests with their switch stars rebuilt to share hops across roots
+    (:func:`~tacos.solvers.forest_shared.share_switch_hops`), or None if no phase changes."""
+    out, changed = [], False
+    for f in forests:
+        trees = share_switch_hops(f.trees, group, f.roots, f.rate.k,
+                                  f.rate.caps, topology.is_switch)
+        changed |= trees is not None
+        out.append(replace(f, trees=trees) if trees is not None else f)
+    return out if changed else None
 
 
 def _check_collective(coll: Collective) -> None:
@@ -179,9 +198,13 @@ def _check_collective(coll: Collective) -> None:
 def taper(rounds: int, depth: int) -> list[int]:
     """Slices per round: ``depth`` rounds doubling 1, 2, 4 … up to 2^depth, ``rounds`` rounds of
     2^depth slices, then the same halving.  Small first and last rounds make the pipeline fill
-    and drain quickly while the middle rounds pay α on large transfers."""
-    ramp = [1 << i for i in range(depth)]
-    return ramp + [1 << depth] * max(1, rounds) + ramp[::-1]
+    and drain quickly while the middle rounds pay α on large transfers.  A negative depth d
+    keeps only the halving at the end (``rounds`` rounds of 2^|d| slices, then 2^(|d|-1) … 1):
+    for trees whose roots' own data keeps the ports busy while the pipeline fills
+    (:mod:`~tacos.solvers.forest_shared`)."""
+    ramp = [1 << i for i in range(abs(depth))]
+    up = ramp if depth > 0 else []
+    return up + [1 << abs(depth)] * max(1, rounds) + ramp[::-1]
 
 
 def _base_ranges(forest: Forest, base: int) -> list[tuple[int, int]]:
@@ -254,6 +277,9 @@ class ForestSolver:
                          int_or_text("auto"), default="auto"),
         "max_transfers": Option("most transfers a schedule may have (caps the slices)", int,
                                 default=MAX_TRANSFERS),
+        "share": Option("also try the trees with their switch stars rebuilt as binomial trees "
+                        "that share hops across roots (Bruck), keeping the faster",
+                        boolean, (True, False), True),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -283,12 +309,20 @@ class ForestSolver:
         found: list[tuple[Schedule, list[Forest], dict, bool]] = []
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
+        packings = []
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
                                            opts.get("relays", "members"), order))
+            packings.append((forests, order))
+            if opts.get("share", True):  # the same trees with Bruck spreading on switches
+                shared = _shared(forests, topo, group)
+                if shared is not None:
+                    packings.append((shared, order))
+        choices = packings
+        for forests, order in packings:
             sig = _signature(forests)
             if sig in seen:  # another tree count packed the same trees: same schedules
                 continue
@@ -361,7 +395,9 @@ class ForestSolver:
         def afford() -> bool:
             return len(tried) < budget and spent[0] < limit
 
-        modes = MODES if auto else tuple(m for m in MODES if m[1] == 0)
+        shared = any(t.steps for f in forests for t in f.trees)
+        modes = STEP_MODES if shared else MODES
+        modes = modes if auto else tuple(m for m in modes if m[1] == 0)
         caps: dict[tuple[bool, int], int] = {}
 
         def run(m: float, batch: bool, depth: int) -> float:
@@ -381,7 +417,7 @@ class ForestSolver:
             if fresh[0] and not afford():
                 break
             s0, caps[batch, depth] = self._slices(coll, forests, view, big_k, q, opts, batch)
-            run(max(1, round(s0 / (1 << depth))), batch, depth)  # middle rounds: 2^depth each
+            run(max(1, round(s0 / (1 << abs(depth)))), batch, depth)  # middle: 2^|depth| each
 
         def best_of(mode: tuple[bool, int]) -> tuple[float, int]:
             return min((sc.makespan, key[0]) for key, sc in tried.items() if key[1:] == mode)

@@ -1,0 +1,104 @@
+"""Trees that share their switch hops across roots: Bruck (binomial) spreading on a crossbar.
+
+A packed tree often reaches the NPUs of one switch as a star: the NPU where it enters (its root,
+or the NPU a NIC edge reached) sends its data through the switch to every other NPU there.  On a
+group of n NPUs every NPU then makes one transfer per tree and round through its up-port, n − 1
+or more per round in all, each paying α (``docs/forest.md`` §6).
+
+:func:`share_switch_hops` rebuilds every such star as the binomial tree of Bruck's all-gather
+over the same NPUs in a fixed cyclic order: the NPU at distance d from the entry (in that order)
+gets the data from the one at distance d − 2^⌊log₂ d⌋, at step ⌊log₂ d⌋.  Step b's hops are the
+pairs (v, v + 2^b) whatever the entry, so the trees of different roots use the same hops at the
+same step, and :func:`~tacos.solvers.forest_pipeline.emit` (``batch='steps'``) sends the slices
+of one round, step and hop as one transfer: ⌈log₂ n⌉ transfers per NPU and round for each family
+of stars (stars whose entry is at the same depth of its tree), each carrying 1, 2, 4 … trees'
+slices.  Over a whole family the up-port and down-port loads of every NPU are the star's
+(n − 1 per n entries: each NPU sends and receives once per tree), so the rate is unchanged;
+:func:`~tacos.solvers.forest_pack.check_packing` confirms the loads on the packing's
+capacities before the trees are used.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from tacos.solvers.forest_pack import Tree, check_packing
+from tacos.solvers.forest_rate import Edge
+
+MIN_STAR = 3
+"""Stars of fewer leaves are left alone (a binomial tree of 3 NPUs saves nothing)."""
+
+
+def _depths(tree: Tree) -> dict[int, int]:
+    depth = {tree.root: 0}
+    for x, y in tree.edges:
+        depth[y] = depth[x] + 1
+    return depth
+
+
+def _rebuild(tree: Tree, order: dict[int, list[int]],
+             is_switch: Callable[[int], bool]) -> Tree | None:
+    """``tree`` with its switch stars replaced by binomial trees, or None if it has none."""
+    depth = _depths(tree)
+    stars: dict[tuple[int, int], list[int]] = defaultdict(list)  # (switch, entry) -> edges
+    by_switch: dict[int, set[int]] = defaultdict(set)  # switch -> entries
+    for e, path in enumerate(tree.paths):
+        if len(path) == 3 and is_switch(path[1]) and path[1] in order:
+            stars[path[1], path[0]].append(e)
+            by_switch[path[1]].add(path[0])
+    keep = {(w, x): es for (w, x), es in stars.items()
+            if len(by_switch[w]) == 1 and len(es) >= MIN_STAR}
+    if not keep:
+        return None
+    dropped = {e for es in keep.values() for e in es}
+    new: dict[int, list[tuple[int, tuple[int, ...], tuple[int, int] | None]]] = defaultdict(list)
+    for e, ((x, y), path) in enumerate(zip(tree.edges, tree.paths, strict=True)):
+        if e not in dropped:
+            new[x].append((y, path, None))
+    for (w, entry), es in keep.items():
+        members = {entry} | {tree.edges[e][1] for e in es}
+        ring = [v for v in order[w] if v in members]
+        at = ring.index(entry)
+        n = len(ring)
+        for d in range(1, n):
+            b = d.bit_length() - 1
+            x, y = ring[(at + d - (1 << b)) % n], ring[(at + d) % n]
+            new[x].append((y, (x, w, y), (depth[entry], b)))
+    edges: list[Edge] = []
+    paths: list[tuple[int, ...]] = []
+    steps: list[tuple[int, int] | None] = []
+    queue = [tree.root]
+    for x in queue:  # BFS: parents before children
+        for y, path, step in new[x]:
+            edges.append((x, y))
+            paths.append(path)
+            steps.append(step)
+            queue.append(y)
+    return Tree(tree.root, tree.mult, edges, paths, steps)
+
+
+def share_switch_hops(trees: list[Tree], compute: tuple[int, ...], roots: tuple[int, ...],
+                      k: int, caps: dict[Edge, int], is_switch: Callable[[int], bool],
+                      ) -> list[Tree] | None:
+    """The trees with their switch stars as binomial trees (module docstring), or None when no
+    tree has a star or the new trees would exceed a capacity of ``caps``."""
+    attached: dict[int, set[int]] = defaultdict(set)
+    group = set(compute)
+    for t in trees:
+        for path in t.paths:
+            if len(path) == 3 and is_switch(path[1]):
+                attached[path[1]].update(v for v in (path[0], path[2]) if v in group)
+    order = {w: sorted(vs) for w, vs in attached.items()}
+    out, changed = [], False
+    for t in trees:
+        rebuilt = _rebuild(t, order, is_switch)
+        changed |= rebuilt is not None
+        out.append(rebuilt or t)
+    if not changed:
+        return None
+    try:
+        check_packing(compute, roots, out, k, caps)
+    except RuntimeError:
+        return None
+    return out
