@@ -167,12 +167,13 @@ def step_groups(trees: list[Tree], npu_of: list[list[int]], hop_ids: list[list[i
         for x, y in tree.edges:
             depth[y] = depth[x] + 1
         marks = tree.steps if labels and tree.steps else [None] * len(tree.edges)
+        last = _last_stage(tree, marks)
         for e, ((x, y), mark) in enumerate(zip(tree.edges, marks, strict=True)):
             for j in range(n_rounds[i]):
                 ends = (npu_of[i][x], npu_of[i][y], hop_ids[i][e])
                 if mark is None:
                     key, when = (*ends, -1, -1, depth[x] + j), depth[x] + j
-                elif mark[0] == 0 and whole:  # the root's own star: its data is all there
+                elif mark[0] == 0 and whole and last[e]:  # the root's own last stage:
                     key, when = (*ends, *mark, -1), mark[1]
                 else:
                     key, when = (*ends, *mark, j), mark[0] + mark[1] + j
@@ -186,6 +187,20 @@ def step_groups(trees: list[Tree], npu_of: list[list[int]], hop_ids: list[list[i
     if labels and any(t.steps for t in trees) and _cyclic(trees, group_of, members):
         return step_groups(trees, npu_of, hop_ids, n_rounds, labels=False, whole=whole)
     return group_of, members, step_of
+
+
+def _last_stage(tree: Tree, marks: list) -> list[bool]:
+    """Per edge: whether it and every edge below it belong to the root's own family of
+    labelled steps (family 0).  Such edges carry data the root has from the start and feed
+    nothing else, so all rounds of a step may go as one transfer (the pipeline gains nothing
+    from slicing them)."""
+    ok = [m is not None and m[0] == 0 for m in marks]
+    below: dict[int, bool] = defaultdict(lambda: True)  # node -> all edges below are ok
+    for e in range(len(tree.edges) - 1, -1, -1):  # children after parents (BFS order)
+        x, y = tree.edges[e]
+        ok[e] = ok[e] and below[y]
+        below[x] = below[x] and ok[e]
+    return ok
 
 
 def _cyclic(trees: list[Tree], group_of: dict[tuple[int, int, int], int],

@@ -1,7 +1,8 @@
 """Trees that share their switch hops across roots: Bruck (binomial) spreading on a crossbar.
 
 A packed tree often reaches the NPUs of one switch as a star: the NPU where it enters (its root,
-or the NPU a NIC edge reached) sends its data through the switch to every other NPU there.  On a
+or the NPU a NIC edge reached) sends its data through the switch to every other NPU there (or
+to most of them, some of which forward it through the same switch).  On a
 group of n NPUs every NPU then makes one transfer per tree and round through its up-port, n − 1
 or more per round in all, each paying α (``docs/forest.md`` §6).
 
@@ -26,8 +27,9 @@ from collections.abc import Callable
 from tacos.solvers.forest_pack import Tree, check_packing
 from tacos.solvers.forest_rate import Edge
 
-MIN_STAR = 3
-"""Stars of fewer leaves are left alone (a binomial tree of 3 NPUs saves nothing)."""
+MIN_STAR = 4
+"""Stars of fewer leaves are left alone (on 4 NPUs Bruck saves one transfer in three and makes
+the last NPU wait for a relay)."""
 
 
 def _depths(tree: Tree) -> dict[int, int]:
@@ -39,16 +41,19 @@ def _depths(tree: Tree) -> dict[int, int]:
 
 def _rebuild(tree: Tree, order: dict[int, list[int]],
              is_switch: Callable[[int], bool]) -> Tree | None:
-    """``tree`` with its switch stars replaced by binomial trees, or None if it has none."""
+    """``tree`` with its switch stars (the edges through one switch, if they form a subtree
+    entered at one NPU) replaced by binomial trees, or None if it has none."""
     depth = _depths(tree)
-    stars: dict[tuple[int, int], list[int]] = defaultdict(list)  # (switch, entry) -> edges
-    by_switch: dict[int, set[int]] = defaultdict(set)  # switch -> entries
+    through: dict[int, list[int]] = defaultdict(list)  # switch -> edges through it
     for e, path in enumerate(tree.paths):
         if len(path) == 3 and is_switch(path[1]) and path[1] in order:
-            stars[path[1], path[0]].append(e)
-            by_switch[path[1]].add(path[0])
-    keep = {(w, x): es for (w, x), es in stars.items()
-            if len(by_switch[w]) == 1 and len(es) >= MIN_STAR}
+            through[path[1]].append(e)
+    keep: dict[tuple[int, int], list[int]] = {}  # (switch, entry) -> edges
+    for w, es in through.items():
+        reached = {tree.edges[e][1] for e in es}
+        entries = {tree.edges[e][0] for e in es} - reached
+        if len(entries) == 1 and len(es) >= MIN_STAR:  # one subtree entered at one NPU
+            keep[w, entries.pop()] = es
     if not keep:
         return None
     dropped = {e for es in keep.values() for e in es}
