@@ -87,7 +87,9 @@ def share_switch_hops(trees: list[Tree], compute: tuple[int, ...], roots: tuple[
                       k: int, caps: dict[Edge, int], is_switch: Callable[[int], bool],
                       ) -> list[Tree] | None:
     """The trees with their switch stars as binomial trees (module docstring), or None when no
-    tree has a star or the new trees would exceed a capacity of ``caps``."""
+    tree has a star.  All trees are rebuilt if the loads stay within ``caps``; otherwise (stars
+    over some of a switch's NPUs load ports unevenly) one by one, keeping a rebuilt tree only
+    if every link stays within its capacity."""
     attached: dict[int, set[int]] = defaultdict(set)
     group = set(compute)
     for t in trees:
@@ -95,15 +97,39 @@ def share_switch_hops(trees: list[Tree], compute: tuple[int, ...], roots: tuple[
             if len(path) == 3 and is_switch(path[1]):
                 attached[path[1]].update(v for v in (path[0], path[2]) if v in group)
     order = {w: sorted(vs) for w, vs in attached.items()}
+    rebuilt_all = [_rebuild(t, order, is_switch) for t in trees]
+    if all(r is None for r in rebuilt_all):
+        return None
+    every = [r or t for r, t in zip(rebuilt_all, trees, strict=True)]
+    try:  # all at once: over a family of whole stars the loads are the stars'
+        check_packing(compute, roots, every, k, caps)
+        return every
+    except RuntimeError:
+        pass
+    load = check_packing(compute, roots, trees, k, caps)
     out, changed = [], False
-    for t in trees:
-        rebuilt = _rebuild(t, order, is_switch)
-        changed |= rebuilt is not None
-        out.append(rebuilt or t)
+    for t, rebuilt in zip(trees, rebuilt_all, strict=True):  # one by one, within capacity
+        if rebuilt is not None:
+            delta = _loads(rebuilt)
+            for e, u in _loads(t).items():
+                delta[e] -= u
+            if all(load.get(e, 0) + d <= caps.get(e, 0) for e, d in delta.items() if d > 0):
+                for e, d in delta.items():
+                    load[e] = load.get(e, 0) + d
+                out.append(rebuilt)
+                changed = True
+                continue
+        out.append(t)
     if not changed:
         return None
-    try:
-        check_packing(compute, roots, out, k, caps)
-    except RuntimeError:
-        return None
+    check_packing(compute, roots, out, k, caps)
     return out
+
+
+def _loads(tree: Tree) -> dict[Edge, int]:
+    """Tree units ``tree`` puts on every physical arc."""
+    load: dict[Edge, int] = defaultdict(int)
+    for path in tree.paths:
+        for hop in zip(path, path[1:], strict=False):
+            load[hop] += tree.mult
+    return load
