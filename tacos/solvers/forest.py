@@ -17,6 +17,11 @@ process groups included):
    per packing and :data:`SOLVE_TRANSFERS` transfers per solve are timed; for all-reduce only
    its last phase, on its own chunks).
 
+   Where trees reach a switch's NPUs as stars, the same packing is also rebuilt with Bruck
+   (binomial) spreading through the switch (:mod:`~tacos.solvers.forest_shared`): the trees of
+   all roots then use the same hops at each step, and slices of one step and hop travel as one
+   transfer (``batch='steps'``, :data:`STEP_MODES`); both versions are timed.
+
 5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
    through the switch is one in-switch reduction into a root and one multicast out of it; that
@@ -31,7 +36,8 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
-k), ``slices`` (``"auto"`` or s), ``max_transfers`` (bound on the schedule size used to cap
+k), ``slices`` (``"auto"`` or s), ``share`` (also time the Bruck-spread trees, default true),
+``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
 which MSCCL XML can express).

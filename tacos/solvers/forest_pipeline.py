@@ -25,7 +25,9 @@ lanes; a switch port is one link, shared by every route through it); ready trans
 round first, then the one with the deepest subtree below it.  With ``batch`` it takes every
 other ready transfer of the same round (other trees crossing the route) into the same transfer,
 so α is paid once per round and route, at the price of longer pipeline stages; the solver tries
-both.
+both.  With ``batch='steps'`` (:func:`step_groups`) slices of different trees and rounds that
+share a hop at the same step go as one transfer: trees built to share hops
+(:mod:`~tacos.solvers.forest_shared`) then pay α once per step and hop instead of once per tree.
 :func:`make_transfer` is the one place that turns a hop into a :class:`~tacos.schedule.Transfer`.
 """
 
