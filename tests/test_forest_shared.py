@@ -110,3 +110,25 @@ def test_two_dgx_a100_at_64mib_reach_ninety_percent(tmp_path, kind):
     out.write_text(schedule_to_xml(s), encoding="utf-8")
     assert main(["verify", str(out), "--topology", str(_preset("dgx_a100")),
                  "--param", "nodes=2"]) == 0
+
+
+def test_only_stars_on_each_npus_fastest_switch_are_rebuilt():
+    from tacos.solvers.forest_pack import Tree
+
+    npus, fast, slow = range(5), 5, 6
+    caps = {}
+    for v in npus:  # v <-> fast: 10 units each way, v <-> slow: 4 (a NIC rail)
+        caps[v, fast] = caps[fast, v] = 10
+        caps[v, slow] = caps[slow, v] = 4
+
+    def stars(w):
+        return [Tree(r, 1, [(r, v) for v in npus if v != r],
+                     [(r, w, v) for v in npus if v != r]) for r in npus]
+
+    def is_switch(v):
+        return v >= 5
+
+    shared = share_switch_hops(stars(fast), tuple(npus), tuple(npus), 1, caps, is_switch)
+    assert shared is not None and all(t.steps for t in shared)
+    check_packing(tuple(npus), tuple(npus), shared, 1, caps)
+    assert share_switch_hops(stars(slow), tuple(npus), tuple(npus), 1, caps, is_switch) is None

@@ -87,16 +87,24 @@ def share_switch_hops(trees: list[Tree], compute: tuple[int, ...], roots: tuple[
                       k: int, caps: dict[Edge, int], is_switch: Callable[[int], bool],
                       ) -> list[Tree] | None:
     """The trees with their switch stars as binomial trees (module docstring), or None when no
-    tree has a star.  All trees are rebuilt if the loads stay within ``caps``; otherwise (stars
-    over some of a switch's NPUs load ports unevenly) one by one, keeping a rebuilt tree only
-    if every link stays within its capacity."""
+    tree has a star.  Only switches that are every attached NPU's fastest port count (NVSwitch,
+    not the NICs' rails: a binomial tree there would add slow relay hops to every pipeline).
+    All trees are rebuilt if the loads stay within ``caps``; otherwise (stars over some of a
+    switch's NPUs load ports unevenly) one by one, keeping a rebuilt tree only if every link
+    stays within its capacity."""
     attached: dict[int, set[int]] = defaultdict(set)
     group = set(compute)
     for t in trees:
         for path in t.paths:
             if len(path) == 3 and is_switch(path[1]):
                 attached[path[1]].update(v for v in (path[0], path[2]) if v in group)
-    order = {w: sorted(vs) for w, vs in attached.items()}
+    top: dict[int, int] = defaultdict(int)  # each NPU's largest out-capacity
+    for (x, _), c in caps.items():
+        top[x] = max(top[x], c)
+    order = {w: sorted(vs) for w, vs in attached.items()
+             if all(caps.get((v, w), 0) >= top[v] for v in vs)}
+    if not order:
+        return None
     rebuilt_all = [_rebuild(t, order, is_switch) for t in trees]
     if all(r is None for r in rebuilt_all):
         return None
