@@ -132,3 +132,23 @@ def test_only_stars_on_each_npus_fastest_switch_are_rebuilt():
     assert shared is not None and all(t.steps for t in shared)
     check_packing(tuple(npus), tuple(npus), shared, 1, caps)
     assert share_switch_hops(stars(slow), tuple(npus), tuple(npus), 1, caps, is_switch) is None
+
+
+def test_rebuilt_trees_that_overload_a_port_are_given_back():
+    from tacos.solvers.forest_pack import Tree
+
+    npus, fast = range(6), 6
+    # roots 0 and 1 spread as stars through the switch; NPUs 2..5 may not send at all
+    caps = {(v, fast): 0 for v in npus} | {(fast, v): 10 for v in npus}
+    caps[0, fast], caps[1, fast] = 5, 7
+    trees = [Tree(r, 1, [(r, v) for v in npus if v != r], [(r, fast, v) for v in npus if v != r])
+             for r in (0, 1)]
+
+    def is_switch(v):
+        return v == fast
+
+    out = share_switch_hops(trees, tuple(npus), (0, 1), 1, caps, is_switch)
+    # root 0's binomial tree (0 -> 1, 2, 4; 1 -> 3, 5) only makes NPU 1 forward and fits;
+    # root 1's makes NPU 2 forward (capacity 0): it is given back and stays a star
+    assert out is not None and [bool(t.steps) for t in out] == [True, False]
+    check_packing(tuple(npus), (0, 1), out, 1, caps)

@@ -90,8 +90,8 @@ def share_switch_hops(trees: list[Tree], compute: tuple[int, ...], roots: tuple[
     tree has a star.  Only switches that are every attached NPU's fastest port count (NVSwitch,
     not the NICs' rails: a binomial tree there would add slow relay hops to every pipeline).
     All trees are rebuilt if the loads stay within ``caps``; otherwise (stars over some of a
-    switch's NPUs load ports unevenly) one by one, keeping a rebuilt tree only if every link
-    stays within its capacity."""
+    switch's NPUs load ports unevenly) rebuilt trees that add to an overloaded link are given
+    back, the largest contributor first, until every link is within its capacity."""
     attached: dict[int, set[int]] = defaultdict(set)
     group = set(compute)
     for t in trees:
@@ -108,28 +108,29 @@ def share_switch_hops(trees: list[Tree], compute: tuple[int, ...], roots: tuple[
     rebuilt_all = [_rebuild(t, order, is_switch) for t in trees]
     if all(r is None for r in rebuilt_all):
         return None
-    every = [r or t for r, t in zip(rebuilt_all, trees, strict=True)]
-    try:  # all at once: over a family of whole stars the loads are the stars'
-        check_packing(compute, roots, every, k, caps)
-        return every
-    except RuntimeError:
-        pass
+    # repair: start from every tree rebuilt and give back the rebuilt tree that adds most to
+    # an overloaded arc until none is overloaded (at worst all are given back)
     load = check_packing(compute, roots, trees, k, caps)
-    out, changed = [], False
-    for t, rebuilt in zip(trees, rebuilt_all, strict=True):  # one by one, within capacity
-        if rebuilt is not None:
-            delta = _loads(rebuilt)
+    delta: dict[int, dict[Edge, int]] = {}
+    for i, (t, r) in enumerate(zip(trees, rebuilt_all, strict=True)):
+        if r is not None:
+            d = _loads(r)
             for e, u in _loads(t).items():
-                delta[e] -= u
-            if all(load.get(e, 0) + d <= caps.get(e, 0) for e, d in delta.items() if d > 0):
-                for e, d in delta.items():
-                    load[e] = load.get(e, 0) + d
-                out.append(rebuilt)
-                changed = True
-                continue
-        out.append(t)
-    if not changed:
+                d[e] -= u
+            delta[i] = {e: u for e, u in d.items() if u}
+            for e, u in delta[i].items():
+                load[e] = load.get(e, 0) + u
+    while True:
+        over = [e for e, u in load.items() if u > caps.get(e, 0)]
+        if not over:
+            break
+        worst = max(over, key=lambda e: (load[e] - caps.get(e, 0), e))
+        i = max(delta, key=lambda i: (delta[i].get(worst, 0), -i))
+        for e, u in delta.pop(i).items():
+            load[e] -= u
+    if not delta:
         return None
+    out = [rebuilt_all[i] if i in delta else t for i, t in enumerate(trees)]
     check_packing(compute, roots, out, k, caps)
     return out
 
