@@ -152,3 +152,42 @@ def test_rebuilt_trees_that_overload_a_port_are_given_back():
     # root 1's makes NPU 2 forward (capacity 0): it is given back and stays a star
     assert out is not None and [bool(t.steps) for t in out] == [True, False]
     check_packing(tuple(npus), (0, 1), out, 1, caps)
+
+
+def test_rail_pair_trees_fill_two_dgx_h100_exactly():
+    from tacos.solvers.forest_rails import rail_pair_trees
+
+    topo = tacos.load(str(_preset("dgx_h100")), params={"nodes": 2}).topology
+    group = tuple(topo.live_npus)
+    f = plan_forest(topo, group, group, "copy", False, "auto")
+    assert f.rate.k == 2 and f.rate.exact
+    trees = rail_pair_trees(group, f.roots, f.rate.k, f.rate.caps, topo.is_switch)
+    assert trees is not None and len(trees) == 2 * len(group)
+    load = check_packing(group, f.roots, trees, 2, f.rate.caps)
+    # 4n - 5 = 27 units through every GPU's NVSwitch port, 3 through its NIC: the capacities
+    up = sorted({u for (x, _), u in load.items() if x in group})
+    assert up == [3, 27]
+    coll = build("allgather", group, size=len(group) * 2**20)
+    from dataclasses import replace
+
+    s = ForestSolver()._schedule(coll, RouteView(topo), [replace(f, trees=trees)], 2, 1,
+                                 taper(1, -3), "steps")
+    assert verify_schedule(s).ok and verify_schedule(first_round(s)).ok
+
+
+def test_rail_pair_trees_need_two_islands():
+    from tacos.solvers.forest_rails import rail_pair_trees
+
+    topo = star(8, bandwidth=100 * GB, latency=US)
+    group = tuple(topo.live_npus)
+    f = plan_forest(topo, group, group, "copy", False, 2)
+    assert rail_pair_trees(group, f.roots, 2, f.rate.caps, topo.is_switch) is None
+
+
+@pytest.mark.slow
+def test_two_dgx_h100_at_1gib_reach_ninety_seven_percent():
+    topo = tacos.load(str(_preset("dgx_h100")), params={"nodes": 2}).topology
+    coll = build("allreduce", topo.live_npus, size=2**30)
+    s = tacos.synthesize(topo, coll, solver="forest")
+    assert verify_schedule(s).ok
+    assert s.meta["forest"]["optimal_time"] / simulate(s).schedule.makespan >= 0.97

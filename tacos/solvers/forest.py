@@ -61,6 +61,7 @@ from tacos.simulate import simulate
 from tacos.solvers.forest_in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
+from tacos.solvers.forest_rails import rail_pair_trees
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
 from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
@@ -95,7 +96,8 @@ MODES: tuple[tuple[bool | str, int], ...] = tuple(
     (batch, depth) for depth in (2, 0, 4) for batch in (False, True))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
 STEP_MODES: tuple[tuple[bool | str, int], ...] = (
-    ("steps", -2), ("steps", 0), ("steps", -1), ("steps", 2), (True, -2), ("steps", -3))
+    ("steps", -2), ("steps", -4), ("steps", 0), ("steps", -1), (True, -2), ("steps", -5),
+    ("steps", 2), ("steps", -3))
 """The same for trees that share switch hops (:mod:`~tacos.solvers.forest_shared`): their
 slices merge by step (``batch='steps'``); a negative taper depth only ramps down at the end."""
 
@@ -186,6 +188,19 @@ def _shared(forests: list[Forest], topology: Topology,
         changed |= trees is not None
         out.append(replace(f, trees=trees) if trees is not None else f)
     return out if changed else None
+
+
+def _rails(forests: list[Forest], topology: Topology,
+           group: tuple[int, ...]) -> list[Forest] | None:
+    """The forests with two trees per root built for two switch islands joined by rails
+    (:func:`~tacos.solvers.forest_rails.rail_pair_trees`), or None unless every phase has them."""
+    out = []
+    for f in forests:
+        trees = rail_pair_trees(group, f.roots, f.rate.k, f.rate.caps, topology.is_switch)
+        if trees is None:
+            return None
+        out.append(replace(f, trees=trees))
+    return out
 
 
 def _check_collective(coll: Collective) -> None:
@@ -327,6 +342,9 @@ class ForestSolver:
                 shared = _shared(forests, topo, group)
                 if shared is not None:
                     packings.append((shared, order))
+                railed = _rails(forests, topo, group)
+                if railed is not None and order:
+                    packings.append((railed, order))
         choices = packings
         for forests, order in packings:
             sig = _signature(forests)
