@@ -87,7 +87,8 @@ def test_solver_keeps_the_shared_trees_when_faster_and_lowers_them():
     shared = tacos.synthesize(topo, coll, solver="forest", in_switch=False)
     plain = tacos.synthesize(topo, coll, solver="forest", in_switch=False, share=False)
     assert verify_schedule(shared).ok and verify_schedule(plain).ok
-    assert shared.meta["pipeline"]["batched"] == "steps"
+    assert shared.meta["pipeline"]["batched"] == "steps" and shared.meta["forest"]["shared"]
+    assert not plain.meta["forest"]["shared"]
     assert simulate(shared).schedule.makespan < simulate(plain).schedule.makespan
     base = first_round(shared)  # the MSCCL program: one round, still verified
     assert verify_schedule(base).ok

@@ -190,6 +190,11 @@ def _shared(forests: list[Forest], topology: Topology,
     return out if changed else None
 
 
+def _is_shared(forests: list[Forest]) -> bool:
+    """Whether the trees share switch hops across roots (step labels, §3b of docs/forest.md)."""
+    return any(t.steps for f in forests for t in f.trees)
+
+
 def _rails(forests: list[Forest], topology: Topology,
            group: tuple[int, ...]) -> list[Forest] | None:
     """The forests with two trees per root built for two switch islands joined by rails
@@ -389,8 +394,10 @@ class ForestSolver:
                     "trees": sum(len(f.trees) for f in forests),
                     "optimal_time": optimal,
                     "optimal_algbw": coll.size / optimal if optimal > 0 else None,
+                    "shared": _is_shared(forests),
                     "tried": [{"k": [f.rate.k for f in fs], "islands": order,
-                               "makespan": b.makespan, "schedules": len(t)}
+                               "shared": _is_shared(fs), "makespan": b.makespan,
+                               "schedules": len(t)}
                               for b, fs, t, order in found], **facts},
             synthesis_time=time.perf_counter() - clock)
         stats = {"trees": best.meta["forest"]["trees"],
@@ -419,8 +426,7 @@ class ForestSolver:
         def afford() -> bool:
             return len(tried) < budget and spent[0] < limit
 
-        shared = any(t.steps for f in forests for t in f.trees)
-        modes = STEP_MODES if shared else MODES
+        modes = STEP_MODES if _is_shared(forests) else MODES
         modes = modes if auto else tuple(m for m in modes if m[1] == 0)
         caps: dict[tuple[bool, int], int] = {}
 
