@@ -20,7 +20,9 @@ process groups included):
    Where trees reach a switch's NPUs as stars, the same packing is also rebuilt with Bruck
    (binomial) spreading through the switch (:mod:`~tacos.solvers.forest_shared`): the trees of
    all roots then use the same hops at each step, and slices of one step and hop travel as one
-   transfer (``batch='steps'``, :data:`STEP_MODES`); both versions are timed.
+   transfer (``batch='steps'``, :data:`STEP_MODES`); both versions are timed.  On two switch
+   islands joined by rails with k = 2, two trees per root built for that layout
+   (:mod:`~tacos.solvers.forest_rails`) are timed as well.
 
 5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
