@@ -17,6 +17,13 @@ process groups included):
    per packing and :data:`SOLVE_TRANSFERS` transfers per solve are timed; for all-reduce only
    its last phase, on its own chunks).
 
+   Where trees reach a switch's NPUs as stars, the same packing is also rebuilt with Bruck
+   (binomial) spreading through the switch (:mod:`~tacos.solvers.forest_shared`): the trees of
+   all roots then use the same hops at each step, and slices of one step and hop travel as one
+   transfer (``batch='steps'``, :data:`STEP_MODES`); both versions are timed.  On two switch
+   islands joined by rails with k = 2, two trees per root built for that layout
+   (:mod:`~tacos.solvers.forest_rails`) are timed as well.
+
 5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
    through the switch is one in-switch reduction into a root and one multicast out of it; that
@@ -31,7 +38,8 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
-k), ``slices`` (``"auto"`` or s), ``max_transfers`` (bound on the schedule size used to cap
+k), ``slices`` (``"auto"`` or s), ``share`` (also time the Bruck-spread trees, default true),
+``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
 which MSCCL XML can express).
@@ -42,7 +50,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -55,7 +63,9 @@ from tacos.simulate import simulate
 from tacos.solvers.forest_in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
+from tacos.solvers.forest_rails import rail_pair_trees
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
+from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
@@ -84,8 +94,14 @@ SOLVE_TRANSFERS = 200_000
 """Transfers timed in all by one solve (screening and search): list-scheduling costs about
 40 µs per transfer, so this keeps the pipeline search of a 64-NPU system to a few seconds.
 Every tree count still gets one schedule, and the best one at least one more."""
-MODES = tuple((batch, depth) for depth in (2, 0, 4) for batch in (False, True))
+MODES: tuple[tuple[bool | str, int], ...] = tuple(
+    (batch, depth) for depth in (2, 0, 4) for batch in (False, True))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
+STEP_MODES: tuple[tuple[bool | str, int], ...] = (
+    ("steps", -2), ("steps", -4), ("steps", 0), ("steps", -1), (True, -2), ("steps", -5),
+    ("steps", 2), ("steps", -3))
+"""The same for trees that share switch hops (:mod:`~tacos.solvers.forest_shared`): their
+slices merge by step (``batch='steps'``); a negative taper depth only ramps down at the end."""
 
 
 @dataclass
@@ -159,8 +175,39 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
 def _signature(forests: list[Forest]) -> tuple:
     """What the schedules of a packing depend on: every tree's root, share of its root's data,
     edges and physical paths."""
-    return tuple((t.root, Fraction(t.mult, f.rate.k), tuple(t.edges), tuple(t.paths))
-                 for f in forests for t in f.trees)
+    return tuple((t.root, Fraction(t.mult, f.rate.k), tuple(t.edges), tuple(t.paths),
+                  tuple(t.steps or ())) for f in forests for t in f.trees)
+
+
+def _shared(forests: list[Forest], topology: Topology,
+            group: tuple[int, ...]) -> list[Forest] | None:
+    """The forests with their switch stars rebuilt to share hops across roots
+    (:func:`~tacos.solvers.forest_shared.share_switch_hops`), or None if no phase changes."""
+    out, changed = [], False
+    for f in forests:
+        trees = share_switch_hops(f.trees, group, f.roots, f.rate.k,
+                                  f.rate.caps, topology.is_switch)
+        changed |= trees is not None
+        out.append(replace(f, trees=trees) if trees is not None else f)
+    return out if changed else None
+
+
+def _is_shared(forests: list[Forest]) -> bool:
+    """Whether the trees share switch hops across roots (step labels, §3b of docs/forest.md)."""
+    return any(t.steps for f in forests for t in f.trees)
+
+
+def _rails(forests: list[Forest], topology: Topology,
+           group: tuple[int, ...]) -> list[Forest] | None:
+    """The forests with two trees per root built for two switch islands joined by rails
+    (:func:`~tacos.solvers.forest_rails.rail_pair_trees`), or None unless every phase has them."""
+    out = []
+    for f in forests:
+        trees = rail_pair_trees(group, f.roots, f.rate.k, f.rate.caps, topology.is_switch)
+        if trees is None:
+            return None
+        out.append(replace(f, trees=trees))
+    return out
 
 
 def _check_collective(coll: Collective) -> None:
@@ -179,9 +226,13 @@ def _check_collective(coll: Collective) -> None:
 def taper(rounds: int, depth: int) -> list[int]:
     """Slices per round: ``depth`` rounds doubling 1, 2, 4 … up to 2^depth, ``rounds`` rounds of
     2^depth slices, then the same halving.  Small first and last rounds make the pipeline fill
-    and drain quickly while the middle rounds pay α on large transfers."""
-    ramp = [1 << i for i in range(depth)]
-    return ramp + [1 << depth] * max(1, rounds) + ramp[::-1]
+    and drain quickly while the middle rounds pay α on large transfers.  A negative depth d
+    keeps only the halving at the end (``rounds`` rounds of 2^|d| slices, then 2^(|d|-1) … 1):
+    for trees whose roots' own data keeps the ports busy while the pipeline fills
+    (:mod:`~tacos.solvers.forest_shared`)."""
+    ramp = [1 << i for i in range(abs(depth))]
+    up = ramp if depth > 0 else []
+    return up + [1 << abs(depth)] * max(1, rounds) + ramp[::-1]
 
 
 def _base_ranges(forest: Forest, base: int) -> list[tuple[int, int]]:
@@ -254,6 +305,9 @@ class ForestSolver:
                          int_or_text("auto"), default="auto"),
         "max_transfers": Option("most transfers a schedule may have (caps the slices)", int,
                                 default=MAX_TRANSFERS),
+        "share": Option("also try the trees with their switch stars rebuilt as binomial trees "
+                        "that share hops across roots (Bruck), keeping the faster",
+                        boolean, (True, False), True),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -283,12 +337,23 @@ class ForestSolver:
         found: list[tuple[Schedule, list[Forest], dict, bool]] = []
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
+        packings = []
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
                                            opts.get("relays", "members"), order))
+            packings.append((forests, order))
+            if opts.get("share", True):  # the same trees with Bruck spreading on switches
+                shared = _shared(forests, topo, group)
+                if shared is not None:
+                    packings.append((shared, order))
+                railed = _rails(forests, topo, group)
+                if railed is not None and order:
+                    packings.append((railed, order))
+        choices = packings
+        for forests, order in packings:
             sig = _signature(forests)
             if sig in seen:  # another tree count packed the same trees: same schedules
                 continue
@@ -331,8 +396,10 @@ class ForestSolver:
                     "trees": sum(len(f.trees) for f in forests),
                     "optimal_time": optimal,
                     "optimal_algbw": coll.size / optimal if optimal > 0 else None,
+                    "shared": _is_shared(forests),
                     "tried": [{"k": [f.rate.k for f in fs], "islands": order,
-                               "makespan": b.makespan, "schedules": len(t)}
+                               "shared": _is_shared(fs), "makespan": b.makespan,
+                               "schedules": len(t)}
                               for b, fs, t, order in found], **facts},
             synthesis_time=time.perf_counter() - clock)
         stats = {"trees": best.meta["forest"]["trees"],
@@ -361,7 +428,8 @@ class ForestSolver:
         def afford() -> bool:
             return len(tried) < budget and spent[0] < limit
 
-        modes = MODES if auto else tuple(m for m in MODES if m[1] == 0)
+        modes = STEP_MODES if _is_shared(forests) else MODES
+        modes = modes if auto else tuple(m for m in modes if m[1] == 0)
         caps: dict[tuple[bool, int], int] = {}
 
         def run(m: float, batch: bool, depth: int) -> float:
@@ -381,7 +449,7 @@ class ForestSolver:
             if fresh[0] and not afford():
                 break
             s0, caps[batch, depth] = self._slices(coll, forests, view, big_k, q, opts, batch)
-            run(max(1, round(s0 / (1 << depth))), batch, depth)  # middle rounds: 2^depth each
+            run(max(1, round(s0 / (1 << abs(depth)))), batch, depth)  # middle: 2^|depth| each
 
         def best_of(mode: tuple[bool, int]) -> tuple[float, int]:
             return min((sc.makespan, key[0]) for key, sc in tried.items() if key[1:] == mode)
