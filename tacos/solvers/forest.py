@@ -57,6 +57,7 @@ from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
 from tacos.solvers.forest_split import SplitGraph, split_switches
+from tacos.solvers.forest_symmetric import find_symmetry, pack_symmetric
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, boolean, int_or_text
@@ -101,6 +102,9 @@ class Forest:
     trees: list[Tree]
     tests: int
     seconds: dict[str, float] = field(default_factory=dict)
+    packing: str = "lovasz"
+    """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest_pack`) or
+    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`)."""
 
     def optimal_time(self, data_per_root: float) -> float:
         """Bandwidth-optimal time for ``data_per_root`` bytes from every root (x* · data)."""
@@ -113,7 +117,8 @@ class Forest:
                 "trees": len(self.trees), "depth": max((t.depth() for t in self.trees),
                                                        default=0),
                 "optimal_time": self.optimal_time(data_per_root),
-                "max_flows": self.rate.checks + self.split.flows + self.tests}
+                "max_flows": self.rate.checks + self.split.flows + self.tests,
+                "packing": self.packing}
 
 
 def _order(t: Transfer) -> tuple:
@@ -133,11 +138,14 @@ def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
 
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
                 phase: str, reverse: bool, trees: int | str = "auto",
-                relays: str = "members", islands: bool = True) -> Forest:
+                relays: str = "members", islands: bool = True,
+                symmetric: bool = True) -> Forest:
     """Rate, switch splitting and tree packing for one phase.  NPUs outside ``group`` are left
     out unless ``relays='all'``; then they are relays, split off like switches.  ``islands``
     lets trees enter each island (:func:`~tacos.solvers.islands.find_islands`) once and spread
-    inside it (:func:`~tacos.solvers.forest_pack.pack_trees`)."""
+    inside it (:func:`~tacos.solvers.forest_pack.pack_trees`).  With ``symmetric``, a topology
+    whose translations are verified automorphisms gets one root's trees translated to every
+    root (:mod:`~tacos.solvers.forest_symmetric`) instead."""
     clock = time.perf_counter()
     topo = topology if relays == "all" else group_topology(topology, group)
     if reverse:
@@ -147,13 +155,21 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     t_rate = time.perf_counter()
     split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
     t_split = time.perf_counter()
-    found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
-    packed, tests = pack_trees(group, graph.sources, split, rate.k,
-                               interleave=len(group) <= INTERLEAVE_MAX, islands=found)
+    packed, tests, how = None, 0, "lovasz"
+    if symmetric and set(graph.sources) == set(group):
+        sym = find_symmetry(topo, group, split, graph.n_nodes)
+        packed = pack_symmetric(sym, split.caps, rate.k) if sym is not None else None
+        how = "symmetric"
+    if packed is None:
+        how = "lovasz"
+        found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
+        packed, tests = pack_trees(group, graph.sources, split, rate.k,
+                                   interleave=len(group) <= INTERLEAVE_MAX, islands=found)
     check_packing(group, graph.sources, packed, rate.k, rate.caps)
     t_pack = time.perf_counter()
     return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,
-                  {"rate": t_rate - clock, "split": t_split - t_rate, "pack": t_pack - t_split})
+                  {"rate": t_rate - clock, "split": t_split - t_rate, "pack": t_pack - t_split},
+                  how)
 
 
 def _signature(forests: list[Forest]) -> tuple:
@@ -254,6 +270,10 @@ class ForestSolver:
                          int_or_text("auto"), default="auto"),
         "max_transfers": Option("most transfers a schedule may have (caps the slices)", int,
                                 default=MAX_TRANSFERS),
+        "packing": Option("'auto': one root's trees translated to every root when the "
+                          "topology's translations are verified automorphisms (tori, rings), "
+                          "else the Lovász packing; 'general': always the Lovász packing",
+                          str, ("auto", "general"), "auto"),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -273,6 +293,8 @@ class ForestSolver:
         # "auto" also tries one and two trees per root: fewer, larger trees pay α less often,
         # which can beat the exact rate's many small trees on small messages
         choices: list = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
+        if trees_opt == "auto" and 2 * len(group) * (len(group) - 1) > SOLVE_TRANSFERS // 3:
+            choices = [1]  # two trees per root would not fit one slice into a screening's share
         islands = len(group) <= INTERLEAVE_MAX and bool(find_islands(topo, group))
         if islands and len(group) <= BOTH_ORDERS_MAX:
             # packings with and without island order (neither wins everywhere: 2x DGX-H100's
@@ -288,7 +310,8 @@ class ForestSolver:
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
-                                           opts.get("relays", "members"), order))
+                                           opts.get("relays", "members"), order,
+                                           opts.get("packing", "auto") == "auto"))
             sig = _signature(forests)
             if sig in seen:  # another tree count packed the same trees: same schedules
                 continue
@@ -380,7 +403,10 @@ class ForestSolver:
         for batch, depth in modes:
             if fresh[0] and not afford():
                 break
-            s0, caps[batch, depth] = self._slices(coll, forests, view, big_k, q, opts, batch)
+            s0, cap = self._slices(coll, forests, view, big_k, q, opts, batch)
+            if sum(taper(1, depth)) > cap:  # even the shortest taper has too many transfers
+                continue
+            caps[batch, depth] = cap
             run(max(1, round(s0 / (1 << depth))), batch, depth)  # middle rounds: 2^depth each
 
         def best_of(mode: tuple[bool, int]) -> tuple[float, int]:
