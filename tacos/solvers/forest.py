@@ -285,6 +285,8 @@ class ForestSolver:
     def solve(self, problem: Problem) -> SolveResult:
         """Pack, pipeline and time a schedule for ``problem``."""
         clock = time.perf_counter()
+        self._emitted: dict[tuple, list[Transfer]] = {}  # one phase's timed transfers, by
+        # (forest, rounds, batch, q, K): all-reduce's last phase is timed once, not twice
         coll, topo, opts = problem.collective, problem.topology, problem.options
         _check_collective(coll)
         trees_opt = opts.get("trees", "auto")
@@ -333,6 +335,7 @@ class ForestSolver:
                                   math.lcm(*(f.rate.k for f in forests)),
                                   max(1, coll.chunks_per_npu), info["slices_per_round"],
                                   info["batched"])
+        self._emitted.clear()
         # the list schedule lets transfers ending within TIE of each other start together;
         # the simulator's replay in the same order starts each as early as it can
         best = simulate(best).schedule
@@ -460,11 +463,15 @@ class ForestSolver:
             sub, ids = parts[f.phase] if plan is not None else parts["copy"]
             if sub is None:
                 continue
-            rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
-            sizes = [c.size for c in sub.chunks]
-            transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
-                             lanes, batch=batch, is_switch=view.topology.is_switch)
-            transfers.sort(key=_order)
+            key = (id(f), tuple(groups), batch, q, big_k)  # the search timed it already
+            transfers = self._emitted.get(key)
+            if transfers is None:
+                rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
+                sizes = [c.size for c in sub.chunks]
+                transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
+                                 lanes, batch=batch, is_switch=view.topology.is_switch)
+                transfers.sort(key=_order)
+                self._emitted[key] = transfers
             scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
                                                                         tuple(transfers))
         topo = view.topology
