@@ -14,7 +14,7 @@ from tacos.solvers.forest import group_topology, plan_forest
 from tacos.solvers.forest_pack import check_packing
 from tacos.solvers.forest_rate import choose_rate, link_capacities
 from tacos.solvers.forest_split import hop_distances, split_switches, successors
-from tacos.solvers.forest_symmetric import find_symmetry, pack_symmetric
+from tacos.solvers.forest_symmetric import _parents, find_symmetry, pack_symmetric
 from tacos.topology import Link, Npu, Topology
 from tacos.verify import verify_schedule
 
@@ -174,3 +174,20 @@ def test_512_npu_torus_packs_by_symmetry():
     load = check_packing(group, group, f.trees, 1, f.rate.caps)
     assert max(load.values()) <= 86  # ⌈511 / 6⌉ tree arcs per direction class
     assert np.isclose(f.rate.slowdown, 86 * 6 / 511)
+
+
+def test_arcs_inside_a_layer_help_when_shortest_arcs_do_not_fit():
+    # 5-ring, one tree per root, 3 units clockwise and 1 counter-clockwise per arc: NPUs 3 and
+    # 4 both need the counter-clockwise arcs along shortest paths, but 3 may hang below 2
+    sym, split, _, group = _symmetry(ring(5, bandwidth=GB, latency=US), 1)
+    r0 = sym.members[0]
+    cw = int(sym.perms[1][r0])  # the neighbour the first translation moves r0 to
+    caps = {}
+    for (a, b) in split.caps:
+        i = sym.members.index(a)
+        caps[(a, b)] = 3 if int(sym.perms[i][cw]) == b else 1
+    assert _parents(sym, caps, 1, same_layer=False) is None  # shortest arcs: too few
+    trees = pack_symmetric(sym, caps, 1)
+    assert trees is not None
+    check_packing(group, group, trees, 1, caps)
+    assert max(t.depth() for t in trees) == 3  # one deeper than the shortest-path depth 2
