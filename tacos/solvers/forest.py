@@ -9,7 +9,9 @@ process groups included):
    outside the group) without losing rate; every split arc remembers its physical path.
 3. **Packing** (:mod:`~tacos.solvers.forest_pack`): k capacity-respecting out-arborescences
    per root (Edmonds/Lovász), checked against the capacities; behind scarce cuts (islands) a
-   tree enters each island once and spreads inside it first.
+   tree enters each island once and spreads inside it first.  Where the grid's translations are
+   verified automorphisms (tori, rings), one root's shortest-path trees are translated to every
+   root instead (:mod:`~tacos.solvers.forest_symmetric`), without max-flow tests.
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
@@ -34,7 +36,8 @@ and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"`
 k), ``slices`` (``"auto"`` or s), ``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
-which MSCCL XML can express).
+which MSCCL XML can express), ``packing`` (``"auto"``: symmetric when verified, else Lovász;
+``"general"``: always Lovász).
 """
 
 from __future__ import annotations
