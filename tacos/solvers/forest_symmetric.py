@@ -57,9 +57,6 @@ class Symmetry:
     perms: np.ndarray
     dims: tuple[int, ...]
 
-    def element(self, root: int) -> np.ndarray:
-        """The automorphism mapping ``members[0]`` to ``root``."""
-        return self.perms[self.members.index(root)]
 
 
 def _full_grid(coords: dict[int, tuple[int, ...]]) -> tuple[int, ...] | None:
@@ -129,16 +126,16 @@ def _translations(coords: dict[int, tuple[int, ...]], dims: tuple[int, ...],
                   members: tuple[int, ...], n_nodes: int) -> np.ndarray:
     """The cyclic translations of the grid, as node-id permutations: row i maps ``members[0]``
     to ``members[i]`` (nodes outside ``members`` are fixed)."""
-    at = {c: v for v, c in coords.items()}
-    base = np.array(coords[members[0]])
     dims_a = np.array(dims)
+    strides = np.cumprod([1, *dims[:-1]])
     grid = np.array([coords[v] for v in members])  # member j's coordinates
-    perms = np.tile(np.arange(n_nodes), (len(members), 1))
     ids = np.array(members)
-    for i, r in enumerate(members):
-        shift = np.array(coords[r]) - base
-        moved = (grid + shift) % dims_a
-        perms[i, ids] = [at[tuple(p)] for p in moved.tolist()]
+    at = np.empty(len(members), dtype=np.int64)  # grid point (linear index) -> node id
+    at[grid @ strides] = ids
+    shifts = grid - grid[0]  # row i: the translation moving members[0] to members[i]
+    moved = (grid[None, :, :] + shifts[:, None, :]) % dims_a  # (i, j, axis)
+    perms = np.tile(np.arange(n_nodes), (len(members), 1))
+    perms[:, ids] = at[moved @ strides]
     return perms
 
 
@@ -191,9 +188,10 @@ def find_symmetry(topology: Topology, members: tuple[int, ...], split: SplitGrap
 
 
 def _parents(sym: Symmetry, caps: dict[Edge, int], k: int, same_layer: bool
-             ) -> dict[int, list[int]] | None:
+             ) -> tuple[dict[int, list[int]], list[int]] | None:
     """k parents (with repetition) of every member but the first, every orbit of arcs within
-    its capacity (module docstring), or None when the arcs allowed cannot carry them."""
+    its capacity (module docstring), and the members in an order that puts every parent before
+    its children; None when the arcs allowed cannot carry them."""
     r0 = sym.members[0]
     inverse = {v: np.argsort(sym.perms[i]) for i, v in enumerate(sym.members)}
     dist = hop_distances(successors(caps), r0)
@@ -244,41 +242,28 @@ def _parents(sym: Symmetry, caps: dict[Edge, int], k: int, same_layer: bool
             us = allowed[v][x]  # parents in this orbit: spread the units over them
             units += [us[i % len(us)] for i in range(f)]
         out[v] = sorted(units)
-    return out
+    return out, sorted(others, key=rank.__getitem__)
 
 
 def pack_symmetric(sym: Symmetry, caps: dict[Edge, int], k: int) -> list[Tree] | None:
     """k trees per member: root ``members[0]``'s trees (module docstring), translated by the
     symmetry to every member; None when the orbit budgets do not admit such trees."""
-    parents = None
+    found = None
     for same_layer in (False, True):
-        parents = _parents(sym, caps, k, same_layer)
-        if parents is not None:
+        found = _parents(sym, caps, k, same_layer)
+        if found is not None:
             break
-    if parents is None:
+    if found is None:
         return None
-    r0 = sym.members[0]
-    # tree i takes the i-th parent of every NPU; equal trees merge
-    shapes = Counter(tuple(parents[v][i] for v in sorted(parents)) for i in range(k))
-    order = sorted(parents)
-    level: dict[int, int] = {r0: 0}
-
-    def depth(v: int, pv: dict[int, int]) -> int:
-        if v not in level:
-            level[v] = depth(pv[v], pv) + 1
-        return level[v]
-
-    base_trees: list[tuple[int, np.ndarray, np.ndarray]] = []
-    for shape, mult in sorted(shapes.items()):
-        pv = dict(zip(order, shape, strict=True))
-        level.clear()
-        level[r0] = 0
-        children = sorted(order, key=lambda v: (depth(v, pv), v))
-        base_trees.append((mult, np.array([pv[v] for v in children]), np.array(children)))
+    parents, order = found
+    # tree i takes the i-th parent of every NPU; equal trees merge; edges parents first
+    shapes = Counter(tuple(parents[v][i] for v in order) for i in range(k))
+    children = np.array(order)
+    base_trees = [(mult, np.array(shape)) for shape, mult in sorted(shapes.items())]
     out: list[Tree] = []
     for i, root in enumerate(sym.members):
         p = sym.perms[i]
-        for mult, us, ws in base_trees:
-            edges = list(zip(p[us].tolist(), p[ws].tolist(), strict=True))
+        for mult, us in base_trees:
+            edges = list(zip(p[us].tolist(), p[children].tolist(), strict=True))
             out.append(Tree(root, mult, edges, edges.copy()))
     return out
