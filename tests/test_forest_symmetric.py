@@ -191,3 +191,14 @@ def test_arcs_inside_a_layer_help_when_shortest_arcs_do_not_fit():
     assert trees is not None
     check_packing(group, group, trees, 1, caps)
     assert max(t.depth() for t in trees) == 3  # one deeper than the shortest-path depth 2
+
+
+@pytest.mark.slow
+def test_512_npu_torus_allgather_schedule_verifies():
+    topo = _tdl_torus(8, 8, 8)
+    coll = build("allgather", topo.live_npus, size=512 * 2**21)
+    s = tacos.synthesize(topo, coll, solver="forest")
+    assert verify_schedule(s).ok
+    f = s.meta["forest"]
+    assert f["phases"][0]["packing"] == "symmetric" and f["trees"] == 512
+    assert f["optimal_time"] / s.makespan > 0.9
