@@ -247,7 +247,9 @@ def _parents(sym: Symmetry, caps: dict[Edge, int], k: int, same_layer: bool
 
 def pack_symmetric(sym: Symmetry, caps: dict[Edge, int], k: int) -> list[Tree] | None:
     """k trees per member: root ``members[0]``'s trees (module docstring), translated by the
-    symmetry to every member; None when the orbit budgets do not admit such trees."""
+    symmetry to every member; None when the orbit budgets do not admit such trees.  ``caps``
+    must be invariant under the symmetry (what :func:`find_symmetry` checked): an orbit's budget
+    is read off its arc at ``members[0]``."""
     found = None
     for same_layer in (False, True):
         found = _parents(sym, caps, k, same_layer)
