@@ -213,3 +213,12 @@ def test_symmetric_schedule_lowers_to_verified_xml():
     assert s.meta["forest"]["phases"][0]["packing"] == "symmetric"
     xml = schedule_to_xml(s)  # lowered, parsed back and verified
     assert xml.count("<gpu ") == 9
+
+
+def test_symmetric_synthesis_is_deterministic():
+    topo = _tdl_torus(3, 2, 2)
+    coll = build("allreduce", topo.live_npus, size=12 * 2**20)
+    a = tacos.synthesize(topo, coll, solver="forest", trees=1)
+    b = tacos.synthesize(topo, coll, solver="forest", trees=1)
+    assert a.to_json() == b.to_json()
+    assert verify_schedule(a).ok
