@@ -9,7 +9,9 @@ process groups included):
    outside the group) without losing rate; every split arc remembers its physical path.
 3. **Packing** (:mod:`~tacos.solvers.forest_pack`): k capacity-respecting out-arborescences
    per root (Edmonds/Lovász), checked against the capacities; behind scarce cuts (islands) a
-   tree enters each island once and spreads inside it first.
+   tree enters each island once and spreads inside it first.  Where the grid's translations are
+   verified automorphisms (tori, rings), one root's shortest-path trees are translated to every
+   root instead (:mod:`~tacos.solvers.forest_symmetric`), without max-flow tests.
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
@@ -42,7 +44,8 @@ k), ``slices`` (``"auto"`` or s), ``share`` (also time the Bruck-spread trees, d
 ``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
-which MSCCL XML can express).
+which MSCCL XML can express), ``packing`` (``"auto"``: symmetric when verified, else Lovász;
+``"general"``: always Lovász).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from tacos.solvers.forest_rails import rail_pair_trees
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
 from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
+from tacos.solvers.forest_symmetric import find_symmetry, pack_symmetric
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, boolean, int_or_text
@@ -117,6 +121,9 @@ class Forest:
     trees: list[Tree]
     tests: int
     seconds: dict[str, float] = field(default_factory=dict)
+    packing: str = "lovasz"
+    """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest_pack`) or
+    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`)."""
 
     def optimal_time(self, data_per_root: float) -> float:
         """Bandwidth-optimal time for ``data_per_root`` bytes from every root (x* · data)."""
@@ -129,7 +136,8 @@ class Forest:
                 "trees": len(self.trees), "depth": max((t.depth() for t in self.trees),
                                                        default=0),
                 "optimal_time": self.optimal_time(data_per_root),
-                "max_flows": self.rate.checks + self.split.flows + self.tests}
+                "max_flows": self.rate.checks + self.split.flows + self.tests,
+                "packing": self.packing}
 
 
 def _order(t: Transfer) -> tuple:
@@ -149,11 +157,14 @@ def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
 
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
                 phase: str, reverse: bool, trees: int | str = "auto",
-                relays: str = "members", islands: bool = True) -> Forest:
+                relays: str = "members", islands: bool = True,
+                symmetric: bool = True) -> Forest:
     """Rate, switch splitting and tree packing for one phase.  NPUs outside ``group`` are left
     out unless ``relays='all'``; then they are relays, split off like switches.  ``islands``
     lets trees enter each island (:func:`~tacos.solvers.islands.find_islands`) once and spread
-    inside it (:func:`~tacos.solvers.forest_pack.pack_trees`)."""
+    inside it (:func:`~tacos.solvers.forest_pack.pack_trees`).  With ``symmetric``, a topology
+    whose translations are verified automorphisms gets one root's trees translated to every
+    root (:mod:`~tacos.solvers.forest_symmetric`) instead."""
     clock = time.perf_counter()
     topo = topology if relays == "all" else group_topology(topology, group)
     if reverse:
@@ -163,13 +174,21 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     t_rate = time.perf_counter()
     split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
     t_split = time.perf_counter()
-    found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
-    packed, tests = pack_trees(group, graph.sources, split, rate.k,
-                               interleave=len(group) <= INTERLEAVE_MAX, islands=found)
+    packed, tests, how = None, 0, "lovasz"
+    if symmetric and set(graph.sources) == set(group):
+        sym = find_symmetry(topo, group, split, graph.n_nodes)
+        packed = pack_symmetric(sym, split.caps, rate.k) if sym is not None else None
+        how = "symmetric"
+    if packed is None:
+        how = "lovasz"
+        found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
+        packed, tests = pack_trees(group, graph.sources, split, rate.k,
+                                   interleave=len(group) <= INTERLEAVE_MAX, islands=found)
     check_packing(group, graph.sources, packed, rate.k, rate.caps)
     t_pack = time.perf_counter()
     return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,
-                  {"rate": t_rate - clock, "split": t_split - t_rate, "pack": t_pack - t_split})
+                  {"rate": t_rate - clock, "split": t_split - t_rate, "pack": t_pack - t_split},
+                  how)
 
 
 def _signature(forests: list[Forest]) -> tuple:
@@ -308,6 +327,10 @@ class ForestSolver:
         "share": Option("also try the trees with their switch stars rebuilt as binomial trees "
                         "that share hops across roots (Bruck), keeping the faster",
                         boolean, (True, False), True),
+        "packing": Option("'auto': one root's trees translated to every root when the "
+                          "topology's translations are verified automorphisms (tori, rings), "
+                          "else the Lovász packing; 'general': always the Lovász packing",
+                          str, ("auto", "general"), "auto"),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -319,6 +342,8 @@ class ForestSolver:
     def solve(self, problem: Problem) -> SolveResult:
         """Pack, pipeline and time a schedule for ``problem``."""
         clock = time.perf_counter()
+        self._emitted: dict[tuple, list[Transfer]] = {}  # one phase's timed transfers, by
+        # (forest, rounds, batch, q, K): all-reduce's last phase is timed once, not twice
         coll, topo, opts = problem.collective, problem.topology, problem.options
         _check_collective(coll)
         trees_opt = opts.get("trees", "auto")
@@ -327,6 +352,8 @@ class ForestSolver:
         # "auto" also tries one and two trees per root: fewer, larger trees pay α less often,
         # which can beat the exact rate's many small trees on small messages
         choices: list = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
+        if trees_opt == "auto" and 2 * len(group) * (len(group) - 1) > SOLVE_TRANSFERS // 3:
+            choices = [1]  # two trees per root would not fit one slice into a screening's share
         islands = len(group) <= INTERLEAVE_MAX and bool(find_islands(topo, group))
         if islands and len(group) <= BOTH_ORDERS_MAX:
             # packings with and without island order (neither wins everywhere: 2x DGX-H100's
@@ -343,7 +370,8 @@ class ForestSolver:
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
-                                           opts.get("relays", "members"), order))
+                                           opts.get("relays", "members"), order,
+                                           opts.get("packing", "auto") == "auto"))
             packings.append((forests, order))
             if opts.get("share", True):  # the same trees with Bruck spreading on switches
                 shared = _shared(forests, topo, group)
@@ -375,6 +403,7 @@ class ForestSolver:
                                   math.lcm(*(f.rate.k for f in forests)),
                                   max(1, coll.chunks_per_npu), info["slices_per_round"],
                                   info["batched"])
+        self._emitted.clear()
         # the list schedule lets transfers ending within TIE of each other start together;
         # the simulator's replay in the same order starts each as early as it can
         best = simulate(best).schedule
@@ -444,11 +473,18 @@ class ForestSolver:
                 fresh[0] += 1
             return tried[key].makespan
 
+        if auto:  # one round first: with many roots the links are busy from the start, and a
+            # large system affords one schedule only (6x6x6 torus: 99.0% at 1, 96.4% at s* = 6)
+            caps[False, 0] = self._slices(coll, forests, view, big_k, q, opts, False)[1]
+            run(1, False, 0)
         # the formula's slice count in every mode, then walk from the best modes' best count
         for batch, depth in modes:
             if fresh[0] and not afford():
                 break
-            s0, caps[batch, depth] = self._slices(coll, forests, view, big_k, q, opts, batch)
+            s0, cap = self._slices(coll, forests, view, big_k, q, opts, batch)
+            if sum(taper(1, depth)) > cap:  # even the shortest taper has too many transfers
+                continue
+            caps[batch, depth] = cap
             run(max(1, round(s0 / (1 << abs(depth)))), batch, depth)  # middle: 2^|depth| each
 
         def best_of(mode: tuple[bool, int]) -> tuple[float, int]:
@@ -498,11 +534,15 @@ class ForestSolver:
             sub, ids = parts[f.phase] if plan is not None else parts["copy"]
             if sub is None:
                 continue
-            rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
-            sizes = [c.size for c in sub.chunks]
-            transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
-                             lanes, batch=batch, is_switch=view.topology.is_switch)
-            transfers.sort(key=_order)
+            key = (id(f), tuple(groups), batch, q, big_k)  # the search timed it already
+            transfers = self._emitted.get(key)
+            if transfers is None:
+                rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
+                sizes = [c.size for c in sub.chunks]
+                transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
+                                 lanes, batch=batch, is_switch=view.topology.is_switch)
+                transfers.sort(key=_order)
+                self._emitted[key] = transfers
             scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
                                                                         tuple(transfers))
         topo = view.topology

@@ -96,6 +96,12 @@ def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, l
     in the reversed tree of a reduction the second send would carry the first one's
     contributions again.  Only links of the packed paths are used, so the capacities the packing
     respects still hold.  Returns the local tree and each local node's NPU."""
+    if all(len(path) == 2 for path in tree.paths):  # direct links only: nothing to cut
+        where = {tree.root: 0}
+        for _, y in tree.edges:
+            where[y] = len(where)
+        edges = [(where[x], where[y]) for x, y in tree.edges]
+        return Tree(0, tree.mult, edges, list(tree.paths)), list(where)
     npus = [tree.root]
     where = {tree.root: 0}  # NPU -> the local node that holds the tree's data there
     edges: list[tuple[int, int]] = []
