@@ -342,8 +342,9 @@ class ForestSolver:
     def solve(self, problem: Problem) -> SolveResult:
         """Pack, pipeline and time a schedule for ``problem``."""
         clock = time.perf_counter()
-        self._emitted: dict[tuple, list[Transfer]] = {}  # one phase's timed transfers, by
-        # (forest, rounds, batch, q, K): all-reduce's last phase is timed once, not twice
+        # one phase's timed transfers, by (forest, rounds, batch, q, K): all-reduce's last
+        # phase is timed once, not twice
+        self._emitted: dict[tuple, tuple[Forest, list[Transfer]]] = {}
         coll, topo, opts = problem.collective, problem.topology, problem.options
         _check_collective(coll)
         trees_opt = opts.get("trees", "auto")
@@ -529,20 +530,22 @@ class ForestSolver:
             plan = None
             parts = {"copy": (refined, tuple(range(refined.n_chunks)))}
         scheds: dict[str, Schedule] = {}
+        cache = getattr(self, "_emitted", {})  # solve()'s cache; none when called alone
         lanes = [lk.multiplicity for lk in view.topology.links]
         for f in forests:
             sub, ids = parts[f.phase] if plan is not None else parts["copy"]
             if sub is None:
                 continue
             key = (id(f), tuple(groups), batch, q, big_k)  # the search timed it already
-            transfers = self._emitted.get(key)
+            hit = cache.get(key)  # the entry holds f, so no other forest can take its id
+            transfers = hit[1] if hit is not None and hit[0] is f else None
             if transfers is None:
                 rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
                 sizes = [c.size for c in sub.chunks]
                 transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
                                  lanes, batch=batch, is_switch=view.topology.is_switch)
                 transfers.sort(key=_order)
-                self._emitted[key] = transfers
+                cache[key] = (f, transfers)
             scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
                                                                         tuple(transfers))
         topo = view.topology
