@@ -1,0 +1,160 @@
+"""The compiled MSCCL checks (tacos.msccl.verify_jit) agree with the Python passes.
+
+The compiled path only vouches for programs whose passes after ``structure`` are clean; whatever
+it cannot vouch for goes to the Python passes.  So the reports must be identical whichever path
+runs, on the fixtures (all clean: the compiled path must say so) and on mutated programs (the
+compiled path must refuse every one the Python passes find something in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from tacos.frontends.msccl_xml import load_xml_collect
+
+from tacos.msccl import verify_jit
+from tacos.msccl.program import Program, Step
+from tacos.msccl.verify import _modes, verify_program, verify_xml_file
+from tacos.msccl.verify_structure import check_structure
+
+pytest.importorskip("numba")
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures" / "msccl").glob("*.xml"))
+
+
+@pytest.fixture
+def compiled(monkeypatch: pytest.MonkeyPatch):
+    """Run the compiled checks whatever the program's size."""
+    monkeypatch.setenv(verify_jit.ENV, "1")
+    monkeypatch.setattr(verify_jit, "MIN_STEPS", 0)
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, run):
+    monkeypatch.setenv(verify_jit.ENV, "1")
+    monkeypatch.setattr(verify_jit, "MIN_STEPS", 0)
+    fast = run()
+    monkeypatch.setenv(verify_jit.ENV, "0")
+    slow = run()
+    monkeypatch.setenv(verify_jit.ENV, "1")
+    return fast, slow
+
+
+def _clean(program: Program) -> str | None:
+    return verify_jit.clean(program, capacity=1, modes=_modes(program))
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_fixture_reports_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, slow = _both(monkeypatch, lambda: verify_xml_file(path))
+    assert fast.as_dict() == slow.as_dict()
+    assert fast.text() == slow.text()
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_compiled_path_vouches_for_every_fixture(path: Path) -> None:
+    program = load_xml_collect(path).program
+    assert program is not None and check_structure(program)[0] == []
+    assert _clean(program) is None
+
+
+def test_off_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(verify_jit.ENV, "0")
+    assert not verify_jit.available()
+    monkeypatch.setenv(verify_jit.ENV, "1")
+    assert verify_jit.available()
+
+
+# -- mutations -----------------------------------------------------------------------------------
+
+
+def _replace_step(p: Program, gi: int, ti: int, si: int, steps: list[Step]) -> Program:
+    """Program with step ``si`` of tb ``ti`` of gpu ``gi`` replaced by ``steps`` (renumbered)."""
+    g = p.gpus[gi]
+    tb = g.tbs[ti]
+    new = list(tb.steps[:si]) + steps + list(tb.steps[si + 1:])
+    new = [dataclasses.replace(st, s=k) for k, st in enumerate(new)]
+    tbs = list(g.tbs)
+    tbs[ti] = dataclasses.replace(tb, steps=tuple(new))
+    gpus = list(p.gpus)
+    gpus[gi] = dataclasses.replace(g, tbs=tuple(tbs))
+    return dataclasses.replace(p, gpus=tuple(gpus))
+
+
+def _mutants(p: Program, per_kind: int = 3):
+    """Deterministic mutants: (name, program), a few of each kind spread over the program."""
+    places = [(gi, ti, si) for gi, g in enumerate(p.gpus) for ti, tb in enumerate(g.tbs)
+              for si in range(len(tb.steps))]
+
+    def step(place):
+        gi, ti, si = place
+        return p.gpus[gi].tbs[ti].steps[si]
+
+    kinds = {
+        "drop-dependency": (lambda st: st.depid >= 0,
+                            lambda st: [dataclasses.replace(st, depid=-1, deps=-1)]),
+        "earlier-deps": (lambda st: st.depid >= 0 and st.deps > 0,
+                         lambda st: [dataclasses.replace(st, deps=st.deps - 1)]),
+        "clear-hasdep": (lambda st: st.hasdep == 1,
+                         lambda st: [dataclasses.replace(st, hasdep=0)]),
+        "set-hasdep": (lambda st: st.hasdep == 0 and st.type != "nop",
+                       lambda st: [dataclasses.replace(st, hasdep=1)]),
+        "cnt": (lambda st: st.type != "nop" and st.cnt > 1,
+                lambda st: [dataclasses.replace(st, cnt=st.cnt - 1)]),
+        "srcoff": (lambda st: st.type != "nop" and st.srcoff > 0,
+                   lambda st: [dataclasses.replace(st, srcoff=st.srcoff - 1)]),
+        "dstoff": (lambda st: st.type != "nop" and st.dstoff > 0,
+                   lambda st: [dataclasses.replace(st, dstoff=st.dstoff - 1)]),
+        "delete": (lambda st: True, lambda st: []),
+        "duplicate": (lambda st: st.type != "nop", lambda st: [st, st]),
+        "to-copy": (lambda st: st.type in ("r", "rrc"),
+                    lambda st: [dataclasses.replace(st, type="cpy")]),
+    }
+    for name, (pick, change) in kinds.items():
+        hits = [pl for pl in places if pick(step(pl))]
+        if not hits:
+            continue
+        for k in range(per_kind):
+            pl = hits[(k * len(hits)) // per_kind + len(hits) // (2 * per_kind)]
+            yield f"{name}@{pl}", _replace_step(p, *pl, change(step(pl)))
+    # swap two neighbouring steps of a tb (a reordering that keeps every count)
+    swaps = [pl for pl in places if pl[2] + 1 < len(p.gpus[pl[0]].tbs[pl[1]].steps)]
+    for k in range(per_kind if swaps else 0):
+        gi, ti, si = swaps[(k * len(swaps)) // per_kind]
+        a, b = p.gpus[gi].tbs[ti].steps[si:si + 2]
+        q = _replace_step(p, gi, ti, si + 1, [])
+        yield f"swap@{(gi, ti, si)}", _replace_step(q, gi, ti, si, [b, a])
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_mutated_programs_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    program = load_xml_collect(path).program
+    assert program is not None
+    refused = 0
+    for name, mutant in _mutants(program):
+        fast, slow = _both(monkeypatch, lambda m=mutant: verify_program(m))
+        assert fast.as_dict() == slow.as_dict(), name
+        if not check_structure(mutant)[0]:
+            py_clean = all(v.rule == "missing-attribute" for v in slow.violations) \
+                and not slow.warnings
+            verdict = _clean(mutant)
+            if not py_clean:  # the compiled path must not vouch for a broken program
+                assert verdict is not None, name
+                refused += 1
+    assert refused > 0  # the mutations reach the compiled path and are refused there
+
+
+def test_mutated_large_plan_is_refused(compiled) -> None:
+    """A dropped dependency in a plan with a dependency in every tb: a race both ways."""
+    program = load_xml_collect(Path(__file__).parent / "fixtures" / "msccl"
+                               / "executor_ndv4_ap4ll.xml").program
+    assert program is not None
+    gi, ti, si = next((gi, ti, si) for gi, g in enumerate(program.gpus)
+                      for ti, tb in enumerate(g.tbs) for si, st in enumerate(tb.steps)
+                      if st.depid >= 0 and st.type != "nop")
+    st = program.gpus[gi].tbs[ti].steps[si]
+    mutant = _replace_step(program, gi, ti, si, [dataclasses.replace(st, depid=-1, deps=-1)])
+    assert _clean(mutant) is not None
+    report = verify_program(mutant)
+    assert not report.ok
