@@ -9,6 +9,8 @@ compiled path must refuse every one the Python passes find something in).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import inspect
 from pathlib import Path
 
 import pytest
@@ -158,3 +160,41 @@ def test_mutated_large_plan_is_refused(compiled) -> None:
     assert _clean(mutant) is not None
     report = verify_program(mutant)
     assert not report.ok
+
+
+# -- the verifier's own tests, with the compiled path forced ------------------------------------
+
+
+def _load(name: str):
+    """A sibling test module, loaded by path (tests/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"_jit_{name}", Path(__file__).parent /
+                                                  f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _zero_arg_tests(module) -> list:
+    return [f for name, f in sorted(vars(module).items())
+            if name.startswith("test_") and inspect.isfunction(f)
+            and not inspect.signature(f).parameters and not hasattr(f, "pytestmark")]
+
+
+_VERIFIER_TESTS = [f for name in ("test_msccl_mutations", "test_msccl_verify")
+                   for f in _zero_arg_tests(_load(name))]
+
+
+@pytest.mark.parametrize("test", _VERIFIER_TESTS, ids=lambda f: f"{f.__module__}.{f.__name__}")
+def test_verifier_tests_pass_on_the_compiled_path(test, compiled) -> None:
+    test()
+
+
+def test_fifo_deadlock_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capacity 0 blocks every send: a deadlock the FIFO kernel must find, not happens-before."""
+    program = load_xml_collect(FIXTURES[0]).program
+    assert verify_jit.clean(program, capacity=0, modes=_modes(program)) == "fifo"
+    assert verify_jit.clean(program, capacity=2, modes=_modes(program)) is None
+    for capacity, ok in ((0, False), (2, True)):
+        fast, slow = _both(monkeypatch, lambda c=capacity: verify_program(program, capacity=c))
+        assert fast.as_dict() == slow.as_dict()
+        assert any(v.rule == "deadlock" for v in fast.violations) is not ok
