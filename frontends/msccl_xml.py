@@ -223,15 +223,15 @@ class _Builder:
         self.unknown_attrs(te, TB_ATTRS, where)
         steps = []
         for se in te.children:
-            if se.name != "step":
+            if se.__class__ is Step:  # canonical line, read by the lexer's fast path
+                steps.append(se)
+            elif se.name != "step":
                 self.unknown_child("tb", se)
-                continue
-            steps.append(self.step(se, rank, tid, len(steps)))
+            else:
+                steps.append(self.step(se, rank, tid, len(steps)))
         return Threadblock(tid, send, recv, chan, tuple(steps), te.line)
 
     def step(self, se: Element, rank: int, tb: int, index: int) -> Step:
-        if se.step is not None:  # canonical line, read by the lexer's fast path
-            return se.step
         where = {"rank": rank, "tb": tb, "step": index}
         s = self.int_attr(se, "s", where, default=index)
         st = self.str_attr(se, "type", where)
