@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from tacos.msccl.program import MAX_ATTRS, MAX_STR_LEN, Step
 from tacos.msccl.verify_report import Violation
 
-__all__ = ["DECIMAL", "Element", "Reader", "strtol"]
+__all__ = ["DECIMAL", "Element", "Reader", "StepRun", "strtol"]
 
 DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _NAME = r"[A-Za-z_][A-Za-z0-9_.:-]*"
@@ -67,6 +67,17 @@ class Element:
     children: list[Element | Step] = field(default_factory=list)  # canonical steps as Step
 
 
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """Canonical ``<step>`` lines read without building them (the reader's ``columns`` mode):
+    ``count`` steps from text offset ``start`` to ``end``, nothing but canonical steps and the
+    blank space between them."""
+
+    start: int
+    end: int
+    count: int
+
+
 def strtol(text: str) -> int | None:
     """C ``strtol(text, NULL, 0)``: the longest valid prefix (None when there is none)."""
     m = re.match(r"\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", text)
@@ -84,20 +95,31 @@ def strtol(text: str) -> int | None:
 class Reader:
     """Lexer + tree builder; collects problems instead of raising."""
 
-    def __init__(self, text: str, source: str, strict: bool) -> None:
+    def __init__(self, text: str, source: str, strict: bool, columns: bool = False) -> None:
         self.text = text
+        self.columns = columns  # canonical steps as StepRun spans, not Step objects
         self.source = source
         self.strict = strict
         self.problems: list[Violation] = []
         self.damaged = False
         self.fatal = False
-        self.starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
+        self._at = (0, 1)  # a text offset and its line: positions are mostly asked in order
+        self._starts: list[int] | None = None  # line starts, built if asked backwards
         self.unknown: dict[tuple[str, str], tuple[int, int]] = {}
 
     # -- positions and problems ---------------------------------------------------------------
     def pos(self, offset: int) -> tuple[int, int]:
-        i = bisect_right(self.starts, offset) - 1
-        return i + 1, offset - self.starts[i] + 1
+        """1-based ``(line, column)`` of a text offset."""
+        text = self.text
+        at, line = self._at
+        if offset >= at:
+            line += text.count("\n", at, offset)
+            self._at = (offset, line)
+        else:  # rare: every line start, once
+            if self._starts is None:
+                self._starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
+            line = bisect_right(self._starts, offset)
+        return line, offset - text.rfind("\n", 0, offset)
 
     def problem(self, rule: str, message: str, line: int | None, col: int | None = None,
                 *, severity: str = "error", hint: str | None = None, rank: int | None = None,
@@ -194,7 +216,9 @@ class Reader:
         general path would find no problem in them); returns where it stopped (``lt`` if none
         matched)."""
         text = self.text
-        line = bisect_right(self.starts, lt)
+        if self.columns:
+            return self._step_spans(lt, children)
+        line = self.pos(lt)[0]
         pos = lt
         m = _STEP.match(text, lt)
         while m is not None:
@@ -208,6 +232,23 @@ class Reader:
                 children.extend(map(_step, rows, range(line + 1, line + 1 + len(rows))))
                 line += len(rows)
                 pos = run.end()
+            m = _STEP_NEXT.match(text, pos)
+        return pos
+
+    def _step_spans(self, lt: int, children: list) -> int:
+        """:meth:`_step_run` in ``columns`` mode: the run as :class:`StepRun` spans."""
+        text = self.text
+        pos = lt
+        m = _STEP.match(text, lt)
+        while m is not None:
+            start = m.start(1) - 9  # where '<step s="' begins
+            pos = m.end()
+            count = 1
+            run = _STEP_LINES.match(text, pos)
+            if run is not None:
+                count += text.count("<step ", pos, run.end())
+                pos = run.end()
+            children.append(StepRun(start, pos, count))
             m = _STEP_NEXT.match(text, pos)
         return pos
 

@@ -11,31 +11,37 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import inspect
+import re
 from pathlib import Path
 
 import pytest
 from tacos.frontends.msccl_xml import load_xml_collect
 
-from tacos.msccl import verify_jit
+from tacos.msccl import verify_columns, verify_jit
 from tacos.msccl.program import Program, Step
-from tacos.msccl.verify import _modes, verify_program, verify_xml_file
+from tacos.msccl.verify import _modes, verify_program, verify_xml, verify_xml_file
 from tacos.msccl.verify_structure import check_structure
 
 pytest.importorskip("numba")
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "msccl").glob("*.xml"))
+#: the mutation sweeps take the two largest fixtures only with ``-m slow``
+SWEPT = [pytest.param(p, marks=pytest.mark.slow) if p.name in
+         ("teccl_amd_32.xml", "executor_ndv4_ap4ll.xml") else p for p in FIXTURES]
 
 
 @pytest.fixture
 def compiled(monkeypatch: pytest.MonkeyPatch):
-    """Run the compiled checks whatever the program's size."""
+    """Run the compiled checks (and read files by columns) whatever the program's size."""
     monkeypatch.setenv(verify_jit.ENV, "1")
     monkeypatch.setattr(verify_jit, "MIN_STEPS", 0)
+    monkeypatch.setattr(verify_columns, "MIN_BYTES", 0)
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, run):
     monkeypatch.setenv(verify_jit.ENV, "1")
     monkeypatch.setattr(verify_jit, "MIN_STEPS", 0)
+    monkeypatch.setattr(verify_columns, "MIN_BYTES", 0)
     fast = run()
     monkeypatch.setenv(verify_jit.ENV, "0")
     slow = run()
@@ -129,7 +135,7 @@ def _mutants(p: Program, per_kind: int = 3):
         yield f"swap@{(gi, ti, si)}", _replace_step(q, gi, ti, si, [b, a])
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SWEPT, ids=lambda p: p.name)
 def test_mutated_programs_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     program = load_xml_collect(path).program
     assert program is not None
@@ -198,3 +204,88 @@ def test_fifo_deadlock_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
         fast, slow = _both(monkeypatch, lambda c=capacity: verify_program(program, capacity=c))
         assert fast.as_dict() == slow.as_dict()
         assert any(v.rule == "deadlock" for v in fast.violations) is not ok
+
+
+# -- reading by columns (tacos.msccl.verify_columns) --------------------------------------------
+
+
+def _vouch(text: str):
+    return verify_columns.vouch(text, source="x", strict=True, max_steps=64, sms=108,
+                                capacity=1, modes=_modes)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_columns_vouch_for_correct_fixtures(path: Path, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    monkeypatch.setattr(verify_columns, "MIN_BYTES", 0)
+    monkeypatch.setenv(verify_jit.ENV, "0")
+    slow = verify_xml_file(path)
+    monkeypatch.setenv(verify_jit.ENV, "1")
+    got = _vouch(path.read_text())
+    assert (got is not None) == (slow.ok and not slow.warnings)
+    if got is not None:
+        program = load_xml_collect(path).program
+        assert list(got[1]) == [len(tb.steps) for g in program.gpus for tb in g.tbs]
+
+
+_STEP_LINE = re.compile(r'<step s="(\d+)" type="([a-z]+)" srcbuf="(\w)" srcoff="(-?\d+)" '
+                        r'dstbuf="(\w)" dstoff="(-?\d+)" cnt="(\d+)" depid="(-?\d+)" '
+                        r'deps="(-?\d+)" hasdep="(\d)"/>')
+
+
+def _text_mutants(text: str, per_kind: int = 2):
+    """Edits of canonical step lines: every field, a few lines each, plus non-canonical
+    spellings the columns path must leave to the usual reader."""
+    lines = text.split("\n")
+    rows = [i for i, ln in enumerate(lines) if _STEP_LINE.search(ln)]
+    if not rows:
+        return
+    edits = {
+        "s": lambda g: {1: str(int(g[1]) + 1)},
+        "type-nop": lambda g: {2: "nop"},
+        "type-bad": lambda g: {2: "rx"},
+        "type-r": lambda g: {2: "r" if g[2] != "r" else "s"},
+        "srcbuf": lambda g: {3: "s"},
+        "srcoff": lambda g: {4: str(int(g[4]) + 1)},
+        "srcoff-neg": lambda g: {4: "-2"},
+        "dstoff-big": lambda g: {6: "100000"},
+        "cnt0": lambda g: {7: "0"},
+        "cnt-big": lambda g: {7: "72"},
+        "depid": lambda g: {8: "0", 9: "0"},
+        "deps-only": lambda g: {9: "3"},
+        "hasdep": lambda g: {10: "0" if g[10] == "1" else "1"},
+        "hasdep-2": lambda g: {10: "2"},
+    }
+    for name, edit in edits.items():
+        for k in range(per_kind):
+            i = rows[(k * len(rows)) // per_kind + len(rows) // (2 * per_kind)]
+            m = _STEP_LINE.search(lines[i])
+            g = {j: m.group(j) for j in range(1, 11)}
+            g.update(edit(g))
+            new = (f'<step s="{g[1]}" type="{g[2]}" srcbuf="{g[3]}" srcoff="{g[4]}" '
+                   f'dstbuf="{g[5]}" dstoff="{g[6]}" cnt="{g[7]}" depid="{g[8]}" '
+                   f'deps="{g[9]}" hasdep="{g[10]}"/>')
+            out = list(lines)
+            out[i] = lines[i][:m.start()] + new + lines[i][m.end():]
+            yield f"{name}@{i + 1}", "\n".join(out)
+    i = rows[len(rows) // 2]
+    yield "spaces", "\n".join(lines[:i] + [lines[i].replace(" type=", "  type=")]
+                               + lines[i + 1:])
+    yield "octal", "\n".join(lines[:i] + [re.sub(r'cnt="(\d+)"', r'cnt="0\1"', lines[i])]
+                              + lines[i + 1:])
+    yield "two-per-line", "\n".join(lines[:i] + [lines[i] + " " + lines[i + 1].strip()]
+                                     + lines[i + 2:])
+    yield "crlf", text.replace("\n", "\r\n")
+    yield "too-many-steps", "\n".join(lines[:i] + [lines[i]] * 70 + lines[i + 1:])
+
+
+@pytest.mark.parametrize("path", SWEPT, ids=lambda p: p.name)
+def test_text_mutants_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Edited files: the same report whether the columns path, the compiled checks or the
+    Python passes run; the columns path vouches only for clean ones."""
+    for name, text in _text_mutants(path.read_text()):
+        fast, slow = _both(monkeypatch, lambda t=text: verify_xml(t))
+        assert fast.as_dict() == slow.as_dict(), name
+        monkeypatch.setattr(verify_columns, "MIN_BYTES", 0)
+        if _vouch(text) is not None:
+            assert slow.ok and not slow.warnings, name

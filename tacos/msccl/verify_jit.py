@@ -137,6 +137,22 @@ def arrays(program: Program) -> Arrays | None:
     """Number the program's tbs, steps and slots; None when it does not fit the layout
     (ranks outside ``0..ngpus-1``, unknown type or buffer letters: the structure check
     reports those)."""
+    tbs = [tb for g in program.gpus for tb in g.tbs]
+    lens = np.fromiter(map(len, map(attrgetter("steps"), tbs)), dtype=np.int64, count=len(tbs))
+    steps = list(chain.from_iterable(tb.steps for tb in tbs))
+    try:
+        cols = {"typ": _col(steps, "type", _TYPE), "srcbuf": _col(steps, "srcbuf", _BUF),
+                "dstbuf": _col(steps, "dstbuf", _BUF)}
+    except KeyError:
+        return None
+    for name in ("srcoff", "dstoff", "cnt", "depid", "deps", "hasdep"):
+        cols[name] = _col(steps, name)
+    return assemble(program, lens, cols)
+
+
+def assemble(program: Program, lens: np.ndarray, cols: dict[str, np.ndarray]) -> Arrays | None:
+    """:class:`Arrays` from the tbs of ``program`` with ``lens[t]`` steps each and the step
+    columns ``cols`` (:data:`STEP_COLUMNS`, document order; type and buffers as codes)."""
     p = program
     n = p.ngpus
     tbs = [tb for g in p.gpus for tb in g.tbs]
@@ -148,16 +164,8 @@ def arrays(program: Program) -> Arrays | None:
     tb_id = _col(tbs, "id")
     if tb_id.min() < 0:
         return None
-    lens = np.fromiter(map(len, map(attrgetter("steps"), tbs)), dtype=np.int64, count=nt)
     tb_start = np.zeros(nt + 1, dtype=np.int64)
     np.cumsum(lens, out=tb_start[1:])
-    steps = list(chain.from_iterable(tb.steps for tb in tbs))
-    try:
-        typ = _col(steps, "type", _TYPE)
-        srcbuf = _col(steps, "srcbuf", _BUF)
-        dstbuf = _col(steps, "dstbuf", _BUF)
-    except KeyError:
-        return None
     per_gpu = np.fromiter((len(g.tbs) for g in p.gpus), dtype=np.int64, count=len(p.gpus))
     first = np.repeat(np.cumsum(per_gpu) - per_gpu, per_gpu)
     tb_local = np.arange(nt, dtype=np.int64) - first
@@ -173,10 +181,9 @@ def arrays(program: Program) -> Arrays | None:
     base = np.array([0, bsize[0], bsize[0] + bsize[1]], dtype=np.int64)
     stride = int(bsize.sum())
     return Arrays(tb_start, tb_rank, tb_id, _col(tbs, "send"), _col(tbs, "recv"),
-                  _col(tbs, "chan"), tb_local, tbidx, int(per_gpu.max()), typ, srcbuf,
-                  _col(steps, "srcoff"), dstbuf, _col(steps, "dstoff"), _col(steps, "cnt"),
-                  _col(steps, "depid"), _col(steps, "deps"), _col(steps, "hasdep"), bsize, base,
-                  stride, n * stride)
+                  _col(tbs, "chan"), tb_local, tbidx, int(per_gpu.max()), cols["typ"],
+                  cols["srcbuf"], cols["srcoff"], cols["dstbuf"], cols["dstoff"], cols["cnt"],
+                  cols["depid"], cols["deps"], cols["hasdep"], bsize, base, stride, n * stride)
 
 
 def _connections(a: Arrays, n: int) -> tuple[np.ndarray, ...] | None:
@@ -211,15 +218,16 @@ def _alias_mode(coll: str) -> int:
     return 0
 
 
-def clean(program: Program, *, capacity: int, modes: list[bool]) -> str | None:
+def clean(program: Program, *, capacity: int, modes: list[bool], a: Arrays | None = None
+          ) -> str | None:
     """Run the compiled checks; None when connections, dependencies, happens-before, races,
     FIFO execution and the symbolic data flow (under every in-place mode in ``modes``) all
     report nothing, else the first pass that may report something (``"unsupported"`` when the
     program is outside what the kernels model).  The program must have passed the structure
-    check without any violation."""
+    check without any violation; ``a`` are its arrays when the caller has them already."""
     if not supported(program):
         return "unsupported"
-    a = arrays(program)
+    a = a or arrays(program)
     if a is None:
         return "unsupported"
     p = program

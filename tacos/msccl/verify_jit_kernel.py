@@ -809,3 +809,63 @@ def symbolic_clean(order, tx_tb, tx_first, tx_last, match, tb_rank, typ, srcbuf,
                 if mbits[s, q] != want:
                     return False
     return True
+
+
+# -- reading canonical steps -----------------------------------------------------------------------
+
+
+@njit(cache=True)
+def parse_steps(b, starts, counts, type_keys, type_codes, buf_codes):
+    """The values of canonical ``<step>`` lines (:mod:`tacos.msccl.verify_columns`): run k
+    holds ``counts[k]`` steps from byte ``starts[k]``; each step has 10 double-quoted values
+    (s type srcbuf srcoff dstbuf dstoff cnt depid deps hasdep).  Returns ``(ok, values)`` with
+    ``values`` of shape (10, steps): integers, the type code (``type_keys`` holds each type's
+    bytes packed little-endian, ``type_codes`` its code) and buffer codes (``buf_codes`` by
+    letter); ``ok`` is False for an unknown type or buffer."""
+    total = 0
+    for k in range(counts.shape[0]):
+        total += counts[k]
+    out = np.empty((10, total), np.int64)
+    i = 0
+    n = b.shape[0]
+    for k in range(counts.shape[0]):
+        p = starts[k]
+        for _ in range(counts[k]):
+            for f in range(10):
+                while p < n and b[p] != 34:
+                    p += 1
+                p += 1  # first byte of the value
+                if f == 1 or f == 2 or f == 4:
+                    key = 0
+                    j = 0
+                    while b[p + j] != 34:
+                        if j < 4:
+                            key |= np.int64(b[p + j]) << (8 * j)
+                        j += 1
+                    if f == 1:
+                        code = -1
+                        if j <= 4:
+                            for t in range(type_keys.shape[0]):
+                                if type_keys[t] == key:
+                                    code = type_codes[t]
+                        if code < 0:
+                            return False, out
+                        out[f, i] = code
+                    else:
+                        code = buf_codes[b[p]] if j == 1 else -1
+                        if code < 0:
+                            return False, out
+                        out[f, i] = code
+                    p += j + 1
+                else:
+                    neg = b[p] == 45
+                    if neg:
+                        p += 1
+                    v = 0
+                    while b[p] != 34:
+                        v = v * 10 + (np.int64(b[p]) - 48)
+                        p += 1
+                    out[f, i] = -v if neg else v
+                    p += 1
+            i += 1
+    return True, out
