@@ -276,6 +276,9 @@ def _text_mutants(text: str, per_kind: int = 2):
     yield "two-per-line", "\n".join(lines[:i] + [lines[i] + " " + lines[i + 1].strip()]
                                      + lines[i + 2:])
     yield "crlf", text.replace("\n", "\r\n")
+    last = max(j for j, ln in enumerate(lines) if "<gpu " in ln)
+    end = next(j for j in range(last, len(lines)) if "</gpu>" in lines[j])
+    yield "gpu-without-tbs", "\n".join(lines[:last + 1] + lines[end:])
     yield "too-many-steps", "\n".join(lines[:i] + [lines[i]] * 70 + lines[i + 1:])
 
 

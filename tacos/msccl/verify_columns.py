@@ -77,7 +77,9 @@ def steps_clean(program: Program, lens: np.ndarray, cols: dict[str, np.ndarray],
     if len(lens) and (lens.max() > max_steps or lens.max() > MAX_CHILDREN):
         return False
     per_gpu = np.fromiter((len(g.tbs) for g in p.gpus), dtype=np.int64, count=len(p.gpus))
-    gpu_steps = np.add.reduceat(lens, np.cumsum(per_gpu) - per_gpu) if len(lens) else lens
+    upto = np.concatenate(([0], np.cumsum(lens)))
+    bounds = np.concatenate(([0], np.cumsum(per_gpu)))
+    gpu_steps = upto[bounds[1:]] - upto[bounds[:-1]]
     if (1 + len(p.gpus) + per_gpu + gpu_steps > MAX_NODES).any():
         return False
     nt = len(lens)
