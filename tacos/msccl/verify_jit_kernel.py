@@ -392,6 +392,7 @@ def races_clean(order, ptr, preds, tx_tb, tx_first, tx_last, tx_hasdep, tx_w0, t
         if tx_w1[v] > tx_w0[v]:
             nwaiting += 1
     snaps = np.empty((nwaiting + 1, width), np.int32)
+    shared = np.zeros(nwaiting + 1, np.bool_)  # held by a hasdep transmission: copy on write
     nsnap = 0
     nt = tb_tx.shape[0] - 1
     tb_snap = np.full(nt, -1, np.int64)
@@ -439,12 +440,11 @@ def races_clean(order, ptr, preds, tx_tb, tx_first, tx_last, tx_hasdep, tx_w0, t
                 if dominated:
                     continue
                 if not fresh:
-                    if cur >= 0:
-                        snaps[nsnap, :] = snaps[cur, :]
-                    else:
-                        snaps[nsnap, :] = -1
-                    cur = nsnap
-                    nsnap += 1
+                    if cur < 0 or shared[cur]:
+                        for q in range(width):
+                            snaps[nsnap, q] = snaps[cur, q] if cur >= 0 else -1
+                        cur = nsnap
+                        nsnap += 1
                     fresh = True
                 if other >= 0:
                     for q in range(width):
@@ -455,6 +455,8 @@ def races_clean(order, ptr, preds, tx_tb, tx_first, tx_last, tx_hasdep, tx_w0, t
             tb_snap[t] = cur
         if tx_hasdep[x]:
             tx_snap[x] = tb_snap[t]
+            if tb_snap[t] >= 0:
+                shared[tb_snap[t]] = True
         # accesses
         rank = tb_rank[t]
         f = tx_first[x]
@@ -648,7 +650,8 @@ def _read(rank, buf, off, c, aliased, amode, share, bsize, base, stride, mchunk,
         if s < 0 or mchunk[s] < 0:
             return False
         vchunk[j] = mchunk[s]
-        vbits[j, :] = mbits[s, :]
+        for q in range(mbits.shape[1]):
+            vbits[j, q] = mbits[s, q]
     return True
 
 
@@ -675,7 +678,8 @@ def _write(rank, buf, off, c, aliased, amode, share, bsize, base, stride, mchunk
         if s < 0:
             return False
         mchunk[s] = vchunk[j]
-        mbits[s, :] = vbits[j, :]
+        for q in range(mbits.shape[1]):
+            mbits[s, q] = vbits[j, q]
     return True
 
 
@@ -718,7 +722,6 @@ def symbolic_clean(order, tx_tb, tx_first, tx_last, match, tb_rank, typ, srcbuf,
             if s < 0:
                 return False
             mchunk[s] = k
-            mbits[s, :] = 0
             mbits[s, r >> 6] = np.uint64(1) << np.uint64(r & 63)
     for i in range(n):
         x = order[i]
@@ -762,7 +765,8 @@ def symbolic_clean(order, tx_tb, tx_first, tx_last, match, tb_rank, typ, srcbuf,
             p = pay[sx]
             for j in range(c):
                 vchunk[j] = pchunk[p + j]
-                vbits[j, :] = pbits[p + j, :]
+                for q in range(words):
+                    vbits[j, q] = pbits[p + j, q]
             if ty == RRS or ty == RRC or ty == RRCS:
                 if not _read(rank, srcbuf[f], srcoff[f], c, aliased, amode, share, bsize,
                              base, stride, mchunk, mbits, uchunk, ubits):
@@ -777,7 +781,8 @@ def symbolic_clean(order, tx_tb, tx_first, tx_last, match, tb_rank, typ, srcbuf,
             p = pay[x]
             for j in range(c):
                 pchunk[p + j] = vchunk[j]
-                pbits[p + j, :] = vbits[j, :]
+                for q in range(words):
+                    pbits[p + j, q] = vbits[j, q]
     # postcondition
     n_out = m if coll == 2 else nchunks
     for r in range(ngpus):
