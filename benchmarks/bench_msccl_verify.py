@@ -10,6 +10,8 @@ time and peak RSS: medians and ranges, and the after/before ratio of the CPU med
 path of :mod:`tacos.msccl.verify_columns` (read, lex, structure, step columns, per-step rules,
 each compiled check) and, for comparison, the in-memory verification of the parsed program
 (:func:`tacos.msccl.verify.verify_program`: structure in Python, then the compiled checks).
+``--python-passes FILE`` times the Python passes one by one (the reference; this file also runs
+from another checkout, see :func:`python_passes`).
 """
 
 from __future__ import annotations
@@ -143,6 +145,44 @@ def stages(path: str) -> None:
     print(f"  ok: {report.ok}")
 
 
+def python_passes(path: str) -> None:
+    """Per-pass CPU of the Python passes (also runs from another checkout:
+    ``cd TREE && python PATH/TO/bench_msccl_verify.py --python-passes FILE``)."""
+    from tacos.frontends.msccl_xml import load_xml_collect
+
+    from tacos.msccl.verify_connections import check_connections
+    from tacos.msccl.verify_deps import build_hb, check_dependencies
+    from tacos.msccl.verify_fifo import run_fifo
+    from tacos.msccl.verify_model import build_model
+    from tacos.msccl.verify_races import check_races
+    from tacos.msccl.verify_structure import check_structure
+    from tacos.msccl.verify_symbolic import check_symbolic
+
+    gc.disable()
+    out: list[tuple[str, float]] = []
+
+    def timed(name, fn, *args, **kw):
+        t = time.process_time()
+        res = fn(*args, **kw)
+        out.append((name, time.process_time() - t))
+        return res
+
+    program = timed("parse", load_xml_collect, path, strict=True).program
+    timed("structure", check_structure, program)
+    model = timed("model", build_model, program)
+    timed("connections + dependencies",
+          lambda: (check_connections(model), check_dependencies(model)))
+    hb = timed("happens-before", build_hb, model)
+    aliased = program.inplace == 1
+    timed("races", check_races, model, hb, aliased=aliased)
+    run = timed("FIFO", run_fifo, model)
+    timed("symbolic", check_symbolic, model, run, aliased=aliased)
+    print(f"Python passes on {path}:")
+    for name, t in out:
+        print(f"  {name:28s} {t:6.2f} s")
+    print(f"  {'total':28s} {sum(t for _, t in out):6.2f} s")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line: compare trees on files, or time the stages on one file."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -150,9 +190,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--before", help="reference tree, run with plain python from there")
     ap.add_argument("--stages", help="time each stage on this file instead")
+    ap.add_argument("--python-passes", help="time the Python passes on this file instead")
     args = ap.parse_args(argv)
     if args.stages:
         stages(args.stages)
+    elif args.python_passes:
+        python_passes(args.python_passes)
     else:
         compare(args.files, args.runs, args.before)
 
