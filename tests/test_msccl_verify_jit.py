@@ -292,3 +292,13 @@ def test_text_mutants_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.setattr(verify_columns, "MIN_BYTES", 0)
         if _vouch(text) is not None:
             assert slow.ok and not slow.warnings, name
+
+
+@pytest.mark.parametrize("limit", ["MAX_SLOT_BYTES", "MAX_QUEUE_SLOTS"])
+def test_programs_beyond_the_kernel_memory_caps_take_the_python_passes(
+        limit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    program = load_xml_collect(FIXTURES[0]).program
+    monkeypatch.setattr(verify_jit, limit, 0)
+    assert _clean(program) == "unsupported"
+    fast, slow = _both(monkeypatch, lambda: verify_program(program))
+    assert fast.as_dict() == slow.as_dict() and fast.ok

@@ -56,7 +56,10 @@ numba and loading the cached kernels costs about 0.5 s per process, what the Pyt
 spend on some 20,000 steps."""
 
 MAX_SLOT_BYTES = 1 << 28
-"""Largest symbolic memory (buffer slots x rank bitset) the compiled replay allocates."""
+"""Largest per-slot state (symbolic value and race bookkeeping) the kernels allocate; larger
+programs take the Python passes."""
+MAX_QUEUE_SLOTS = 1 << 24
+"""Largest connections x capacity the compiled FIFO run allocates."""
 
 #: collectives the compiled replay checks, by kernel code
 COLL_CODES = {"allgather": 0, "allreduce": 1, "reducescatter": 2, "alltoall": 3}
@@ -232,6 +235,8 @@ def clean(program: Program, *, capacity: int, modes: list[bool], a: Arrays | Non
         return "unsupported"
     p = program
     n = p.ngpus
+    if a.nslots * (8 * ((n + 63) // 64) + 20) > MAX_SLOT_BYTES:
+        return "unsupported"  # symbolic memory and per-slot race state
     k = kernels()
     (tb_tx, pos_tx, tx_tb, tx_first, tx_last, tx_n, tx_post, tx_hasdep, tx_w0, tx_w1, w_dep,
      w_deps) = k.fold(a.tb_start, a.typ, a.srcbuf, a.dstbuf, a.dstoff, a.depid, a.deps,
@@ -262,12 +267,12 @@ def clean(program: Program, *, capacity: int, modes: list[bool], a: Arrays | Non
                          a.stride, a.nslots)
     if race:
         return "races" if race == 1 else "unsupported"
+    if len(conn_sender) * max(int(capacity), 1) > MAX_QUEUE_SLOTS:
+        return "unsupported"
     if not k.fifo_completes(tb_tx, tb_sconn, tb_rconn, conn_sender, conn_receiver, tx_first,
                             tx_post, tx_hasdep, tx_w0, tx_w1, w_tb, w_deps, a.typ, a.cnt,
                             int(capacity)):
         return "fifo"
-    if a.nslots * (8 * ((n + 63) // 64) + 4) > MAX_SLOT_BYTES:
-        return "unsupported"
     for mode in modes:
         if not k.symbolic_clean(order, tx_tb, tx_first, tx_last, match, a.tb_rank, a.typ,
                                 a.srcbuf, a.srcoff, a.dstbuf, a.dstoff, a.cnt, n,
