@@ -36,7 +36,7 @@ from tacos.msccl.program import (
 )
 from tacos.msccl.verify_report import Violation
 
-from .msccl_xml_lex import DECIMAL, Element, Reader, strtol
+from .msccl_xml_lex import DECIMAL, Element, Reader, StepRun, strtol
 
 __all__ = [
     "MscclXmlError",
@@ -45,6 +45,8 @@ __all__ = [
     "load_xml_collect",
     "parse_xml",
     "parse_xml_collect",
+    "parse_xml_runs",
+    "read_xml_text",
 ]
 
 #: ``<algo>`` attributes older msccl-tools/TACCL omit although the runtime requires them.
@@ -83,6 +85,10 @@ class ParseOutcome:
 class _Builder:
     def __init__(self, reader: Reader) -> None:
         self.r = reader
+        #: columns mode: per tb in program order, its StepRun spans (False once a step is not
+        #: canonical: then the caller parses again the usual way)
+        self.tb_runs: list[list[StepRun]] = []
+        self.runs_only = True
 
     def int_attr(self, e: Element, key: str, where: dict, default: int = -1,
                  required: bool = True) -> int | None:
@@ -222,16 +228,22 @@ class _Builder:
         send, recv, chan = (self.int_attr(te, k, where) for k in TB_ATTRS[1:])
         self.unknown_attrs(te, TB_ATTRS, where)
         steps = []
+        runs: list[StepRun] = []
         for se in te.children:
-            if se.name != "step":
+            if se.__class__ is Step:  # canonical line, read by the lexer's fast path
+                steps.append(se)
+            elif se.__class__ is StepRun:  # canonical lines in columns mode
+                runs.append(se)
+            elif se.name != "step":
                 self.unknown_child("tb", se)
-                continue
-            steps.append(self.step(se, rank, tid, len(steps)))
+            else:
+                self.runs_only = False
+                steps.append(self.step(se, rank, tid, len(steps)))
+        if self.r.columns:
+            self.tb_runs.append(runs)
         return Threadblock(tid, send, recv, chan, tuple(steps), te.line)
 
     def step(self, se: Element, rank: int, tb: int, index: int) -> Step:
-        if se.step is not None:  # canonical line, read by the lexer's fast path
-            return se.step
         where = {"rank": rank, "tb": tb, "step": index}
         s = self.int_attr(se, "s", where, default=index)
         st = self.str_attr(se, "type", where)
@@ -273,6 +285,25 @@ def parse_xml_collect(text: str, *, source: str = "<string>", strict: bool = Fal
                         text.splitlines())
 
 
+def parse_xml_runs(text: str, *, source: str = "<string>", strict: bool = False
+                   ) -> tuple[ParseOutcome, list[list[StepRun]]] | None:
+    """Parse without building canonical steps: the program's tbs have no steps, and each
+    tb's canonical ``<step>`` lines come back as :class:`StepRun` spans of ``text`` (per tb in
+    program order).  None when a step is not canonical, the file has any problem, or its
+    ``<algo>`` is missing: :func:`parse_xml_collect` then gives the program and the report.
+    ``outcome.lines`` is left empty."""
+    reader = Reader(text, source, strict, columns=True)
+    top = reader.lex()
+    if not top or reader.problems or reader.unknown:
+        return None
+    builder = _Builder(reader)
+    program = builder.program(top)
+    if program is None or not builder.runs_only or reader.problems or reader.unknown \
+            or reader.damaged:
+        return None
+    return ParseOutcome(program, [], False, source, []), builder.tb_runs
+
+
 def _raise_first(outcome: ParseOutcome) -> None:
     errors = outcome.errors
     if not errors:
@@ -300,7 +331,8 @@ def parse_xml(text: str, *, source: str = "<string>", strict: bool = False) -> P
     return outcome.program
 
 
-def _read(path: str | Path) -> str:
+def read_xml_text(path: str | Path) -> str:
+    """The text of an MSCCL XML file (``InputFileError`` if unreadable or too large)."""
     data = read_capped(path, limit="xml_bytes", what="MSCCL XML file")
     return decode_text(data, str(path), "MSCCL XML file",
                        "an MSCCL file starts with <algo ...>")
@@ -308,9 +340,9 @@ def _read(path: str | Path) -> str:
 
 def load_xml_collect(path: str | Path, *, strict: bool = False) -> ParseOutcome:
     """Read a file and :func:`parse_xml_collect` it (``InputFileError`` if unreadable)."""
-    return parse_xml_collect(_read(path), source=str(path), strict=strict)
+    return parse_xml_collect(read_xml_text(path), source=str(path), strict=strict)
 
 
 def load_xml(path: str | Path, *, strict: bool = False) -> Program:
     """Read and :func:`parse_xml` an MSCCL XML file."""
-    return parse_xml(_read(path), source=str(path), strict=strict)
+    return parse_xml(read_xml_text(path), source=str(path), strict=strict)

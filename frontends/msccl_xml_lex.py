@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from tacos.msccl.program import MAX_ATTRS, MAX_STR_LEN, Step
 from tacos.msccl.verify_report import Violation
 
-__all__ = ["DECIMAL", "Element", "Reader", "strtol"]
+__all__ = ["DECIMAL", "Element", "Reader", "StepRun", "strtol"]
 
 DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _NAME = r"[A-Za-z_][A-Za-z0-9_.:-]*"
@@ -28,14 +28,31 @@ _LOOSE_NAME = re.compile(r"<\s*/?\s*([^\s/>]+)")
 _LOOSE_ATTR = re.compile(r"""([^\s=/>"']+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s/>"']+))""")
 _BAD_SPACE = re.compile(r"[^ \n\r]")
 _INT = r'"(-?(?:0|[1-9][0-9]{0,8}))"'  # plain decimal that fits the runtime's int32
+
+
+def _step_pattern(group: str) -> str:
+    """The canonical ``<step>``; ``group`` opens each value's group (``(`` or ``(?:``)."""
+    i = '"' + group + r'-?(?:0|[1-9][0-9]{0,8}))"'
+    return (r'<step s=' + i + r' type="' + group + r'[a-z]{1,4})" srcbuf="' + group
+            + r'[ios])" srcoff=' + i + r' dstbuf="' + group + r'[ios])" dstoff=' + i + r' cnt='
+            + i + r' depid=' + i + r' deps=' + i + r' hasdep=' + i + r'/>')
+
+
 #: A ``<step>`` exactly as tacos and the production files write it: read without the general
 #: path, which would find no problem in it and build the very same step.
-_STEP = re.compile(r'<step s=' + _INT + r' type="([a-z]{1,4})" srcbuf="([ios])" srcoff=' + _INT
-                   + r' dstbuf="([ios])" dstoff=' + _INT + r' cnt=' + _INT + r' depid=' + _INT
-                   + r' deps=' + _INT + r' hasdep=' + _INT + r'/>')
+_STEP = re.compile(_step_pattern("("))
 
 #: the next canonical ``<step>`` after only spaces and newlines (the lexer's run loop)
 _STEP_NEXT = re.compile(r"[ \n\r]*" + _STEP.pattern)
+#: canonical ``<step>`` lines following a step, one per line (a newline, then only spaces):
+#: the lexer takes the whole run with one match and reads its values with one ``findall``
+_STEP_LINES = re.compile(r"(?:\n *" + _step_pattern("(?:") + r")+")
+
+
+def _step(g: tuple[str, ...], line: int) -> Step:
+    """A :class:`Step` from the groups of :data:`_STEP`."""
+    return Step(int(g[0]), g[1], g[2], int(g[3]), g[4], int(g[5]), int(g[6]), int(g[7]),
+                int(g[8]), int(g[9]), line)
 
 
 @dataclass
@@ -47,8 +64,18 @@ class Element:
     cols: dict[str, int]
     line: int
     col: int
-    children: list[Element] = field(default_factory=list)
-    step: Step | None = None  # a canonical <step> read on the fast path, attributes unused
+    children: list[Element | Step] = field(default_factory=list)  # canonical steps as Step
+
+
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """Canonical ``<step>`` lines read without building them (the reader's ``columns`` mode):
+    ``count`` steps from text offset ``start`` to ``end``, nothing but canonical steps and the
+    blank space between them."""
+
+    start: int
+    end: int
+    count: int
 
 
 def strtol(text: str) -> int | None:
@@ -68,20 +95,31 @@ def strtol(text: str) -> int | None:
 class Reader:
     """Lexer + tree builder; collects problems instead of raising."""
 
-    def __init__(self, text: str, source: str, strict: bool) -> None:
+    def __init__(self, text: str, source: str, strict: bool, columns: bool = False) -> None:
         self.text = text
+        self.columns = columns  # canonical steps as StepRun spans, not Step objects
         self.source = source
         self.strict = strict
         self.problems: list[Violation] = []
         self.damaged = False
         self.fatal = False
-        self.starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
+        self._at = (0, 1)  # a text offset and its line: positions are mostly asked in order
+        self._starts: list[int] | None = None  # line starts, built if asked backwards
         self.unknown: dict[tuple[str, str], tuple[int, int]] = {}
 
     # -- positions and problems ---------------------------------------------------------------
     def pos(self, offset: int) -> tuple[int, int]:
-        i = bisect_right(self.starts, offset) - 1
-        return i + 1, offset - self.starts[i] + 1
+        """1-based ``(line, column)`` of a text offset."""
+        text = self.text
+        at, line = self._at
+        if offset >= at:
+            line += text.count("\n", at, offset)
+            self._at = (offset, line)
+        else:  # rare: every line start, once
+            if self._starts is None:
+                self._starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
+            line = bisect_right(self._starts, offset)
+        return line, offset - text.rfind("\n", 0, offset)
 
     def problem(self, rule: str, message: str, line: int | None, col: int | None = None,
                 *, severity: str = "error", hint: str | None = None, rank: int | None = None,
@@ -155,7 +193,7 @@ class Reader:
                     break
                 stack.pop()
                 continue
-            if stack and text.startswith("<step ", lt):
+            if stack and stack[-1].name == "tb" and text.startswith("<step ", lt):
                 pos = self._step_run(lt, stack[-1].children)
                 if pos > lt:
                     continue
@@ -172,23 +210,45 @@ class Reader:
             self.damaged = True
         return top
 
-    def _step_run(self, lt: int, children: list[Element]) -> int:
+    def _step_run(self, lt: int, children: list[Element | Step]) -> int:
         """Read the run of canonical ``<step>`` lines starting at ``lt`` (separated only by
-        spaces and newlines) in one loop; returns where it stopped (``lt`` if none matched)."""
-        text, starts = self.text, self.starts
-        line = bisect_right(starts, lt)
-        nstarts = len(starts)
+        spaces and newlines) into ``children`` as :class:`Step` objects (no element: the
+        general path would find no problem in them); returns where it stopped (``lt`` if none
+        matched)."""
+        text = self.text
+        if self.columns:
+            return self._step_spans(lt, children)
+        line = self.pos(lt)[0]
         pos = lt
         m = _STEP.match(text, lt)
         while m is not None:
             at = m.start(1) - 9  # where '<step s="' begins
-            while line < nstarts and starts[line] <= at:
-                line += 1
-            g = m.groups()
-            children.append(Element("step", {}, {}, line, at - starts[line - 1] + 1, [], Step(
-                int(g[0]), g[1], g[2], int(g[3]), g[4], int(g[5]), int(g[6]), int(g[7]),
-                int(g[8]), int(g[9]), line)))
+            line += text.count("\n", pos, at)
+            children.append(_step(m.groups(), line))
             pos = m.end()
+            run = _STEP_LINES.match(text, pos)
+            if run is not None:  # the usual case: one step per line
+                rows = _STEP.findall(text, pos, run.end())
+                children.extend(map(_step, rows, range(line + 1, line + 1 + len(rows))))
+                line += len(rows)
+                pos = run.end()
+            m = _STEP_NEXT.match(text, pos)
+        return pos
+
+    def _step_spans(self, lt: int, children: list) -> int:
+        """:meth:`_step_run` in ``columns`` mode: the run as :class:`StepRun` spans."""
+        text = self.text
+        pos = lt
+        m = _STEP.match(text, lt)
+        while m is not None:
+            start = m.start(1) - 9  # where '<step s="' begins
+            pos = m.end()
+            count = 1
+            run = _STEP_LINES.match(text, pos)
+            if run is not None:
+                count += text.count("<step ", pos, run.end())
+                pos = run.end()
+            children.append(StepRun(start, pos, count))
             m = _STEP_NEXT.match(text, pos)
         return pos
 

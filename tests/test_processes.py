@@ -20,6 +20,11 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc to find the worker processes")
 
 
+# seconds from the signal until tacosc and its workers are gone: 1 s on an idle machine; a
+# shared 2-core machine at load 6 measured 1.05 s, so the bound allows for scheduling delay
+GONE_WITHIN = 3.0
+
+
 def _have(module: str) -> bool:
     """Installed (found without importing: highspy must not load beside OR-Tools)."""
     return importlib.util.find_spec(module) is not None
@@ -45,7 +50,9 @@ def alive(pid: int) -> bool:
 
 def interrupt(args: list[str], sig: int, want: int, tmp_path: Path) -> None:
     """Start tacosc, wait for ``want`` worker processes, send ``sig``; everything must be gone
-    within a second, with the conventional exit code and no traceback."""
+    at once (within a second on an idle machine; :data:`GONE_WITHIN` leaves room for a loaded
+    one while staying far below the 10 s a worker left to time out would take), with the
+    conventional exit code and no traceback."""
     code = "from tacos.cli import main; raise SystemExit(main())"
     proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -69,7 +76,7 @@ def interrupt(args: list[str], sig: int, want: int, tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert rc == 128 + sig, err
-    assert not [k for k in kids if alive(k)] and elapsed < 1.0, elapsed
+    assert not [k for k in kids if alive(k)] and elapsed < GONE_WITHIN, elapsed
     assert "Traceback" not in err and ("terminated" in err or "interrupted" in err)
 
 

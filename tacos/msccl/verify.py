@@ -22,19 +22,25 @@ found the program too broken for it to mean anything):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tacos.errors import TacosError
-from tacos.frontends.msccl_xml import ParseOutcome, load_xml_collect, parse_xml_collect
+from tacos.frontends.msccl_xml import ParseOutcome, parse_xml_collect, read_xml_text
+from tacos.msccl import verify_columns, verify_jit
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.ranks import declared_ranks, resolve_ranks
 from tacos.msccl.timing import alpha_beta_time
 from tacos.msccl.verify_connections import check_connections
-from tacos.msccl.verify_deps import build_hb, check_cycles, check_dependencies
+from tacos.msccl.verify_deps import (
+    HappensBefore,
+    build_hb,
+    check_cycles,
+    check_dependencies,
+)
 from tacos.msccl.verify_fifo import check_deadlock, run_fifo
-from tacos.msccl.verify_model import build_model
+from tacos.msccl.verify_model import Model, build_model
 from tacos.msccl.verify_races import check_races
 from tacos.msccl.verify_report import MscclReport, Violation
 from tacos.msccl.verify_structure import check_structure
@@ -99,33 +105,21 @@ def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
         for name in later:
             checks[name] = "skipped: fix the structural errors first"
         return None, {}
-    with progress.phase("connections and dependencies"):
-        model = build_model(program)
-        record("connections", check_connections(model))
-        found, refs_ok = check_dependencies(model)
-        record("dependencies", found)
-        hb = build_hb(model)
-        record("happens-before", check_cycles(model, hb))
     modes = _modes(program)
-    if refs_ok:
-        with progress.phase("races"):
-            record("races", check_races(model, hb, aliased=bool(modes) and modes[0]))
+    if not found and _compiled_clean(program, capacity, modes, progress):
+        model = hb = None
+        for name in later[:-1]:
+            checks[name] = "passed"
+        for name in _symbolic_names(modes):
+            checks[name] = "passed"
     else:
-        checks["races"] = "skipped: dependencies point to missing steps"
-    with progress.phase("FIFO execution"):
-        run = run_fifo(model, capacity=capacity)
-    record("fifo", check_deadlock(model, run))
-    for aliased in modes:
-        name = "symbolic" + ("" if len(modes) == 1 else
-                             (" (in-place)" if aliased else " (out-of-place)"))
-        with progress.phase(f"{name} data flow"):
-            found, status, info = check_symbolic(model, run, aliased=aliased)
-        out.extend(found)
-        checks[name] = status
-        if info:
-            checks[name] += f" (root {info['root']})" if status == "passed" else ""
+        model, hb = _python_passes(program, out, checks, record, capacity=capacity,
+                                   modes=modes, progress=progress)
     if topology is None:
         return None, {}
+    if model is None or hb is None:
+        model = build_model(program)
+        hb = build_hb(model)
     if not hb.acyclic:
         checks["timing"] = "skipped: the program deadlocks"
         return None, {}
@@ -140,6 +134,54 @@ def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
         return None, {}
     checks["timing"] = "passed"
     return res.time, res.as_dict()
+
+
+def _symbolic_names(modes: list[bool]) -> list[str]:
+    """Check names of the symbolic pass, one per in-place mode."""
+    return ["symbolic" + ("" if len(modes) == 1 else
+                          (" (in-place)" if aliased else " (out-of-place)")) for aliased in modes]
+
+
+def _compiled_clean(program: Program, capacity: int, modes: list[bool],
+                    progress: Reporter) -> bool:
+    """True when the compiled checks (:mod:`tacos.msccl.verify_jit`) find every pass after
+    ``structure`` clean; False when they are off, not worth loading, or cannot vouch for the
+    program (the Python passes then produce the report)."""
+    if not (verify_jit.available() and verify_jit.worth_it(program)
+            and verify_jit.supported(program)):
+        return False
+    with progress.phase("compiled checks (connections to symbolic data flow)"):
+        return verify_jit.clean(program, capacity=capacity, modes=modes) is None
+
+
+def _python_passes(program: Program, out: list[Violation], checks: dict[str, str],
+                   record: Callable[[str, list[Violation]], None],
+                   *, capacity: int, modes: list[bool], progress: Reporter
+                   ) -> tuple[Model, HappensBefore]:
+    """Connections to symbolic data flow, each pass in Python with its exact report."""
+    with progress.phase("connections and dependencies"):
+        model = build_model(program)
+        record("connections", check_connections(model))
+        found, refs_ok = check_dependencies(model)
+        record("dependencies", found)
+        hb = build_hb(model)
+        record("happens-before", check_cycles(model, hb))
+    if refs_ok:
+        with progress.phase("races"):
+            record("races", check_races(model, hb, aliased=bool(modes) and modes[0]))
+    else:
+        checks["races"] = "skipped: dependencies point to missing steps"
+    with progress.phase("FIFO execution"):
+        run = run_fifo(model, capacity=capacity)
+    record("fifo", check_deadlock(model, run))
+    for aliased, name in zip(modes, _symbolic_names(modes), strict=True):
+        with progress.phase(f"{name} data flow"):
+            found, status, info = check_symbolic(model, run, aliased=aliased)
+        out.extend(found)
+        checks[name] = status
+        if info:
+            checks[name] += f" (root {info['root']})" if status == "passed" else ""
+    return model, hb
 
 
 _Ranks = dict  # keyword arguments of resolve_ranks: explicit, embedded, declared
@@ -222,6 +264,11 @@ def verify_xml(text: str, *, source: str = "<string>", topology: Topology | None
     declared collective groups) with ``ngpus`` NPUs, else rank r = NPU r
     (:mod:`tacos.msccl.ranks`).
     """
+    groups = list(groups)
+    fast = _vouched(text, source, topology=topology, strict=strict, max_steps=max_steps,
+                    sms=sms, capacity=capacity, ranks=ranks, groups=groups, progress=progress)
+    if fast is not None:
+        return fast
     with paused_gc(), as_reporter(progress).phase("parsing"):
         parse = parse_xml_collect(text, source=source, strict=strict)
     sources, found = _rank_sources(text, ranks, groups)
@@ -239,9 +286,40 @@ def verify_xml_file(path: str | Path, *, topology: Topology | None = None,
 
     Raises ``InputFileError`` only when the file cannot be read as text.
     """
+    groups = list(groups)
+    with paused_gc(), as_reporter(progress).phase(f"reading {path}"):
+        text = read_xml_text(path)
+    fast = _vouched(text, str(path), topology=topology, strict=strict, max_steps=max_steps,
+                    sms=sms, capacity=capacity, ranks=ranks, groups=groups, progress=progress)
+    if fast is not None:
+        return fast
     with paused_gc(), as_reporter(progress).phase(f"parsing {path}"):
-        parse = load_xml_collect(path, strict=strict)
+        parse = parse_xml_collect(text, source=str(path), strict=strict)
     sources, found = _rank_sources("\n".join(parse.lines), ranks, groups)
     parse.problems.extend(found)
     return _report(str(path), parse.program, parse, topology=topology, max_steps=max_steps,
                    sms=sms, capacity=capacity, nbytes=nbytes, ranks=sources, progress=progress)
+
+
+def _vouched(text: str, source: str, *, topology: Topology | None, strict: bool,
+             max_steps: int, sms: int, capacity: int, ranks: Sequence[int] | None,
+             groups: list[Sequence[int]], progress: Any) -> MscclReport | None:
+    """The report of a large correct file read without building its steps
+    (:mod:`tacos.msccl.verify_columns`); None when that path cannot vouch for it."""
+    if topology is not None or len(text) < verify_columns.MIN_BYTES:
+        return None
+    if _rank_sources(text, ranks, groups)[1]:
+        return None
+    with paused_gc(), as_reporter(progress).phase("parsing and compiled checks"):
+        got = verify_columns.vouch(text, source=source, strict=strict, max_steps=max_steps,
+                                   sms=sms, capacity=capacity, modes=_modes)
+    if got is None:
+        return None
+    program, lens = got
+    summary = summarize(program)
+    summary["steps_total"] = int(lens.sum())
+    summary["max_steps_per_tb"] = int(lens.max(initial=0))
+    checks = dict.fromkeys(("parse", "structure", "connections", "dependencies",
+                            "happens-before", "races", "fifo"), "passed")
+    checks.update(dict.fromkeys(_symbolic_names(_modes(program)), "passed"))
+    return MscclReport(source, (), (), summary, checks, None, {})

@@ -9,13 +9,22 @@ process groups included):
    outside the group) without losing rate; every split arc remembers its physical path.
 3. **Packing** (:mod:`~tacos.solvers.forest_pack`): k capacity-respecting out-arborescences
    per root (Edmonds/Lovász), checked against the capacities; behind scarce cuts (islands) a
-   tree enters each island once and spreads inside it first.
+   tree enters each island once and spreads inside it first.  Where the grid's translations are
+   verified automorphisms (tori, rings), one root's shortest-path trees are translated to every
+   root instead (:mod:`~tacos.solvers.forest_symmetric`), without max-flow tests.
 4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
    on a route into one transfer and with tapered rounds (:func:`taper`; at most 16 schedules
    per packing and :data:`SOLVE_TRANSFERS` transfers per solve are timed; for all-reduce only
    its last phase, on its own chunks).
+
+   Where trees reach a switch's NPUs as stars, the same packing is also rebuilt with Bruck
+   (binomial) spreading through the switch (:mod:`~tacos.solvers.forest_shared`): the trees of
+   all roots then use the same hops at each step, and slices of one step and hop travel as one
+   transfer (``batch='steps'``, :data:`STEP_MODES`); both versions are timed.  On two switch
+   islands joined by rails with k = 2, two trees per root built for that layout
+   (:mod:`~tacos.solvers.forest_rails`) are timed as well.
 
 5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
@@ -31,10 +40,12 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
-k), ``slices`` (``"auto"`` or s), ``max_transfers`` (bound on the schedule size used to cap
+k), ``slices`` (``"auto"`` or s), ``share`` (also time the Bruck-spread trees, default true),
+``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
-which MSCCL XML can express).
+which MSCCL XML can express), ``packing`` (``"auto"``: symmetric when verified, else Lovász;
+``"general"``: always Lovász).
 """
 
 from __future__ import annotations
@@ -42,7 +53,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -55,8 +66,11 @@ from tacos.simulate import simulate
 from tacos.solvers.forest_in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
+from tacos.solvers.forest_rails import rail_pair_trees
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
+from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
+from tacos.solvers.forest_symmetric import find_symmetry, pack_symmetric
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, boolean, int_or_text
@@ -84,8 +98,14 @@ SOLVE_TRANSFERS = 200_000
 """Transfers timed in all by one solve (screening and search): list-scheduling costs about
 40 µs per transfer, so this keeps the pipeline search of a 64-NPU system to a few seconds.
 Every tree count still gets one schedule, and the best one at least one more."""
-MODES = tuple((batch, depth) for depth in (2, 0, 4) for batch in (False, True))
+MODES: tuple[tuple[bool | str, int], ...] = tuple(
+    (batch, depth) for depth in (2, 0, 4) for batch in (False, True))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
+STEP_MODES: tuple[tuple[bool | str, int], ...] = (
+    ("steps", -2), ("steps", -4), ("steps", 0), ("steps", -1), (True, -2), ("steps", -5),
+    ("steps", 2), ("steps", -3))
+"""The same for trees that share switch hops (:mod:`~tacos.solvers.forest_shared`): their
+slices merge by step (``batch='steps'``); a negative taper depth only ramps down at the end."""
 
 
 @dataclass
@@ -101,6 +121,9 @@ class Forest:
     trees: list[Tree]
     tests: int
     seconds: dict[str, float] = field(default_factory=dict)
+    packing: str = "lovasz"
+    """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest_pack`) or
+    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`)."""
 
     def optimal_time(self, data_per_root: float) -> float:
         """Bandwidth-optimal time for ``data_per_root`` bytes from every root (x* · data)."""
@@ -113,7 +136,8 @@ class Forest:
                 "trees": len(self.trees), "depth": max((t.depth() for t in self.trees),
                                                        default=0),
                 "optimal_time": self.optimal_time(data_per_root),
-                "max_flows": self.rate.checks + self.split.flows + self.tests}
+                "max_flows": self.rate.checks + self.split.flows + self.tests,
+                "packing": self.packing}
 
 
 def _order(t: Transfer) -> tuple:
@@ -133,11 +157,14 @@ def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
 
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
                 phase: str, reverse: bool, trees: int | str = "auto",
-                relays: str = "members", islands: bool = True) -> Forest:
+                relays: str = "members", islands: bool = True,
+                symmetric: bool = True) -> Forest:
     """Rate, switch splitting and tree packing for one phase.  NPUs outside ``group`` are left
     out unless ``relays='all'``; then they are relays, split off like switches.  ``islands``
     lets trees enter each island (:func:`~tacos.solvers.islands.find_islands`) once and spread
-    inside it (:func:`~tacos.solvers.forest_pack.pack_trees`)."""
+    inside it (:func:`~tacos.solvers.forest_pack.pack_trees`).  With ``symmetric``, a topology
+    whose translations are verified automorphisms gets one root's trees translated to every
+    root (:mod:`~tacos.solvers.forest_symmetric`) instead."""
     clock = time.perf_counter()
     topo = topology if relays == "all" else group_topology(topology, group)
     if reverse:
@@ -147,20 +174,59 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     t_rate = time.perf_counter()
     split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
     t_split = time.perf_counter()
-    found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
-    packed, tests = pack_trees(group, graph.sources, split, rate.k,
-                               interleave=len(group) <= INTERLEAVE_MAX, islands=found)
+    packed, tests, how = None, 0, "lovasz"
+    if symmetric and set(graph.sources) == set(group):
+        sym = find_symmetry(topo, group, split, graph.n_nodes)
+        packed = pack_symmetric(sym, split.caps, rate.k) if sym is not None else None
+        how = "symmetric"
+    if packed is None:
+        how = "lovasz"
+        found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
+        packed, tests = pack_trees(group, graph.sources, split, rate.k,
+                                   interleave=len(group) <= INTERLEAVE_MAX, islands=found)
     check_packing(group, graph.sources, packed, rate.k, rate.caps)
     t_pack = time.perf_counter()
     return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,
-                  {"rate": t_rate - clock, "split": t_split - t_rate, "pack": t_pack - t_split})
+                  {"rate": t_rate - clock, "split": t_split - t_rate, "pack": t_pack - t_split},
+                  how)
 
 
 def _signature(forests: list[Forest]) -> tuple:
     """What the schedules of a packing depend on: every tree's root, share of its root's data,
     edges and physical paths."""
-    return tuple((t.root, Fraction(t.mult, f.rate.k), tuple(t.edges), tuple(t.paths))
-                 for f in forests for t in f.trees)
+    return tuple((t.root, Fraction(t.mult, f.rate.k), tuple(t.edges), tuple(t.paths),
+                  tuple(t.steps or ())) for f in forests for t in f.trees)
+
+
+def _shared(forests: list[Forest], topology: Topology,
+            group: tuple[int, ...]) -> list[Forest] | None:
+    """The forests with their switch stars rebuilt to share hops across roots
+    (:func:`~tacos.solvers.forest_shared.share_switch_hops`), or None if no phase changes."""
+    out, changed = [], False
+    for f in forests:
+        trees = share_switch_hops(f.trees, group, f.roots, f.rate.k,
+                                  f.rate.caps, topology.is_switch)
+        changed |= trees is not None
+        out.append(replace(f, trees=trees) if trees is not None else f)
+    return out if changed else None
+
+
+def _is_shared(forests: list[Forest]) -> bool:
+    """Whether the trees share switch hops across roots (step labels, §3b of docs/forest.md)."""
+    return any(t.steps for f in forests for t in f.trees)
+
+
+def _rails(forests: list[Forest], topology: Topology,
+           group: tuple[int, ...]) -> list[Forest] | None:
+    """The forests with two trees per root built for two switch islands joined by rails
+    (:func:`~tacos.solvers.forest_rails.rail_pair_trees`), or None unless every phase has them."""
+    out = []
+    for f in forests:
+        trees = rail_pair_trees(group, f.roots, f.rate.k, f.rate.caps, topology.is_switch)
+        if trees is None:
+            return None
+        out.append(replace(f, trees=trees))
+    return out
 
 
 def _check_collective(coll: Collective) -> None:
@@ -179,9 +245,13 @@ def _check_collective(coll: Collective) -> None:
 def taper(rounds: int, depth: int) -> list[int]:
     """Slices per round: ``depth`` rounds doubling 1, 2, 4 … up to 2^depth, ``rounds`` rounds of
     2^depth slices, then the same halving.  Small first and last rounds make the pipeline fill
-    and drain quickly while the middle rounds pay α on large transfers."""
-    ramp = [1 << i for i in range(depth)]
-    return ramp + [1 << depth] * max(1, rounds) + ramp[::-1]
+    and drain quickly while the middle rounds pay α on large transfers.  A negative depth d
+    keeps only the halving at the end (``rounds`` rounds of 2^|d| slices, then 2^(|d|-1) … 1):
+    for trees whose roots' own data keeps the ports busy while the pipeline fills
+    (:mod:`~tacos.solvers.forest_shared`)."""
+    ramp = [1 << i for i in range(abs(depth))]
+    up = ramp if depth > 0 else []
+    return up + [1 << abs(depth)] * max(1, rounds) + ramp[::-1]
 
 
 def _base_ranges(forest: Forest, base: int) -> list[tuple[int, int]]:
@@ -254,6 +324,13 @@ class ForestSolver:
                          int_or_text("auto"), default="auto"),
         "max_transfers": Option("most transfers a schedule may have (caps the slices)", int,
                                 default=MAX_TRANSFERS),
+        "share": Option("also try the trees with their switch stars rebuilt as binomial trees "
+                        "that share hops across roots (Bruck), keeping the faster",
+                        boolean, (True, False), True),
+        "packing": Option("'auto': one root's trees translated to every root when the "
+                          "topology's translations are verified automorphisms (tori, rings), "
+                          "else the Lovász packing; 'general': always the Lovász packing",
+                          str, ("auto", "general"), "auto"),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -265,6 +342,9 @@ class ForestSolver:
     def solve(self, problem: Problem) -> SolveResult:
         """Pack, pipeline and time a schedule for ``problem``."""
         clock = time.perf_counter()
+        # one phase's timed transfers, by (forest, rounds, batch, q, K): all-reduce's last
+        # phase is timed once, not twice
+        self._emitted: dict[tuple, tuple[Forest, list[Transfer]]] = {}
         coll, topo, opts = problem.collective, problem.topology, problem.options
         _check_collective(coll)
         trees_opt = opts.get("trees", "auto")
@@ -273,6 +353,8 @@ class ForestSolver:
         # "auto" also tries one and two trees per root: fewer, larger trees pay α less often,
         # which can beat the exact rate's many small trees on small messages
         choices: list = ["auto", 1, 2] if trees_opt == "auto" else [trees_opt]
+        if trees_opt == "auto" and 2 * len(group) * (len(group) - 1) > SOLVE_TRANSFERS // 3:
+            choices = [1]  # two trees per root would not fit one slice into a screening's share
         islands = len(group) <= INTERLEAVE_MAX and bool(find_islands(topo, group))
         if islands and len(group) <= BOTH_ORDERS_MAX:
             # packings with and without island order (neither wins everywhere: 2x DGX-H100's
@@ -283,12 +365,24 @@ class ForestSolver:
         found: list[tuple[Schedule, list[Forest], dict, bool]] = []
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
+        packings = []
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
                 roots = group if who == "group" else (int(coll.root),)
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
-                                           opts.get("relays", "members"), order))
+                                           opts.get("relays", "members"), order,
+                                           opts.get("packing", "auto") == "auto"))
+            packings.append((forests, order))
+            if opts.get("share", True):  # the same trees with Bruck spreading on switches
+                shared = _shared(forests, topo, group)
+                if shared is not None:
+                    packings.append((shared, order))
+                railed = _rails(forests, topo, group)
+                if railed is not None and order:
+                    packings.append((railed, order))
+        choices = packings
+        for forests, order in packings:
             sig = _signature(forests)
             if sig in seen:  # another tree count packed the same trees: same schedules
                 continue
@@ -310,6 +404,7 @@ class ForestSolver:
                                   math.lcm(*(f.rate.k for f in forests)),
                                   max(1, coll.chunks_per_npu), info["slices_per_round"],
                                   info["batched"])
+        self._emitted.clear()
         # the list schedule lets transfers ending within TIE of each other start together;
         # the simulator's replay in the same order starts each as early as it can
         best = simulate(best).schedule
@@ -331,8 +426,10 @@ class ForestSolver:
                     "trees": sum(len(f.trees) for f in forests),
                     "optimal_time": optimal,
                     "optimal_algbw": coll.size / optimal if optimal > 0 else None,
+                    "shared": _is_shared(forests),
                     "tried": [{"k": [f.rate.k for f in fs], "islands": order,
-                               "makespan": b.makespan, "schedules": len(t)}
+                               "shared": _is_shared(fs), "makespan": b.makespan,
+                               "schedules": len(t)}
                               for b, fs, t, order in found], **facts},
             synthesis_time=time.perf_counter() - clock)
         stats = {"trees": best.meta["forest"]["trees"],
@@ -361,7 +458,8 @@ class ForestSolver:
         def afford() -> bool:
             return len(tried) < budget and spent[0] < limit
 
-        modes = MODES if auto else tuple(m for m in MODES if m[1] == 0)
+        modes = STEP_MODES if _is_shared(forests) else MODES
+        modes = modes if auto else tuple(m for m in modes if m[1] == 0)
         caps: dict[tuple[bool, int], int] = {}
 
         def run(m: float, batch: bool, depth: int) -> float:
@@ -376,12 +474,19 @@ class ForestSolver:
                 fresh[0] += 1
             return tried[key].makespan
 
+        if auto:  # one round first: with many roots the links are busy from the start, and a
+            # large system affords one schedule only (6x6x6 torus: 99.0% at 1, 96.4% at s* = 6)
+            caps[False, 0] = self._slices(coll, forests, view, big_k, q, opts, False)[1]
+            run(1, False, 0)
         # the formula's slice count in every mode, then walk from the best modes' best count
         for batch, depth in modes:
             if fresh[0] and not afford():
                 break
-            s0, caps[batch, depth] = self._slices(coll, forests, view, big_k, q, opts, batch)
-            run(max(1, round(s0 / (1 << depth))), batch, depth)  # middle rounds: 2^depth each
+            s0, cap = self._slices(coll, forests, view, big_k, q, opts, batch)
+            if sum(taper(1, depth)) > cap:  # even the shortest taper has too many transfers
+                continue
+            caps[batch, depth] = cap
+            run(max(1, round(s0 / (1 << abs(depth)))), batch, depth)  # middle: 2^|depth| each
 
         def best_of(mode: tuple[bool, int]) -> tuple[float, int]:
             return min((sc.makespan, key[0]) for key, sc in tried.items() if key[1:] == mode)
@@ -425,16 +530,22 @@ class ForestSolver:
             plan = None
             parts = {"copy": (refined, tuple(range(refined.n_chunks)))}
         scheds: dict[str, Schedule] = {}
+        cache = getattr(self, "_emitted", {})  # solve()'s cache; none when called alone
         lanes = [lk.multiplicity for lk in view.topology.links]
         for f in forests:
             sub, ids = parts[f.phase] if plan is not None else parts["copy"]
             if sub is None:
                 continue
-            rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
-            sizes = [c.size for c in sub.chunks]
-            transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
-                             lanes, batch=batch, is_switch=view.topology.is_switch)
-            transfers.sort(key=_order)
+            key = (id(f), tuple(groups), batch, q, big_k)  # the search timed it already
+            hit = cache.get(key)  # the entry holds f, so no other forest can take its id
+            transfers = hit[1] if hit is not None and hit[0] is f else None
+            if transfers is None:
+                rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
+                sizes = [c.size for c in sub.chunks]
+                transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
+                                 lanes, batch=batch, is_switch=view.topology.is_switch)
+                transfers.sort(key=_order)
+                cache[key] = (f, transfers)
             scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
                                                                         tuple(transfers))
         topo = view.topology

@@ -40,13 +40,16 @@ class Tree:
     """An out-arborescence of ``root`` standing for ``mult`` of the root's k trees.
 
     ``edges`` are (parent, child) in BFS order; ``paths[i]`` is the physical node path of
-    ``edges[i]`` (just the two ends without switches).
+    ``edges[i]`` (just the two ends without switches).  ``steps``, when set, gives edges that
+    may share transfers with other trees' edges a (family, step) label
+    (:mod:`~tacos.solvers.forest_shared`); None elsewhere.
     """
 
     root: int
     mult: int
     edges: list[Edge] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)
+    steps: list[tuple[int, int] | None] | None = None
 
     def depth(self) -> int:
         """Largest number of tree edges from the root to a node."""

@@ -25,7 +25,9 @@ lanes; a switch port is one link, shared by every route through it); ready trans
 round first, then the one with the deepest subtree below it.  With ``batch`` it takes every
 other ready transfer of the same round (other trees crossing the route) into the same transfer,
 so α is paid once per round and route, at the price of longer pipeline stages; the solver tries
-both.
+both.  With ``batch='steps'`` (:func:`step_groups`) slices of different trees and rounds that
+share a hop at the same step go as one transfer: trees built to share hops
+(:mod:`~tacos.solvers.forest_shared`) then pay α once per step and hop instead of once per tree.
 :func:`make_transfer` is the one place that turns a hop into a :class:`~tacos.schedule.Transfer`.
 """
 
@@ -94,6 +96,12 @@ def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, l
     in the reversed tree of a reduction the second send would carry the first one's
     contributions again.  Only links of the packed paths are used, so the capacities the packing
     respects still hold.  Returns the local tree and each local node's NPU."""
+    if all(len(path) == 2 for path in tree.paths):  # direct links only: nothing to cut
+        where = {tree.root: 0}
+        for _, y in tree.edges:
+            where[y] = len(where)
+        edges = [(where[x], where[y]) for x, y in tree.edges]
+        return Tree(0, tree.mult, edges, list(tree.paths)), list(where)
     npus = [tree.root]
     where = {tree.root: 0}  # NPU -> the local node that holds the tree's data there
     edges: list[tuple[int, int]] = []
@@ -111,7 +119,8 @@ def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, l
             edges.append((cur, len(npus) - 1))
             paths.append(path[a:b + 1])
             cur = where[path[b]] = len(npus) - 1
-    return Tree(0, tree.mult, edges, paths), npus
+    steps = tree.steps if tree.steps and len(edges) == len(tree.edges) else None
+    return Tree(0, tree.mult, edges, paths, steps), npus
 
 
 def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Path], Hop],
@@ -145,19 +154,106 @@ priorities, not on rounding (all-reduce's phases on 2x DGX-A100 differed by 7% f
 all-gather of the same shards without it)."""
 
 
+def step_groups(trees: list[Tree], npu_of: list[list[int]], hop_ids: list[list[int]],
+                n_rounds: list[int], labels: bool = True, whole: bool = True,
+                ) -> tuple[dict[tuple[int, int, int], int], list[list], list[int]]:
+    """Step merging (:func:`emit` with ``batch='steps'``): every (tree, edge, round) with the
+    same sender, receiver, route and step forms one group, sent as one transfer once all its
+    slices are at the sender.  Slice j of a tree edge e = (x, y) travels at step
+    ``depth(x) + j``, or, where the tree labels its edges (``Tree.steps``, e.g. the binomial
+    stars of :mod:`~tacos.solvers.forest_shared`), at step (family, b) of round j.  Slices
+    arrive by groups of earlier steps, so with depth steps groups never wait on each other in
+    a cycle; labelled steps are checked, and if their groups would wait in a cycle the depth
+    steps are used instead (``labels=False``).  Returns the group of every (tree, edge, round),
+    each group's members and its priority (lower first: the step, counted from the round)."""
+    index: dict[tuple, int] = {}
+    group_of: dict[tuple[int, int, int], int] = {}
+    members: list[list] = []
+    step_of: list[int] = []
+    for i, tree in enumerate(trees):
+        depth = {tree.root: 0}
+        for x, y in tree.edges:
+            depth[y] = depth[x] + 1
+        marks = tree.steps if labels and tree.steps else [None] * len(tree.edges)
+        last = _last_stage(tree, marks)
+        for e, ((x, y), mark) in enumerate(zip(tree.edges, marks, strict=True)):
+            for j in range(n_rounds[i]):
+                ends = (npu_of[i][x], npu_of[i][y], hop_ids[i][e])
+                if mark is None:
+                    key, when = (*ends, -1, -1, depth[x] + j), depth[x] + j
+                elif mark[0] == 0 and whole and last[e]:  # the root's own last stage:
+                    key, when = (*ends, *mark, -1), mark[1]
+                else:
+                    key, when = (*ends, *mark, j), mark[0] + mark[1] + j
+                g = index.get(key)
+                if g is None:
+                    g = index[key] = len(members)
+                    members.append([])
+                    step_of.append(when)
+                members[g].append((i, j, e))
+                group_of[i, e, j] = g
+    if labels and any(t.steps for t in trees) and _cyclic(trees, group_of, members):
+        return step_groups(trees, npu_of, hop_ids, n_rounds, labels=False, whole=whole)
+    return group_of, members, step_of
+
+
+def _last_stage(tree: Tree, marks: list) -> list[bool]:
+    """Per edge: whether it and every edge below it belong to the root's own family of
+    labelled steps (family 0).  Such edges carry data the root has from the start and feed
+    nothing else, so all rounds of a step may go as one transfer (the pipeline gains nothing
+    from slicing them)."""
+    ok = [m is not None and m[0] == 0 for m in marks]
+    below: dict[int, bool] = defaultdict(lambda: True)  # node -> all edges below are ok
+    for e in range(len(tree.edges) - 1, -1, -1):  # children after parents (BFS order)
+        x, y = tree.edges[e]
+        ok[e] = ok[e] and below[y]
+        below[x] = below[x] and ok[e]
+    return ok
+
+
+def _cyclic(trees: list[Tree], group_of: dict[tuple[int, int, int], int],
+            members: list[list]) -> bool:
+    """Whether some groups wait on each other in a cycle (a group waits for the groups that
+    bring its members' slices to the sender)."""
+    parent_edge = [{y: e for e, (_, y) in enumerate(t.edges)} for t in trees]
+    after: list[set[int]] = [set() for _ in members]
+    needs = [0] * len(members)
+    for g, mem in enumerate(members):
+        for i, j, e in mem:
+            p = parent_edge[i].get(trees[i].edges[e][0])
+            if p is not None:
+                h = group_of[i, p, j]
+                if g not in after[h]:
+                    after[h].add(g)
+                    needs[g] += 1
+    todo = [g for g in range(len(members)) if needs[g] == 0]
+    seen = 0
+    while todo:
+        h = todo.pop()
+        seen += 1
+        for g in after[h]:
+            needs[g] -= 1
+            if needs[g] == 0:
+                todo.append(g)
+    return seen < len(members)
+
+
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
          hop_of: Callable[[Path], Hop], lanes: list[int], op: str = "copy",
-         batch: bool = True, is_switch: Callable[[int], bool] | None = None,
+         batch: bool | str = True, is_switch: Callable[[int], bool] | None = None,
          stripe: bool = True) -> list[Transfer]:
     """List-schedule every (tree, round) along its tree; ``rounds[i][j]`` = chunk ids tree i
     sends in round j; ``lanes[l]`` = transfers link l carries at once; ``batch`` merges a
-    round's ready slices on a route into one transfer; ``is_switch`` tells relay NPUs on a
-    path (stored and forwarded) from switches (cut through); ``stripe`` spreads a slice over
-    the idle parallel lanes of its route when nothing else waits for them.  Returns the timed
-    transfers."""
+    round's ready slices on a route into one transfer, and ``batch='steps'`` merges every
+    slice of the same step on a route (:func:`step_groups`: slices of different trees and
+    rounds whose tree edges share sender, receiver and route, which then pay α once);
+    ``is_switch`` tells relay NPUs on a path (stored and forwarded) from switches (cut
+    through); ``stripe`` spreads a slice over the idle parallel lanes of its route when nothing
+    else waits for them.  Returns the timed transfers."""
     local = [_local(t, is_switch) for t in trees]
     trees = [t for t, _ in local]
     npu_of = [n for _, n in local]
+    steps = batch == "steps"
     free = list(lanes)
     longest = max((len(r) for r in rounds), default=1)
     scale = [longest / max(1, len(r)) for r in rounds]
@@ -165,9 +261,11 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     hops: list[Hop] = []
     users: dict[int, list[int]] = defaultdict(list)  # link -> hops that may wait for it
     children = []  # children[i][node] = [(edge, hop id, -height of the child)]
+    hop_ids: list[list[int]] = []
     for tree in trees:
         h = _heights(tree)
         ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        hop_ids.append([])
         for e, (x, y) in enumerate(tree.edges):
             hop = hop_of(tree.paths[e])
             hid = hop_index.get(hop)
@@ -178,7 +276,13 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                     for li in choice:
                         users[li].append(hid)
             ch[x].append((e, hid, -h[y]))
+            hop_ids[-1].append(hid)
         children.append(ch)
+    if steps:
+        group_of, members, step_of = step_groups(trees, npu_of, hop_ids,
+                                                 [len(r) for r in rounds])
+        waiting = [len(m) for m in members]  # slices of each group not yet at the sender
+        tallest = [0] * len(members)  # -(tallest subtree below a member)
     ready: list[list] = [[] for _ in hops]
     round_bytes = [[sum(chunk_bytes[c] for c in r) for r in tree_rounds] for tree_rounds in rounds]
     events: list = []
@@ -189,6 +293,15 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     def push(i: int, j: int, node: int, touched: set[int]) -> None:
         key = j * scale[i]
         for e, hid, neg_height in children[i][node]:
+            if steps:  # a group is ready once all its slices are
+                g = group_of[i, e, j]
+                waiting[g] -= 1
+                tallest[g] = min(tallest[g], neg_height)
+                if waiting[g]:
+                    continue
+                heapq.heappush(ready[hid], (step_of[g], tallest[g], g, 0, 0))
+                touched.add(hid)
+                continue
             heapq.heappush(ready[hid], (key + LOOKAHEAD * neg_height, neg_height, i, j, e))
             touched.add(hid)
 
@@ -212,8 +325,12 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                 if route is None:
                     break
                 key, _, i, j, e = heapq.heappop(queue)
-                group = [(i, j, e)]
-                while batch and queue and queue[0][0] == key:  # same round: one transfer
+                if steps:  # the whole group: one transfer
+                    group = members[i]
+                    i, j, e = group[0]
+                else:
+                    group = [(i, j, e)]
+                while batch is True and queue and queue[0][0] == key:  # same round: one transfer
                     _, _, i2, j2, e2 = heapq.heappop(queue)
                     group.append((i2, j2, e2))
                 for li in route:
