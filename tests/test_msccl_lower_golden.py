@@ -101,4 +101,12 @@ def test_renumbered_matchings_equal_networkx_on_the_peers_themselves() -> None:
                               if x != w and rng.random() < 0.6}.items()))
         if edges:
             assert _matching(flow, edges) == _nx_matching(edges)
-    assert len(flow.cache["matchings"]) < 300  # renumbered graphs repeat
+
+
+def test_graphs_of_one_shape_share_a_memoized_matching() -> None:
+    flow = _Flow()
+    first = (((3, 10), 3), ((3, 12), 1), ((5, 10), 1))
+    second = (((40, 7), 3), ((40, 9), 1), ((41, 7), 1))  # the same graph, other peers
+    assert _matching(flow, first) == _nx_matching(first) == {3: 10}
+    assert _matching(flow, second) == _nx_matching(second) == {40: 7}
+    assert len(flow.cache["matchings"]) == 1
