@@ -27,7 +27,7 @@ from tacos.errors import TacosError
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
 from tacos.msccl.lower_flow import Flow, build_flow
 from tacos.msccl.lower_layout import build_layout
-from tacos.msccl.lower_steps import build_steps
+from tacos.msccl.lower_steps import build_steps, finish_program
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
 from tacos.nogc import paused_gc
 from tacos.passes.rounds import first_round
@@ -139,7 +139,9 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
         flow = build_flow(schedule, layout)
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
+    plan = built = None
     for round_ in range(MAX_ROUNDS):
+        plan = built = None  # free the last round's plan before building the next one
         with progress.phase(f"channels and thread blocks (round {round_ + 1})"):
             chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
             plan = plan_tbs(flow, chan, forbidden)
@@ -153,13 +155,16 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
             continue
         if built.oversize:
             if not _cut(flow, built.oversize, cuts, opts.max_steps_per_tb):
-                rank, tb = built.oversize[0]
-                raise TacosError(f"rank {rank}: a thread block needs {len(tb.steps)} steps, "
+                rank = built.oversize[0][0]
+                raise TacosError(f"rank {rank}: a thread block needs {built.longest} steps, "
                                  f"more than the limit {opts.max_steps_per_tb}, and cannot be "
                                  "split further", hint="raise max_steps_per_tb")
             continue
-        program = built.program
-        assert program is not None
+        tbs, nchannels = built.tbs, max([1] + [c + 1 for c in chan])
+        assert tbs is not None
+        del flow, plan, built, chan  # only the thread blocks are needed from here on
+        with progress.phase("program"):
+            program = finish_program(layout, tbs, nchannels)
         name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
         combining = layout.coll in ("allreduce", "reducescatter", "reduce")
         return replace(program, name=name, proto=opts.proto, inplace=int(opts.inplace),
@@ -194,7 +199,7 @@ def _cut(flow: Flow, oversize: list, cuts: dict[tuple[int, int, int, int], list[
     runs = flow.runs
     changed = False
     for _rank, tb in oversize:
-        units = tb if isinstance(tb, list) else tb.units
+        units = tb
         total = sum(n for _, n in units)
         parts = max(2, math.ceil(total / max(1.0, 0.9 * max_steps)))
         bounds, cum, j = [], 0, 1

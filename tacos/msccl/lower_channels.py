@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tacos.errors import TacosError
-from tacos.msccl.lower_flow import Flow, Run
+from tacos.msccl.lower_flow import SEND, Flow
 from tacos.msccl.program import MAX_TBS_PER_CHANNEL
 
 TbKey = tuple[int, int, int]  # (chan, send peer, recv peer); -1 = none
@@ -69,59 +69,92 @@ def assign_channels(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]]
 
 @dataclass
 class TbPlan:
-    """Which tb every run's sending and receiving step belongs to, and the fused pairs."""
+    """Which tb every run's sending and receiving step belongs to (lists indexed by run id),
+    and the fused pairs."""
 
-    send_tb: dict[int, TbKey]
-    recv_tb: dict[int, TbKey]
+    send_tb: list[TbKey]
+    recv_tb: list[TbKey]
     fused: dict[int, int]
     absorbed: frozenset[int]
     unstored: frozenset[int]
     sequence: dict[tuple[int, TbKey], list[tuple[str, int]]]
 
 
-def _feeder(flow: Flow, made: dict[tuple[tuple[int, ...], int], int], s: Run) -> Run | None:
-    rid = made.get((s.reads, s.piece))
-    return flow.runs[rid] if rid is not None else None
+def feeders(flow: Flow) -> list[int]:
+    """Per run, the run that created exactly the versions it sends (same piece), or -1;
+    computed once per flow (the rounds of :func:`tacos.msccl.lower.lower` share it)."""
+    got = flow.cache.get("feeders")
+    if got is None:
+        runs = flow.runs
+        made = {(r.creates, r.piece): r.id for r in runs}
+        got = flow.cache["feeders"] = [made.get((r.reads, r.piece), -1) for r in runs]
+    return got
+
+
+def _matching(flow: Flow, edges: tuple) -> dict[int, int]:
+    """Receive peer -> send peer of a maximum-weight matching of ``edges`` (``((x, w), wt)``,
+    sorted).  The matching is computed on the peers renumbered in sorted order and remembered
+    per flow: networkx's blossom algorithm depends on the node insertion order and the weights
+    only, never on the labels' values, and most ranks of a regular topology (and the later
+    rounds) ask for the same renumbered graphs."""
+    xs = sorted({x for (x, _), _ in edges})
+    ws = sorted({w for (_, w), _ in edges})
+    if len(xs) == len(ws) == len(edges):
+        # the edges share no peer: taking them all is the only maximum (weights are >= 1)
+        return {x: w for (x, w), _ in edges}
+    memo = flow.cache.setdefault("matchings", {})
+    xi = {x: n for n, x in enumerate(xs)}
+    wi = {w: n for n, w in enumerate(ws)}
+    key = tuple(((xi[x], wi[w]), wt) for (x, w), wt in edges)
+    got = memo.get(key)
+    if got is None:
+        g = nx.Graph()
+        for (x, w), wt in key:
+            g.add_edge(("r", x), ("s", w), weight=wt)
+        got = {}
+        for a, b in nx.max_weight_matching(g):
+            (_, x), (_, w) = (a, b) if a[0] == "r" else (b, a)
+            got[x] = w
+        memo[key] = got
+    return {xs[x]: ws[w] for x, w in got.items()}
 
 
 def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]]) -> TbPlan:
     """Pair peers into tbs per rank and channel, then decide which steps fuse."""
     runs = flow.runs
-    made = {(r.creates, r.piece): r.id for r in runs}
+    feeder = feeders(flow)
     weight: dict[tuple[int, int], dict[tuple[int, int], int]] = defaultdict(
         lambda: defaultdict(int))
     recv_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
     send_peers: dict[tuple[int, int], set[int]] = defaultdict(set)
     for r in runs:
-        recv_peers[(r.dst, chan[r.id])].add(r.src)
-        send_peers[(r.src, chan[r.id])].add(r.dst)
-        f = _feeder(flow, made, r)
-        if f is not None and f.dst == r.src and chan[f.id] == chan[r.id]:
-            weight[(r.src, chan[r.id])][(f.src, r.dst)] += 1
+        ch = chan[r.id]
+        recv_peers[(r.dst, ch)].add(r.src)
+        send_peers[(r.src, ch)].add(r.dst)
+        fid = feeder[r.id]
+        if fid >= 0:
+            f = runs[fid]
+            if f.dst == r.src and chan[fid] == ch:
+                weight[(r.src, ch)][(f.src, r.dst)] += 1
     tb_of_recv: dict[tuple[int, int, int], TbKey] = {}
     tb_of_send: dict[tuple[int, int, int], TbKey] = {}
     for rank, ch in sorted(set(recv_peers) | set(send_peers)):
-        g = nx.Graph()
-        for (x, w), wt in sorted(weight.get((rank, ch), {}).items()):
-            g.add_edge(("r", x), ("s", w), weight=wt)
-        pairs = nx.max_weight_matching(g) if g.number_of_edges() else set()
-        matched_r: dict[int, int] = {}
-        for a, b in pairs:
-            (_, x), (_, w) = (a, b) if a[0] == "r" else (b, a)
-            matched_r[x] = w
+        edges = tuple(sorted(weight.get((rank, ch), {}).items()))
+        matched_r = _matching(flow, edges) if edges else {}
         matched_s = {w: x for x, w in matched_r.items()}
         for x in sorted(recv_peers.get((rank, ch), ())):
             tb_of_recv[(rank, ch, x)] = (ch, matched_r.get(x, -1), x)
         for w in sorted(send_peers.get((rank, ch), ())):
             tb_of_send[(rank, ch, w)] = (ch, w, matched_s.get(w, -1))
-    send_tb = {r.id: tb_of_send[(r.src, chan[r.id], r.dst)] for r in runs}
-    recv_tb = {r.id: tb_of_recv[(r.dst, chan[r.id], r.src)] for r in runs}
+    send_tb = [tb_of_send[(r.src, chan[r.id], r.dst)] for r in runs]
+    recv_tb = [tb_of_recv[(r.dst, chan[r.id], r.src)] for r in runs]
     sequence: dict[tuple[int, TbKey], list[tuple[str, int]]] = defaultdict(list)
-    for kind, idx in flow.order:
+    for ev in flow.order:
+        kind, idx = ev
         if kind == "send":
-            sequence[(runs[idx].src, send_tb[idx])].append((kind, idx))
+            sequence[(runs[idx].src, send_tb[idx])].append(ev)
         elif kind == "recv":
-            sequence[(runs[idx].dst, recv_tb[idx])].append((kind, idx))
+            sequence[(runs[idx].dst, recv_tb[idx])].append(ev)
     fused: dict[int, int] = {}
     for seq in sequence.values():
         k = 0
@@ -138,8 +171,8 @@ def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]]) -> Tb
         r = runs[a]
         if r.prevs is None:
             continue
-        if all(flow.readers.get((vid, r.piece), []) == [("send", b)] and vid not in flow.final
-               for vid in r.creates):
+        if all(flow.readers.get(flow.vp(vid, r.piece), []) == [3 * b + SEND]
+               and vid not in flow.final for vid in r.creates):
             unstored.add(a)
     return TbPlan(send_tb, recv_tb, fused, frozenset(fused.values()), frozenset(unstored),
                   dict(sequence))

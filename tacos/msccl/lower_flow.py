@@ -17,7 +17,7 @@ alltoall slots that were busy).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tacos.errors import TacosError
 from tacos.msccl.lower_layout import Layout, Loc
@@ -26,12 +26,16 @@ from tacos.msccl.program import MAX_COUNT
 from tacos.schedule import Schedule
 
 TIME_RTOL = 1e-12
+SEND, PREV, CPY = 0, 1, 2  #: kinds of the reader references in :attr:`Flow.readers`
 Key = tuple[int, int, int, int, int]
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
-    """Contiguous chunks of one transfer piece: one sending step and one receiving step."""
+    """Contiguous chunks of one transfer piece: one sending step and one receiving step.
+
+    ``conn`` is ``(src, dst, piece, lane)``, the FIFO lane the run travels on (before
+    channels); ``cnt`` the number of MSCCL chunks it moves."""
 
     id: int
     transfer: int
@@ -47,24 +51,16 @@ class Run:
     sloc: Loc
     rsrc: Loc | None
     rdst: Loc
+    conn: tuple[int, int, int, int]
+    cnt: int
     send_key: Key = (0, 0, 0, 0, 0)
     recv_key: Key = (0, 0, 0, 0, 0)
     send_pos: int = 0
     recv_pos: int = 0
     conn_index: int = 0
 
-    @property
-    def cnt(self) -> int:
-        """Number of MSCCL chunks the run moves."""
-        return len(self.chunks)
 
-    @property
-    def conn(self) -> tuple[int, int, int, int]:
-        """``(src, dst, piece, lane)``: the FIFO lane the run travels on (before channels)."""
-        return (self.src, self.dst, self.piece, self.lane)
-
-
-@dataclass
+@dataclass(slots=True)
 class Copy:
     """A local ``cpy`` that moves a final value into its output slot."""
 
@@ -80,16 +76,23 @@ class Copy:
 
 @dataclass
 class Flow:
-    """Everything the thread-block assignment needs, independent of channels."""
+    """Everything the thread-block assignment needs, independent of channels.
+
+    ``readers[vid * pieces + piece]`` (:meth:`vp`) are the events that read a version's piece,
+    as ``3 * id + kind``: kind :data:`SEND` (run ``id`` sends it), :data:`PREV` (run ``id``
+    reduces into it) or :data:`CPY` (copy ``id`` moves it)."""
 
     layout: Layout
     runs: list[Run]
     copies: list[Copy]
     order: list[tuple[str, int]]
-    versions: list[Version]
-    readers: dict[tuple[int, int], list[tuple[str, int]]]
+    readers: dict[int, list[int]]
     final: frozenset[int]
-    loc: dict[tuple[int, int], Loc]
+    cache: dict = field(default_factory=dict, repr=False)  # facts the rounds share
+
+    def vp(self, vid: int, piece: int) -> int:
+        """The index of version ``vid``'s piece ``piece`` in ``loc`` and ``readers``."""
+        return vid * self.layout.instances + piece
 
     def rank_events(self) -> dict[int, list[tuple[str, int]]]:
         """Per rank, its events (``send``/``recv``/``cpy``) in global order."""
@@ -106,6 +109,9 @@ class Flow:
 
 def _split(entries: list[tuple], limit: int = MAX_COUNT) -> list[list[tuple]]:
     """Split entries ``(chunk, sloc, rsrc, rdst)`` (sorted) into contiguous runs."""
+    if len(entries) == 1:
+        return [entries]
+
     def nxt(a: Loc | None, b: Loc | None) -> bool:
         if a is None or b is None:
             return a is None and b is None
@@ -138,91 +144,122 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
     lane, prev_on_lane = lanes(schedule, tol)
     versions, read, created, cur = replay_versions(schedule, layout, tol)
     pos_s, pos_r = order_transfers(schedule, versions, prev_on_lane, tol)
+    del prev_on_lane
     pieces = layout.instances
+    ngpus = layout.ngpus
+    post = layout.post
+    ranks = layout.ranks
+    nv = len(versions)
+    uses = [-2] * nv  # last position a version is read at (-2: not computed yet)
 
     def last_use(vid: int) -> int:
-        return max((pos_r[i] for _, i in versions[vid].readers), default=-1)
+        u = uses[vid]
+        if u == -2:
+            u = uses[vid] = max((pos_r[n >> 1] for n in versions[vid].readers), default=-1)
+        return u
 
-    loc: dict[tuple[int, int], Loc] = {}
+    interned: dict[Loc, Loc] = {}  # one tuple per location, shared by every rank and version
+
+    # where each chunk piece ends: one tuple per (chunk, piece) unless in-place aliasing makes
+    # it depend on the rank (reducescatter and scatter)
+    same_everywhere = not layout.inplace or layout.coll not in ("reducescatter", "scatter")
+    out_table = ([interned.setdefault(w, w) for c in range(len(post)) for p in range(pieces)
+                  for w in (layout.output_loc(0, c, p),)] if same_everywhere else [])
+
+    def out_loc(rank: int, chunk: int, piece: int) -> Loc:
+        if same_everywhere:
+            return out_table[chunk * pieces + piece]
+        want = layout.output_loc(rank, chunk, piece)
+        return interned.setdefault(want, want)
+
+    loc: list[Loc | None] = [None] * (nv * pieces)
     hist: dict[tuple[int, Loc], list[int]] = defaultdict(list)
     occ: dict[tuple[int, Loc], int] = {}
     scratch: dict[tuple[int, int, int], Loc] = {}
-    nscratch: dict[int, int] = defaultdict(int)
+    nscratch = [0] * ngpus
     for x in versions:
         if x.creator is None:
             for p in range(pieces):
                 where = layout.input_loc(x.rank, x.chunk, p)
-                loc[(x.id, p)] = where
+                where = interned.setdefault(where, where)
+                loc[x.id * pieces + p] = where
                 occ[(x.rank, where)] = x.id
                 hist[(x.rank, where)].append(x.id)
 
     runs: list[Run] = []
-    runs_of: dict[tuple[int, int], list[int]] = {}
-    for i in sorted(range(len(ts)), key=lambda i: pos_r[i]):
+    for i in sorted(range(len(ts)), key=pos_r.__getitem__):
         t = ts[i]
-        u, v = layout.rank_of(t.src), layout.rank_of(t.dst)
+        u, v = ranks[t.src], ranks[t.dst]
+        ri, ci, pr, ps, ln = read[i], created[i], pos_r[i], pos_s[i], lane[i]
         for p in range(pieces):
-            order = sorted(t.chunks, key=lambda c: (loc[(read[i][c], p)], c))
+            if len(t.chunks) == 1:
+                order = t.chunks
+            else:
+                order = [c for _, c in sorted((loc[ri[c] * pieces + p], c) for c in t.chunks)]
             entries = []
             for c in order:
-                x = versions[created[i][c]]
+                x = versions[ci[c]]
                 target = None
-                if v in layout.post[c]:
-                    want = layout.output_loc(v, c, p)
+                if v in post[c]:
+                    want = out_table[c * pieces + p] if same_everywhere else out_loc(v, c, p)
                     o = occ.get((v, want))
-                    if o is None or versions[o].chunk == c or last_use(o) <= pos_r[i]:
+                    if o is None or versions[o].chunk == c or last_use(o) <= pr:
                         target = want
                 if target is None:
-                    if (v, c, p) not in scratch:
-                        scratch[(v, c, p)] = ("s", nscratch[v])
+                    target = scratch.get((v, c, p))
+                    if target is None:
+                        target = ("s", nscratch[v])
+                        target = scratch[(v, c, p)] = interned.setdefault(target, target)
                         nscratch[v] += 1
-                    target = scratch[(v, c, p)]
                 else:
                     occ[(v, target)] = x.id
                 hist[(v, target)].append(x.id)
-                loc[(x.id, p)] = target
-                rsrc = loc[(x.prev, p)] if x.prev is not None else None
-                entries.append((c, loc[(read[i][c], p)], rsrc, target))
-            ids = []
+                loc[x.id * pieces + p] = target
+                rsrc = loc[x.prev * pieces + p] if x.prev is not None else None
+                entries.append((c, loc[ri[c] * pieces + p], rsrc, target))
+            conn = (u, v, p, ln)
             for part, group in enumerate(_split(entries)):
                 cs = tuple(e[0] for e in group)
-                prevs = tuple(versions[created[i][c]].prev for c in cs)
-                run = Run(len(runs), i, p, part, u, v, lane[i], cs,
-                          tuple(read[i][c] for c in cs), tuple(created[i][c] for c in cs),
-                          None if group[0][2] is None else prevs,
-                          group[0][1], group[0][2], group[0][3])
-                k = part
-                run.send_key = ((pos_s[i], 0, p, 0, 0) if k == 0
-                                else (pos_r[i], 0, p, 2 * k - 1, 0))
-                run.recv_key = (pos_r[i], 0, p, 2 * k, 0)
+                creates = tuple(ci[c] for c in cs)
+                prevs = tuple(versions[vid].prev for vid in creates)
+                run = Run(len(runs), i, p, part, u, v, ln, cs, tuple(ri[c] for c in cs),
+                          creates, None if group[0][2] is None else prevs,
+                          group[0][1], group[0][2], group[0][3], conn, len(cs))
+                run.send_key = ((ps, 0, p, 0, 0) if part == 0
+                                else (pr, 0, p, 2 * part - 1, 0))
+                run.recv_key = (pr, 0, p, 2 * part, 0)
                 runs.append(run)
-                ids.append(run.id)
-            runs_of[(i, p)] = ids
+    del occ, scratch
+    interned.clear()
+    uses.clear()
 
-    readers: dict[tuple[int, int], list[tuple[str, int]]] = defaultdict(list)
-    made_by: dict[tuple[int, int], int] = {}
+    readers: dict[int, list[int]] = defaultdict(list)
+    made_by = [-1] * (nv * pieces)
     for run in runs:
+        p = run.piece
         for vid in run.reads:
-            readers[(vid, run.piece)].append(("send", run.id))
+            readers[vid * pieces + p].append(3 * run.id + SEND)
         for vid in run.prevs or ():
-            readers[(vid, run.piece)].append(("prev", run.id))
+            readers[vid * pieces + p].append(3 * run.id + PREV)
         for vid in run.creates:
-            made_by[(vid, run.piece)] = run.id
+            made_by[vid * pieces + p] = run.id
     for run in runs:
         if run.part == 0:
             continue
         for vid in run.reads:
             nxt = versions[vid].next
-            if nxt is not None and runs[made_by[(nxt, run.piece)]].recv_key < run.send_key:
+            if (nxt is not None
+                    and runs[made_by[nxt * pieces + run.piece]].recv_key < run.send_key):
                 raise TacosError(
                     f"transfer {run.transfer} carries chunks that are not contiguous in the "
                     f"MSCCL buffers and rank {run.src} overwrites one of them before the last "
                     "piece can leave; split the transfer in the schedule")
 
     copies = _final_copies(layout, versions, cur, loc, hist, runs, readers, made_by)
+    del hist, made_by
     for cp in copies:
         for vid, p in cp.reads:
-            readers[(vid, p)].append(("cpy", cp.id))
+            readers[vid * pieces + p].append(3 * cp.id + CPY)
     keyed: list[tuple[Key, str, int]] = []
     for run in runs:
         keyed.append((run.send_key, "send", run.id))
@@ -239,45 +276,49 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
             runs[idx].recv_pos = n
         else:
             copies[idx].pos = n
-    per_conn: dict[tuple[int, int, int, int], list[Run]] = defaultdict(list)
-    for run in sorted(runs, key=lambda r: r.send_pos):
-        per_conn[run.conn].append(run)
-    for seq in per_conn.values():
-        for n, run in enumerate(seq):
-            run.conn_index = n
-    final = frozenset(vid for (r, c), vid in cur.items() if r in layout.post[c])
-    return Flow(layout, runs, copies, order, versions, dict(readers), final, loc)
+    del keyed
+    sent: dict[tuple[int, int, int, int], int] = defaultdict(int)  # sends so far per lane
+    for kind, idx in order:
+        if kind == "send":
+            run = runs[idx]
+            run.conn_index = sent[run.conn]
+            sent[run.conn] += 1
+    nchunks = len(layout.post)
+    final = frozenset(cur[r * nchunks + c] for c, ranks_c in enumerate(layout.post)
+                      for r in ranks_c if cur[r * nchunks + c] >= 0)
+    return Flow(layout, runs, copies, order, dict(readers), final)
 
 
-def _final_copies(layout: Layout, versions: list[Version], cur: dict[tuple[int, int], int],
-                  loc: dict[tuple[int, int], Loc], hist: dict[tuple[int, Loc], list[int]],
-                  runs: list[Run], readers: dict[tuple[int, int], list[tuple[str, int]]],
-                  made_by: dict[tuple[int, int], int]) -> list[Copy]:
+def _final_copies(layout: Layout, versions: list[Version], cur: list[int],
+                  loc: list[Loc | None], hist: dict[tuple[int, Loc], list[int]],
+                  runs: list[Run], readers: dict[int, list[int]],
+                  made_by: list[int]) -> list[Copy]:
     """``cpy`` steps for ranks whose final value is not in its output slot yet."""
     start: Key = (-1, 0, 0, 0, 0)
+    pieces = layout.instances
     pending: dict[tuple[int, Key], list[tuple[Loc, Loc, tuple[int, int]]]] = defaultdict(list)
     for c in range(len(layout.post)):
         for v in sorted(layout.post[c]):
-            vid = cur.get((v, c))
-            if vid is None:
+            vid = cur[v * len(layout.post) + c]
+            if vid < 0:
                 raise TacosError(f"rank {v} (NPU {layout.group[v]}) never receives chunk {c}",
                                  hint="verify the schedule first (tacos.verify.verify_schedule)")
             for p in range(layout.instances):
                 want = layout.output_loc(v, c, p)
-                have = loc[(vid, p)]
+                have = loc[vid * pieces + p]
                 if have == want:
                     continue
                 anchor = start
                 if versions[vid].creator is not None:
-                    anchor = max(anchor, runs[made_by[(vid, p)]].recv_key)
+                    anchor = max(anchor, runs[made_by[vid * pieces + p]].recv_key)
                 for other in hist.get((v, want), ()):
                     if versions[other].chunk == c:
                         continue
                     if versions[other].creator is not None:
-                        anchor = max(anchor, runs[made_by[(other, p)]].recv_key)
-                    for kind, rid in readers.get((other, p), ()):
-                        r = runs[rid]
-                        anchor = max(anchor, r.send_key if kind == "send" else r.recv_key)
+                        anchor = max(anchor, runs[made_by[other * pieces + p]].recv_key)
+                    for ref in readers.get(other * pieces + p, ()):
+                        r = runs[ref // 3]
+                        anchor = max(anchor, r.send_key if ref % 3 == SEND else r.recv_key)
                 pending[(v, anchor)].append((have, want, (vid, p)))
     copies: list[Copy] = []
     seq = 0

@@ -25,16 +25,19 @@ from tacos.msccl.lower_layout import Layout
 from tacos.schedule import Schedule
 
 
-@dataclass
+@dataclass(slots=True)
 class Version:
-    """One value of a chunk on a rank: initial (``creator`` None) or landed by a transfer."""
+    """One value of a chunk on a rank: initial (``creator`` None) or landed by a transfer.
+
+    ``readers`` are the order's nodes that read it: ``2i`` the send of transfer i, ``2i+1``
+    its receive (a reduction reads the receiver's previous version)."""
 
     id: int
     rank: int
     chunk: int
     creator: int | None
     prev: int | None = None
-    readers: list[tuple[str, int]] = field(default_factory=list)
+    readers: list[int] = field(default_factory=list)
     next: int | None = None
 
 
@@ -61,13 +64,16 @@ def lanes(schedule: Schedule, tol: float) -> tuple[list[int], list[int | None]]:
 
 
 def replay_versions(schedule: Schedule, layout: Layout, tol: float):
-    """Versions per the verifier's time semantics; returns (versions, read, created, cur)."""
+    """Versions per the verifier's time semantics; returns ``(versions, read, created, cur)``:
+    per transfer the version it reads and creates of each chunk, and the last version of chunk
+    c on rank r at ``cur[r * nchunks + c]`` (-1: none)."""
     versions: list[Version] = []
-    cur: dict[tuple[int, int], int] = {}
-    for c in range(len(layout.pre)):
+    nchunks = len(layout.pre)
+    cur = [-1] * (layout.ngpus * nchunks)
+    for c in range(nchunks):
         for r in sorted(layout.pre[c]):
             versions.append(Version(len(versions), r, c, None))
-            cur[(r, c)] = versions[-1].id
+            cur[r * nchunks + c] = versions[-1].id
     ts = schedule.transfers
     ev = []
     for i, t in enumerate(ts):
@@ -76,29 +82,36 @@ def replay_versions(schedule: Schedule, layout: Layout, tol: float):
     ev.sort()
     read: list[dict[int, int]] = [{} for _ in ts]
     created: list[dict[int, int]] = [{} for _ in ts]
+    ranks = layout.ranks
     for _, kind, _, i in ev:
         t = ts[i]
-        u, v = layout.rank_of(t.src), layout.rank_of(t.dst)
-        for c in t.chunks:
-            if kind == 1:
-                vid = cur.get((u, c))
-                if vid is None:
+        if kind == 1:
+            base = ranks[t.src] * nchunks
+            ri = read[i]
+            for c in t.chunks:
+                vid = cur[base + c]
+                if vid < 0:
                     raise TacosError(f"transfer {i} sends chunk {c} from NPU {t.src} before it "
                                      "holds it", hint="verify the schedule first "
                                      "(tacos.verify.verify_schedule)")
-                read[i][c] = vid
-                versions[vid].readers.append(("S", i))
-                continue
-            prev = cur.get((v, c)) if t.op == "reduce" else None
+                ri[c] = vid
+                versions[vid].readers.append(2 * i)
+            continue
+        v = ranks[t.dst]
+        base = v * nchunks
+        reduce = t.op == "reduce"
+        ci = created[i]
+        for c in t.chunks:
+            old = cur[base + c]
+            prev = old if reduce and old >= 0 else None
             x = Version(len(versions), v, c, i, prev)
             versions.append(x)
             if prev is not None:
-                versions[prev].readers.append(("R", i))
-            old = cur.get((v, c))
-            if old is not None:
+                versions[prev].readers.append(2 * i + 1)
+            if old >= 0:
                 versions[old].next = x.id
-            cur[(v, c)] = x.id
-            created[i][c] = x.id
+            cur[base + c] = x.id
+            ci[c] = x.id
     return versions, read, created, cur
 
 
@@ -107,32 +120,33 @@ def order_transfers(schedule: Schedule, versions: list[Version], prev_on_lane: l
     """Topological order of send (2i) / receive (2i+1) nodes, ties broken by time."""
     ts = schedule.transfers
     n = 2 * len(ts)
-    succ: list[set[int]] = [set() for _ in range(n)]
-
-    def node(ref: tuple[str, int]) -> int:
-        return 2 * ref[1] + (0 if ref[0] == "S" else 1)
-
+    # Successor lists may repeat an edge: a repeated edge adds to the in-degree as often as it
+    # is taken away, and the heap's (unique) priorities alone fix the order.
+    succ: list[list[int]] = []
     for i in range(len(ts)):
-        succ[2 * i].add(2 * i + 1)
-        if prev_on_lane[i] is not None:
-            succ[2 * prev_on_lane[i] + 1].add(2 * i)
+        succ.append([2 * i + 1])  # a send before its receive
+        succ.append([])
+    for i, j in enumerate(prev_on_lane):
+        if j is not None:
+            succ[2 * j + 1].append(2 * i)
     for x in versions:
         made = 2 * x.creator + 1 if x.creator is not None else None
-        nxt = versions[x.next].creator if x.next is not None else None
-        for ref in x.readers:
-            r = node(ref)
+        nxt = 2 * versions[x.next].creator + 1 if x.next is not None else None
+        for r in x.readers:
             if made is not None and r != made:
-                succ[made].add(r)
-            if nxt is not None and r != 2 * nxt + 1:
-                succ[r].add(2 * nxt + 1)
+                succ[made].append(r)
+            if nxt is not None and r != nxt:
+                succ[r].append(nxt)
     indeg = [0] * n
     for s in succ:
         for b in s:
             indeg[b] += 1
+    starts = [t.start for t in ts]
+    ends = [t.end - tol for t in ts]
 
     def prio(a: int) -> tuple[float, int, float, int]:
-        t = ts[a // 2]
-        return (t.start, 1, t.start, a // 2) if a % 2 == 0 else (t.end - tol, 0, t.start, a // 2)
+        i = a >> 1
+        return (starts[i], 1, starts[i], i) if a & 1 == 0 else (ends[i], 0, starts[i], i)
 
     heap = [(prio(a), a) for a in range(n) if indeg[a] == 0]
     heapq.heapify(heap)
@@ -142,7 +156,7 @@ def order_transfers(schedule: Schedule, versions: list[Version], prev_on_lane: l
         _, a = heapq.heappop(heap)
         pos[a] = k
         k += 1
-        for b in sorted(succ[a]):
+        for b in succ[a]:
             indeg[b] -= 1
             if indeg[b] == 0:
                 heapq.heappush(heap, (prio(b), b))

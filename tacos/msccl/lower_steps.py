@@ -16,229 +16,321 @@ forbids it and rebuilds (see :func:`build_steps`' ``unsafe`` result).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MemberDescriptorType
 
 from tacos.errors import TacosError
-from tacos.msccl.lower_channels import TbKey, TbPlan
+from tacos.msccl.lower_channels import TbPlan
 from tacos.msccl.lower_flow import Flow
+from tacos.msccl.lower_layout import Layout
 from tacos.msccl.program import MAX_DEPENDED_TB, Gpu, Program, Step, Threadblock
 
 Field = tuple[int, str, int]  # (owning rank, buffer, offset)
-Ref = tuple[object, int]  # (tb key, step index)
+#: A step as built: ``(type, src, dst, cnt, dep, runs)``; ``dep`` is ``(tb, index)`` or None,
+#: ``runs`` the runs the step carries (a fused receive and its send; none for nops and cpys).
+Rec = tuple
+#: A reference to a built step and the vector clock it was appended with: ``(tb, index, vc)``.
+Ref = tuple
+FUSED_TYPES = frozenset({"rcs", "rrs", "rrcs"})
+_BUF_CODE = {"i": 0, "o": 1, "s": 2}
 
 
-@dataclass
-class _Step:
-    type: str
-    src: Field
-    dst: Field
-    cnt: int
-    pos: int
-    dep: Ref | None = None
-    hasdep: bool = False
-    runs: tuple[int, ...] = ()
-
-
-@dataclass
 class _Tb:
-    key: object
-    send: int
-    recv: int
-    chan: int
-    steps: list[_Step] = field(default_factory=list)
-    vc: dict = field(default_factory=dict)
-    units: list[tuple[tuple[int, ...], int]] = field(default_factory=list)
+    """A thread block under construction (identity-hashed: vector clocks are keyed by it)."""
+
+    __slots__ = ("key", "rkey", "send", "recv", "chan", "steps", "hasdep", "vc")
+
+    def __init__(self, key: object, send: int, recv: int, chan: int) -> None:
+        self.key = key
+        self.rkey = repr(key)  # dependencies are ordered by ``repr((key, index))``
+        self.send = send
+        self.recv = recv
+        self.chan = chan
+        self.steps: list[Rec] = []
+        self.hasdep: set[int] = set()
+        self.vc: dict[_Tb, int] = {}
+
+    @property
+    def units(self) -> list[tuple[tuple[int, ...], int]]:
+        """Per step other than a nop, the runs it carries and its length with its nops."""
+        out: list[tuple[tuple[int, ...], int]] = []
+        n = 1
+        for rec in self.steps:
+            if rec[0] == "nop":
+                n += 1
+                continue
+            out.append((rec[5], n))
+            n = 1
+        return out
 
 
 @dataclass
 class Built:
-    """Result of one build: a program, or what must change before it fits."""
+    """Result of one build: the thread blocks (:func:`finish_program` turns them into the
+    program), or what must change before they fit."""
 
-    program: Program | None
+    tbs: dict[int, dict[object, _Tb]] | None
     unsafe: set[tuple[int, int]]
-    oversize: list[tuple[int, _Tb]]
+    #: ``(rank, units)`` of every tb over the limit (:attr:`_Tb.units`).
+    oversize: list[tuple[int, list[tuple[tuple[int, ...], int]]]]
+    #: Steps of the first tb in ``oversize``.
+    longest: int = 0
 
 
-def _step_fields(flow: Flow, plan: TbPlan) -> tuple[dict[int, str], dict[int, tuple],
-                                                     dict[int, Field]]:
+def _step_fields(flow: Flow, plan: TbPlan) -> tuple[list[str], list[tuple], list[Field]]:
     """Receiving step type and ``(src, dst)`` fields per run, plus each message's ``DST``.
 
     Fused steps describe their local data with ``src == dst`` as the production files and
     msccl-tools do (``rcs``: where it stores; ``rrs``: the partial it reads).  Plain ``s`` and
     ``r`` carry their peer's side of the message: a send's ``dst`` is the ``dst`` field of the
     step that receives it (``DST``), a receive's ``src`` the ``src`` field of the step that sent
-    it.
+    it.  All three are lists indexed by run id.
     """
     runs = flow.runs
-    feeders = {b: a for a, b in plan.fused.items()}
-    types: dict[int, str] = {}
+    fused, unstored = plan.fused, plan.unstored
+    feeders = {b: a for a, b in fused.items()}
+    types: list[str] = []
+    fields: list[tuple] = []
     for r in runs:
-        if r.id in plan.fused:
-            types[r.id] = ("rcs" if r.prevs is None else
-                           "rrs" if r.id in plan.unstored else "rrcs")
+        v = r.dst
+        if r.id in fused:
+            if r.prevs is None:
+                t = "rcs"
+                f = (v, *r.rdst)
+                fields.append((f, f))
+            elif r.id in unstored:
+                t = "rrs"
+                f = (v, *r.rsrc)
+                fields.append((f, f))
+            else:
+                t = "rrcs"
+                fields.append(((v, *r.rsrc), (v, *r.rdst)))
+        elif r.prevs is None:
+            t = "r"
+            fields.append(())
         else:
-            types[r.id] = "r" if r.prevs is None else "rrc"
-    fields: dict[int, tuple] = {}
-    for r in runs:
-        t, v = types[r.id], r.dst
-        if t == "rcs":
-            fields[r.id] = ((v, *r.rdst), (v, *r.rdst))
-        elif t == "rrs":
-            fields[r.id] = ((v, *r.rsrc), (v, *r.rsrc))
-        elif t in ("rrc", "rrcs"):
-            fields[r.id] = ((v, *r.rsrc), (v, *r.rdst))
+            t = "rrc"
+            fields.append(((v, *r.rsrc), (v, *r.rdst)))
+        types.append(t)
     for r in runs:
         if types[r.id] == "r":
             a = feeders.get(r.id)
             src = fields[a][0] if a is not None else (r.src, *r.sloc)
             fields[r.id] = (src, (r.dst, *r.rdst))
-    dst_of = {r.id: fields[r.id][1] for r in runs}
+    dst_of = [f[1] for f in fields]
     return types, fields, dst_of
+
+
+def _step_maker() -> Callable[..., Step]:
+    """A constructor of :class:`~tacos.msccl.program.Step` taking every field positionally
+    (``line`` last) that fills the slots directly: a frozen dataclass's ``__init__`` goes
+    through ``object.__setattr__`` per field, a third of building a million-step program.
+    Falls back to the class itself if ``Step`` ever gets a ``__post_init__``."""
+    names = [f.name for f in dataclasses.fields(Step)]
+    if hasattr(Step, "__post_init__") or not all(
+            isinstance(Step.__dict__.get(n), MemberDescriptorType) for n in names):
+        return Step
+    args = ", ".join(f"a{i}" for i in range(len(names)))
+    body = "".join(f"    set{i}(st, a{i})\n" for i in range(len(names)))
+    env: dict = {"new": object.__new__, "Step": Step}
+    env.update({f"set{i}": Step.__dict__[n].__set__ for i, n in enumerate(names)})
+    exec(f"def make({args}):\n    st = new(Step)\n{body}    return st\n", env)  # noqa: S102
+    return env["make"]
+
+
+make_step = _step_maker()
+
+
+def _slots(loc: tuple[str, int], cnt: int) -> range:
+    """The chunk slots ``loc`` covers on its rank, as integers ``offset * 3 + buffer``."""
+    code = loc[1] * 3 + _BUF_CODE[loc[0]]
+    return range(code, code + 3 * cnt, 3)
+
+
+def _dep_order(ref: Ref) -> str:
+    return f"({ref[0].rkey}, {ref[1]})"
 
 
 def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int) -> Built:
     """Build every rank's tbs; see the module docstring."""
     runs = flow.runs
     types, fields, dst_of = _step_fields(flow, plan)
-    gpus: dict[int, dict[object, _Tb]] = defaultdict(dict)
-    local_seq: dict[int, int] = defaultdict(int)
-    last_writer: dict[tuple[int, str, int], Ref] = {}
-    readers_since: dict[tuple[int, str, int], list[Ref]] = defaultdict(list)
-    step_vc: dict[tuple[int, object, int], dict] = {}
-    dependents: dict[tuple[int, object, int], int] = {}
+    ngpus = flow.layout.ngpus
+    gpus: dict[int, dict[object, _Tb]] = {}
+    local_seq = [0] * ngpus
+    writer: list[dict[int, Ref]] = [{} for _ in range(ngpus)]
+    readers: list[dict[int, list[Ref]]] = [{} for _ in range(ngpus)]
+    dependents: dict[tuple[_Tb, int], int] = {}
+    send_tb, recv_tb, fused, absorbed = plan.send_tb, plan.recv_tb, plan.fused, plan.absorbed
+    copies = flow.copies
 
-    def tb_for(rank: int, key: TbKey) -> _Tb:
-        tbs = gpus[rank]
-        if key not in tbs:
-            tbs[key] = _Tb(key, key[1], key[2], key[0])
-        return tbs[key]
-
-    def deps_for(rank: int, tb: _Tb, reads: list, writes: list) -> list[Ref]:
-        best: dict[object, int] = {}
+    def deps_for(lw: dict[int, Ref], rs: dict[int, list[Ref]], tb: _Tb, reads: range | tuple,
+                 writes: range | tuple) -> list[Ref]:
+        """The dependencies a step of ``tb`` needs, not implied by program order or by each
+        other (a read waits for the slot's last writer, a write also for its readers)."""
+        best: dict[_Tb, Ref] = {}
         for slot in reads:
-            lw = last_writer.get((rank, *slot))
-            if lw is not None and lw[0] != tb.key:
-                best[lw[0]] = max(best.get(lw[0], -1), lw[1])
+            ref = lw.get(slot)
+            if ref is not None and ref[0] is not tb:
+                b = best.get(ref[0])
+                if b is None or b[1] < ref[1]:
+                    best[ref[0]] = ref
         for slot in writes:
-            refs = list(readers_since.get((rank, *slot), ()))
-            lw = last_writer.get((rank, *slot))
-            if lw is not None:
-                refs.append(lw)
-            for k, i in refs:
-                if k != tb.key:
-                    best[k] = max(best.get(k, -1), i)
-        cand = sorted(((k, i) for k, i in best.items() if tb.vc.get(k, -1) < i), key=repr)
-        keep = []
-        for d in cand:
-            if not any(step_vc[(rank, *e)].get(d[0], -1) >= d[1] for e in cand if e != d):
-                keep.append(d)
-        return keep
-
-    def append(rank: int, tb: _Tb, st: _Step, reads: list, writes: list, deps: list[Ref],
-               units: tuple[int, ...]) -> None:
+            lst = rs.get(slot)
+            if lst:
+                for ref in lst:
+                    if ref[0] is not tb:
+                        b = best.get(ref[0])
+                        if b is None or b[1] < ref[1]:
+                            best[ref[0]] = ref
+            ref = lw.get(slot)
+            if ref is not None and ref[0] is not tb:
+                b = best.get(ref[0])
+                if b is None or b[1] < ref[1]:
+                    best[ref[0]] = ref
+        if not best:
+            return []
         vc = tb.vc
-        if deps:
-            vc = dict(vc)
-            for d in deps:
-                for k, i in step_vc[(rank, *d)].items():
-                    if vc.get(k, -1) < i:
-                        vc[k] = i
-                vc[d[0]] = max(vc.get(d[0], -1), d[1])
-                gpus[rank][d[0]].steps[d[1]].hasdep = True
-                ref = (rank, *d)
-                dependents[ref] = min(dependents.get(ref, st.pos), st.pos)
-        for d in deps[:-1]:
-            tb.steps.append(_Step("nop", (rank, "i", -1), (rank, "o", -1), 0, st.pos, d))
-        st.dep = deps[-1] if deps else None
-        tb.steps.append(st)
-        idx = len(tb.steps) - 1
-        tb.vc = vc
-        step_vc[(rank, tb.key, idx)] = vc
-        tb.units.append((units, len(deps) or 1))
-        for slot in reads:
-            readers_since[(rank, *slot)].append((tb.key, idx))
-        for slot in writes:
-            last_writer[(rank, *slot)] = (tb.key, idx)
-            readers_since[(rank, *slot)] = []
-
-    def span(f: Field | None, cnt: int) -> list[tuple[str, int]]:
-        return [] if f is None else [(f[1], f[2] + j) for j in range(cnt)]
+        cand = [ref for ref in best.values() if vc.get(ref[0], -1) < ref[1]]
+        if len(cand) > 1:
+            cand.sort(key=_dep_order)
+            cand = [d for d in cand
+                    if not any(e[2].get(d[0], -1) >= d[1] for e in cand if e is not d)]
+        return cand
 
     for pos, (kind, idx) in enumerate(flow.order):
         if kind == "cpy":
-            cp = flow.copies[idx]
+            cp = copies[idx]
             rank = cp.rank
-            reads, writes = span((rank, *cp.src), cp.cnt), span((rank, *cp.dst), cp.cnt)
+            tbs = gpus.get(rank)
+            if tbs is None:
+                tbs = gpus[rank] = {}
+            lw, rs = writer[rank], readers[rank]
+            reads, writes = _slots(cp.src, cp.cnt), _slots(cp.dst, cp.cnt)
             key = ("local", local_seq[rank])
-            tb = gpus[rank].get(key) or _Tb(key, -1, -1, 0)
-            deps = deps_for(rank, tb, reads, writes)
+            tb = tbs.get(key) or _Tb(key, -1, -1, 0)
+            deps = deps_for(lw, rs, tb, reads, writes)
             if len(tb.steps) + len(deps) + 1 > max_steps and tb.steps:
                 local_seq[rank] += 1
                 key = ("local", local_seq[rank])
                 tb = _Tb(key, -1, -1, 0)
-                deps = deps_for(rank, tb, reads, writes)
-            gpus[rank][key] = tb
-            st = _Step("cpy", (rank, *cp.src), (rank, *cp.dst), cp.cnt, pos)
-            append(rank, tb, st, reads, writes, deps, ())
-            continue
-        r = runs[idx]
-        if kind == "send":
-            if idx in plan.absorbed:
-                continue
-            rank = r.src
-            tb = tb_for(rank, plan.send_tb[idx])
-            st = _Step("s", (rank, *r.sloc), dst_of[idx], r.cnt, pos, runs=(idx,))
-            reads, writes = span(st.src, r.cnt), []
-            units: tuple[int, ...] = (idx,)
+                deps = deps_for(lw, rs, tb, reads, writes)
+            tbs[key] = tb
+            t, src, dst, cnt, units = "cpy", (rank, *cp.src), (rank, *cp.dst), cp.cnt, ()
         else:
-            rank = r.dst
-            tb = tb_for(rank, plan.recv_tb[idx])
-            t = types[idx]
-            src, dst = fields[idx]
-            units = (idx, plan.fused[idx]) if idx in plan.fused else (idx,)
-            st = _Step(t, src, dst, r.cnt, pos, runs=units)
-            reads = span(src, r.cnt) if t in ("rrc", "rrs", "rrcs") else []
-            writes = span(dst, r.cnt) if t in ("r", "rcs", "rrc", "rrcs") else []
-        deps = deps_for(rank, tb, reads, writes)
-        append(rank, tb, st, reads, writes, deps, units)
+            r = runs[idx]
+            if kind == "send":
+                if idx in absorbed:
+                    continue
+                rank = r.src
+                key = send_tb[idx]
+                t, src, dst, cnt, units = "s", (rank, *r.sloc), dst_of[idx], r.cnt, (idx,)
+                reads, writes = _slots(r.sloc, cnt), ()
+            else:
+                rank = r.dst
+                key = recv_tb[idx]
+                t = types[idx]
+                src, dst = fields[idx]
+                cnt = r.cnt
+                units = (idx, fused[idx]) if idx in fused else (idx,)
+                reads = _slots(src[1:], cnt) if t in ("rrc", "rrs", "rrcs") else ()
+                writes = _slots(dst[1:], cnt) if t != "rrs" else ()
+            tbs = gpus.get(rank)
+            if tbs is None:
+                tbs = gpus[rank] = {}
+            tb = tbs.get(key)
+            if tb is None:
+                tb = tbs[key] = _Tb(key, key[1], key[2], key[0])
+            lw, rs = writer[rank], readers[rank]
+            deps = deps_for(lw, rs, tb, reads, writes)
+        steps = tb.steps
+        if deps:
+            vc = dict(tb.vc)
+            for dtb, di, dvc in deps:
+                for k, i in dvc.items():
+                    if vc.get(k, -1) < i:
+                        vc[k] = i
+                if vc.get(dtb, -1) < di:
+                    vc[dtb] = di
+                dtb.hasdep.add(di)
+                if dtb.steps[di][0] in FUSED_TYPES and (dtb, di) not in dependents:
+                    dependents[(dtb, di)] = pos
+            for d in deps[:-1]:
+                steps.append(("nop", None, None, 0, (d[0], d[1]), ()))
+            last = deps[-1]
+            steps.append((t, src, dst, cnt, (last[0], last[1]), units))
+            tb.vc = vc
+        else:
+            vc = tb.vc
+            steps.append((t, src, dst, cnt, None, units))
+        ref = (tb, len(steps) - 1, vc)
+        for slot in reads:
+            lst = rs.get(slot)
+            if lst is None:
+                rs[slot] = [ref]
+            else:
+                lst.append(ref)
+        for slot in writes:
+            lw[slot] = ref
+            rs.pop(slot, None)
+    del writer, readers, fields, dst_of, types
+    for tbs in gpus.values():
+        for tb in tbs.values():
+            tb.vc = {}  # vector clocks and dependencies link tbs in cycles: cut them
 
     unsafe: set[tuple[int, int]] = set()
-    by_lane: dict[tuple, dict[int, int]] = defaultdict(dict)
-    for r in runs:
-        by_lane[(r.conn, chan[r.id])][r.conn_index] = r.id
-    for (rank, key, i), first in dependents.items():
-        st = gpus[rank][key].steps[i]
-        if st.type not in ("rcs", "rrs", "rrcs"):
-            continue
-        a = st.runs[0]
-        b = plan.fused[a]
-        s = runs[b]
-        prev = by_lane[(s.conn, chan[b])].get(s.conn_index - 1)
-        if prev is not None and first <= runs[prev].recv_pos:
-            unsafe.add((a, b))
+    if dependents:
+        by_lane: dict[tuple, dict[int, int]] = defaultdict(dict)
+        for r in runs:
+            by_lane[(r.conn, chan[r.id])][r.conn_index] = r.id
+        for (tb, i), first in dependents.items():
+            a = tb.steps[i][5][0]
+            b = fused[a]
+            s = runs[b]
+            prev = by_lane[(s.conn, chan[b])].get(s.conn_index - 1)
+            if prev is not None and first <= runs[prev].recv_pos:
+                unsafe.add((a, b))
     if unsafe:
+        _release(gpus)
         return Built(None, unsafe, [])
-    oversize = [(rank, tb) for rank, tbs in gpus.items() for tb in tbs.values()
-                if len(tb.steps) > max_steps]
-    if oversize:
-        return Built(None, set(), oversize)
-    return Built(_finish(flow, gpus, chan), set(), [])
+    long = [(rank, tb) for rank, tbs in gpus.items() for tb in tbs.values()
+            if len(tb.steps) > max_steps]
+    if long:
+        oversize = [(rank, tb.units) for rank, tb in long]
+        longest = len(long[0][1].steps)
+        del long
+        _release(gpus)
+        return Built(None, set(), oversize, longest)
+    return Built(gpus, set(), [])
 
 
-def _finish(flow: Flow, gpus: dict[int, dict[object, _Tb]], chan: list[int]) -> Program:
-    """Number tbs and scratch slots, and freeze into a Program (header filled by the caller)."""
-    layout = flow.layout
+def _release(gpus: dict[int, dict[object, _Tb]]) -> None:
+    """Drop the steps (their dependencies reference other tbs: reference cycles)."""
+    for tbs in gpus.values():
+        for tb in tbs.values():
+            tb.steps = []
+
+
+def finish_program(layout: Layout, gpus: dict[int, dict[object, _Tb]],
+                   nchannels: int) -> Program:
+    """Number tbs and scratch slots, and freeze into a Program (header filled by the caller).
+    Empties the tbs' step lists as it goes (the caller no longer needs the flow by then)."""
     i_chunks, o_chunks = layout.declared()
     used: dict[int, set[int]] = defaultdict(set)
     for tbs in gpus.values():
         for tb in tbs.values():
-            for st in tb.steps:
-                if st.type == "nop":
+            for rec in tb.steps:
+                if rec[0] == "nop":
                     continue
-                for f in (st.src, st.dst):
-                    if f[1] == "s":
-                        used[f[0]].update(range(f[2], f[2] + st.cnt))
+                f = rec[1]
+                if f[1] == "s":
+                    used[f[0]].update(range(f[2], f[2] + rec[3]))
+                f = rec[2]
+                if f[1] == "s":
+                    used[f[0]].update(range(f[2], f[2] + rec[3]))
     smap = {r: {off: n for n, off in enumerate(sorted(offs))} for r, offs in used.items()}
 
     def fix(f: Field) -> tuple[str, int]:
@@ -246,41 +338,46 @@ def _finish(flow: Flow, gpus: dict[int, dict[object, _Tb]], chan: list[int]) -> 
             return "s", smap[f[0]][f[2]]
         return f[1], f[2]
 
+    def order(tb: _Tb) -> tuple:
+        local = tb.key[1] if tb.key[0] == "local" else -1
+        return (tb.chan, tb.send, tb.recv, local)
+
+    make = make_step
     gpu_list = []
     for rank in range(layout.ngpus):
         tbs = list(gpus.get(rank, {}).values())
         if not tbs:
             tbs = [_Tb(("local", 0), -1, -1, 0)]
-
-        def order(tb: _Tb) -> tuple:
-            local = tb.key[1] if tb.key[0] == "local" else -1
-            return (tb.chan, tb.send, tb.recv, local)
-
         tbs.sort(key=order)
-        depended = {tb.key for tb in tbs if any(st.hasdep for st in tb.steps)}
-        if any(n > MAX_DEPENDED_TB and tb.key in depended for n, tb in enumerate(tbs)):
-            tbs.sort(key=lambda tb: (tb.key not in depended, order(tb)))
-            if any(n > MAX_DEPENDED_TB and tb.key in depended for n, tb in enumerate(tbs)):
+        depended = {tb for tb in tbs if tb.hasdep}
+        if any(n > MAX_DEPENDED_TB and tb in depended for n, tb in enumerate(tbs)):
+            tbs.sort(key=lambda tb: (tb not in depended, order(tb)))
+            if any(n > MAX_DEPENDED_TB and tb in depended for n, tb in enumerate(tbs)):
                 raise TacosError(f"rank {rank} needs more than {MAX_DEPENDED_TB + 1} thread "
                                  "blocks that others depend on (depid is an int8)",
                                  hint="use fewer chunks per NPU or instances")
-        ids = {tb.key: n for n, tb in enumerate(tbs)}
+        ids = {tb: n for n, tb in enumerate(tbs)}
         out_tbs = []
+        fixed: dict[Field, tuple[str, int]] = {}
         for tb in tbs:
             steps = []
-            for s, st in enumerate(tb.steps):
-                if st.type == "nop":
-                    steps.append(Step(s, "nop", "i", -1, "o", -1, 0, ids[st.dep[0]], st.dep[1],
-                                      0))
+            hasdep = tb.hasdep
+            for s, (t, src, dst, cnt, dep, _units) in enumerate(tb.steps):
+                if t == "nop":
+                    steps.append(make(s, "nop", "i", -1, "o", -1, 0, ids[dep[0]], dep[1], 0, 0))
                     continue
-                sb, so = fix(st.src)
-                db, do = fix(st.dst)
-                depid, deps = (ids[st.dep[0]], st.dep[1]) if st.dep else (-1, -1)
-                steps.append(Step(s, st.type, sb, so, db, do, st.cnt, depid, deps,
-                                  int(st.hasdep)))
-            out_tbs.append(Threadblock(ids[tb.key], tb.send, tb.recv, tb.chan, tuple(steps)))
+                sf = fixed.get(src)
+                if sf is None:
+                    sf = fixed[src] = fix(src)
+                df = fixed.get(dst)
+                if df is None:
+                    df = fixed[dst] = fix(dst)
+                depid, deps = (ids[dep[0]], dep[1]) if dep else (-1, -1)
+                steps.append(make(s, t, sf[0], sf[1], df[0], df[1], cnt, depid, deps,
+                                  1 if s in hasdep else 0, 0))
+            out_tbs.append(Threadblock(ids[tb], tb.send, tb.recv, tb.chan, tuple(steps)))
+            tb.steps = []  # free the records as the program grows
         s_chunks = len(used.get(rank, ()))
         gpu_list.append(Gpu(rank, i_chunks, o_chunks, s_chunks, tuple(out_tbs)))
-    nchannels = max([1] + [c + 1 for c in chan])
     return Program("", "Simple", nchannels, layout.nchunksperloop, layout.ngpus, layout.coll,
                    int(layout.inplace), int(not layout.inplace), 0, 0, tuple(gpu_list))
