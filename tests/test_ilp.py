@@ -168,9 +168,13 @@ def test_time_limit_respected_and_schedule_still_correct():
     if res.status == "time_limit":
         assert res.stats["ten_gap"] > 0
     assert verify_schedule(res.schedule).ok
-    # never worse than the greedy schedules it started from (chunk-granular and merged)
+    # never worse than the greedy schedules it started from: the chunk-granular one always,
+    # the merged one when the budget left time to run it (a loaded machine may not)
+    candidates = res.stats["candidates"]
+    assert "greedy" in candidates
     for source in ("greedy", "greedy_merged"):
-        assert res.schedule.makespan <= res.stats["candidates"][source] * (1 + 1e-12)
+        if source in candidates:
+            assert res.schedule.makespan <= candidates[source] * (1 + 1e-12)
 
 
 def test_early_termination_partial_is_completed_by_recovery():
