@@ -25,9 +25,13 @@ from tacos.msccl.verify_structure import check_structure
 pytest.importorskip("numba")
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "msccl").glob("*.xml"))
-#: the mutation sweeps take the two largest fixtures only with ``-m slow``
-SWEPT = [pytest.param(p, marks=pytest.mark.slow) if p.name in
-         ("teccl_amd_32.xml", "executor_ndv4_ap4ll.xml") else p for p in FIXTURES]
+#: the default run sweeps mutations of one file of each kind (msccl-tools allreduce and
+#: allgather, an NDv4 LL all-reduce, NDv5 all-gather and all-reduce); ``-m slow`` sweeps the rest
+DEFAULT_SWEPT = ("mscclang_allreduce_ring_4gpu.xml", "mscclang_allgather_ring_4gpu_oop.xml",
+                 "executor_ndv4_r48ll.xml", "executor_ndv5_ag-1k-512k.xml",
+                 "executor_ndv5_ar-1m.xml")
+SWEPT = [p if p.name in DEFAULT_SWEPT else pytest.param(p, marks=pytest.mark.slow)
+         for p in FIXTURES]
 
 
 @pytest.fixture
