@@ -65,6 +65,7 @@ from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rails import rail_pair_trees
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
+from tacos.solvers.forest_shallow import shallow_trees
 from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_view import RouteView
@@ -88,6 +89,8 @@ INTERLEAVE_MAX = 128
 MAX_SLICE_TRIALS = 16
 BOTH_ORDERS_MAX = 32
 """Largest group packed both with and without island order (larger ones: with it only)."""
+SHALLOW_MAX = 16
+"""Largest group also packed by the depth-bounded integer program (:mod:`forest_shallow`)."""
 SCREEN_TRIALS = 6
 """Schedules timed per tree count before the best tree count gets the full search."""
 SOLVE_TRANSFERS = 200_000
@@ -190,6 +193,22 @@ def _shared(forests: list[Forest], topology: Topology,
         changed |= trees is not None
         out.append(replace(f, trees=trees) if trees is not None else f)
     return out if changed else None
+
+
+def _shallow(forests: list[Forest], group: tuple[int, ...],
+             cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
+    """The forests with depth-bounded trees from an integer program
+    (:func:`~tacos.solvers.forest_shallow.shallow_trees`), or None unless every phase has them
+    (``cache`` keeps them per direction and tree count)."""
+    out = []
+    for f in forests:
+        key = (f.reverse, f.rate.k, f.roots)
+        if key not in cache:
+            cache[key] = shallow_trees(group, f.roots, f.rate.k, f.split, f.rate.caps)
+        if cache[key] is None:
+            return None
+        out.append(replace(f, trees=cache[key]))
+    return out
 
 
 def _is_shared(forests: list[Forest]) -> bool:
@@ -308,6 +327,9 @@ class ForestSolver:
         "share": Option("also try the trees with their switch stars rebuilt as binomial trees "
                         "that share hops across roots (Bruck), keeping the faster",
                         boolean, (True, False), True),
+        "shallow": Option("also try trees of bounded depth from an integer program (small "
+                          "switch-free groups), keeping the faster", boolean, (True, False),
+                          True),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -338,6 +360,7 @@ class ForestSolver:
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
         packings = []
+        deep: dict[tuple, list[Tree] | None] = {}  # shallow packings by direction and k
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
@@ -345,6 +368,10 @@ class ForestSolver:
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
                                            opts.get("relays", "members"), order))
             packings.append((forests, order))
+            if opts.get("shallow", True) and len(group) <= SHALLOW_MAX:
+                shallow = _shallow(forests, group, deep)
+                if shallow is not None:
+                    packings.append((shallow, order))
             if opts.get("share", True):  # the same trees with Bruck spreading on switches
                 shared = _shared(forests, topo, group)
                 if shared is not None:
