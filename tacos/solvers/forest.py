@@ -198,11 +198,17 @@ def _shared(forests: list[Forest], topology: Topology,
 def _shallow(forests: list[Forest], group: tuple[int, ...],
              cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
     """The forests with depth-bounded trees from an integer program
-    (:func:`~tacos.solvers.forest_shallow.shallow_trees`), or None unless every phase has them
-    (``cache`` keeps them per direction and tree count)."""
+    (:func:`~tacos.solvers.forest_shallow.shallow_trees`), or None unless every phase is at the
+    exact rate and has them
+    (``cache`` keeps them per capacities, paths and tree count: a reduction phase on a
+    topology with equal capacities both ways reuses the all-gather trees)."""
+    if not all(f.rate.exact for f in forests):  # measured: inexact k never won on 1x MI250
+        return None
     out = []
     for f in forests:
-        key = (f.reverse, f.rate.k, f.roots)
+        key = (f.rate.k, f.roots, tuple(sorted(f.split.caps.items())),
+               tuple(sorted((e, tuple(p)) for e, p in f.split.paths.items())),
+               tuple(sorted(f.rate.caps.items())))
         if key not in cache:
             cache[key] = shallow_trees(group, f.roots, f.rate.k, f.split, f.rate.caps)
         if cache[key] is None:
@@ -360,7 +366,7 @@ class ForestSolver:
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
         packings = []
-        deep: dict[tuple, list[Tree] | None] = {}  # shallow packings by direction and k
+        deep: dict[tuple, list[Tree] | None] = {}  # shallow packings (_shallow)
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
