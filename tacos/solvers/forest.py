@@ -24,6 +24,10 @@ process groups included):
    islands joined by rails with k = 2, two trees per root built for that layout
    (:mod:`~tacos.solvers.forest_rails`) are timed as well.
 
+   On small switch-free groups at the exact rate, k trees per root of bounded depth from a
+   constraint program over the topology's automorphism orbits
+   (:mod:`~tacos.solvers.forest_shallow`) are timed as well (option ``shallow``).
+
 5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
    through the switch is one in-switch reduction into a root and one multicast out of it; that
@@ -38,7 +42,8 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
-k), ``slices`` (``"auto"`` or s), ``share`` (also time the Bruck-spread trees, default true),
+k), ``slices`` (``"auto"`` or s), ``shallow`` (also time the depth-bounded packing, default
+true), ``share`` (also time the Bruck-spread trees, default true),
 ``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
