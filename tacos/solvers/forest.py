@@ -95,7 +95,8 @@ MAX_SLICE_TRIALS = 16
 BOTH_ORDERS_MAX = 32
 """Largest group packed both with and without island order (larger ones: with it only)."""
 SHALLOW_MAX = 16
-"""Largest group also packed by the depth-bounded integer program (:mod:`forest_shallow`)."""
+"""Largest group also packed by the depth-bounded program (:mod:`forest_shallow`), on
+topologies without switches only."""
 SCREEN_TRIALS = 6
 """Schedules timed per tree count before the best tree count gets the full search."""
 SOLVE_TRANSFERS = 200_000
@@ -379,7 +380,8 @@ class ForestSolver:
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
                                            opts.get("relays", "members"), order))
             packings.append((forests, order))
-            if opts.get("shallow", True) and len(group) <= SHALLOW_MAX:
+            if (opts.get("shallow", True) and len(group) <= SHALLOW_MAX
+                    and not any(topo.is_switch(v) for v in range(topo.n_nodes))):
                 shallow = _shallow(forests, group, deep)
                 if shallow is not None:
                     packings.append((shallow, order))
