@@ -94,9 +94,9 @@ INTERLEAVE_MAX = 128
 MAX_SLICE_TRIALS = 16
 BOTH_ORDERS_MAX = 32
 """Largest group packed both with and without island order (larger ones: with it only)."""
-SHALLOW_MAX = 16
-"""Largest group also packed by the depth-bounded program (:mod:`forest_shallow`), on
-topologies without switches only."""
+SHALLOW_MAX = 32
+"""Largest group also packed by the depth-bounded program (:mod:`forest_shallow`), where NPUs
+reach each other mostly by direct links (:func:`_npu_fabric`)."""
 SCREEN_TRIALS = 6
 """Schedules timed per tree count before the best tree count gets the full search."""
 SOLVE_TRANSFERS = 200_000
@@ -205,10 +205,10 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
              cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
     """The forests with depth-bounded trees from an integer program
     (:func:`~tacos.solvers.forest_shallow.shallow_trees`), or None unless every phase is at the
-    exact rate and has them
+    exact rate or has one tree per root, and has them
     (``cache`` keeps them per capacities, paths and tree count: a reduction phase on a
     topology with equal capacities both ways reuses the all-gather trees)."""
-    if not all(f.rate.exact for f in forests):  # measured: inexact k never won on 1x MI250
+    if not all(f.rate.exact or f.rate.k == 1 for f in forests):  # k = 2 on 1x MI250 never won
         return None
     out = []
     for f in forests:
@@ -221,6 +221,17 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
             return None
         out.append(replace(f, trees=cache[key]))
     return out
+
+
+def _npu_fabric(topo: Topology, group: tuple[int, ...]) -> bool:
+    """Whether every group NPU has more bandwidth on direct links to NPUs than to switches
+    (switch-free boxes, or such boxes joined by NIC switches: MI250, DGX-1, NDv2; not
+    NVSwitch systems, whose trees :mod:`~tacos.solvers.forest_shared` rebuilds)."""
+    direct: dict[int, float] = defaultdict(float)
+    switched: dict[int, float] = defaultdict(float)
+    for lk in topo.links:
+        (switched if topo.is_switch(lk.dst) else direct)[lk.src] += lk.bandwidth * lk.multiplicity
+    return all(direct[v] > switched[v] for v in group)
 
 
 def _is_shared(forests: list[Forest]) -> bool:
@@ -381,7 +392,7 @@ class ForestSolver:
                                            opts.get("relays", "members"), order))
             packings.append((forests, order))
             if (opts.get("shallow", True) and len(group) <= SHALLOW_MAX
-                    and not any(topo.is_switch(v) for v in range(topo.n_nodes))):
+                    and _npu_fabric(topo, group)):
                 shallow = _shallow(forests, group, deep)
                 if shallow is not None:
                     packings.append((shallow, order))
