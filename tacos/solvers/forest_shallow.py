@@ -1,4 +1,4 @@
-"""Depth-bounded tree packings by integer programming, for small switch-free groups.
+"""Depth-bounded tree packings by constraint programming, for small groups of directly linked NPUs.
 
 The Lovász packer (:mod:`~tacos.solvers.forest_pack`) grows trees greedily: where capacity is
 tight on every link (1x MI250: k = 3, 16 GCDs, every xGMI lane is needed at 92%) the last trees
