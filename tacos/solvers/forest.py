@@ -205,10 +205,13 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
              cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
     """The forests with depth-bounded trees from an integer program
     (:func:`~tacos.solvers.forest_shallow.shallow_trees`), or None unless every phase is at the
-    exact rate or has one tree per root, and has them
+    exact rate (or has one tree per root and no exact-rate packing was built), and has them
     (``cache`` keeps them per capacities, paths and tree count: a reduction phase on a
     topology with equal capacities both ways reuses the all-gather trees)."""
-    if not all(f.rate.exact or f.rate.k == 1 for f in forests):  # k = 2 on 1x MI250 never won
+    # the exact rate, or one tree per root where no exact packing was built (2x MI250's exact
+    # k = 83 is too large); other fixed k never won on MI250 and only shift the search budget
+    single = ("exact",) not in cache
+    if not all(f.rate.exact or (f.rate.k == 1 and single) for f in forests):
         return None
     out = []
     for f in forests:
@@ -220,6 +223,8 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
         if cache[key] is None:
             return None
         out.append(replace(f, trees=cache[key]))
+    if all(f.rate.exact for f in forests):
+        cache[("exact",)] = []
     return out
 
 
