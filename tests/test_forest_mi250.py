@@ -87,3 +87,33 @@ def test_mi250_plan_verifies_and_msccl_xml_verifies(kind, tmp_path):
     path = tmp_path / "plan.xml"
     path.write_text(schedule_to_xml(s))
     assert verify_xml_file(path, topology=topo).ok
+
+
+def _preset(name, **params):
+    return tacos.load(str(resources.files("tacos") / "presets" / f"{name}.tdl"), params).topology
+
+
+def test_shallow_candidate_runs_only_where_npus_link_directly():
+    from tacos.solvers.forest import _npu_fabric
+
+    for topo, direct in ((_mi250(), True), (_preset("mi250", nodes=2), True),
+                         (_preset("dgx_a100", nodes=2), False)):
+        assert _npu_fabric(topo, tuple(topo.live_npus)) is direct
+
+
+def test_dgx1_takes_the_shallow_trees_and_its_plan_verifies(tmp_path):
+    topo = _preset("dgx1")
+    group = tuple(topo.live_npus)
+    lovasz = plan_forest(topo, group, group, "copy", False, "exact")
+    coll = build("allgather", group, size=len(group) * 2**24)
+    s = tacos.synthesize(topo, coll, solver="forest")
+    rep = verify_schedule(s)
+    assert rep.ok, rep.text(5)
+    (phase,) = s.meta["forest"]["phases"]
+    assert phase["k"] == lovasz.rate.k
+    assert phase["depth"] < max(t.depth() for t in lovasz.trees)
+    off = tacos.synthesize(topo, coll, solver="forest", shallow=False)
+    assert s.makespan < off.makespan
+    path = tmp_path / "plan.xml"
+    path.write_text(schedule_to_xml(s))
+    assert verify_xml_file(path, topology=topo).ok
