@@ -26,6 +26,10 @@ process groups included):
    islands joined by rails with k = 2, two trees per root built for that layout
    (:mod:`~tacos.solvers.forest_rails`) are timed as well.
 
+   On small switch-free groups at the exact rate, k trees per root of bounded depth from a
+   constraint program over the topology's automorphism orbits
+   (:mod:`~tacos.solvers.forest_shallow`) are timed as well (option ``shallow``).
+
 5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
    through the switch is one in-switch reduction into a root and one multicast out of it; that
@@ -40,7 +44,8 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
-k), ``slices`` (``"auto"`` or s), ``share`` (also time the Bruck-spread trees, default true),
+k), ``slices`` (``"auto"`` or s), ``shallow`` (also time the depth-bounded packing, default
+true), ``share`` (also time the Bruck-spread trees, default true),
 ``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
@@ -68,6 +73,7 @@ from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rails import rail_pair_trees
 from tacos.solvers.forest_rate import Rate, choose_rate, link_capacities
+from tacos.solvers.forest_shallow import shallow_trees
 from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_symmetric import find_symmetry, pack_symmetric
@@ -92,6 +98,9 @@ INTERLEAVE_MAX = 128
 MAX_SLICE_TRIALS = 16
 BOTH_ORDERS_MAX = 32
 """Largest group packed both with and without island order (larger ones: with it only)."""
+SHALLOW_MAX = 32
+"""Largest group also packed by the depth-bounded program (:mod:`forest_shallow`), where NPUs
+reach each other mostly by direct links (:func:`_npu_fabric`)."""
 SCREEN_TRIALS = 6
 """Schedules timed per tree count before the best tree count gets the full search."""
 SOLVE_TRANSFERS = 200_000
@@ -209,6 +218,46 @@ def _shared(forests: list[Forest], topology: Topology,
         changed |= trees is not None
         out.append(replace(f, trees=trees) if trees is not None else f)
     return out if changed else None
+
+
+def _shallow(forests: list[Forest], group: tuple[int, ...],
+             cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
+    """The forests with depth-bounded trees from an integer program
+    (:func:`~tacos.solvers.forest_shallow.shallow_trees`), or None unless every phase is at the
+    exact rate (or has one tree per root and no exact-rate packing was built), and has them
+    (``cache`` keeps them per capacities, paths and tree count: a reduction phase on a
+    topology with equal capacities both ways reuses the all-gather trees)."""
+    # the exact rate, or one tree per root where no exact packing was built (2x MI250's exact
+    # k = 83 is too large); other fixed k never won on MI250 and only shift the search budget
+    single = ("exact",) not in cache
+    if not all(f.rate.exact or (f.rate.k == 1 and single) for f in forests):
+        return None
+    if all(f.packing == "symmetric" for f in forests):
+        return None  # translated shortest-path trees are as shallow as trees can be
+    out = []
+    for f in forests:
+        key = (f.rate.k, f.roots, tuple(sorted(f.split.caps.items())),
+               tuple(sorted((e, tuple(p)) for e, p in f.split.paths.items())),
+               tuple(sorted(f.rate.caps.items())))
+        if key not in cache:
+            cache[key] = shallow_trees(group, f.roots, f.rate.k, f.split, f.rate.caps)
+        if cache[key] is None:
+            return None
+        out.append(replace(f, trees=cache[key]))
+    if all(f.rate.exact for f in forests):
+        cache[("exact",)] = []
+    return out
+
+
+def _npu_fabric(topo: Topology, group: tuple[int, ...]) -> bool:
+    """Whether every group NPU has more bandwidth on direct links to NPUs than to switches
+    (switch-free boxes, or such boxes joined by NIC switches: MI250, DGX-1, NDv2; not
+    NVSwitch systems, whose trees :mod:`~tacos.solvers.forest_shared` rebuilds)."""
+    direct: dict[int, float] = defaultdict(float)
+    switched: dict[int, float] = defaultdict(float)
+    for lk in topo.links:
+        (switched if topo.is_switch(lk.dst) else direct)[lk.src] += lk.bandwidth * lk.multiplicity
+    return all(direct[v] > switched[v] for v in group)
 
 
 def _is_shared(forests: list[Forest]) -> bool:
@@ -331,6 +380,9 @@ class ForestSolver:
                           "topology's translations are verified automorphisms (tori, rings), "
                           "else the Lovász packing; 'general': always the Lovász packing",
                           str, ("auto", "general"), "auto"),
+        "shallow": Option("also try trees of bounded depth from an integer program (small "
+                          "switch-free groups), keeping the faster", boolean, (True, False),
+                          True),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -366,6 +418,7 @@ class ForestSolver:
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
         packings = []
+        deep: dict[tuple, list[Tree] | None] = {}  # shallow packings (_shallow)
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
@@ -374,6 +427,11 @@ class ForestSolver:
                                            opts.get("relays", "members"), order,
                                            opts.get("packing", "auto") == "auto"))
             packings.append((forests, order))
+            if (opts.get("shallow", True) and len(group) <= SHALLOW_MAX
+                    and _npu_fabric(topo, group)):
+                shallow = _shallow(forests, group, deep)
+                if shallow is not None:
+                    packings.append((shallow, order))
             if opts.get("share", True):  # the same trees with Bruck spreading on switches
                 shared = _shared(forests, topo, group)
                 if shared is not None:
