@@ -10,10 +10,14 @@ from tacos.backends.msccl_xml import schedule_to_xml
 import tacos
 from tacos.msccl.verify import verify_xml_file
 from tacos.patterns import build
+from tacos.solvers import forest_shallow
 from tacos.solvers.forest import plan_forest
 from tacos.solvers.forest_pack import check_packing
-from tacos.solvers.forest_shallow import automorphisms, shallow_trees
+from tacos.solvers.forest_shallow import automorphisms, have_cp_sat, shallow_trees
 from tacos.verify import verify_schedule
+
+needs_cp_sat = pytest.mark.skipif(not have_cp_sat(),
+                                  reason="OR-Tools (the ilp extra) is not installed")
 
 
 def _mi250():
@@ -50,6 +54,7 @@ def test_mi250_automorphisms_map_arcs_to_equal_capacities(single):
             assert forest.split.caps.get((m[x], m[y]), 0) == c
 
 
+@needs_cp_sat
 def test_mi250_single_tree_packing_is_shallower_and_within_capacities(single):
     _, group, forest, trees = single
     assert trees is not None and len(trees) == len(group)
@@ -57,6 +62,7 @@ def test_mi250_single_tree_packing_is_shallower_and_within_capacities(single):
     assert max(t.depth() for t in trees) < max(t.depth() for t in forest.trees)
 
 
+@needs_cp_sat
 def test_mi250_shallow_packing_is_deterministic(single):
     _, group, forest, trees = single
     again = shallow_trees(group, forest.roots, forest.rate.k, forest.split, forest.rate.caps)
@@ -64,6 +70,7 @@ def test_mi250_shallow_packing_is_deterministic(single):
 
 
 @pytest.mark.slow
+@needs_cp_sat
 def test_mi250_exact_packing_is_shallower_and_within_capacities(exact):
     _, group, forest, trees = exact
     assert forest.rate.exact and forest.rate.k == 3
@@ -101,6 +108,7 @@ def test_shallow_candidate_runs_only_where_npus_link_directly():
         assert _npu_fabric(topo, tuple(topo.live_npus)) is direct
 
 
+@needs_cp_sat
 def test_dgx1_takes_the_shallow_trees_and_its_plan_verifies(tmp_path):
     topo = _preset("dgx1")
     group = tuple(topo.live_npus)
@@ -117,3 +125,17 @@ def test_dgx1_takes_the_shallow_trees_and_its_plan_verifies(tmp_path):
     path = tmp_path / "plan.xml"
     path.write_text(schedule_to_xml(s))
     assert verify_xml_file(path, topology=topo).ok
+
+
+def test_without_or_tools_there_is_no_shallow_candidate_and_the_plan_still_verifies(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pip install tacos`` without the ilp extra: the forest keeps its other packings."""
+    monkeypatch.setattr(forest_shallow, "have_cp_sat", lambda: False)
+    topo = _preset("dgx1")
+    group = tuple(topo.live_npus)
+    forest = plan_forest(topo, group, group, "copy", False, 1)
+    assert shallow_trees(group, forest.roots, 1, forest.split, forest.rate.caps) is None
+    coll = build("allgather", group, size=len(group) * 2**20)
+    s = tacos.synthesize(topo, coll, solver="forest")
+    assert verify_schedule(s).ok
+    assert s.makespan >= s.meta["forest"]["optimal_time"] * (1 - 1e-9)

@@ -23,9 +23,14 @@ representative's trees under one automorphism each, and the capacity constraint 
 images.  On 1x MI250 the group has order 4 and acts freely (4 orbits of 4 GCDs), so the program
 has 12 trees instead of 48.  The result is checked with
 :func:`~tacos.solvers.forest_pack.check_packing`; any failure returns None.
+
+OR-Tools is optional (the ``ilp`` extra): without it there is no depth-bounded candidate and
+the solver keeps the other packings (:func:`have_cp_sat`).
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from tacos.solvers.forest_pack import Tree, _map_paths, check_packing
 from tacos.solvers.forest_rate import Edge
@@ -159,12 +164,22 @@ def _image(tree: Tree, m: dict[int, int]) -> Tree:
                 [(m[x], m[y]) for x, y in tree.edges])
 
 
+def have_cp_sat() -> bool:
+    """Whether OR-Tools' CP-SAT can be imported (it comes with ``pip install tacos[ilp]``)."""
+    try:
+        return importlib.util.find_spec("ortools.sat.python.cp_model") is not None
+    except ImportError:  # no ortools package at all
+        return False
+
+
 def shallow_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int,
                   split: SplitGraph, caps: dict[Edge, int]) -> list[Tree] | None:
     """k trees per root of the smallest depth the program finds within ``split.caps`` (see the
     module docstring), with physical paths from ``split.paths``; None when the program is too
     large, infeasible within :data:`EXTRA_DEPTH` extra levels, or the result does not check
-    against ``caps``."""
+    against ``caps``, and when OR-Tools (the ``ilp`` extra) is not installed."""
+    if not have_cp_sat():
+        return None
     arcs = sorted(a for a, c in split.caps.items() if c > 0)
     if not arcs or any(x not in group or y not in group for x, y in arcs):
         return None
