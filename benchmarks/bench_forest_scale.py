@@ -11,7 +11,7 @@ Usage::
 
     python -m benchmarks.bench_forest_scale                         # every row, this tree
     python -m benchmarks.bench_forest_scale --only "8x8x8 torus" --kinds allgather
-    python -m benchmarks.bench_forest_scale --before /work/main:python --skip-before 216,512
+    python -m benchmarks.bench_forest_scale --before ../main:python --skip-before 216,512
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.bench_msccl_verify FILE... [--runs 3] [--before TREE]`` runs
 ``python -m tacos verify FILE`` in a fresh child process per run, alternating the reference tree
-(``--before``: a checkout run with plain ``python`` from its own directory, e.g. /work/main) and
+(``--before``: a checkout run with plain ``python`` from its own directory, e.g. ../main) and
 this tree (this interpreter), and prints CPU (user + system of that child, from ``wait4``), wall
 time and peak RSS: medians and ranges, and the after/before ratio of the CPU medians.
 
