@@ -125,9 +125,11 @@ def test_taccl_profile(tmp_path: Path) -> None:
     assert str(info.value).startswith(f"{f}:")
 
 
-@pytest.mark.parametrize("name, chassis, npus", [("DGX1", 1, 8), ("NDv2", 2, 16),
-                                                 ("DGX2", 2, 32), ("AMD", 2, 32),
-                                                 ("Mesh", 1, 16)])
+@pytest.mark.parametrize("name, chassis, npus", [
+    ("DGX1", 1, 8), ("NDv2", 2, 16), ("Mesh", 1, 16),
+    # the 32-NPU imports run the whole auto portfolio for 5-20 s each: slow run only
+    pytest.param("DGX2", 2, 32, marks=pytest.mark.slow),
+    pytest.param("AMD", 2, 32, marks=pytest.mark.slow)])
 def test_teccl_inputs(name: str, chassis: int, npus: int) -> None:
     doc = {"TopologyParams": {"name": name, "chassis": chassis, "chunk_size": 0.0625,
                               "alpha": [0.7e-6, 1e-6], "side_length": 4},
