@@ -72,6 +72,18 @@ def compare(files: list[str], runs: int, before: str | None) -> None:
     print(f"# load {os.getloadavg()[0]:.1f} at end")
 
 
+def _stage_timer(out: list[tuple[str, float]]):
+    """A ``timed(name, fn, *args, **kw)`` that runs ``fn`` and appends (name, CPU seconds)."""
+
+    def timed(name, fn, *args, **kw):
+        t = time.process_time()
+        res = fn(*args, **kw)
+        out.append((name, time.process_time() - t))
+        return res
+
+    return timed
+
+
 def stages(path: str) -> None:
     """Per-stage CPU of the columns path and of the in-memory verification."""
     import numpy as np
@@ -83,12 +95,7 @@ def stages(path: str) -> None:
 
     gc.disable()
     out: list[tuple[str, float]] = []
-
-    def timed(name, fn, *args, **kw):
-        t = time.process_time()
-        res = fn(*args, **kw)
-        out.append((name, time.process_time() - t))
-        return res
+    timed = _stage_timer(out)
 
     text = timed("read", read_xml_text, path)
     outcome, tb_runs = timed("lex + tree (steps as spans)", parse_xml_runs, text, source=path,
@@ -160,12 +167,7 @@ def python_passes(path: str) -> None:
 
     gc.disable()
     out: list[tuple[str, float]] = []
-
-    def timed(name, fn, *args, **kw):
-        t = time.process_time()
-        res = fn(*args, **kw)
-        out.append((name, time.process_time() - t))
-        return res
+    timed = _stage_timer(out)
 
     program = timed("parse", load_xml_collect, path, strict=True).program
     timed("structure", check_structure, program)
