@@ -66,6 +66,7 @@ def test_step_merging_makes_log2_n_transfers_per_gpu(n):
         # the roots' own data is all there: every step's rounds go as one transfer
         assert set(sent.values()) == {int(math.log2(n))}
         plain = solver._schedule(coll, view, [f], 1, 1, rounds, True)
+        assert verify_schedule(plain).ok
         assert len(plain.transfers) >= n * (n - 1) * len(rounds) // 2  # n - 1 edges per tree
         # α paid log2 n times, not n - 1 per round
         assert simulate(s).schedule.makespan < simulate(plain).schedule.makespan

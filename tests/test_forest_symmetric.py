@@ -211,6 +211,7 @@ def test_symmetric_schedule_lowers_to_verified_xml():
     coll = build("allgather", topo.live_npus, size=9 * 2**20)
     s = tacos.synthesize(topo, coll, solver="forest")
     assert s.meta["forest"]["phases"][0]["packing"] == "symmetric"
+    assert verify_schedule(s).ok
     xml = schedule_to_xml(s)  # lowered, parsed back and verified
     assert xml.count("<gpu ") == 9
 
