@@ -54,6 +54,13 @@ SYSTEMS = {
     "4x4 mesh": lambda: T.mesh(4, 4, bw="50GiB/s"),
     "4x4x4 torus": lambda: T.torus(4, 4, 4),
 }
+EXTRA = {
+    "3x DGX-A100": lambda: T.preset("dgx_a100", nodes=3),
+    "5x DGX-A100": lambda: T.preset("dgx_a100", nodes=5),
+    "3x DGX-H100": lambda: T.preset("dgx_h100", nodes=3),
+}
+"""Rail-joined NVSwitch systems outside issue 11's list, run only when named in ``--only``
+(the NIC-merged trees, docs/benchmarks/forest-nic.md)."""
 SCALE = {
     "8x8 torus (64)": lambda: T.torus(8, 8),
     "8x DGX-A100 (64)": lambda: T.preset("dgx_a100", nodes=8),
@@ -217,8 +224,8 @@ def main() -> None:
     args.sizes = list(args.size_names)
     only = set(args.only.split(",")) if args.only else None
     rows = []
-    for name, make in SYSTEMS.items():
-        if only and name not in only:
+    for name, make in (SYSTEMS | EXTRA).items():
+        if (only and name not in only) or (not only and name in EXTRA):
             continue
         topo = make()
         for kind in args.kinds.split(","):

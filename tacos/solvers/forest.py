@@ -69,6 +69,7 @@ from tacos.passes.inversion import assemble, plan_inversion
 from tacos.schedule import Schedule, Transfer
 from tacos.simulate import simulate
 from tacos.solvers.forest_in_switch import in_switch_allreduce, star_optimum
+from tacos.solvers.forest_nic import nic_merge_trees
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest_pipeline import emit, slice_count
 from tacos.solvers.forest_rails import rail_pair_trees
@@ -278,6 +279,20 @@ def _rails(forests: list[Forest], topology: Topology,
     return out
 
 
+def _nic(forests: list[Forest], topology: Topology,
+         group: tuple[int, ...]) -> list[Forest] | None:
+    """The forests with trees that merge roots' slices on the NIC rails of three or more
+    switch islands (:func:`~tacos.solvers.forest_nic.nic_merge_trees`, every NIC carrying its
+    exact share), or None unless every phase has one tree per root and that layout."""
+    out = []
+    for f in forests:
+        built = nic_merge_trees(group, f.roots, f.rate, topology.is_switch)
+        if built is None:
+            return None
+        out.append(replace(f, trees=built[0], rate=built[1]))
+    return out
+
+
 def _check_collective(coll: Collective) -> None:
     if coll.kind not in PHASES:
         raise UsageError(f"solver 'forest' does not handle {coll.label()}",
@@ -383,6 +398,10 @@ class ForestSolver:
         "shallow": Option("also try trees of bounded depth from an integer program (small "
                           "switch-free groups), keeping the faster", boolean, (True, False),
                           True),
+        "nic": Option("also try trees that merge roots' slices on the NIC rails of three or "
+                      "more switch islands (a root's data crosses on another GPU's rail, so "
+                      "each NIC sends to few nodes per round), keeping the faster",
+                      boolean, (True, False), True),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -439,6 +458,10 @@ class ForestSolver:
                 railed = _rails(forests, topo, group)
                 if railed is not None and order:
                     packings.append((railed, order))
+            if opts.get("nic", True) and order:  # roots' slices merged on the NIC rails
+                nic = _nic(forests, topo, group)
+                if nic is not None:
+                    packings.append((nic, order))
         choices = packings
         for forests, order in packings:
             sig = _signature(forests)
