@@ -24,7 +24,11 @@ process groups included):
    all roots then use the same hops at each step, and slices of one step and hop travel as one
    transfer (``batch='steps'``, :data:`STEP_MODES`); both versions are timed.  On two switch
    islands joined by rails with k = 2, two trees per root built for that layout
-   (:mod:`~tacos.solvers.forest_rails`) are timed as well.
+   (:mod:`~tacos.solvers.forest_rails`) are timed as well.  On three or more such islands
+   joined by one rail switch per GPU position, trees that merge roots' slices on the rails
+   (:mod:`~tacos.solvers.forest_nic`: a root crosses on the rail of a GPU its own spreading
+   reaches, so each NIC serves few other nodes and sends one transfer per node and round) are
+   timed as well (option ``nic``).
 
    On small switch-free groups at the exact rate, k trees per root of bounded depth from a
    constraint program over the topology's automorphism orbits
@@ -45,7 +49,8 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
 k), ``slices`` (``"auto"`` or s), ``shallow`` (also time the depth-bounded packing, default
-true), ``share`` (also time the Bruck-spread trees, default true),
+true), ``share`` (also time the Bruck-spread trees, default true), ``nic`` (also time the
+NIC-merged trees on three or more rail-joined islands, default true),
 ``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
