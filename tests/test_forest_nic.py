@@ -56,7 +56,10 @@ def test_layout_needs_three_rail_joined_islands():
     layout = rail_layout(group, f.rate.caps, _mini(3).is_switch)
     assert layout is not None and len(layout.islands) == 3 and len(layout.rails) == 4
     assert [isl[1] for isl in layout.islands] == [1, 5, 9]  # position 1 of every node
-    for topo in (_mini(2), star(8, bandwidth=100 * GB, latency=US)):
+    one_switch = tacos.parse(_mini_tdl(3).replace("switch rail[4] unwind ring",
+                                                  "switch ib unwind ring")
+                             .replace("rail[i]", "ib")).topology  # all NICs on one switch
+    for topo in (_mini(2), one_switch, star(8, bandwidth=100 * GB, latency=US)):
         group, f = _forest(topo)
         assert rail_layout(group, f.rate.caps, topo.is_switch) is None
 
