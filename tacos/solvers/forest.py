@@ -30,6 +30,11 @@ process groups included):
    constraint program over the topology's automorphism orbits
    (:mod:`~tacos.solvers.forest_shallow`) are timed as well (option ``shallow``).
 
+   On uniform tori and rings, the dimension-ordered trees of the multi-port bucket all-gather
+   (:mod:`~tacos.solvers.forest_torus`: 2d trees per root, every part of a root's data visits
+   the dimensions in its own cyclic order, one step-merged transfer per link and step; the
+   min-cut optimum on cubic tori) are timed as well (option ``dims``).
+
 5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
    through the switch is one in-switch reduction into a root and one multicast out of it; that
@@ -45,7 +50,8 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
 k), ``slices`` (``"auto"`` or s), ``shallow`` (also time the depth-bounded packing, default
-true), ``share`` (also time the Bruck-spread trees, default true),
+true), ``share`` (also time the Bruck-spread trees, default true), ``dims`` (also time the
+dimension-ordered trees of tori, default true),
 ``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
