@@ -173,12 +173,16 @@ def step_groups(trees: list[Tree], npu_of: list[list[int]], hop_ids: list[list[i
     group_of: dict[tuple[int, int, int], int] = {}
     members: list[list] = []
     step_of: list[int] = []
+    shapes: dict[tuple, tuple[dict[int, int], list[bool]]] = {}  # trees of one shape (tori)
     for i, tree in enumerate(trees):
-        depth = {tree.root: 0}
-        for x, y in tree.edges:
-            depth[y] = depth[x] + 1
         marks = tree.steps if labels and tree.steps else [None] * len(tree.edges)
-        last = _last_stage(tree, marks)
+        shape = (tree.root, tuple(tree.edges), id(tree.steps) if labels and tree.steps else 0)
+        if shape not in shapes:
+            depth = {tree.root: 0}
+            for x, y in tree.edges:
+                depth[y] = depth[x] + 1
+            shapes[shape] = depth, _last_stage(tree, marks)
+        depth, last = shapes[shape]
         for e, ((x, y), mark) in enumerate(zip(tree.edges, marks, strict=True)):
             for j in range(n_rounds[i]):
                 ends = (npu_of[i][x], npu_of[i][y], hop_ids[i][e])
@@ -266,8 +270,12 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     children = []  # children[i][node] = [(edge, hop id, -height of the child)]
     hop_ids: list[list[int]] = []
     by_path: dict[Path, int] = {}  # hop id of every path seen (trees share most paths)
+    tall: dict[tuple, dict[int, int]] = {}  # heights by local shape (translated trees share it)
     for tree in trees:
-        h = _heights(tree)
+        shape = tuple(tree.edges)
+        h = tall.get(shape)
+        if h is None:
+            h = tall[shape] = _heights(tree)
         ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
         hop_ids.append([])
         for e, (x, y) in enumerate(tree.edges):
