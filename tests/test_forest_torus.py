@@ -198,3 +198,14 @@ def test_dimension_tree_schedule_lowers_to_verified_xml():
     assert verify_schedule(s).ok
     xml = schedule_to_xml(s)  # lowered, parsed back and verified
     assert xml.count("<gpu ") == 16
+
+
+@pytest.mark.slow
+def test_512_npu_torus_dimension_trees_verify_within_the_targets():
+    topo = _tdl_torus(8, 8, 8)
+    coll = build("allgather", topo.live_npus, size=512 * 2**17)  # 64 MiB
+    s = tacos.synthesize(topo, coll, solver="forest")
+    assert verify_schedule(s).ok
+    f = s.meta["forest"]
+    assert f["phases"][0]["packing"] == "dims" and f["trees"] == 3072
+    assert f["optimal_time"] / s.makespan >= 0.9
