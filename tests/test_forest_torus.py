@@ -209,3 +209,21 @@ def test_512_npu_torus_dimension_trees_verify_within_the_targets():
     f = s.meta["forest"]
     assert f["phases"][0]["packing"] == "dims" and f["trees"] == 3072
     assert f["optimal_time"] / s.makespan >= 0.9
+
+
+def test_step_merging_keeps_the_labels():
+    # the labelled groups wait on each other without a cycle, so step_groups keeps them (its
+    # fallback, depth steps, would count from 0): one group per arc and label, every member of
+    # a group on the same arc with the same label
+    from tacos.solvers.forest_pipeline import step_groups
+
+    topo = torus(3, 3, 3, bandwidth=GB, latency=US)
+    (trees, _), _, _ = _trees(topo)
+    arcs: dict = {}
+    hop_ids = [[arcs.setdefault(e, len(arcs)) for e in t.edges] for t in trees]
+    npu_of = [list(range(topo.n_nodes))] * len(trees)
+    group_of, members, step_of = step_groups(trees, npu_of, hop_ids, [1] * len(trees))
+    assert min(step_of) == 1
+    assert len(members) == len(arcs) * 3 * 2  # Σ (n_a − 1) labels on every arc
+    for mem in members:
+        assert len({(hop_ids[i][e], trees[i].steps[e]) for i, _, e in mem}) == 1
