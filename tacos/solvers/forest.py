@@ -34,6 +34,11 @@ process groups included):
    constraint program over the topology's automorphism orbits
    (:mod:`~tacos.solvers.forest_shallow`) are timed as well (option ``shallow``).
 
+   On uniform tori and rings, the dimension-ordered trees of the multi-port bucket all-gather
+   (:mod:`~tacos.solvers.forest_torus`: 2d trees per root, every part of a root's data visits
+   the dimensions in its own cyclic order, one step-merged transfer per link and step; the
+   min-cut optimum on cubic tori) are timed as well (option ``dims``).
+
 5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
    through the switch is one in-switch reduction into a root and one multicast out of it; that
@@ -50,7 +55,8 @@ Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees p
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
 k), ``slices`` (``"auto"`` or s), ``shallow`` (also time the depth-bounded packing, default
 true), ``share`` (also time the Bruck-spread trees, default true), ``nic`` (also time the
-NIC-merged trees on three or more rail-joined islands, default true),
+NIC-merged trees on three or more rail-joined islands, default true), ``dims`` (also
+time the dimension-ordered trees of tori, default true),
 ``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
@@ -83,6 +89,7 @@ from tacos.solvers.forest_shallow import shallow_trees
 from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_symmetric import find_symmetry, pack_symmetric
+from tacos.solvers.forest_torus import dimension_trees
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, boolean, int_or_text
@@ -121,6 +128,10 @@ STEP_MODES: tuple[tuple[bool | str, int], ...] = (
     ("steps", 2), ("steps", -3))
 """The same for trees that share switch hops (:mod:`~tacos.solvers.forest_shared`): their
 slices merge by step (``batch='steps'``); a negative taper depth only ramps down at the end."""
+DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
+"""The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest_torus`),
+after one round of step-merged transfers (every link busy from the start; one round won on
+every torus measured at 64 MiB and 1 GiB, so only two slicings are timed besides it)."""
 
 
 @dataclass
@@ -137,8 +148,9 @@ class Forest:
     tests: int
     seconds: dict[str, float] = field(default_factory=dict)
     packing: str = "lovasz"
-    """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest_pack`) or
-    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`)."""
+    """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest_pack`),
+    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`) or ``dims`` (the dimension-ordered
+    trees of tori, :mod:`~tacos.solvers.forest_torus`)."""
 
     def optimal_time(self, data_per_root: float) -> float:
         """Bandwidth-optimal time for ``data_per_root`` bytes from every root (x* · data)."""
@@ -298,6 +310,37 @@ def _nic(forests: list[Forest], topology: Topology,
     return out
 
 
+def _dims(forests: list[Forest], topology: Topology,
+          group: tuple[int, ...]) -> list[Forest] | None:
+    """The forests with the dimension-ordered trees of a torus
+    (:func:`~tacos.solvers.forest_torus.dimension_trees`: k = 2d per root, checked against the
+    capacities of the rate they claim), or None unless every phase is rooted at every NPU of a
+    switch-free topology and has them."""
+    npus = set(group)
+    if any(topology.is_switch(v) or v not in npus for v in range(topology.n_nodes)):
+        return None
+    out = []
+    for f in forests:
+        if set(f.roots) != npus:
+            return None
+        topo = group_topology(topology, group)
+        topo = topo.reversed() if f.reverse else topo
+        sym = find_symmetry(topo, group, f.split, topology.n_nodes)
+        if sym is None:
+            return None
+        graph = link_capacities(topo, group, f.roots)
+        bws = set(graph.bw.values())
+        if len(bws) != 1:
+            return None
+        built = dimension_trees(sym, graph.bw, f.rate.x, bws.pop())
+        if built is None:
+            return None
+        trees, rate = built
+        check_packing(group, f.roots, trees, rate.k, rate.caps)
+        out.append(replace(f, rate=rate, trees=trees, packing="dims"))
+    return out
+
+
 def _check_collective(coll: Collective) -> None:
     if coll.kind not in PHASES:
         raise UsageError(f"solver 'forest' does not handle {coll.label()}",
@@ -407,6 +450,10 @@ class ForestSolver:
                       "more switch islands (a root's data crosses on another GPU's rail, so "
                       "each NIC sends to few nodes per round), keeping the faster",
                       boolean, (True, False), True),
+        "dims": Option("also try the dimension-ordered trees of tori (every part of a root's "
+                       "data visits the dimensions in its own cyclic order, both directions, "
+                       "one transfer per link and step), keeping the faster",
+                       boolean, (True, False), True),
         "in_switch": Option("all-reduce: also try the in-switch star (reduce into one root and "
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
@@ -467,6 +514,10 @@ class ForestSolver:
                 nic = _nic(forests, topo, group)
                 if nic is not None:
                     packings.append((nic, order))
+        if opts.get("dims", True) and packings:  # tori: the multi-port bucket all-gather
+            torus = _dims(packings[0][0], topo, group)
+            if torus is not None:
+                packings.append((torus, packings[0][1]))
         choices = packings
         for forests, order in packings:
             sig = _signature(forests)
@@ -514,7 +565,8 @@ class ForestSolver:
                     "optimal_algbw": coll.size / optimal if optimal > 0 else None,
                     "shared": _is_shared(forests),
                     "tried": [{"k": [f.rate.k for f in fs], "islands": order,
-                               "shared": _is_shared(fs), "makespan": b.makespan,
+                               "shared": _is_shared(fs), "packing": fs[0].packing,
+                               "makespan": b.makespan,
                                "schedules": len(t)}
                               for b, fs, t, order in found], **facts},
             synthesis_time=time.perf_counter() - clock)
@@ -544,7 +596,8 @@ class ForestSolver:
         def afford() -> bool:
             return len(tried) < budget and spent[0] < limit
 
-        modes = STEP_MODES if _is_shared(forests) else MODES
+        dims = forests[0].packing == "dims"
+        modes = DIM_MODES if dims else STEP_MODES if _is_shared(forests) else MODES
         modes = modes if auto else tuple(m for m in modes if m[1] == 0)
         caps: dict[tuple[bool, int], int] = {}
 
@@ -562,8 +615,9 @@ class ForestSolver:
 
         if auto:  # one round first: with many roots the links are busy from the start, and a
             # large system affords one schedule only (6x6x6 torus: 99.0% at 1, 96.4% at s* = 6)
-            caps[False, 0] = self._slices(coll, forests, view, big_k, q, opts, False)[1]
-            run(1, False, 0)
+            first: bool | str = "steps" if dims else False
+            caps[first, 0] = self._slices(coll, forests, view, big_k, q, opts, first)[1]
+            run(1, first, 0)
         # the formula's slice count in every mode, then walk from the best modes' best count
         for batch, depth in modes:
             if fresh[0] and not afford():
@@ -595,6 +649,8 @@ class ForestSolver:
                          // max(1, n_edges)))
         if opts.get("slices", "auto") != "auto":
             return max(1, min(cap, int(opts["slices"]))), cap
+        if cap == 1:  # nothing to choose (and the formula walks every tree edge)
+            return 1, cap
         best = 1
         for f in forests:
             nbytes = [per_root * t.mult / f.rate.k for t in f.trees]

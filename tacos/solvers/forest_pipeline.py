@@ -131,14 +131,17 @@ def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Pa
     per_link: dict[int, int] = defaultdict(int)
     fill = 0.0
     for tree, d in zip(trees, tree_bytes, strict=True):
-        times: dict[int, list[float]] = {tree.root: []}
+        # (sum, max) of the hop times from the root down to each node
+        times: dict[int, tuple[float, float]] = {tree.root: (0, 0.0)}
         for (x, y), path in zip(tree.edges, tree.paths, strict=True):
             hop = hop_of(path)
             for li in hop.links[0][:1]:
                 alpha[li] = hop.alpha
                 per_link[li] += 1
-            times[y] = times[x] + [d / hop.bandwidth]
-            fill = max(fill, sum(times[y]) - max(times[y]))
+            total, top = times[x]
+            cost = d / hop.bandwidth
+            times[y] = (total + cost, max(top, cost))
+            fill = max(fill, times[y][0] - times[y][1])
     a = max((a * (1 if batch else per_link[li]) for li, a in alpha.items()), default=0.0)
     if a <= 0 or fill <= 0:
         return 1 if fill <= 0 else max_slices
@@ -170,12 +173,16 @@ def step_groups(trees: list[Tree], npu_of: list[list[int]], hop_ids: list[list[i
     group_of: dict[tuple[int, int, int], int] = {}
     members: list[list] = []
     step_of: list[int] = []
+    shapes: dict[tuple, tuple[dict[int, int], list[bool]]] = {}  # trees of one shape (tori)
     for i, tree in enumerate(trees):
-        depth = {tree.root: 0}
-        for x, y in tree.edges:
-            depth[y] = depth[x] + 1
         marks = tree.steps if labels and tree.steps else [None] * len(tree.edges)
-        last = _last_stage(tree, marks)
+        shape = (tree.root, tuple(tree.edges), id(tree.steps) if labels and tree.steps else 0)
+        if shape not in shapes:
+            depth = {tree.root: 0}
+            for x, y in tree.edges:
+                depth[y] = depth[x] + 1
+            shapes[shape] = depth, _last_stage(tree, marks)
+        depth, last = shapes[shape]
         for e, ((x, y), mark) in enumerate(zip(tree.edges, marks, strict=True)):
             for j in range(n_rounds[i]):
                 ends = (npu_of[i][x], npu_of[i][y], hop_ids[i][e])
@@ -262,19 +269,27 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     users: dict[int, list[int]] = defaultdict(list)  # link -> hops that may wait for it
     children = []  # children[i][node] = [(edge, hop id, -height of the child)]
     hop_ids: list[list[int]] = []
+    by_path: dict[Path, int] = {}  # hop id of every path seen (trees share most paths)
+    tall: dict[tuple, dict[int, int]] = {}  # heights by local shape (translated trees share it)
     for tree in trees:
-        h = _heights(tree)
+        shape = tuple(tree.edges)
+        h = tall.get(shape)
+        if h is None:
+            h = tall[shape] = _heights(tree)
         ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
         hop_ids.append([])
         for e, (x, y) in enumerate(tree.edges):
-            hop = hop_of(tree.paths[e])
-            hid = hop_index.get(hop)
+            hid = by_path.get(tree.paths[e])
             if hid is None:
-                hid = hop_index[hop] = len(hops)
-                hops.append(hop)
-                for choice in hop.links:
-                    for li in choice:
-                        users[li].append(hid)
+                hop = hop_of(tree.paths[e])
+                hid = hop_index.get(hop)
+                if hid is None:
+                    hid = hop_index[hop] = len(hops)
+                    hops.append(hop)
+                    for choice in hop.links:
+                        for li in choice:
+                            users[li].append(hid)
+                by_path[tree.paths[e]] = hid
             ch[x].append((e, hid, -h[y]))
             hop_ids[-1].append(hid)
         children.append(ch)

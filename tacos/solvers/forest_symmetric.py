@@ -56,6 +56,8 @@ class Symmetry:
     members: tuple[int, ...]
     perms: np.ndarray
     dims: tuple[int, ...]
+    coords: dict[int, tuple[int, ...]] | None = None
+    """Every member's grid coordinates (the grid ``dims`` was read from)."""
 
 
 
@@ -183,7 +185,7 @@ def find_symmetry(topology: Topology, members: tuple[int, ...], split: SplitGrap
             continue
         perms = _translations(coords, dims, members, n_nodes)
         if _automorphisms(perms, split.caps, n_nodes):
-            return Symmetry(members, perms, dims)
+            return Symmetry(members, perms, dims, coords)
     return None
 
 
