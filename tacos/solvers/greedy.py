@@ -65,6 +65,7 @@ from tacos.collective import Collective
 from tacos.engines import Engine, SerialEngine, engine_for
 from tacos.passes.unwind import to_physical, unwind
 from tacos.schedule import Schedule, transfers_from_columns
+from tacos.schedule_columns import TransferColumns, csr_take
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
 from tacos.solvers.greedy_instance import TICK, Instance, build_instance
 from tacos.solvers.greedy_ports import build_port_instance
@@ -208,35 +209,75 @@ def relay_npus(topology, collective: Collective, options: dict) -> list[int]:
 def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
     """Turn a trial's tick-based transfer columns into a :class:`Schedule` (seconds, chunk
     ids, each transfer on its physical route: the link itself on a switch-free topology),
-    ordered by (start, end, source, destination, channel, route)."""
+    ordered by (start, end, source, destination, channel, route).
+
+    The schedule is column-backed (:class:`~tacos.schedule_columns.TransferColumns`): no
+    ``Transfer`` object is built here.
+    """
+    n = len(res.link)
+    if not (hasattr(res.end, "dtype") or max(res.end, default=0) < 1 << 62):
+        return _to_schedule_tuples(problem, inst, res)
+    start = np.asarray(res.start, dtype=np.int64)
+    end = np.asarray(res.end, dtype=np.int64)
+    link = np.asarray(res.link, dtype=np.int64)
+    route = (np.asarray(res.route, dtype=np.int64) if len(res.route)
+             else np.full(n, -1, dtype=np.int64))
+    src = np.asarray(inst.src, dtype=np.int64)[link]
+    dst = np.asarray(inst.dst, dtype=np.int64)[link]
+    order = np.lexsort((route, link, dst, src, end, start))  # stable, last key first
+    src, dst = src[order], dst[order]
+    starts = start[order] * TICK
+    ends = end[order] * TICK
+    del start, end
+    if bool((route < 0).all()):  # every transfer on its channel's one link
+        route_ptr, route_links = None, link[order]
+    else:  # a table of every path: the routes, then one-link paths of the channels
+        table = list(inst.route_links) + [(i,) for i in range(len(inst.src))]
+        tptr, tdata = _table(table)
+        path = np.where(route >= 0, route, len(inst.route_links) + link)
+        route_ptr, route_links = csr_take(tptr, tdata, path[order])
+    del link, route
+    if res.chunk_ptr is not None:
+        cptr = np.asarray(res.chunk_ptr, dtype=np.int64)
+        cids = np.asarray(res.chunk_ids)
+        if len(cids) == n and bool(np.all(cptr[1:] - cptr[:-1] == 1)):
+            cptr = None
+    else:
+        cptr, cids = _table(list(res.chunk_tuples()))
+    chunk_ptr, chunk_ids = csr_take(cptr, cids, order)
+    ids = [c.id for c in problem.collective.chunks]
+    if ids != list(range(len(ids))):
+        chunk_ids = np.asarray(ids, dtype=np.int64)[chunk_ids]
+    transfers = TransferColumns(starts, ends, src, dst, route_ptr, route_links, chunk_ptr,
+                                chunk_ids)
+    return Schedule(problem.topology, problem.collective, transfers, {})
+
+
+def _table(rows: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``(ptr, data)`` of integer tuples."""
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows)),
+              out=ptr[1:])
+    data = np.fromiter((x for r in rows for x in r), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, data
+
+
+def _to_schedule_tuples(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
+    """:func:`to_schedule` for ticks beyond 64 bits (hours of latency): Python integers all
+    the way, a tuple of ``Transfer`` objects."""
     ids = [c.id for c in problem.collective.chunks]
     n = len(res.link)
-    if hasattr(res.end, "dtype") or max(res.end, default=0) < 1 << 62:
-        start = np.asarray(res.start, dtype=np.int64)
-        end = np.asarray(res.end, dtype=np.int64)
-        link = np.asarray(res.link, dtype=np.int64)
-        route = (np.asarray(res.route, dtype=np.int64) if len(res.route)
-                 else np.full(n, -1, dtype=np.int64))
-        src = np.asarray(inst.src, dtype=np.int64)[link]
-        dst = np.asarray(inst.dst, dtype=np.int64)[link]
-        order = np.lexsort((route, link, dst, src, end, start))  # stable, last key first
-        starts, ends = (start[order] * TICK).tolist(), (end[order] * TICK).tolist()
-        srcs, dsts = src[order].tolist(), dst[order].tolist()
-        links, routes = link[order].tolist(), route[order].tolist()
-        order = order.tolist()
-    else:  # ticks beyond 64 bits (hours of latency): Python integers all the way
-        rs = res.route or [-1] * n
-        order = sorted(range(n), key=lambda i: (res.start[i], res.end[i], inst.src[res.link[i]],
-                                                inst.dst[res.link[i]], res.link[i], rs[i]))
-        starts = [res.start[i] * TICK for i in order]
-        ends = [res.end[i] * TICK for i in order]
-        links, routes = [res.link[i] for i in order], [rs[i] for i in order]
-        srcs, dsts = [inst.src[lk] for lk in links], [inst.dst[lk] for lk in links]
+    rs = res.route or [-1] * n
+    order = sorted(range(n), key=lambda i: (res.start[i], res.end[i], inst.src[res.link[i]],
+                                            inst.dst[res.link[i]], res.link[i], rs[i]))
+    starts = [res.start[i] * TICK for i in order]
+    ends = [res.end[i] * TICK for i in order]
+    links, routes = [res.link[i] for i in order], [rs[i] for i in order]
+    srcs, dsts = [inst.src[lk] for lk in links], [inst.dst[lk] for lk in links]
     chunks = list(res.chunk_tuples())
     if ids != list(range(len(ids))):
         chunks = [tuple(ids[i] for i in cs) for cs in chunks]
-    one_link = [(i,) for i in range(len(inst.src))]
-    paths = [inst.route_links[r] if r >= 0 else one_link[lk]
+    paths = [inst.route_links[r] if r >= 0 else (lk,)
              for lk, r in zip(links, routes, strict=True)]
     transfers = transfers_from_columns(starts, ends, srcs, dsts, paths,
                                        [chunks[i] for i in order])
