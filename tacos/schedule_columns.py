@@ -351,6 +351,12 @@ class TransferColumns(Sequence[Transfer]):
                                None if self._op is None else self._op[idx],
                                None if self._group is None else self._group[idx])
 
+    def with_times(self, start: Any, end: Any) -> TransferColumns:
+        """The same transfers with new ``start``/``end`` columns."""
+        return TransferColumns(start, end, self._src, self._dst, self._route_ptr,
+                               self._route_links, self._chunk_ptr, self._chunk_ids, self._op,
+                               self._group)
+
     # -- comparisons, hashing, concatenation, pickling ------------------------------------------
     def _same(self, other: TransferColumns) -> bool:
         if self._n != other._n:
