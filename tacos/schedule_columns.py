@@ -82,13 +82,15 @@ def csr_take(ptr: np.ndarray | None, data: np.ndarray, idx: np.ndarray
     return out, data[pos]
 
 
-def _unit_ptr(ptr: np.ndarray | None) -> np.ndarray | None:
-    """None when ``ptr`` gives every row exactly one item (the compact form)."""
-    if ptr is None:
-        return None
-    if bool(np.array_equal(ptr, np.arange(len(ptr), dtype=ptr.dtype))):
-        return None
-    return ptr
+def unit_ptr(ptr: np.ndarray) -> bool:
+    """True when the CSR offsets ``ptr`` give every row exactly one item (checked a block
+    at a time: no array as long as ``ptr`` is built)."""
+    step = 1 << 20
+    for a in range(0, len(ptr), step):
+        part = ptr[a:a + step]
+        if not bool(np.all(part == np.arange(a, a + len(part), dtype=np.int64))):
+            return False
+    return True
 
 
 class TransferColumns(Sequence[Transfer]):

@@ -68,6 +68,7 @@ from tacos.verify_bulk import (
     screen_reductions,
     transfer_suspects,
     transfer_units,
+    unit_array,
 )
 
 RULES = ("link", "duration", "overlap", "group", "causality", "postcondition", "contribution")
@@ -305,14 +306,16 @@ def _check_overlap(schedule: Schedule, usable: np.ndarray, out: _Collector) -> N
     suspects = overlap_suspects(schedule, usable)
     if not suspects:
         return
-    unit = transfer_units(schedule)
     per_link: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     if isinstance(schedule.transfers, TransferColumns):  # the route table, not the objects
         rt = route_table(schedule)
         keep = np.isin(rt.link, np.fromiter(suspects, dtype=np.int64)) & usable[rt.tr]
-        for i, li in zip(rt.tr[keep].tolist(), rt.link[keep].tolist(), strict=True):
-            per_link[li][unit[i]].append(i)
+        tr = rt.tr[keep]
+        for i, u, li in zip(tr.tolist(), unit_array(schedule)[tr].tolist(),
+                            rt.link[keep].tolist(), strict=True):
+            per_link[li][u].append(i)
     else:
+        unit = transfer_units(schedule)
         for i, t in enumerate(schedule.transfers):
             if usable[i]:
                 for li in t.route:

@@ -208,8 +208,25 @@ def range_join(a_key: np.ndarray, a_val: np.ndarray, a_id: np.ndarray, q_key: np
     return np.concatenate(out_q), np.concatenate(out_a)
 
 
+SCREEN_BLOCK = 1 << 20
+"""Transfers per block of the per-transfer screen on a large column-backed schedule (its
+temporaries are a few dozen bytes per transfer: screened a block at a time they stay small)."""
+
+
 def transfer_suspects(schedule: Schedule, h: HopTable | None) -> np.ndarray:
     """Vectorized pre-screen: True for transfers that may break a per-transfer rule."""
+    cols = _columns(schedule)
+    if cols is None or h is None or len(cols) <= SCREEN_BLOCK:
+        return _transfer_suspects(schedule, h)
+    bad = np.zeros(len(cols), dtype=bool)
+    for a in range(0, len(cols), SCREEN_BLOCK):
+        b = min(len(cols), a + SCREEN_BLOCK)
+        part = Schedule(schedule.topology, schedule.collective, cols[a:b])
+        bad[a:b] = _transfer_suspects(part, hop_table(part))
+    return bad
+
+
+def _transfer_suspects(schedule: Schedule, h: HopTable | None) -> np.ndarray:
     ts = schedule.transfers
     n = len(ts)
     if h is None:
@@ -326,20 +343,36 @@ def screen_copies(schedule: Schedule, usable: list[bool], h: HopTable
     pre_keys = np.unique(np.fromiter(
         chain.from_iterable((v * n_chunks + c.id for v in c.pre) for c in copies),
         dtype=np.int64))
-    sender = src.astype(np.int64) * n_chunks
-    sender += chunk
-    pos = np.minimum(np.searchsorted(arrived, sender), max(0, len(arrived) - 1))
-    has = (arrived[pos] == sender) & (early(first_end[pos]) <= start) if len(arrived) else \
-        np.zeros(len(sender), dtype=bool)
-    fail = ~(np.isin(sender, pre_keys) | has)
-    fail |= early(end) <= start  # zero-length: the exact replay drops its delivery
-    bad = set(np.unique(chunk[fail]).tolist())
+    bad: set[int] = set()
+    for a in range(0, len(chunk), SCREEN_BLOCK):  # a block of sends at a time: small temporaries
+        sl = slice(a, a + SCREEN_BLOCK)
+        sender = src[sl].astype(np.int64) * n_chunks
+        sender += chunk[sl]
+        st = start[sl]
+        if len(arrived):
+            pos = np.minimum(np.searchsorted(arrived, sender), len(arrived) - 1)
+            has = (arrived[pos] == sender) & (early(first_end[pos]) <= st)
+        else:
+            has = np.zeros(len(sender), dtype=bool)
+        fail = ~(_member(sender, pre_keys) | has)
+        fail |= early(end[sl]) <= st  # zero-length: the exact replay drops its delivery
+        bad.update(np.unique(chunk[sl][fail]).tolist())
     required = np.fromiter(
         chain.from_iterable((v * n_chunks + c.id for v in sorted(c.post - c.pre))
                             for c in copies if c.id not in bad), dtype=np.int64)
     missing = [(key % n_chunks, key // n_chunks)
-               for key in required[~np.isin(required, arrived)].tolist()]
+               for key in required[~_member(required, arrived)].tolist()]
     return bad, missing
+
+
+def _member(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``numpy.isin(x, table)`` for a sorted, duplicate-free ``table``, by binary search (no
+    sort of ``x``: its temporaries are one index per element)."""
+    if not len(table):
+        return np.zeros(len(x), dtype=bool)
+    pos = np.searchsorted(table, x)
+    np.minimum(pos, len(table) - 1, out=pos)
+    return table[pos] == x
 
 
 def transfer_units(schedule: Schedule) -> list[int]:
@@ -384,6 +417,9 @@ def overlap_suspects(schedule: Schedule, usable: list[bool]) -> set[int]:
     if not ts:
         return set()
     rt = route_table(schedule)
+    cols = _columns(schedule)
+    if cols is not None and not cols.has_groups:
+        return _overlap_plain(schedule, cols, rt, np.asarray(usable, dtype=bool))
     ok = np.asarray(usable, dtype=bool)[rt.tr]
     unit = unit_array(schedule)
     tr, link = unit[rt.tr[ok]], rt.link[ok]
@@ -412,6 +448,40 @@ def overlap_suspects(schedule: Schedule, usable: list[bool]) -> set[int]:
     out = set(np.unique(lk[1:][clash]).tolist())
     multi = {li for li, x in enumerate(schedule.topology.links) if x.multiplicity > 1}
     return out | (multi & set(np.unique(lk).tolist()))
+
+
+def _overlap_plain(schedule: Schedule, cols: TransferColumns, rt: RouteTable,
+                   usable: np.ndarray) -> set[int]:
+    """:func:`overlap_suspects` for a column-backed schedule without groups (every transfer
+    its own unit), without copies of the columns where it can: ``rt.tr`` ascends, so a stable
+    sort by (link, start) is the (link, start, transfer) order; adjacent pairs are compared a
+    block at a time."""
+    every = bool(usable.all())
+    if every:
+        tr, link = rt.tr, rt.link
+    else:
+        ok = usable[rt.tr]
+        tr, link = rt.tr[ok], rt.link[ok]
+    if len(tr) == 0:
+        return set()
+    if every and cols.single_link:  # one row per transfer, in order
+        start, end = cols.start, cols.end
+    else:
+        start, end = cols.start[tr], cols.end[tr]
+    del tr
+    order = np.lexsort((start, link))
+    out: set[int] = set()
+    for a in range(0, len(order) - 1, SCREEN_BLOCK):
+        o = order[a:a + SCREEN_BLOCK + 1]
+        lk, st, en = link[o], start[o], end[o]
+        clash = (lk[1:] == lk[:-1]) & (st[1:] < early(en[:-1]))
+        out.update(np.unique(lk[1:][clash]).tolist())
+    links = schedule.topology.links
+    multi = {li for li, x in enumerate(links) if x.multiplicity > 1}
+    if multi:
+        used = np.bincount(link, minlength=len(links))
+        out |= {li for li in multi if used[li]}
+    return out
 
 
 def screen_reductions(schedule: Schedule, usable: list[bool], h: HopTable) -> set[int]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tacos
+from tacos import verify_bulk
 from tacos.builders import mesh, ring, star, torus
 from tacos.patterns import build
 from tacos.schedule import Schedule, Transfer
@@ -173,22 +174,31 @@ def test_msccl_xml_is_the_same():
 
 
 def _broken(ts: tuple[Transfer, ...]) -> list[tuple[Transfer, ...]]:
-    """Broken variants: a transfer dropped, one started early, one moved onto another's link
-    time, one with a wrong chunk."""
+    """Broken variants: a transfer dropped, one started early, one with a wrong chunk, one
+    twice, one moved onto another's link time, one too short."""
     a = ts[len(ts) // 2]
     early = dataclasses.replace(a, start=0.0, end=a.end - a.start)
     wrong = dataclasses.replace(ts[-1], chunks=(ts[0].chunks[0],))
+    j = next(j for j in range(len(ts) - 2, -1, -1) if ts[j].route == ts[-1].route)
+    clash = dataclasses.replace(ts[-1], start=ts[j].start, end=ts[j].end)  # same link, same time
     return [ts[1:], ts[:3] + (early,) + ts[3:], ts[:-1] + (wrong,),
-            ts[:5] + (ts[5],) + ts[5:]]
+            ts[:5] + (ts[5],) + ts[5:], ts[:-1] + (clash,),
+            ts[:2] + (dataclasses.replace(ts[2], end=(ts[2].start + ts[2].end) / 2),) + ts[3:]]
 
 
-def test_broken_schedules_get_the_same_reports():
+@pytest.mark.parametrize("block", [None, 7])
+def test_broken_schedules_get_the_same_reports(block, monkeypatch):
+    if block:  # the large-schedule paths: screens a block at a time
+        monkeypatch.setattr(verify_bulk, "SCREEN_BLOCK", block)
     s = _greedy(mesh(3, 3, bandwidth=50 * GiB, latency=0.5e-6), k=2)
+    rules: set[str] = set()
     for ts in _broken(tuple(s.transfers)):
         t = Schedule(s.topology, s.collective, ts)
         c = _as_columns(t)
         a, b = verify_schedule(c), verify_schedule(t)
         assert not b.ok and a == b, (a.text(5), b.text(5))
+        rules |= b.rules()
+    assert {"overlap", "causality", "postcondition", "duration"} <= rules
 
 
 def test_groups_and_reduce_ops_survive():

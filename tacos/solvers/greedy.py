@@ -65,7 +65,7 @@ from tacos.collective import Collective
 from tacos.engines import Engine, SerialEngine, engine_for
 from tacos.passes.unwind import to_physical, unwind
 from tacos.schedule import Schedule, transfers_from_columns
-from tacos.schedule_columns import TransferColumns, csr_take
+from tacos.schedule_columns import TransferColumns, csr_take, unit_ptr
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
 from tacos.solvers.greedy_instance import TICK, Instance, build_instance
 from tacos.solvers.greedy_ports import build_port_instance
@@ -171,7 +171,7 @@ class GreedySolver:
                 progress(total, total)
         except Stuck as exc:
             return SolveResult("infeasible", None, stats={"reason": str(exc)})
-        schedule = to_schedule(Problem(topo, coll, opts), inst, best)
+        schedule = to_schedule(Problem(topo, coll, opts), inst, best, release=True)
         if view is not None:
             schedule = to_physical(schedule, view)
         elapsed = time.perf_counter() - t0
@@ -206,13 +206,16 @@ def relay_npus(topology, collective: Collective, options: dict) -> list[int]:
     return [v for v in live if v in keep]
 
 
-def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
+def to_schedule(problem: Problem, inst: Instance, res: TrialResult, *,
+                release: bool = False) -> Schedule:
     """Turn a trial's tick-based transfer columns into a :class:`Schedule` (seconds, chunk
     ids, each transfer on its physical route: the link itself on a switch-free topology),
     ordered by (start, end, source, destination, channel, route).
 
     The schedule is column-backed (:class:`~tacos.schedule_columns.TransferColumns`): no
-    ``Transfer`` object is built here.
+    ``Transfer`` object is built here.  ``release`` empties ``res``'s transfer columns as
+    they are used (the caller no longer needs them; at thousands of NPUs they are hundreds of
+    MiB).
     """
     n = len(res.link)
     if not (hasattr(res.end, "dtype") or max(res.end, default=0) < 1 << 62):
@@ -220,31 +223,41 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
     start = np.asarray(res.start, dtype=np.int64)
     end = np.asarray(res.end, dtype=np.int64)
     link = np.asarray(res.link, dtype=np.int64)
-    route = (np.asarray(res.route, dtype=np.int64) if len(res.route)
-             else np.full(n, -1, dtype=np.int64))
-    src = np.asarray(inst.src, dtype=np.int64)[link]
-    dst = np.asarray(inst.dst, dtype=np.int64)[link]
-    order = np.lexsort((route, link, dst, src, end, start))  # stable, last key first
+    route = np.asarray(res.route, dtype=np.int64) if len(res.route) else None
+    cptr, cids, bits = res.chunk_ptr, res.chunk_ids, res.bits
+    if release:
+        res.start, res.end, res.link, res.route = [], [], [], []
+        res.chunk_ptr = res.chunk_ids = None
+        res.bits = []
+    src = np.asarray(inst.src, dtype=np.int32)[link]
+    dst = np.asarray(inst.dst, dtype=np.int32)[link]
+    keys = (link, dst, src, end, start) if route is None else (route, link, dst, src, end,
+                                                               start)
+    order = np.lexsort(keys)  # stable, last key first
+    del keys
     src, dst = src[order], dst[order]
-    starts = start[order] * TICK
-    ends = end[order] * TICK
-    del start, end
-    if bool((route < 0).all()):  # every transfer on its channel's one link
-        route_ptr, route_links = None, link[order]
+    starts = np.multiply(start[order], TICK)
+    del start
+    ends = np.multiply(end[order], TICK)
+    del end
+    if route is None or bool((route < 0).all()):  # every transfer on its channel's one link
+        route_ptr, route_links = None, link[order].astype(np.int32)
     else:  # a table of every path: the routes, then one-link paths of the channels
         table = list(inst.route_links) + [(i,) for i in range(len(inst.src))]
         tptr, tdata = _table(table)
         path = np.where(route >= 0, route, len(inst.route_links) + link)
         route_ptr, route_links = csr_take(tptr, tdata, path[order])
     del link, route
-    if res.chunk_ptr is not None:
-        cptr = np.asarray(res.chunk_ptr, dtype=np.int64)
-        cids = np.asarray(res.chunk_ids)
-        if len(cids) == n and bool(np.all(cptr[1:] - cptr[:-1] == 1)):
+    if cptr is not None:
+        cptr = np.asarray(cptr, dtype=np.int64)
+        cids = np.asarray(cids)
+        if len(cids) == n and unit_ptr(cptr):
             cptr = None
     else:
-        cptr, cids = _table(list(res.chunk_tuples()))
+        res_bits = TrialResult(0, 0, 0, [], [], [], bits)
+        cptr, cids = _table(list(res_bits.chunk_tuples()))
     chunk_ptr, chunk_ids = csr_take(cptr, cids, order)
+    del cptr, cids, order
     ids = [c.id for c in problem.collective.chunks]
     if ids != list(range(len(ids))):
         chunk_ids = np.asarray(ids, dtype=np.int64)[chunk_ids]
