@@ -186,10 +186,13 @@ def _broken(ts: tuple[Transfer, ...]) -> list[tuple[Transfer, ...]]:
             ts[:2] + (dataclasses.replace(ts[2], end=(ts[2].start + ts[2].end) / 2),) + ts[3:]]
 
 
-@pytest.mark.parametrize("block", [None, 7])
-def test_broken_schedules_get_the_same_reports(block, monkeypatch):
-    if block:  # the large-schedule paths: screens a block at a time
-        monkeypatch.setattr(verify_bulk, "SCREEN_BLOCK", block)
+@pytest.mark.parametrize("mode", ["default", "blocks", "sparse"])
+def test_broken_schedules_get_the_same_reports(mode, monkeypatch):
+    if mode == "blocks":  # the large-schedule paths: screens a block at a time
+        monkeypatch.setattr(verify_bulk, "SCREEN_BLOCK", 7)
+    if mode == "sparse":  # copies screened by sorting and binary search, not dense tables
+        monkeypatch.setattr(verify_bulk, "DENSE_PER_ROW", 0)
+        monkeypatch.setattr(verify_bulk, "DENSE_SLACK", 0)
     s = _greedy(mesh(3, 3, bandwidth=50 * GiB, latency=0.5e-6), k=2)
     rules: set[str] = set()
     for ts in _broken(tuple(s.transfers)):

@@ -229,24 +229,22 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult, *,
         res.start, res.end, res.link, res.route = [], [], [], []
         res.chunk_ptr = res.chunk_ids = None
         res.bits = []
+    order = _order(inst, start, end, link, route)
+    link = link[order]
     src = np.asarray(inst.src, dtype=np.int32)[link]
     dst = np.asarray(inst.dst, dtype=np.int32)[link]
-    keys = (link, dst, src, end, start) if route is None else (route, link, dst, src, end,
-                                                               start)
-    order = np.lexsort(keys)  # stable, last key first
-    del keys
-    src, dst = src[order], dst[order]
     starts = np.multiply(start[order], TICK)
     del start
     ends = np.multiply(end[order], TICK)
     del end
     if route is None or bool((route < 0).all()):  # every transfer on its channel's one link
-        route_ptr, route_links = None, link[order].astype(np.int32)
+        route_ptr, route_links = None, link.astype(np.int32)
     else:  # a table of every path: the routes, then one-link paths of the channels
         table = list(inst.route_links) + [(i,) for i in range(len(inst.src))]
         tptr, tdata = _table(table)
-        path = np.where(route >= 0, route, len(inst.route_links) + link)
-        route_ptr, route_links = csr_take(tptr, tdata, path[order])
+        route = route[order]
+        route_ptr, route_links = csr_take(
+            tptr, tdata, np.where(route >= 0, route, len(inst.route_links) + link))
     del link, route
     if cptr is not None:
         cptr = np.asarray(cptr, dtype=np.int64)
@@ -264,6 +262,28 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult, *,
     transfers = TransferColumns(starts, ends, src, dst, route_ptr, route_links, chunk_ptr,
                                 chunk_ids)
     return Schedule(problem.topology, problem.collective, transfers, {})
+
+
+def _order(inst: Instance, start: np.ndarray, end: np.ndarray, link: np.ndarray,
+           route: np.ndarray | None) -> np.ndarray:
+    """The permutation sorting transfers by (start, end, source, destination, channel, route),
+    stable.  A channel fixes its source and destination, so they are one key: the channel's
+    rank in (source, destination, channel) order; and (end, rank) is one integer when it fits
+    in 62 bits."""
+    n_links = len(inst.src)
+    by = np.lexsort((np.arange(n_links), np.asarray(inst.dst, dtype=np.int64),
+                     np.asarray(inst.src, dtype=np.int64)))
+    rank = np.empty(n_links, dtype=np.int64)
+    rank[by] = np.arange(n_links, dtype=np.int64)
+    key = rank[link]
+    if route is not None:
+        return np.lexsort((route, key, end, start))
+    if len(end):
+        lo = int(end.min())
+        if (int(end.max()) - lo + 1) * n_links < 1 << 62:
+            key += (end - lo) * n_links
+            return np.lexsort((key, start))
+    return np.lexsort((key, end, start))
 
 
 def _table(rows: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
