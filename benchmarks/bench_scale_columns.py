@@ -13,7 +13,7 @@ each phase.
 ``python``) from outside this tree, so it imports the installed ``tacos`` -- main, the
 reference.  ``--cap-gib`` bounds each child's address space (``RLIMIT_AS``): a run that does not
 fit is reported as such instead of swapping the machine.  ``--json`` adds the ``to_json`` time
-(skipped where the text would be gigabytes).
+(sides up to 8: the text grows to gigabytes) and a hash of its bytes, to compare versions.
 """
 
 from __future__ import annotations
@@ -54,13 +54,27 @@ def child(k: int, with_json: bool) -> dict:
     topo = builders.torus(k, k, k, bandwidth=50 * GiB, latency=0.5e-6)
     n = topo.n_npus
     coll = build("allgather", range(n), size=64 * MiB // n * n, chunks_per_npu=1)
+    spent = {"trial": 0.0, "to_schedule": 0.0}
+    greedy = sys.modules["tacos.solvers.greedy"]
+    for name in spent:  # CPU of the trial and of turning it into a Schedule, apart
+        real = getattr(greedy, name if name != "trial" else "run_trial")
+
+        def timed(*a, _real=real, _name=name, **kw):
+            t = clock()
+            try:
+                return _real(*a, **kw)
+            finally:
+                spent[_name] += clock() - t
+
+        setattr(greedy, name if name != "trial" else "run_trial", timed)
     t0 = clock()
     sched = tacos.synthesize(topo, coll, solver="greedy", trials=1, max_merge=1, workers=1,
                              bound=False)
     t1 = clock()
     rep = verify_schedule(sched)
     t2 = clock()
-    out = {"npus": n, "warm_s": warm, "synth_s": t1 - t0, "verify_s": t2 - t1, "ok": rep.ok,
+    out = {"npus": n, "warm_s": warm, "synth_s": t1 - t0, "trial_s": spent["trial"],
+           "to_schedule_s": spent["to_schedule"], "verify_s": t2 - t1, "ok": rep.ok,
            "transfers": len(sched.transfers), "makespan_us": sched.makespan * 1e6,
            "columnar": type(sched.transfers).__name__ != "tuple",
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -110,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", action="store_true", help="also run the installed tacos")
     ap.add_argument("--before-python", default="python")
     ap.add_argument("--cap-gib", type=float, default=None, help="RLIMIT_AS of each child")
-    ap.add_argument("--json", action="store_true", help="time to_json (sides <= 12)")
+    ap.add_argument("--json", action="store_true", help="time to_json (sides <= 8)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -119,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}; "
           f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}\n")
-    print("| torus | NPUs | version | synthesis CPU | verify CPU | synth + verify CPU | "
-          "to_json CPU | peak RSS | transfers | makespan (µs) | verified | runs |")
-    print("|" + "---|" * 12)
+    print("| torus | NPUs | version | synthesis CPU | of which trial | of which to_schedule | "
+          "verify CPU | synth + verify CPU | to_json CPU | peak RSS | transfers | "
+          "makespan (µs) | verified | runs |")
+    print("|" + "---|" * 14)
     for k in (int(x) for x in args.sides.split(",")):
-        with_json = args.json and k <= 12
+        with_json = args.json and k <= 8
         rows: dict[str, list[dict]] = {"before": [], "after": []}
         for _ in range(args.repeats):
             if args.before:
@@ -136,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             good = [r for r in rs if "failed" not in r]
             if not good:
                 print(f"| {k}x{k}x{k} | {k ** 3} | {version} | failed: {rs[0]['failed']} "
-                      f"(after {rs[0]['wall_s']:.0f} s wall) | | | | | | | | {len(rs)} |")
+                      f"(after {rs[0]['wall_s']:.0f} s wall) | | | | | | | | | | | "
+                      f"{len(rs)} |")
                 continue
 
             def med(key: str, rs: list[dict] = good) -> float:
@@ -145,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             both = statistics.median(r["synth_s"] + r["verify_s"] for r in good)
             js = f"{med('json_s'):.2f} s" if with_json else "-"
             print(f"| {k}x{k}x{k} | {k ** 3} | {version} | {med('synth_s'):.2f} s | "
+                  f"{med('trial_s'):.2f} s | {med('to_schedule_s'):.2f} s | "
                   f"{med('verify_s'):.2f} s | {both:.2f} s | {js} | "
                   f"{med('peak_rss_mib'):.0f} MiB | {good[0]['transfers']} | "
                   f"{good[0]['makespan_us']:.1f} | {'yes' if all(r['ok'] for r in good) else 'NO'}"
