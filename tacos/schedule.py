@@ -170,6 +170,15 @@ class Schedule:
     def groups(self) -> dict[int, list[int]]:
         """In-switch operations: group id -> indices (into ``transfers``) of its members."""
         out: dict[int, list[int]] = defaultdict(list)
+        if self.columnar:  # from the group column
+            import numpy as np
+
+            cols = self.columns
+            if cols.has_groups:
+                member = np.flatnonzero(cols.group >= 0)
+                for i, g in zip(member.tolist(), cols.group[member].tolist(), strict=True):
+                    out[g].append(i)
+            return dict(out)
         for i, t in enumerate(self.transfers):
             if t.group is not None:
                 out[t.group].append(i)
