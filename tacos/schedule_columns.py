@@ -387,9 +387,10 @@ class TransferColumns(Sequence[Transfer]):
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
-        """The hash of the tuple of the same transfers (computed once)."""
+        """The hash of the tuple of the same transfers (computed once, streaming: the tuple
+        is never built)."""
         if self._hash is None:
-            self._hash = hash(tuple(self))
+            self._hash = tuple_hash(self, self._n)
         return self._hash
 
     def __add__(self, other: object) -> TransferColumns:
@@ -435,6 +436,25 @@ def concat(parts: Sequence[TransferColumns]) -> TransferColumns:
         ptr("single_chunk", "chunk_counts"), cat("chunk_ids"),
         cat("op") if any(p.has_reduce for p in parts) else None,
         cat("group") if any(p.has_groups for p in parts) else None)
+
+
+_M64 = (1 << 64) - 1
+_XX1, _XX2, _XX5 = 11400714785074694791, 14029467366897019727, 2870177450012600261
+
+
+def tuple_hash(items: Iterable[object], n: int) -> int:
+    """``hash(tuple(items))`` (``n`` items) without building the tuple: CPython's tuple hash
+    (xxHash-style lanes, 64-bit builds)."""
+    acc = _XX5
+    for x in items:
+        lane = hash(x) & _M64
+        acc = (acc + lane * _XX2) & _M64
+        acc = ((acc << 31) | (acc >> 33)) & _M64
+        acc = (acc * _XX1) & _M64
+    acc = (acc + (n ^ (_XX5 ^ 3527539))) & _M64
+    if acc == _M64:
+        return 1546275796
+    return acc - (1 << 64) if acc >= 1 << 63 else acc
 
 
 def _csr_of(rows: list[tuple[int, ...]]) -> tuple[np.ndarray | None, np.ndarray]:

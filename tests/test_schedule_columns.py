@@ -222,3 +222,12 @@ def test_groups_and_reduce_ops_survive():
     assert c.transfers.has_reduce and c == s and c.to_json() == s.to_json()
     assert verify_schedule(c).ok and verify_schedule(c) == verify_schedule(s)
     assert c.to_xml() == s.to_xml()
+
+
+def test_streaming_tuple_hash_matches_python():
+    from tacos.schedule_columns import tuple_hash
+
+    samples = [(), (-1,), (1, 2, 3), ("a", (1, 2), None, 2.5), tuple(range(-50, 50)),
+               _mixed()]
+    for t in samples:
+        assert tuple_hash(iter(t), len(t)) == hash(t)
