@@ -15,11 +15,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tacos.atomic import write_text
 from tacos.collective import Collective
 from tacos.errors import TacosError
 from tacos.nogc import paused_gc
-from tacos.schedule import Schedule
+from tacos.schedule import OPS, Schedule
+from tacos.schedule_columns import BLOCK, TransferColumns
 from tacos.topology import Link, Topology
 
 SCHEMA_ID = "tacos.schedule/2"
@@ -85,10 +88,6 @@ def _bound_doc(schedule: Schedule) -> dict[str, Any]:
 
 def to_document(schedule: Schedule, *, bound: bool = True) -> dict[str, Any]:
     """The schedule as a JSON-ready dict (``bound=False`` writes ``"bound": null``)."""
-    from tacos.report import json_safe
-
-    coll = schedule.collective
-    sizes = {c.size for c in coll.chunks}
     transfers = [
         {"start": _float(t.start, f"transfers[{i}].start"),
          "end": _float(t.end, f"transfers[{i}].end"),
@@ -96,6 +95,14 @@ def to_document(schedule: Schedule, *, bound: bool = True) -> dict[str, Any]:
          "op": t.op, **({} if t.group is None else {"group": int(t.group)})}
         for i, t in enumerate(schedule.transfers)
     ]
+    return _document(schedule, transfers, bound)
+
+
+def _document(schedule: Schedule, transfers: Any, bound: bool) -> dict[str, Any]:
+    from tacos.report import json_safe
+
+    coll = schedule.collective
+    sizes = {c.size for c in coll.chunks}
     return {
         "schema": SCHEMA_ID,
         "topology": topology_doc(schedule.topology),
@@ -115,6 +122,8 @@ def _compact(value: Any) -> str:
 
 def _emit(value: Any, level: int, key: str = "") -> str:
     pad, inner = "  " * level, "  " * (level + 1)
+    if isinstance(value, _ColumnLines):
+        return value.emit(level)
     if isinstance(value, dict) and value:
         items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_emit(v, level + 1, k)}"
                  for k, v in value.items()]
@@ -135,10 +144,63 @@ def _transfer_line(t: dict[str, Any]) -> str:
             f'"op": {json.dumps(t["op"], ensure_ascii=False)}{group}}}')
 
 
+class _ColumnLines:
+    """The ``transfers`` section of a column-backed schedule, written straight from its columns
+    (the same bytes as :func:`_transfer_line` of each transfer's record)."""
+
+    def __init__(self, columns: TransferColumns) -> None:
+        self.columns = columns
+        for name in ("start", "end"):
+            col = getattr(columns, name)
+            bad = np.flatnonzero(~np.isfinite(col))
+            if len(bad):
+                i = int(bad[0])
+                _float(float(col[i]), f"transfers[{i}].{name}")
+
+    def emit(self, level: int) -> str:
+        c = self.columns
+        if not len(c):
+            return "[]"
+        inner = "  " * (level + 1)
+        parts = []
+        for a in range(0, len(c), BLOCK):
+            b = min(len(c), a + BLOCK)
+            route = _joined(c.route_ptr if not c.single_link else None, c.route_links, a, b)
+            chunks = _joined(c.chunk_ptr if not c.single_chunk else None, c.chunk_ids, a, b)
+            ops = [json.dumps(o, ensure_ascii=False) for o in OPS]
+            op = c.op[a:b].tolist()
+            group = [f', "group": {g}' if g >= 0 else "" for g in c.group[a:b].tolist()]
+            parts.extend(
+                f'{inner}{{"start": {s!r}, "end": {e!r}, "src": {x}, "dst": {y}, '
+                f'"route": [{r}], "chunks": [{ch}], "op": {ops[o]}{g}}}'
+                for s, e, x, y, r, ch, o, g in zip(
+                    c.start[a:b].tolist(), c.end[a:b].tolist(), c.src[a:b].tolist(),
+                    c.dst[a:b].tolist(), route, chunks, op, group, strict=True))
+        pad = "  " * level
+        return "[\n" + ",\n".join(parts) + "\n" + pad + "]"
+
+
+def _joined(ptr: np.ndarray | None, data: np.ndarray, a: int, b: int) -> list[str]:
+    """Rows ``a..b`` of a CSR pair as ``", "``-joined text."""
+    if ptr is None:
+        return [str(x) for x in data[a:b].tolist()]
+    p = ptr[a:b + 1].tolist()
+    base = p[0]
+    items = [str(x) for x in data[base:p[-1]].tolist()]
+    return [", ".join(items[p[k] - base:p[k + 1] - base]) for k in range(b - a)]
+
+
 def dumps(schedule: Schedule, *, bound: bool = True) -> str:
-    """Serialize ``schedule`` to JSON text (schema ``tacos.schedule/2``), ending in a newline."""
+    """Serialize ``schedule`` to JSON text (schema ``tacos.schedule/2``), ending in a newline.
+
+    A column-backed schedule is written from its columns, without ``Transfer`` objects (the
+    same bytes)."""
     with paused_gc():
-        return _emit(to_document(schedule, bound=bound), 0) + "\n"
+        if isinstance(schedule.transfers, TransferColumns):
+            doc = _document(schedule, _ColumnLines(schedule.transfers), bound)
+        else:
+            doc = to_document(schedule, bound=bound)
+        return _emit(doc, 0) + "\n"
 
 
 def dump(schedule: Schedule, path: str | Path, *, bound: bool = True) -> None:

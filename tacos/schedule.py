@@ -20,6 +20,7 @@ link shared by several members is held once.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from tacos.routes import Route
 from tacos.topology import Topology
 
 if TYPE_CHECKING:
+    from tacos.schedule_columns import TransferColumns
     from tacos.verify import VerifyReport
 
 OPS = ("copy", "reduce")
@@ -98,18 +100,53 @@ def transfers_from_columns(start: list[float], end: list[float], src: list[int],
 class Schedule:
     """A synthesized algorithm: the transfers plus the problem they solve.
 
-    ``meta`` holds solver facts (name, seed, trials, status, bounds); it does not take part in
-    equality.
+    ``transfers`` is a sequence of :class:`Transfer`: a tuple, or a
+    :class:`~tacos.schedule_columns.TransferColumns` (numpy columns that build ``Transfer``
+    objects on demand, what the greedy returns); either way the schedule means, compares and
+    serializes the same.  ``meta`` holds solver facts (name, seed, trials, status, bounds); it
+    does not take part in equality.
     """
 
     topology: Topology
     collective: Collective
-    transfers: tuple[Transfer, ...]
+    transfers: Sequence[Transfer]
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def columns(self) -> TransferColumns:
+        """The transfers as :class:`~tacos.schedule_columns.TransferColumns`: ``transfers``
+        itself when it is columnar, else built once from it and kept.  Raises
+        ``TypeError``/``ValueError`` for transfers columns cannot hold (see
+        :meth:`~tacos.schedule_columns.TransferColumns.from_transfers`)."""
+        from tacos.schedule_columns import TransferColumns
+
+        ts = self.transfers
+        if isinstance(ts, TransferColumns):
+            return ts
+        cached = self.__dict__.get("_columns")
+        if cached is None or cached[0] is not ts or len(cached[1]) != len(ts):
+            cached = (ts, TransferColumns.from_transfers(ts))
+            self.__dict__["_columns"] = cached
+        return cached[1]
+
+    @property
+    def columnar(self) -> bool:
+        """True when ``transfers`` is stored as columns."""
+        from tacos.schedule_columns import TransferColumns
+
+        return isinstance(self.transfers, TransferColumns)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_columns", None)  # a cache: rebuilt on demand, not shipped
+        return state
 
     @property
     def makespan(self) -> float:
         """Time at which the last transfer ends (0 for an empty schedule)."""
+        if self.columnar:
+            end = self.transfers.end  # type: ignore[attr-defined]
+            return float(end.max()) if len(end) else 0.0
         return max((t.end for t in self.transfers), default=0.0)
 
     def route_of(self, t: Transfer) -> Route:
@@ -133,6 +170,15 @@ class Schedule:
     def groups(self) -> dict[int, list[int]]:
         """In-switch operations: group id -> indices (into ``transfers``) of its members."""
         out: dict[int, list[int]] = defaultdict(list)
+        if self.columnar:  # from the group column
+            import numpy as np
+
+            cols = self.columns
+            if cols.has_groups:
+                member = np.flatnonzero(cols.group >= 0)
+                for i, g in zip(member.tolist(), cols.group[member].tolist(), strict=True):
+                    out[g].append(i)
+            return dict(out)
         for i, t in enumerate(self.transfers):
             if t.group is not None:
                 out[t.group].append(i)

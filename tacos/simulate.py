@@ -36,6 +36,7 @@ import numpy as np
 from tacos.errors import VerificationError
 from tacos.nogc import paused_gc
 from tacos.schedule import Schedule, Transfer
+from tacos.schedule_columns import TransferColumns
 from tacos.verify_bulk import (
     HopTable,
     early,
@@ -44,6 +45,7 @@ from tacos.verify_bulk import (
     route_costs,
     route_table,
     transfer_units,
+    unit_array,
 )
 
 
@@ -104,10 +106,13 @@ def simulate(schedule: Schedule, *, retime: bool = True, order: str = "planned")
         with paused_gc():
             replay = _replay if order == "planned" else _replay_ready
             starts, ends, warnings = replay(schedule)
-            transfers = tuple(
-                Transfer(s, e, t.src, t.dst, t.route, t.chunks, t.op, t.group)
-                for t, s, e in zip(schedule.transfers, starts, ends, strict=True)
-            )
+            if isinstance(schedule.transfers, TransferColumns):
+                transfers = schedule.transfers.with_times(starts, ends)
+            else:
+                transfers = tuple(
+                    Transfer(s, e, t.src, t.dst, t.route, t.chunks, t.op, t.group)
+                    for t, s, e in zip(schedule.transfers, starts, ends, strict=True)
+                )
         meta = dict(schedule.meta)
         meta["retimed"] = True
         out = Schedule(schedule.topology, schedule.collective, transfers, meta)
@@ -124,11 +129,14 @@ def _utilization(schedule: Schedule, time: float) -> tuple[float, ...]:
     if time <= 0 or not schedule.transfers:
         return tuple(0.0 for _ in links)
     rt = route_table(schedule)
-    span = np.fromiter((t.end - t.start for t in schedule.transfers), dtype=np.float64,
-                       count=len(schedule.transfers))
+    if isinstance(schedule.transfers, TransferColumns):
+        span = schedule.transfers.end - schedule.transfers.start
+    else:
+        span = np.fromiter((t.end - t.start for t in schedule.transfers), dtype=np.float64,
+                           count=len(schedule.transfers))
     link = rt.link
     ok = (link >= 0) & (link < len(links))
-    unit = np.asarray(transfer_units(schedule), dtype=np.int64)[rt.tr[ok]]
+    unit = unit_array(schedule)[rt.tr[ok]]
     pairs = np.unique(np.stack([link[ok], unit]), axis=1)  # a group holds a shared link once
     busy = np.bincount(pairs[0], weights=np.maximum(span[pairs[1]], 0.0),
                        minlength=len(links))
@@ -143,8 +151,8 @@ def _dependencies(schedule: Schedule, h: HopTable | None = None
     coll = schedule.collective
     n_chunks = max(1, coll.n_chunks)
     n = len(schedule.transfers)
-    into = h.dst * n_chunks + h.chunk
-    out_of = h.src * n_chunks + h.chunk
+    into = h.dst.astype(np.int64) * n_chunks + h.chunk
+    out_of = h.src.astype(np.int64) * n_chunks + h.chunk
     w, p = range_join(into, early(h.end), h.tr, out_of, h.start, h.tr, inclusive=True)
     raw = _unique_pairs(w, p, n)
     is_reduce = np.fromiter((c.reduce for c in coll.chunks), dtype=bool, count=coll.n_chunks)

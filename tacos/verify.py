@@ -55,6 +55,7 @@ from tacos.in_switch import GroupError, group_shape
 from tacos.nogc import paused_gc
 from tacos.routes import RouteError, link_name
 from tacos.schedule import OPS, Schedule, Transfer
+from tacos.schedule_columns import TransferColumns
 from tacos.verify_bulk import (
     DURATION_RTOL,
     HopTable,
@@ -62,10 +63,12 @@ from tacos.verify_bulk import (
     early,
     hop_table,
     overlap_suspects,
+    route_table,
     screen_copies,
     screen_reductions,
     transfer_suspects,
     transfer_units,
+    unit_array,
 )
 
 RULES = ("link", "duration", "overlap", "group", "causality", "postcondition", "contribution")
@@ -169,10 +172,11 @@ def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def _check_transfers(schedule: Schedule, out: _Collector, h: HopTable | None) -> list[bool]:
-    """Per-transfer rules (link, duration); returns which transfers are usable downstream."""
+def _check_transfers(schedule: Schedule, out: _Collector, h: HopTable | None) -> np.ndarray:
+    """Per-transfer rules (link, duration); returns which transfers are usable downstream (a
+    boolean array)."""
     suspects = transfer_suspects(schedule, h)
-    usable = [True] * len(schedule.transfers)
+    usable = np.ones(len(schedule.transfers), dtype=bool)
     for i in np.flatnonzero(suspects).tolist():
         usable[i] = _check_one(schedule, i, schedule.transfers[i], out)
     return usable
@@ -259,10 +263,18 @@ def _route_text(route: object) -> str:
     return repr(route)
 
 
-def _check_groups(schedule: Schedule, usable: list[bool], out: _Collector) -> None:
+def _check_groups(schedule: Schedule, usable: np.ndarray, out: _Collector) -> None:
     """Every group of transfers is one valid in-switch operation (:mod:`tacos.in_switch`)."""
     groups: dict[object, list[int]] = defaultdict(list)
-    for i, t in enumerate(schedule.transfers):
+    cols = schedule.transfers if isinstance(schedule.transfers, TransferColumns) else None
+    if cols is not None:  # the group column: ids are integers; members in transfer order
+        if cols.has_groups:
+            grouped = np.flatnonzero(cols.group >= 0)
+            order = np.argsort(cols.group[grouped], kind="stable")
+            ids = cols.group[grouped][order].tolist()
+            for g, i in zip(ids, grouped[order].tolist(), strict=True):
+                groups[g].append(i)
+    for i, t in enumerate(() if cols is not None else schedule.transfers):
         if t.group is None:
             continue
         if not isinstance(t.group, int) or isinstance(t.group, bool):
@@ -288,13 +300,22 @@ def _check_groups(schedule: Schedule, usable: list[bool], out: _Collector) -> No
                     npu=members[0].src)
 
 
-def _check_overlap(schedule: Schedule, usable: list[bool], out: _Collector) -> None:
+def _check_overlap(schedule: Schedule, usable: np.ndarray, out: _Collector) -> None:
     """No more than ``multiplicity`` transfers active at once on any physical link (a group
     counts once on a link its members share)."""
     suspects = overlap_suspects(schedule, usable)
-    unit = transfer_units(schedule)
+    if not suspects:
+        return
     per_link: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    if suspects:
+    if isinstance(schedule.transfers, TransferColumns):  # the route table, not the objects
+        rt = route_table(schedule)
+        keep = np.isin(rt.link, np.fromiter(suspects, dtype=np.int64)) & usable[rt.tr]
+        tr = rt.tr[keep]
+        for i, u, li in zip(tr.tolist(), unit_array(schedule)[tr].tolist(),
+                            rt.link[keep].tolist(), strict=True):
+            per_link[li][u].append(i)
+    else:
+        unit = transfer_units(schedule)
         for i, t in enumerate(schedule.transfers):
             if usable[i]:
                 for li in t.route:
@@ -326,7 +347,7 @@ def _check_overlap(schedule: Schedule, usable: list[bool], out: _Collector) -> N
             active.add(i)
 
 
-def _check_data(schedule: Schedule, usable: list[bool], out: _Collector,
+def _check_data(schedule: Schedule, usable: np.ndarray, out: _Collector,
                 h: HopTable | None) -> None:
     """Causality, postconditions and reduction contributions.
 
@@ -344,11 +365,18 @@ def _check_data(schedule: Schedule, usable: list[bool], out: _Collector,
     if not exact:
         return
     by_chunk: dict[int, list[int]] = defaultdict(list)
-    for i, t in enumerate(schedule.transfers):
-        if usable[i]:
-            for c in t.chunks:
-                if c in exact:
-                    by_chunk[c].append(i)
+    if h is not None:  # the hop table's (transfer, chunk) rows, in transfer order
+        keep = np.isin(h.chunk, np.fromiter(exact, dtype=np.int64)) & usable[h.tr]
+        chunk, tr = h.chunk[keep], h.tr[keep]
+        order = np.argsort(chunk, kind="stable")
+        for c, i in zip(chunk[order].tolist(), tr[order].tolist(), strict=True):
+            by_chunk[c].append(i)
+    else:
+        for i, t in enumerate(schedule.transfers):
+            if usable[i]:
+                for c in t.chunks:
+                    if c in exact:
+                        by_chunk[c].append(i)
     for cid in sorted(exact):
         chunk = coll.chunks[cid]
         events = _events(schedule.transfers, by_chunk.get(cid, []))

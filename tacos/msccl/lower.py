@@ -127,6 +127,9 @@ def lower(schedule: Schedule, *, options: MscclOptions | None = None,
                  "topology whose switches declare no capabilities)")
     schedule = first_round(schedule)  # a pipelined schedule: the runtime loops over slices
     with paused_gc():
+        if not isinstance(schedule.transfers, tuple):  # columns: the lowering indexes objects
+            schedule = Schedule(schedule.topology, schedule.collective,
+                                tuple(schedule.transfers), schedule.meta)
         return _lower(schedule, opts, as_reporter(progress))
 
 

@@ -65,6 +65,7 @@ from tacos.collective import Collective
 from tacos.engines import Engine, SerialEngine, engine_for
 from tacos.passes.unwind import to_physical, unwind
 from tacos.schedule import Schedule, transfers_from_columns
+from tacos.schedule_columns import TransferColumns, csr_take, unit_ptr
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
 from tacos.solvers.greedy_instance import TICK, Instance, build_instance
 from tacos.solvers.greedy_ports import build_port_instance
@@ -170,7 +171,7 @@ class GreedySolver:
                 progress(total, total)
         except Stuck as exc:
             return SolveResult("infeasible", None, stats={"reason": str(exc)})
-        schedule = to_schedule(Problem(topo, coll, opts), inst, best)
+        schedule = to_schedule(Problem(topo, coll, opts), inst, best, release=True)
         if view is not None:
             schedule = to_physical(schedule, view)
         elapsed = time.perf_counter() - t0
@@ -205,38 +206,111 @@ def relay_npus(topology, collective: Collective, options: dict) -> list[int]:
     return [v for v in live if v in keep]
 
 
-def to_schedule(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
+def to_schedule(problem: Problem, inst: Instance, res: TrialResult, *,
+                release: bool = False) -> Schedule:
     """Turn a trial's tick-based transfer columns into a :class:`Schedule` (seconds, chunk
     ids, each transfer on its physical route: the link itself on a switch-free topology),
-    ordered by (start, end, source, destination, channel, route)."""
+    ordered by (start, end, source, destination, channel, route).
+
+    The schedule is column-backed (:class:`~tacos.schedule_columns.TransferColumns`): no
+    ``Transfer`` object is built here.  ``release`` empties ``res``'s transfer columns as
+    they are used (the caller no longer needs them; at thousands of NPUs they are hundreds of
+    MiB).
+    """
+    n = len(res.link)
+    if not (hasattr(res.end, "dtype") or max(res.end, default=0) < 1 << 62):
+        return _to_schedule_tuples(problem, inst, res)
+    start = np.asarray(res.start, dtype=np.int64)
+    end = np.asarray(res.end, dtype=np.int64)
+    link = np.asarray(res.link, dtype=np.int64)
+    route = np.asarray(res.route, dtype=np.int64) if len(res.route) else None
+    cptr, cids, bits = res.chunk_ptr, res.chunk_ids, res.bits
+    if release:
+        res.start, res.end, res.link, res.route = [], [], [], []
+        res.chunk_ptr = res.chunk_ids = None
+        res.bits = []
+    order = _order(inst, start, end, link, route)
+    link = link[order]
+    src = np.asarray(inst.src, dtype=np.int32)[link]
+    dst = np.asarray(inst.dst, dtype=np.int32)[link]
+    starts = np.multiply(start[order], TICK)
+    del start
+    ends = np.multiply(end[order], TICK)
+    del end
+    if route is None or bool((route < 0).all()):  # every transfer on its channel's one link
+        route_ptr, route_links = None, link.astype(np.int32)
+    else:  # a table of every path: the routes, then one-link paths of the channels
+        table = list(inst.route_links) + [(i,) for i in range(len(inst.src))]
+        tptr, tdata = _table(table)
+        route = route[order]
+        route_ptr, route_links = csr_take(
+            tptr, tdata, np.where(route >= 0, route, len(inst.route_links) + link))
+    del link, route
+    if cptr is not None:
+        cptr = np.asarray(cptr, dtype=np.int64)
+        cids = np.asarray(cids)
+        if len(cids) == n and unit_ptr(cptr):
+            cptr = None
+    else:
+        res_bits = TrialResult(0, 0, 0, [], [], [], bits)
+        cptr, cids = _table(list(res_bits.chunk_tuples()))
+    chunk_ptr, chunk_ids = csr_take(cptr, cids, order)
+    del cptr, cids, order
+    ids = [c.id for c in problem.collective.chunks]
+    if ids != list(range(len(ids))):
+        chunk_ids = np.asarray(ids, dtype=np.int64)[chunk_ids]
+    transfers = TransferColumns(starts, ends, src, dst, route_ptr, route_links, chunk_ptr,
+                                chunk_ids)
+    return Schedule(problem.topology, problem.collective, transfers, {})
+
+
+def _order(inst: Instance, start: np.ndarray, end: np.ndarray, link: np.ndarray,
+           route: np.ndarray | None) -> np.ndarray:
+    """The permutation sorting transfers by (start, end, source, destination, channel, route),
+    stable.  A channel fixes its source and destination, so they are one key: the channel's
+    rank in (source, destination, channel) order; and (end, rank) is one integer when it fits
+    in 62 bits."""
+    n_links = len(inst.src)
+    by = np.lexsort((np.arange(n_links), np.asarray(inst.dst, dtype=np.int64),
+                     np.asarray(inst.src, dtype=np.int64)))
+    rank = np.empty(n_links, dtype=np.int64)
+    rank[by] = np.arange(n_links, dtype=np.int64)
+    key = rank[link]
+    if route is not None:
+        return np.lexsort((route, key, end, start))
+    if len(end):
+        lo = int(end.min())
+        if (int(end.max()) - lo + 1) * n_links < 1 << 62:
+            key += (end - lo) * n_links
+            return np.lexsort((key, start))
+    return np.lexsort((key, end, start))
+
+
+def _table(rows: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``(ptr, data)`` of integer tuples."""
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows)),
+              out=ptr[1:])
+    data = np.fromiter((x for r in rows for x in r), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, data
+
+
+def _to_schedule_tuples(problem: Problem, inst: Instance, res: TrialResult) -> Schedule:
+    """:func:`to_schedule` for ticks beyond 64 bits (hours of latency): Python integers all
+    the way, a tuple of ``Transfer`` objects."""
     ids = [c.id for c in problem.collective.chunks]
     n = len(res.link)
-    if hasattr(res.end, "dtype") or max(res.end, default=0) < 1 << 62:
-        start = np.asarray(res.start, dtype=np.int64)
-        end = np.asarray(res.end, dtype=np.int64)
-        link = np.asarray(res.link, dtype=np.int64)
-        route = (np.asarray(res.route, dtype=np.int64) if len(res.route)
-                 else np.full(n, -1, dtype=np.int64))
-        src = np.asarray(inst.src, dtype=np.int64)[link]
-        dst = np.asarray(inst.dst, dtype=np.int64)[link]
-        order = np.lexsort((route, link, dst, src, end, start))  # stable, last key first
-        starts, ends = (start[order] * TICK).tolist(), (end[order] * TICK).tolist()
-        srcs, dsts = src[order].tolist(), dst[order].tolist()
-        links, routes = link[order].tolist(), route[order].tolist()
-        order = order.tolist()
-    else:  # ticks beyond 64 bits (hours of latency): Python integers all the way
-        rs = res.route or [-1] * n
-        order = sorted(range(n), key=lambda i: (res.start[i], res.end[i], inst.src[res.link[i]],
-                                                inst.dst[res.link[i]], res.link[i], rs[i]))
-        starts = [res.start[i] * TICK for i in order]
-        ends = [res.end[i] * TICK for i in order]
-        links, routes = [res.link[i] for i in order], [rs[i] for i in order]
-        srcs, dsts = [inst.src[lk] for lk in links], [inst.dst[lk] for lk in links]
+    rs = res.route or [-1] * n
+    order = sorted(range(n), key=lambda i: (res.start[i], res.end[i], inst.src[res.link[i]],
+                                            inst.dst[res.link[i]], res.link[i], rs[i]))
+    starts = [res.start[i] * TICK for i in order]
+    ends = [res.end[i] * TICK for i in order]
+    links, routes = [res.link[i] for i in order], [rs[i] for i in order]
+    srcs, dsts = [inst.src[lk] for lk in links], [inst.dst[lk] for lk in links]
     chunks = list(res.chunk_tuples())
     if ids != list(range(len(ids))):
         chunks = [tuple(ids[i] for i in cs) for cs in chunks]
-    one_link = [(i,) for i in range(len(inst.src))]
-    paths = [inst.route_links[r] if r >= 0 else one_link[lk]
+    paths = [inst.route_links[r] if r >= 0 else (lk,)
              for lk, r in zip(links, routes, strict=True)]
     transfers = transfers_from_columns(starts, ends, srcs, dsts, paths,
                                        [chunks[i] for i in order])
