@@ -32,6 +32,22 @@ from tacos.solvers.greedy_jit_spec import _best_resend, _inflight, _land, _meets
 
 
 @njit(cache=True)
+def _order_slots(pcs, keys, m, perm):
+    """``perm[:m]`` = the slots by (``pcs``, ``keys``, index), ascending: what a stable sort by
+    ``keys`` followed by a stable sort by ``pcs`` gives (Python's two ``sorted`` calls), by
+    insertion (m is a destination's in-lanes, a handful) without allocating."""
+    for i in range(m):
+        j = i
+        while j > 0:
+            q = perm[j - 1]
+            if pcs[q] < pcs[i] or (pcs[q] == pcs[i] and keys[q] <= keys[i]):
+                break
+            perm[j] = q
+            j -= 1
+        perm[j] = i
+
+
+@njit(cache=True)
 def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, need, total_need,
            usize, nb, cap, mt, pos, T_ids, spec, sentinel):
     """One trial; returns ``(status, tick, left, start, end, link, chunk_ptr, chunk_ids,
@@ -198,11 +214,9 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, mult, alpha, bw, pre, nee
                 for i in range(m):
                     pcs[i] = popcount(slot_a[i])
                     keys[i] = random01(mt, pos)
-                o1 = np.argsort(keys[:m], kind="mergesort")
-                o2 = np.argsort(pcs[:m][o1], kind="mergesort")
-                for i in range(m):
-                    perm[i] = o1[o2[i]]
-                acc = np.zeros(W, dtype=np.uint64)
+                _order_slots(pcs, keys, m, perm)
+                acc = other  # free here: only the m == 1 case above uses it
+                acc[:] = _U0
                 for i in range(m - 1, -1, -1):
                     rest[i] = acc
                     acc |= slot_a[perm[i]]
