@@ -101,12 +101,13 @@ def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, l
     in the reversed tree of a reduction the second send would carry the first one's
     contributions again.  Only links of the packed paths are used, so the capacities the packing
     respects still hold.  Returns the local tree and each local node's NPU."""
-    if all(len(path) == 2 for path in tree.paths):  # direct links only: nothing to cut
-        where = {tree.root: 0}
-        for _, y in tree.edges:
-            where[y] = len(where)
-        edges = [(where[x], where[y]) for x, y in tree.edges]
-        return Tree(0, tree.mult, edges, list(tree.paths)), list(where)
+    if max(map(len, tree.paths), default=2) == 2:  # direct links only: nothing to cut
+        ys = [y for _, y in tree.edges]  # a tree's children: each node once, in edge order
+        where = dict(zip(ys, range(1, len(ys) + 1), strict=True))
+        where[tree.root] = 0
+        edges = list(zip(map(where.__getitem__, [x for x, _ in tree.edges]),
+                         range(1, len(ys) + 1), strict=True))
+        return Tree(0, tree.mult, edges, list(tree.paths)), [tree.root, *ys]
     npus = [tree.root]
     where = {tree.root: 0}  # NPU -> the local node that holds the tree's data there
     edges: list[tuple[int, int]] = []
@@ -263,23 +264,27 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
         h = tall.get(shape)
         if h is None:
             h = tall[shape] = _heights(tree)
-        ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-        hop_ids.append([])
-        for e, (x, y) in enumerate(tree.edges):
-            hid = by_path.get(tree.paths[e])
-            if hid is None:
-                hop = hop_of(tree.paths[e])
-                hid = hop_index.get(hop)
+        ids = [by_path.get(path) for path in tree.paths]
+        if None in ids:  # paths not seen yet, in edge order (hop ids by first use)
+            for e, path in enumerate(tree.paths):
+                hid = by_path.get(path)
                 if hid is None:
-                    hid = hop_index[hop] = len(hops)
-                    hops.append(hop)
-                    for choice in hop.links:
-                        for li in choice:
-                            users[li].append(hid)
-                by_path[tree.paths[e]] = hid
-            ch[x].append((e, hid, -h[y]))
-            hop_ids[-1].append(hid)
-        children.append(ch)
+                    hop = hop_of(path)
+                    hid = hop_index.get(hop)
+                    if hid is None:
+                        hid = hop_index[hop] = len(hops)
+                        hops.append(hop)
+                        for choice in hop.links:
+                            for li in choice:
+                                users[li].append(hid)
+                    by_path[path] = hid
+                ids[e] = hid
+        hop_ids.append(ids)
+        if not steps:  # step merging walks groups (_GroupView), not tree children
+            ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+            for e, (x, y) in enumerate(tree.edges):
+                ch[x].append((e, ids[e], -h[y]))
+            children.append(ch)
     ready: list[list] = [[] for _ in hops]
     round_bytes = [[sum(chunk_bytes[c] for c in r) for r in tree_rounds] for tree_rounds in rounds]
     if steps:
