@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from tacos.collective import Collective
@@ -107,9 +108,10 @@ class Schedule:
     transfers: tuple[Transfer, ...]
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    @property
+    @cached_property
     def makespan(self) -> float:
-        """Time at which the last transfer ends (0 for an empty schedule)."""
+        """Time at which the last transfer ends (0 for an empty schedule; computed once: the
+        transfers are a tuple of frozen records)."""
         return max((t.end for t in self.transfers), default=0.0)
 
     def route_of(self, t: Transfer) -> Route:

@@ -61,8 +61,17 @@ class Hop:
 
 def make_transfer(start: float, end: float, src: int, dst: int, route: tuple[int, ...],
                   chunks: tuple[int, ...], op: str = "copy") -> Transfer:
-    """The transfer of one slice over one route (the only place transfers are built)."""
-    return Transfer(start, end, src, dst, route, chunks, op)
+    """The transfer of one slice over one route (the only place transfers are built): the
+    same object as ``Transfer(start, end, src, dst, route, chunks, op)``, without a frozen
+    dataclass's per-field ``object.__setattr__`` (as
+    :func:`~tacos.schedule.transfers_from_columns`)."""
+    t = _new(Transfer)
+    t.__dict__.update(start=start, end=end, src=src, dst=dst, route=route, chunks=chunks, op=op,
+                      group=None)
+    return t
+
+
+_new = object.__new__
 
 
 def _heights(tree: Tree) -> dict[int, int]:
