@@ -257,7 +257,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     local = [_local(t, is_switch) for t in trees]
     trees = [t for t, _ in local]
     npu_of = [n for _, n in local]
-    steps = batch == "steps"
+    steps = batch == "steps" and bool(trees)  # (no trees: nothing to group)
     free = list(lanes)
     longest = max((len(r) for r in rounds), default=1)
     scale = [longest / max(1, len(r)) for r in rounds]
