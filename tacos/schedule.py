@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from tacos.collective import Collective
@@ -141,9 +142,10 @@ class Schedule:
         state.pop("_columns", None)  # a cache: rebuilt on demand, not shipped
         return state
 
-    @property
+    @cached_property
     def makespan(self) -> float:
-        """Time at which the last transfer ends (0 for an empty schedule)."""
+        """Time at which the last transfer ends (0 for an empty schedule; computed once: the
+        transfers are immutable)."""
         if self.columnar:
             end = self.transfers.end  # type: ignore[attr-defined]
             return float(end.max()) if len(end) else 0.0

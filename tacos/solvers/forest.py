@@ -384,11 +384,13 @@ def channel_groups(forests: list[Forest], base: int) -> dict[str, dict[str, list
     :data:`TB_BUDGET` (about two per peer and channel) and at most :data:`MAX_TREE_CHANNELS`."""
     out: dict[str, dict[str, list[int]]] = {}
     for f in forests:
+        arcs: set[tuple[int, int]] = set()
+        for t in f.trees:  # trees share most arcs: each arc once
+            arcs.update(t.edges)
         peers: dict[int, set[int]] = defaultdict(set)
-        for t in f.trees:
-            for x, y in t.edges:
-                peers[x].add(y)
-                peers[y].add(x)
+        for x, y in arcs:
+            peers[x].add(y)
+            peers[y].add(x)
         most = max((len(p) for p in peers.values()), default=1)
         groups = max(1, min(MAX_TREE_CHANNELS, TB_BUDGET // max(1, 2 * most)))
         rank: dict[int, int] = defaultdict(int)

@@ -27,8 +27,9 @@ test changes three capacities instead of one per tree).
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from tacos.solvers.forest_flow import INF, FlowNetwork
 from tacos.solvers.forest_rate import Edge
@@ -244,6 +245,18 @@ def _map_paths(tree: Tree, pools: dict[Edge, list[tuple[Path, int]]]) -> list[Tr
     return [Tree(tree.root, mult, list(tree.edges), paths) for paths, mult in parts]
 
 
+def _spans(t: Tree, group: set[int]) -> bool:
+    """Whether ``t`` is a spanning out-arborescence of its root over ``group`` whose paths
+    join its edges' ends (:func:`check_packing`'s test, on whole lists)."""
+    xs = [x for x, _ in t.edges]
+    ys = [y for _, y in t.edges]
+    at = dict(zip(ys, range(1, len(ys) + 1), strict=True))  # node -> edge into it (+1)
+    at[t.root] = 0
+    return (len(at) == len(ys) + 1 and at.keys() == group
+            and [p[0] for p in t.paths] == xs and [p[-1] for p in t.paths] == ys
+            and all(map(int.__lt__, map(at.get, xs, repeat(len(at))), range(1, len(xs) + 1))))
+
+
 def check_packing(compute: tuple[int, ...], roots: tuple[int, ...], trees: list[Tree], k: int,
                   caps: dict[Edge, int]) -> dict[Edge, int]:
     """Raise if a tree is not a spanning out-arborescence of its root, a root does not have k
@@ -251,6 +264,19 @@ def check_packing(compute: tuple[int, ...], roots: tuple[int, ...], trees: list[
     per_root: dict[int, int] = defaultdict(int)
     load: dict[Edge, int] = defaultdict(int)
     group = set(compute)
+    if all(_spans(t, group) for t in trees):  # in bulk; else find the fault edge by edge
+        paths: Counter[Path] = Counter()  # paths with their trees' multiplicities
+        for t in trees:
+            per_root[t.root] += t.mult
+            if t.mult == 1:
+                paths.update(t.paths)
+            else:
+                for path in t.paths:
+                    paths[path] += t.mult
+        for path, m in paths.items():
+            for hop in zip(path, path[1:], strict=False):
+                load[hop] += m
+        trees = []
     for t in trees:
         per_root[t.root] += t.mult
         reached = {t.root}

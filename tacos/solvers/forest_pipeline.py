@@ -39,9 +39,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from tacos.schedule import Transfer
 from tacos.solvers.forest_pack import Tree
 from tacos.solvers.forest_split import Path
+from tacos.solvers.forest_steps import StepTable, step_groups, step_table
+
+__all__ = ["Hop", "emit", "make_transfer", "slice_count", "step_groups"]
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,17 @@ class Hop:
 
 def make_transfer(start: float, end: float, src: int, dst: int, route: tuple[int, ...],
                   chunks: tuple[int, ...], op: str = "copy") -> Transfer:
-    """The transfer of one slice over one route (the only place transfers are built)."""
-    return Transfer(start, end, src, dst, route, chunks, op)
+    """The transfer of one slice over one route (the only place transfers are built): the
+    same object as ``Transfer(start, end, src, dst, route, chunks, op)``, without a frozen
+    dataclass's per-field ``object.__setattr__`` (as
+    :func:`~tacos.schedule.transfers_from_columns`)."""
+    t = _new(Transfer)
+    t.__dict__.update(start=start, end=end, src=src, dst=dst, route=route, chunks=chunks, op=op,
+                      group=None)
+    return t
+
+
+_new = object.__new__
 
 
 def _heights(tree: Tree) -> dict[int, int]:
@@ -96,12 +110,13 @@ def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, l
     in the reversed tree of a reduction the second send would carry the first one's
     contributions again.  Only links of the packed paths are used, so the capacities the packing
     respects still hold.  Returns the local tree and each local node's NPU."""
-    if all(len(path) == 2 for path in tree.paths):  # direct links only: nothing to cut
-        where = {tree.root: 0}
-        for _, y in tree.edges:
-            where[y] = len(where)
-        edges = [(where[x], where[y]) for x, y in tree.edges]
-        return Tree(0, tree.mult, edges, list(tree.paths)), list(where)
+    if max(map(len, tree.paths), default=2) == 2:  # direct links only: nothing to cut
+        ys = [y for _, y in tree.edges]  # a tree's children: each node once, in edge order
+        where = dict(zip(ys, range(1, len(ys) + 1), strict=True))
+        where[tree.root] = 0
+        edges = list(zip(map(where.__getitem__, [x for x, _ in tree.edges]),
+                         range(1, len(ys) + 1), strict=True))
+        return Tree(0, tree.mult, edges, list(tree.paths)), [tree.root, *ys]
     npus = [tree.root]
     where = {tree.root: 0}  # NPU -> the local node that holds the tree's data there
     edges: list[tuple[int, int]] = []
@@ -157,92 +172,74 @@ priorities, not on rounding (all-reduce's phases on 2x DGX-A100 differed by 7% f
 all-gather of the same shards without it)."""
 
 
-def step_groups(trees: list[Tree], npu_of: list[list[int]], hop_ids: list[list[int]],
-                n_rounds: list[int], labels: bool = True, whole: bool = True,
-                ) -> tuple[dict[tuple[int, int, int], int], list[list], list[int]]:
-    """Step merging (:func:`emit` with ``batch='steps'``): every (tree, edge, round) with the
-    same sender, receiver, route and step forms one group, sent as one transfer once all its
-    slices are at the sender.  Slice j of a tree edge e = (x, y) travels at step
-    ``depth(x) + j``, or, where the tree labels its edges (``Tree.steps``, e.g. the binomial
-    stars of :mod:`~tacos.solvers.forest_shared`), at step (family, b) of round j.  Slices
-    arrive by groups of earlier steps, so with depth steps groups never wait on each other in
-    a cycle; labelled steps are checked, and if their groups would wait in a cycle the depth
-    steps are used instead (``labels=False``).  Returns the group of every (tree, edge, round),
-    each group's members and its priority (lower first: the step, counted from the round)."""
-    index: dict[tuple, int] = {}
-    group_of: dict[tuple[int, int, int], int] = {}
-    members: list[list] = []
-    step_of: list[int] = []
-    shapes: dict[tuple, tuple[dict[int, int], list[bool]]] = {}  # trees of one shape (tori)
-    for i, tree in enumerate(trees):
-        marks = tree.steps if labels and tree.steps else [None] * len(tree.edges)
-        shape = (tree.root, tuple(tree.edges), id(tree.steps) if labels and tree.steps else 0)
-        if shape not in shapes:
-            depth = {tree.root: 0}
-            for x, y in tree.edges:
-                depth[y] = depth[x] + 1
-            shapes[shape] = depth, _last_stage(tree, marks)
-        depth, last = shapes[shape]
-        for e, ((x, y), mark) in enumerate(zip(tree.edges, marks, strict=True)):
-            for j in range(n_rounds[i]):
-                ends = (npu_of[i][x], npu_of[i][y], hop_ids[i][e])
-                if mark is None:
-                    key, when = (*ends, -1, -1, depth[x] + j), depth[x] + j
-                elif mark[0] == 0 and whole and last[e]:  # the root's own last stage:
-                    key, when = (*ends, *mark, -1), mark[1]
-                else:
-                    key, when = (*ends, *mark, j), mark[0] + mark[1] + j
-                g = index.get(key)
-                if g is None:
-                    g = index[key] = len(members)
-                    members.append([])
-                    step_of.append(when)
-                members[g].append((i, j, e))
-                group_of[i, e, j] = g
-    if labels and any(t.steps for t in trees) and _cyclic(trees, group_of, members):
-        return step_groups(trees, npu_of, hop_ids, n_rounds, labels=False, whole=whole)
-    return group_of, members, step_of
+class _GroupView:
+    """What :func:`emit`'s list schedule needs of step merging's groups (:func:`step_table`),
+    as Python lists: each group's route id, priority (step, -(tallest subtree below a member)),
+    the groups it feeds, and its transfer (first member, sorted chunks, bytes)."""
 
+    def __init__(self, table: StepTable, trees: list[Tree], hop_ids: list[list[int]],
+                 tall: dict[tuple, dict[int, int]], rounds: list[list[tuple[int, ...]]],
+                 chunk_bytes: list[int], round_bytes: list[list[int]]) -> None:
+        self.table = table
+        self.rounds = rounds
+        self.round_bytes = round_bytes
+        first = table.first
+        n_edges = np.array([len(t.edges) for t in trees], dtype=np.int64)
+        edge_start = np.concatenate(([0], np.cumsum(n_edges)[:-1])).astype(np.int64)
+        flat_edge = edge_start[table.tree] + table.edge  # member -> tree edge
+        hops = np.concatenate([np.asarray(h, dtype=np.int64) for h in hop_ids])
+        lows: dict[tuple, np.ndarray] = {}  # -height of each edge's child, by shape
+        neg = []
+        for tree in trees:
+            shape = tuple(tree.edges)
+            if shape not in lows:
+                h = tall[shape]
+                lows[shape] = np.array([-h[y] for _, y in tree.edges], dtype=np.int64)
+            neg.append(lows[shape])
+        neg_height = np.concatenate(neg)[flat_edge]
+        self.hop = hops[flat_edge[first]].tolist()
+        self.step = table.step.tolist()
+        self.tallest = np.minimum.reduceat(neg_height[table.order], table.start[:-1]).tolist()
+        self.ptr = table.feed_ptr.tolist()
+        self.to = table.feed_group.tolist()
+        self.count = table.feed_count.tolist()
+        self.tree, self.edge, self.rnd = (table.tree[first].tolist(), table.edge[first].tolist(),
+                                          table.rnd[first].tolist())
+        self.size = table.size.tolist()
+        # every group's chunks, sorted, back to back (its members' rounds' chunks)
+        round_start = np.concatenate(([0], np.cumsum([len(r) for r in rounds])[:-1]))
+        lengths = np.array([len(c) for r in rounds for c in r], dtype=np.int64)
+        flat = np.array([c for r in rounds for cs in r for c in cs], dtype=np.int64)
+        chunk_start = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        member_round = (round_start.astype(np.int64)[table.tree] + table.rnd)[table.order]
+        take = lengths[member_round]
+        ends = np.cumsum(take)
+        pos = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+        pos += np.repeat(chunk_start[member_round] - (ends - take), take)
+        owner = np.repeat(table.group[table.order], take)
+        top = int(flat.max()) + 1 if len(flat) else 1
+        self.chunks = (np.sort(owner * top + flat[pos]) % top) if len(pos) else pos
+        sizes = np.asarray(chunk_bytes, dtype=np.int64)
+        self.sums = np.concatenate(([0], np.cumsum(sizes[self.chunks]))).tolist()
+        counts = np.bincount(owner, minlength=table.n_groups)
+        self.at = np.concatenate(([0], np.cumsum(counts))).tolist()
 
-def _last_stage(tree: Tree, marks: list) -> list[bool]:
-    """Per edge: whether it and every edge below it belong to the root's own family of
-    labelled steps (family 0).  Such edges carry data the root has from the start and feed
-    nothing else, so all rounds of a step may go as one transfer (the pipeline gains nothing
-    from slicing them)."""
-    ok = [m is not None and m[0] == 0 for m in marks]
-    below: dict[int, bool] = defaultdict(lambda: True)  # node -> all edges below are ok
-    for e in range(len(tree.edges) - 1, -1, -1):  # children after parents (BFS order)
-        x, y = tree.edges[e]
-        ok[e] = ok[e] and below[y]
-        below[x] = below[x] and ok[e]
-    return ok
+    def initial(self) -> list[int]:
+        """The groups whose slices are all at their senders from the start (the roots')."""
+        return np.flatnonzero(self.table.waits == 0).tolist()
 
+    def feeds(self, g: int) -> zip:
+        """(group, members) pairs of the groups whose members group g's arrival brings."""
+        lo, hi = self.ptr[g], self.ptr[g + 1]
+        return zip(self.to[lo:hi], self.count[lo:hi], strict=True)
 
-def _cyclic(trees: list[Tree], group_of: dict[tuple[int, int, int], int],
-            members: list[list]) -> bool:
-    """Whether some groups wait on each other in a cycle (a group waits for the groups that
-    bring its members' slices to the sender)."""
-    parent_edge = [{y: e for e, (_, y) in enumerate(t.edges)} for t in trees]
-    after: list[set[int]] = [set() for _ in members]
-    needs = [0] * len(members)
-    for g, mem in enumerate(members):
-        for i, j, e in mem:
-            p = parent_edge[i].get(trees[i].edges[e][0])
-            if p is not None:
-                h = group_of[i, p, j]
-                if g not in after[h]:
-                    after[h].add(g)
-                    needs[g] += 1
-    todo = [g for g in range(len(members)) if needs[g] == 0]
-    seen = 0
-    while todo:
-        h = todo.pop()
-        seen += 1
-        for g in after[h]:
-            needs[g] -= 1
-            if needs[g] == 0:
-                todo.append(g)
-    return seen < len(members)
+    def transfer(self, g: int) -> tuple[int, int, int, tuple[int, ...], int]:
+        """Group g's first member (tree, round, edge), chunks and bytes."""
+        i, j, e = self.tree[g], self.rnd[g], self.edge[g]
+        if self.size[g] == 1:
+            return i, j, e, self.rounds[i][j], self.round_bytes[i][j]
+        lo, hi = self.at[g], self.at[g + 1]
+        return i, j, e, tuple(self.chunks[lo:hi].tolist()), self.sums[hi] - self.sums[lo]
 
 
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
@@ -260,7 +257,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     local = [_local(t, is_switch) for t in trees]
     trees = [t for t, _ in local]
     npu_of = [n for _, n in local]
-    steps = batch == "steps"
+    steps = batch == "steps" and bool(trees)  # (no trees: nothing to group)
     free = list(lanes)
     longest = max((len(r) for r in rounds), default=1)
     scale = [longest / max(1, len(r)) for r in rounds]
@@ -276,30 +273,33 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
         h = tall.get(shape)
         if h is None:
             h = tall[shape] = _heights(tree)
-        ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-        hop_ids.append([])
-        for e, (x, y) in enumerate(tree.edges):
-            hid = by_path.get(tree.paths[e])
-            if hid is None:
-                hop = hop_of(tree.paths[e])
-                hid = hop_index.get(hop)
+        ids = [by_path.get(path) for path in tree.paths]
+        if None in ids:  # paths not seen yet, in edge order (hop ids by first use)
+            for e, path in enumerate(tree.paths):
+                hid = by_path.get(path)
                 if hid is None:
-                    hid = hop_index[hop] = len(hops)
-                    hops.append(hop)
-                    for choice in hop.links:
-                        for li in choice:
-                            users[li].append(hid)
-                by_path[tree.paths[e]] = hid
-            ch[x].append((e, hid, -h[y]))
-            hop_ids[-1].append(hid)
-        children.append(ch)
-    if steps:
-        group_of, members, step_of = step_groups(trees, npu_of, hop_ids,
-                                                 [len(r) for r in rounds])
-        waiting = [len(m) for m in members]  # slices of each group not yet at the sender
-        tallest = [0] * len(members)  # -(tallest subtree below a member)
+                    hop = hop_of(path)
+                    hid = hop_index.get(hop)
+                    if hid is None:
+                        hid = hop_index[hop] = len(hops)
+                        hops.append(hop)
+                        for choice in hop.links:
+                            for li in choice:
+                                users[li].append(hid)
+                    by_path[path] = hid
+                ids[e] = hid
+        hop_ids.append(ids)
+        if not steps:  # step merging walks groups (_GroupView), not tree children
+            ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+            for e, (x, y) in enumerate(tree.edges):
+                ch[x].append((e, ids[e], -h[y]))
+            children.append(ch)
     ready: list[list] = [[] for _ in hops]
     round_bytes = [[sum(chunk_bytes[c] for c in r) for r in tree_rounds] for tree_rounds in rounds]
+    if steps:
+        table = step_table(trees, npu_of, hop_ids, [len(r) for r in rounds])
+        groups = _GroupView(table, trees, hop_ids, tall, rounds, chunk_bytes, round_bytes)
+        waiting = table.waits.tolist()  # members of each group whose slice is not at the sender
     events: list = []
     parts: dict[int, int] = {}  # transfer group -> stripes still under way
     out: list[Transfer] = []
@@ -308,17 +308,17 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     def push(i: int, j: int, node: int, touched: set[int]) -> None:
         key = j * scale[i]
         for e, hid, neg_height in children[i][node]:
-            if steps:  # a group is ready once all its slices are
-                g = group_of[i, e, j]
-                waiting[g] -= 1
-                tallest[g] = min(tallest[g], neg_height)
-                if waiting[g]:
-                    continue
-                heapq.heappush(ready[hid], (step_of[g], tallest[g], g, 0, 0))
-                touched.add(hid)
-                continue
             heapq.heappush(ready[hid], (key + LOOKAHEAD * neg_height, neg_height, i, j, e))
             touched.add(hid)
+
+    def arrive(g: int, touched: set[int]) -> None:
+        """Group g's slices are at their receivers: the groups they feed wait for fewer."""
+        for g2, count in groups.feeds(g):
+            waiting[g2] -= count
+            if not waiting[g2]:  # a group is ready once all its slices are
+                hid = groups.hop[g2]
+                heapq.heappush(ready[hid], (groups.step[g2], groups.tallest[g2], g2, 0, 0))
+                touched.add(hid)
 
     def lanes_for(hop: Hop) -> tuple[int, ...] | None:
         route = []
@@ -340,9 +340,9 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                 if route is None:
                     break
                 key, _, i, j, e = heapq.heappop(queue)
-                if steps:  # the whole group: one transfer
-                    group = members[i]
-                    i, j, e = group[0]
+                if steps:  # the whole group i: one transfer
+                    group: list | int = i
+                    i, j, e, chunks, nbytes = groups.transfer(i)
                 else:
                     group = [(i, j, e)]
                 while batch is True and queue and queue[0][0] == key:  # same round: one transfer
@@ -350,7 +350,9 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                     group.append((i2, j2, e2))
                 for li in route:
                     free[li] -= 1
-                if len(group) == 1:
+                if steps:
+                    pass
+                elif len(group) == 1:
                     chunks, nbytes = rounds[i][j], round_bytes[i][j]
                 else:
                     chunks = tuple(sorted(c for i2, j2, _ in group for c in rounds[i2][j2]))
@@ -377,9 +379,14 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                     heapq.heappush(events, (end, seq, group, lanes_q))
 
     pending: set[int] = set()
-    for i, tree in enumerate(trees):
-        for j in range(len(rounds[i])):
-            push(i, j, tree.root, pending)
+    if steps:
+        for g in groups.initial():
+            heapq.heappush(ready[groups.hop[g]], (groups.step[g], groups.tallest[g], g, 0, 0))
+            pending.add(groups.hop[g])
+    else:
+        for i, tree in enumerate(trees):
+            for j in range(len(rounds[i])):
+                push(i, j, tree.root, pending)
     start(pending, 0.0)
     while events:
         now, key, done, route = heapq.heappop(events)
@@ -389,7 +396,9 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                 free[li] += 1
                 touched.update(users[li])
             parts[key] -= 1
-            if parts[key] == 0:  # every stripe of the slice has arrived
+            if parts[key] == 0 and steps:  # every stripe of the group has arrived
+                arrive(done, touched)
+            elif parts[key] == 0:  # every stripe of the slice has arrived
                 for i, j, e in done:
                     push(i, j, trees[i].edges[e][1], touched)
             if not events or events[0][0] > now + TIE:  # everything ending now frees first
