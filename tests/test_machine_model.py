@@ -162,7 +162,9 @@ def test_no_solver_reports_a_time_below_the_bound(example, solver):
     _no_solver_beats_the_bound(example, solver)
 
 
-SLOW_PAIRS = {("mi250_2node", "forest")}
+# 5-10 s each on 2 cores; run with -m slow (CI runs both sets)
+SLOW_PAIRS = {("mi250_2node", "forest"), ("leafspine_4to1", "forest"),
+              ("dgx_a100_2node", "forest")}
 
 
 @pytest.mark.slow
