@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from forest_topologies import mini_dgx as _mini
+from forest_topologies import mini_dgx_tdl as _mini_tdl
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
@@ -26,24 +28,6 @@ from tacos.verify import verify_schedule
 
 GB = 1e9
 US = 1e-6
-
-
-def _mini_tdl(nodes: int, gpus: int = 4) -> str:
-    """``nodes`` NVSwitch islands of ``gpus`` GPUs, GPU i of every node on rail switch i (a
-    reduced DGX-A100: 300 GB/s NVSwitch ports, 25 GB/s NICs, α 0.7 and 2 µs)."""
-    return f"""topology "mini DGX"
-npu gpu[{nodes * gpus}]
-switch nvs[{nodes}]
-switch rail[{gpus}] unwind ring
-for n in 0..{nodes - 1}, i in 0..{gpus - 1} {{
-  link gpu[{gpus}*n+i] <-> nvs[n] 300GB/s 0.7us tag nvlink
-  link gpu[{gpus}*n+i] <-> rail[i] 25GB/s 2us tag nic
-}}
-"""
-
-
-def _mini(nodes: int, gpus: int = 4):
-    return tacos.parse(_mini_tdl(nodes, gpus)).topology
 
 
 def _forest(topo):

@@ -13,6 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from forest_topologies import mini_dgx as _mini
+from forest_topologies import tdl_torus as _tdl_torus
 
 import tacos
 from tacos.builders import star, torus
@@ -33,23 +35,6 @@ def _digest(s: Schedule) -> str:
     rows = [[t.start, t.end, t.src, t.dst, list(t.route), list(t.chunks), t.op]
             for t in s.transfers]
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-
-
-def _mini(nodes: int, gpus: int = 4):
-    return tacos.parse(f"""topology "mini DGX"
-npu gpu[{nodes * gpus}]
-switch nvs[{nodes}]
-switch rail[{gpus}] unwind ring
-for n in 0..{nodes - 1}, i in 0..{gpus - 1} {{
-  link gpu[{gpus}*n+i] <-> nvs[n] 300GB/s 0.7us tag nvlink
-  link gpu[{gpus}*n+i] <-> rail[i] 25GB/s 2us tag nic
-}}
-""").topology
-
-
-def _tdl_torus(*dims: int):
-    shape = ", ".join(map(str, dims))
-    return tacos.parse(f'topology "t"\ntorus t[{shape}] 50GB/s 1us\n', source="t").topology
 
 
 SYSTEMS = {

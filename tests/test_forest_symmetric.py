@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from forest_topologies import slower as _slower
+from forest_topologies import tdl_torus as _tdl_torus
 
 import tacos
 from tacos.builders import mesh, ring, torus
@@ -20,19 +22,6 @@ from tacos.verify import verify_schedule
 
 GB = 1e9
 US = 1e-6
-
-
-def _tdl_torus(*dims: int, bw: str = "50GB/s") -> Topology:
-    """A TDL torus: NPUs named ``t[x,y,...]``."""
-    shape = ", ".join(map(str, dims))
-    return tacos.parse(f'topology "t"\ntorus t[{shape}] {bw} 1us\n', source="t").topology
-
-
-def _slower(topo: Topology, src: int, dst: int) -> Topology:
-    """``topo`` with the link src -> dst at half its bandwidth."""
-    links = [Link(lk.src, lk.dst, lk.alpha, lk.bandwidth / 2, lk.multiplicity, lk.dim, lk.tag)
-             if (lk.src, lk.dst) == (src, dst) else lk for lk in topo.links]
-    return topo.with_links(links)
 
 
 def _symmetry(topo: Topology, k: int | str = "auto"):

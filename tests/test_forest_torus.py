@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import pytest
+from forest_topologies import slower as _slower
+from forest_topologies import tdl_torus as _tdl_torus
 
 import tacos
 from tacos.builders import mesh, ring, torus
@@ -17,24 +19,11 @@ from tacos.solvers.forest_rate import choose_rate, link_capacities
 from tacos.solvers.forest_split import split_switches
 from tacos.solvers.forest_symmetric import find_symmetry
 from tacos.solvers.forest_torus import applies, dimension_trees
-from tacos.topology import Link, Topology
+from tacos.topology import Topology
 from tacos.verify import verify_schedule
 
 GB = 1e9
 US = 1e-6
-
-
-def _tdl_torus(*dims: int, bw: str = "50GB/s") -> Topology:
-    """A TDL torus: NPUs named ``t[x,y,...]``."""
-    shape = ", ".join(map(str, dims))
-    return tacos.parse(f'topology "t"\ntorus t[{shape}] {bw} 1us\n', source="t").topology
-
-
-def _slower(topo: Topology, src: int, dst: int) -> Topology:
-    """``topo`` with the link src -> dst at half its bandwidth."""
-    links = [Link(lk.src, lk.dst, lk.alpha, lk.bandwidth / 2, lk.multiplicity, lk.dim, lk.tag)
-             if (lk.src, lk.dst) == (src, dst) else lk for lk in topo.links]
-    return topo.with_links(links)
 
 
 def _trees(topo: Topology):

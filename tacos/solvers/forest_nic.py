@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tacos.solvers.forest_pack import Tree, check_packing
-from tacos.solvers.forest_rails import _bruck, _tree
+from tacos.solvers.forest_rails import _bruck, _tree, switch_islands
 from tacos.solvers.forest_rate import Edge, Rate
 
 NIC_FAMILY = 1
@@ -69,21 +69,10 @@ def rail_layout(group: tuple[int, ...], caps: dict[Edge, int],
     three equal islands of at least 4 NPUs, each NPU's largest switch port leading to its
     island's switch, and one rail switch per position reaching that position in every island
     (and no other group NPU)."""
-    out_caps: dict[int, dict[int, int]] = defaultdict(dict)
-    for (x, y), c in caps.items():
-        if c > 0:
-            out_caps[x][y] = c
-    fastest: dict[int, int] = {}
-    for v in group:
-        switches = {w: c for w, c in out_caps[v].items() if is_switch(w)}
-        if not switches:
-            return None
-        fastest[v] = max(switches, key=lambda w: (switches[w], -w))
-    by_switch: dict[int, list[int]] = defaultdict(list)
-    for v in sorted(group):
-        by_switch[fastest[v]].append(v)
-    fast = sorted(by_switch)
-    islands = [by_switch[w] for w in fast]
+    found = switch_islands(group, caps, is_switch)
+    if found is None:
+        return None
+    out_caps, fast, islands = found
     n = len(islands[0])
     if len(islands) < 3 or n < 4 or any(len(i) != n for i in islands):
         return None

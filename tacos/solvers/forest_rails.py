@@ -59,10 +59,12 @@ def _tree(root: int, mult: int, edges: list[tuple[int, int, tuple, Step]]) -> Tr
     return tree
 
 
-def _layout(group: tuple[int, ...], caps: dict[Edge, int], is_switch: Callable[[int], bool],
-            ) -> tuple[list[list[int]], list[int], dict[tuple[int, int], int]] | None:
-    """The two islands (NPUs in order), their fast switches and the rail switch of every pair
-    (GPU i of one island, GPU i of the other), or None if the topology is not of that form."""
+def switch_islands(group: tuple[int, ...], caps: dict[Edge, int],
+                   is_switch: Callable[[int], bool],
+                   ) -> tuple[dict[int, dict[int, int]], list[int], list[list[int]]] | None:
+    """The NPUs of ``group`` by the switch of their largest switch port (ties: lowest switch
+    id): the positive capacities by tail (``out_caps[x][y]``), those switches in id order and
+    each one's NPUs in id order; None when some NPU has no switch port."""
     out_caps: dict[int, dict[int, int]] = defaultdict(dict)
     for (x, y), c in caps.items():
         if c > 0:
@@ -76,10 +78,18 @@ def _layout(group: tuple[int, ...], caps: dict[Edge, int], is_switch: Callable[[
     by_switch: dict[int, list[int]] = defaultdict(list)
     for v in sorted(group):
         by_switch[fastest[v]].append(v)
-    if len(by_switch) != 2:
-        return None
     fast = sorted(by_switch)
-    islands = [by_switch[w] for w in fast]
+    return out_caps, fast, [by_switch[w] for w in fast]
+
+
+def _layout(group: tuple[int, ...], caps: dict[Edge, int], is_switch: Callable[[int], bool],
+            ) -> tuple[list[list[int]], list[int], dict[tuple[int, int], int]] | None:
+    """The two islands (NPUs in order), their fast switches and the rail switch of every pair
+    (GPU i of one island, GPU i of the other), or None if the topology is not of that form."""
+    found = switch_islands(group, caps, is_switch)
+    if found is None or len(found[1]) != 2:
+        return None
+    out_caps, fast, islands = found
     n = len(islands[0])
     if n != len(islands[1]) or n < 4 or n % 2:
         return None
