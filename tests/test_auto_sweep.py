@@ -136,6 +136,7 @@ def test_sizes_and_windows():
         windows([1024], min_bytes=2048)
 
 
+@pytest.mark.slow  # 6 s; the CLI sweep test below writes and verifies a folder too
 def test_sweep_writes_a_set_of_verified_xml_windows(tmp_path):
     topo = preset("dgx1")
     res = sweep(topo, "allreduce", "16KiB:16MiB:x8", trials=1, workers=1)

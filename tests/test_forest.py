@@ -332,6 +332,7 @@ def test_island_order_keeps_trees_shallow_behind_nics():
     assert deep[True] <= 3 < deep[False]
 
 
+@pytest.mark.slow  # 3-4 s on 2 cores
 def test_allreduce_is_no_slower_than_its_two_phases():
     # 2x DGX-A100, shards a byte apart: all-reduce = reduce-scatter then all-gather, each
     # timed on its own chunk sizes, so it takes no longer than the two solved separately
@@ -346,6 +347,7 @@ def test_allreduce_is_no_slower_than_its_two_phases():
     assert times["allreduce"] <= (times["reducescatter"] + times["allgather"]) * 1.001
 
 
+@pytest.mark.slow  # 3-4 s on 2 cores
 def test_relay_npus_hold_a_trees_data_once():
     """With relays='all', edge splitting can give one tree paths that pass the same relay NPU
     from different places, or loop through it (``2, 1, 5, 1, 0``).  The relay must receive the

@@ -164,7 +164,7 @@ def test_no_solver_reports_a_time_below_the_bound(example, solver):
 
 # 5-10 s each on 2 cores; run with -m slow (CI runs both sets)
 SLOW_PAIRS = {("mi250_2node", "forest"), ("leafspine_4to1", "forest"),
-              ("dgx_a100_2node", "forest")}
+              ("dgx_a100_2node", "forest"), ("fattree", "forest")}
 
 
 @pytest.mark.slow
