@@ -155,6 +155,7 @@ def test_sweep_writes_a_set_of_verified_xml_windows(tmp_path):
         res.write_xml(tmp_path / "plans")
 
 
+@pytest.mark.slow  # 4 s on 2 cores
 def test_sweep_lets_the_greedy_choose_its_chunks_unless_told():
     topo = preset("dgx1")
     free = sweep(topo, "allgather", "64MiB", trials=1, workers=1).rows[0]

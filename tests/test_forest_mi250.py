@@ -109,6 +109,7 @@ def test_shallow_candidate_runs_only_where_npus_link_directly():
 
 
 @needs_cp_sat
+@pytest.mark.slow  # 4-5 s of CP-SAT
 def test_dgx1_takes_the_shallow_trees_and_its_plan_verifies(tmp_path):
     topo = _preset("dgx1")
     group = tuple(topo.live_npus)

@@ -68,6 +68,7 @@ def test_step_merged_schedules_are_unchanged(case):
         assert _digest(s) == GOLDEN[case][str(rounds)], rounds
 
 
+@pytest.mark.slow  # whole solves, 1-2 s each; the list schedule digests above stay
 @pytest.mark.parametrize("case", SOLVE_CASES)
 def test_solver_schedules_are_unchanged(case):
     system, kind, _ = case.split("/")

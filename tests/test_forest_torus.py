@@ -177,6 +177,7 @@ def test_one_round_is_one_transfer_per_link_and_step():
     assert s.makespan == pytest.approx(f["optimal_time"] + 6 * 0.5 * US, rel=1e-5)
 
 
+@pytest.mark.slow  # 3 s; the solver tests cover the schedules
 def test_dimension_tree_schedule_lowers_to_verified_xml():
     from tacos.backends.msccl_xml import schedule_to_xml
 
