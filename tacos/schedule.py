@@ -73,16 +73,21 @@ class Transfer:
 
 def transfers_from_columns(start: list[float], end: list[float], src: list[int],
                            dst: list[int], route: list[tuple[int, ...]],
-                           chunks: list[tuple[int, ...]], op: str = "copy"
-                           ) -> tuple[Transfer, ...]:
-    """Ordinary transfers (no ``group``) from parallel columns, in bulk: the same objects as
+                           chunks: list[tuple[int, ...]], op: str | list[str] = "copy",
+                           group: list[int | None] | None = None) -> tuple[Transfer, ...]:
+    """Transfers from parallel columns, in bulk: the same objects as
     ``Transfer(start[i], end[i], ...)`` (equal, same hash), built without the per-field
     ``object.__setattr__`` of a frozen dataclass's ``__init__`` (3x faster, which matters
-    when a solver returns millions of transfers)."""
+    when a solver returns millions of transfers).  ``op`` is one op for all or one per
+    transfer; ``group`` one group id (or None) per transfer, None: all ungrouped."""
+    n = len(start)
+    ops = [op] * n if isinstance(op, str) else op
+    groups = [None] * n if group is None else group
     new = object.__new__
     out = []
     append = out.append
-    for s, e, a, b, r, c in zip(start, end, src, dst, route, chunks, strict=True):
+    for s, e, a, b, r, c, o, g in zip(start, end, src, dst, route, chunks, ops, groups,
+                                      strict=True):
         t = new(Transfer)
         d = t.__dict__
         d["start"] = s
@@ -91,8 +96,8 @@ def transfers_from_columns(start: list[float], end: list[float], src: list[int],
         d["dst"] = b
         d["route"] = r
         d["chunks"] = c
-        d["op"] = op
-        d["group"] = None
+        d["op"] = o
+        d["group"] = g
         append(t)
     return tuple(out)
 

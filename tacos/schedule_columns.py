@@ -31,7 +31,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from tacos.schedule import OPS, Transfer
+from tacos.schedule import OPS, Transfer, transfers_from_columns
 
 BLOCK = 8192
 """Transfers materialized per block while iterating (columns are converted a block at a time)."""
@@ -315,33 +315,17 @@ class TransferColumns(Sequence[Transfer]):
         return self._iter(0, self._n)
 
     def _iter(self, lo: int, hi: int) -> Iterator[Transfer]:
-        new = object.__new__
         rp, cp = self._route_ptr, self._chunk_ptr
         ones: dict[int, tuple[int]] = {}
         for a in range(lo, hi, BLOCK):
             b = min(hi, a + BLOCK)
-            start = self._start[a:b].tolist()
-            end = self._end[a:b].tolist()
-            src = self._src[a:b].tolist()
-            dst = self._dst[a:b].tolist()
-            routes = _tuples(rp, self._route_links, a, b, ones)
-            chunks = _tuples(cp, self._chunk_ids, a, b, ones)
-            ops = ["copy"] * (b - a) if self._op is None else \
-                [OPS[o] for o in self._op[a:b].tolist()]
-            groups = [None] * (b - a) if self._group is None else \
-                [None if g < 0 else g for g in self._group[a:b].tolist()]
-            for k in range(b - a):
-                t = new(Transfer)
-                d = t.__dict__
-                d["start"] = start[k]
-                d["end"] = end[k]
-                d["src"] = src[k]
-                d["dst"] = dst[k]
-                d["route"] = routes[k]
-                d["chunks"] = chunks[k]
-                d["op"] = ops[k]
-                d["group"] = groups[k]
-                yield t
+            yield from transfers_from_columns(
+                self._start[a:b].tolist(), self._end[a:b].tolist(), self._src[a:b].tolist(),
+                self._dst[a:b].tolist(), _tuples(rp, self._route_links, a, b, ones),
+                _tuples(cp, self._chunk_ids, a, b, ones),
+                "copy" if self._op is None else [OPS[o] for o in self._op[a:b].tolist()],
+                None if self._group is None else
+                [None if g < 0 else g for g in self._group[a:b].tolist()])
 
     def take(self, idx: Any) -> TransferColumns:
         """The transfers at indices ``idx`` (an integer array), in that order."""
