@@ -32,7 +32,9 @@ process groups included):
 
    On small switch-free groups at the exact rate, k trees per root of bounded depth from a
    constraint program over the topology's automorphism orbits
-   (:mod:`~tacos.solvers.forest_shallow`) are timed as well (option ``shallow``).
+   (:mod:`~tacos.solvers.forest_shallow`) are timed as well (option ``shallow``), and so are
+   k trees per root whose edges a time-indexed program assigns to steps, one tree edge per link
+   lane and step (:mod:`~tacos.solvers.forest_timed`, option ``timed``).
 
    On uniform tori and rings, the dimension-ordered trees of the multi-port bucket all-gather
    (:mod:`~tacos.solvers.forest_torus`: 2d trees per root, every part of a root's data visits
@@ -54,9 +56,10 @@ and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.f
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
 k), ``slices`` (``"auto"`` or s), ``shallow`` (also time the depth-bounded packing, default
-true), ``share`` (also time the Bruck-spread trees, default true), ``nic`` (also time the
-NIC-merged trees on three or more rail-joined islands, default true), ``dims`` (also
-time the dimension-ordered trees of tori, default true),
+true), ``timed`` (also time the step-timed packing, default true), ``share`` (also time the
+Bruck-spread trees, default true), ``nic`` (also time the NIC-merged trees on three or more
+rail-joined islands, default true), ``dims`` (also time the dimension-ordered trees of tori,
+default true),
 ``max_transfers`` (bound on the schedule size used to cap
 s, default 300000), ``in_switch``
 (all-reduce: also try the in-switch star, default true; off gives a plan without transfer groups,
@@ -89,6 +92,7 @@ from tacos.solvers.forest_shallow import shallow_trees
 from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_symmetric import find_symmetry, pack_symmetric
+from tacos.solvers.forest_timed import timed_trees
 from tacos.solvers.forest_torus import dimension_trees
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
@@ -128,6 +132,11 @@ STEP_MODES: tuple[tuple[bool | str, int], ...] = (
     ("steps", 2), ("steps", -3))
 """The same for trees that share switch hops (:mod:`~tacos.solvers.forest_shared`): their
 slices merge by step (``batch='steps'``); a negative taper depth only ramps down at the end."""
+TIMED_MODES: tuple[tuple[bool | str, int], ...] = (
+    (False, -1), (False, -3), (False, -4), (False, 0), (False, -2))
+"""The same for the step-timed trees (:mod:`~tacos.solvers.forest_timed`): their transfers go
+in the program's step order and only the end is tapered (1x MI250: 2, 1 at 64 MiB; 16, 16, 8,
+4, 2, 1 at 1 GiB)."""
 DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
 """The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest_torus`),
 after one round of step-merged transfers (every link busy from the start; one round won on
@@ -149,8 +158,9 @@ class Forest:
     seconds: dict[str, float] = field(default_factory=dict)
     packing: str = "lovasz"
     """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest_pack`),
-    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`) or ``dims`` (the dimension-ordered
-    trees of tori, :mod:`~tacos.solvers.forest_torus`)."""
+    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`), ``dims`` (the dimension-ordered
+    trees of tori, :mod:`~tacos.solvers.forest_torus`) or ``timed`` (step-timed trees,
+    :mod:`~tacos.solvers.forest_timed`)."""
 
     def optimal_time(self, data_per_root: float) -> float:
         """Bandwidth-optimal time for ``data_per_root`` bytes from every root (x* · data)."""
@@ -264,6 +274,35 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
         out.append(replace(f, trees=cache[key]))
     if all(f.rate.exact for f in forests):
         cache[("exact",)] = []
+    return out
+
+
+def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
+           cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
+    """The forests with step-timed trees (:func:`~tacos.solvers.forest_timed.timed_trees`),
+    or None unless every phase is at the exact rate and has them (``cache`` as in
+    :func:`_shallow`: a reduction phase with the same capacities both ways reuses them)."""
+    if not all(f.rate.exact for f in forests):
+        return None
+    if all(f.packing == "symmetric" for f in forests):
+        return None  # tori and rings: the dimension-ordered trees time their steps already
+    islands = find_islands(topology, group)
+    out = []
+    for f in forests:
+        topo = group_topology(topology, group)
+        topo = topo.reversed() if f.reverse else topo
+        lanes: dict[tuple[int, int], int] = defaultdict(int)
+        for lk in topo.links:
+            lanes[lk.src, lk.dst] += lk.multiplicity
+        key = (f.rate.k, f.roots, tuple(sorted(f.split.caps.items())),
+               tuple(sorted((e, tuple(p)) for e, p in f.split.paths.items())),
+               tuple(sorted(f.rate.caps.items())), tuple(sorted(lanes.items())))
+        if key not in cache:
+            cache[key] = timed_trees(group, f.roots, f.rate.k, f.split, f.rate.caps,
+                                     dict(lanes), islands)
+        if cache[key] is None:
+            return None
+        out.append(replace(f, trees=cache[key], packing="timed"))
     return out
 
 
@@ -448,6 +487,9 @@ class ForestSolver:
         "shallow": Option("also try trees of bounded depth from an integer program (small "
                           "switch-free groups), keeping the faster", boolean, (True, False),
                           True),
+        "timed": Option("also try trees whose edges a time-indexed integer program assigns to "
+                        "steps, one tree edge per link lane and step (small switch-free "
+                        "groups), keeping the faster", boolean, (True, False), True),
         "nic": Option("also try trees that merge roots' slices on the NIC rails of three or "
                       "more switch islands (a root's data crosses on another GPU's rail, so "
                       "each NIC sends to few nodes per round), keeping the faster",
@@ -492,6 +534,7 @@ class ForestSolver:
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
         packings = []
         deep: dict[tuple, list[Tree] | None] = {}  # shallow packings (_shallow)
+        stepped: dict[tuple, list[Tree] | None] = {}  # step-timed packings (_timed)
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
@@ -500,8 +543,13 @@ class ForestSolver:
                                            opts.get("relays", "members"), order,
                                            opts.get("packing", "auto") == "auto"))
             packings.append((forests, order))
-            if (opts.get("shallow", True) and len(group) <= SHALLOW_MAX
-                    and _npu_fabric(topo, group)):
+            small = len(group) <= SHALLOW_MAX and _npu_fabric(topo, group)
+            timed = _timed(forests, topo, group, stepped) if small and opts.get(
+                "timed", True) else None
+            if timed is not None:
+                packings.append((timed, order))
+            elif small and opts.get("shallow", True):  # (step-timed trees are as shallow:
+                # they tie on DGX-1 and the 4x4 mesh and win on MI250, in a fraction of its time)
                 shallow = _shallow(forests, group, deep)
                 if shallow is not None:
                     packings.append((shallow, order))
@@ -599,7 +647,8 @@ class ForestSolver:
             return len(tried) < budget and spent[0] < limit
 
         dims = forests[0].packing == "dims"
-        modes = DIM_MODES if dims else STEP_MODES if _is_shared(forests) else MODES
+        modes = (DIM_MODES if dims else TIMED_MODES if forests[0].packing == "timed"
+                 else STEP_MODES if _is_shared(forests) else MODES)
         modes = modes if auto else tuple(m for m in modes if m[1] == 0)
         caps: dict[tuple[bool, int], int] = {}
 

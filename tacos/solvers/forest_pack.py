@@ -43,7 +43,9 @@ class Tree:
     ``edges`` are (parent, child) in BFS order; ``paths[i]`` is the physical node path of
     ``edges[i]`` (just the two ends without switches).  ``steps``, when set, gives edges that
     may share transfers with other trees' edges a (family, step) label
-    (:mod:`~tacos.solvers.forest_shared`); None elsewhere.
+    (:mod:`~tacos.solvers.forest_shared`); None elsewhere.  ``order``, when set, gives every
+    edge the step at which the list schedule should send it within a round (lower first,
+    :mod:`~tacos.solvers.forest_timed`); None: the edge with the tallest subtree below first.
     """
 
     root: int
@@ -51,6 +53,7 @@ class Tree:
     edges: list[Edge] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)
     steps: list[tuple[int, int] | None] | None = None
+    order: list[int] | None = None
 
     def depth(self) -> int:
         """Largest number of tree edges from the root to a node."""

@@ -22,7 +22,8 @@ fastest.
 **Timing** (:func:`emit`) is a list schedule on the physical links: a transfer is ready when its
 slice is at the sender and starts when every link of its route has a free lane (``multiplicity``
 lanes; a switch port is one link, shared by every route through it); ready transfers go lowest
-round first, then the one with the deepest subtree below it.  With ``batch`` it takes every
+round first, then the one with the deepest subtree below it (or the earliest step, for trees
+that give their edges steps: ``Tree.order``).  With ``batch`` it takes every
 other ready transfer of the same round (other trees crossing the route) into the same transfer,
 so α is paid once per round and route, at the price of longer pipeline stages; the solver tries
 both.  With ``batch='steps'`` (:func:`step_groups`) slices of different trees and rounds that
@@ -116,7 +117,8 @@ def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, l
         where[tree.root] = 0
         edges = list(zip(map(where.__getitem__, [x for x, _ in tree.edges]),
                          range(1, len(ys) + 1), strict=True))
-        return Tree(0, tree.mult, edges, list(tree.paths)), [tree.root, *ys]
+        return (Tree(0, tree.mult, edges, list(tree.paths), order=tree.order),
+                [tree.root, *ys])
     npus = [tree.root]
     where = {tree.root: 0}  # NPU -> the local node that holds the tree's data there
     edges: list[tuple[int, int]] = []
@@ -134,8 +136,9 @@ def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, l
             edges.append((cur, len(npus) - 1))
             paths.append(path[a:b + 1])
             cur = where[path[b]] = len(npus) - 1
-    steps = tree.steps if tree.steps and len(edges) == len(tree.edges) else None
-    return Tree(0, tree.mult, edges, paths, steps), npus
+    same = len(edges) == len(tree.edges)
+    steps = tree.steps if tree.steps and same else None
+    return Tree(0, tree.mult, edges, paths, steps, tree.order if same else None), npus
 
 
 def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Path], Hop],
@@ -264,7 +267,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     hop_index: dict[Hop, int] = {}
     hops: list[Hop] = []
     users: dict[int, list[int]] = defaultdict(list)  # link -> hops that may wait for it
-    children = []  # children[i][node] = [(edge, hop id, -height of the child)]
+    children = []  # children[i][node] = [(edge, hop id, rank: -height below, or the step)]
     hop_ids: list[list[int]] = []
     by_path: dict[Path, int] = {}  # hop id of every path seen (trees share most paths)
     tall: dict[tuple, dict[int, int]] = {}  # heights by local shape (translated trees share it)
@@ -291,8 +294,8 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
         hop_ids.append(ids)
         if not steps:  # step merging walks groups (_GroupView), not tree children
             ch: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-            for e, (x, y) in enumerate(tree.edges):
-                ch[x].append((e, ids[e], -h[y]))
+            for e, (x, y) in enumerate(tree.edges):  # step order, else tallest subtree first
+                ch[x].append((e, ids[e], tree.order[e] if tree.order else -h[y]))
             children.append(ch)
     ready: list[list] = [[] for _ in hops]
     round_bytes = [[sum(chunk_bytes[c] for c in r) for r in tree_rounds] for tree_rounds in rounds]
@@ -307,8 +310,8 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
 
     def push(i: int, j: int, node: int, touched: set[int]) -> None:
         key = j * scale[i]
-        for e, hid, neg_height in children[i][node]:
-            heapq.heappush(ready[hid], (key + LOOKAHEAD * neg_height, neg_height, i, j, e))
+        for e, hid, rank in children[i][node]:
+            heapq.heappush(ready[hid], (key + LOOKAHEAD * rank, rank, i, j, e))
             touched.add(hid)
 
     def arrive(g: int, touched: set[int]) -> None:

@@ -1,0 +1,181 @@
+"""Step-timed tree packings (forest_timed): the program's constraints, its step bound, the list
+schedule following its steps, and verified plans."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from importlib import resources
+
+import pytest
+from forest_topologies import mini_dgx
+from tacos.backends.msccl_xml import schedule_to_xml
+
+import tacos
+from tacos.msccl.verify import verify_xml_file
+from tacos.patterns import build
+from tacos.solvers import forest_shallow
+from tacos.solvers.forest import _timed, plan_forest
+from tacos.solvers.forest_pack import check_packing
+from tacos.solvers.forest_shallow import have_cp_sat
+from tacos.solvers.forest_timed import _island_steps, timed_trees
+from tacos.solvers.islands import find_islands
+from tacos.verify import verify_schedule
+
+needs_cp_sat = pytest.mark.skipif(not have_cp_sat(),
+                                  reason="OR-Tools (the ilp extra) is not installed")
+
+PAIRS = """topology "pairs"
+npu g[8]
+link g[0] <-> g[1] 50GB/s 1us x4
+link g[2] <-> g[3] 50GB/s 1us x4
+link g[4] <-> g[5] 50GB/s 1us x4
+link g[6] <-> g[7] 50GB/s 1us x4
+link g[1] <-> g[2] 50GB/s 1us
+link g[3] <-> g[4] 50GB/s 1us
+link g[5] <-> g[6] 50GB/s 1us
+link g[7] <-> g[0] 50GB/s 1us
+link g[0] <-> g[4] 50GB/s 1us
+link g[1] <-> g[5] 50GB/s 1us
+link g[2] <-> g[6] 50GB/s 1us
+link g[3] <-> g[7] 50GB/s 1us
+"""
+"""Four packages of two NPUs (four lanes inside, two single links out of every NPU): a small
+MI250.  Each package must take 6 shards through 4 lanes, its NPUs 7 through 6."""
+
+
+def _pairs():
+    return tacos.parse(PAIRS, source="pairs").topology
+
+
+def _lanes(topo):
+    lanes: dict[tuple[int, int], int] = defaultdict(int)
+    for lk in topo.links:
+        lanes[lk.src, lk.dst] += lk.multiplicity
+    return dict(lanes)
+
+
+@pytest.fixture(scope="module")
+def packed():
+    topo = _pairs()
+    group = tuple(topo.live_npus)
+    forest = plan_forest(topo, group, group, "copy", False, "auto")
+    islands = find_islands(topo, group)
+    trees = timed_trees(group, forest.roots, forest.rate.k, forest.split, forest.rate.caps,
+                        _lanes(topo), islands)
+    return topo, group, forest, islands, trees
+
+
+def test_the_packages_are_islands_and_bound_the_steps(packed):
+    topo, group, forest, islands, _ = packed
+    assert islands == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert forest.rate.exact and forest.rate.k == 2
+    arcs = sorted(forest.split.caps)
+    # 2 trees from each of the 6 outside roots enter a package over its 4 external lanes,
+    # one per lane and step, none at the last step: ceil(12 / 4) + 1
+    assert _island_steps((0, 1), arcs, _lanes(topo), 2 * 6) == 4
+    assert _island_steps((0, 1), arcs, _lanes(topo), 2 * 8) == 5
+
+
+@needs_cp_sat
+def test_timed_trees_keep_one_edge_per_lane_and_step_and_steps_grow_along_paths(packed):
+    topo, group, forest, islands, trees = packed
+    assert trees is not None and len(trees) == 2 * len(group)
+    load = check_packing(group, forest.roots, trees, forest.rate.k, forest.rate.caps)
+    assert all(u <= forest.rate.caps[e] for e, u in load.items())
+    lanes = _lanes(topo)
+    per_step: Counter = Counter()
+    for t in trees:
+        assert t.order is not None and len(t.order) == len(t.edges)
+        step = {t.root: 0}
+        for (x, y), s in zip(t.edges, t.order, strict=True):
+            assert s > step[x]  # the tree reached the sender at an earlier step
+            step[y] = s
+            per_step[(x, y), s] += 1
+        assert max(t.order) <= 4  # the island bound is reached
+    assert all(n <= lanes[a] for (a, _), n in per_step.items())
+
+
+@needs_cp_sat
+def test_every_tree_enters_each_other_package_once_and_never_its_own(packed):
+    _, _, _, islands, trees = packed
+    for t in trees:
+        for island in islands:
+            entries = sum(x not in island and y in island for x, y in t.edges)
+            assert entries == (0 if t.root in island else 1)
+
+
+@needs_cp_sat
+def test_timed_packing_is_deterministic(packed):
+    topo, group, forest, islands, trees = packed
+    again = timed_trees(group, forest.roots, forest.rate.k, forest.split, forest.rate.caps,
+                        _lanes(topo), islands)
+    assert [(t.root, t.edges, t.order) for t in again] == [(t.root, t.edges, t.order)
+                                                           for t in trees]
+
+
+@needs_cp_sat
+def test_one_round_follows_the_programs_steps(packed):
+    """With one round the list schedule sends in step order: 4 steps of one slice and α each."""
+    topo, group, *_ = packed
+    coll = build("allgather", group, size=len(group) * 2**23)
+    s = tacos.synthesize(topo, coll, solver="forest", slices=1, shallow=False)
+    tried = {t["packing"]: t["makespan"] for t in s.meta["forest"]["tried"]}
+    assert "timed" in tried
+    part = 2**23 / 2 / 50e9  # a shard over k = 2 trees, on one 50 GB/s lane
+    assert tried["timed"] <= 4 * (part + 1e-6) * (1 + 1e-9)
+
+
+@needs_cp_sat
+@pytest.mark.parametrize("kind", ["allgather", "allreduce"])
+def test_plan_with_timed_trees_verifies_and_beats_the_others(kind, tmp_path):
+    topo = _pairs()
+    group = tuple(topo.live_npus)
+    coll = build(kind, group, size=len(group) * 2**23)
+    s = tacos.synthesize(topo, coll, solver="forest")
+    rep = verify_schedule(s)
+    assert rep.ok, rep.text(5)
+    assert s.makespan >= s.meta["forest"]["optimal_time"] * (1 - 1e-9)
+    off = tacos.synthesize(topo, coll, solver="forest", timed=False)
+    assert verify_schedule(off).ok
+    assert s.makespan < off.makespan
+    path = tmp_path / "plan.xml"
+    path.write_text(schedule_to_xml(s))
+    assert verify_xml_file(path, topology=topo).ok
+
+
+def test_switch_paths_and_inexact_rates_get_no_timed_trees():
+    dgx = mini_dgx(2)
+    group = tuple(dgx.live_npus)
+    forest = plan_forest(dgx, group, group, "copy", False, 1)
+    assert _timed([forest], dgx, group, {}) is None  # one tree per root is not the exact rate
+    exact = plan_forest(dgx, group, group, "copy", False, "exact")
+    # NVSwitch and NIC hops are split arcs standing for switch paths
+    assert timed_trees(group, exact.roots, exact.rate.k, exact.split, exact.rate.caps,
+                       _lanes(dgx)) is None
+
+
+def test_without_or_tools_there_are_no_timed_trees(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(forest_shallow, "have_cp_sat", lambda: False)
+    topo = _pairs()
+    group = tuple(topo.live_npus)
+    forest = plan_forest(topo, group, group, "copy", False, "auto")
+    assert timed_trees(group, forest.roots, forest.rate.k, forest.split, forest.rate.caps,
+                       _lanes(topo)) is None
+
+
+@pytest.mark.slow  # ~30 s: CP-SAT and the slice search on 16 GCDs
+@needs_cp_sat
+def test_mi250_takes_eight_step_timed_trees_and_reaches_97_percent_at_1gib(tmp_path):
+    topo = tacos.load(str(resources.files("tacos") / "presets" / "mi250.tdl")).topology
+    group = tuple(topo.live_npus)
+    coll = build("allgather", group, size=2**30)
+    s = tacos.synthesize(topo, coll, solver="forest")
+    assert verify_schedule(s).ok
+    (phase,) = s.meta["forest"]["phases"]
+    assert phase["packing"] == "timed" and phase["k"] == 3
+    assert phase["depth"] <= 8
+    fraction = s.meta["forest"]["optimal_time"] / s.makespan
+    assert 0.97 <= fraction <= 1
+    path = tmp_path / "plan.xml"
+    path.write_text(schedule_to_xml(s))
+    assert verify_xml_file(path, topology=topo).ok
