@@ -115,14 +115,13 @@ def test_dgx1_takes_the_shallow_trees_and_its_plan_verifies(tmp_path):
     group = tuple(topo.live_npus)
     lovasz = plan_forest(topo, group, group, "copy", False, "exact")
     coll = build("allgather", group, size=len(group) * 2**24)
-    # (the step-timed trees, which the solver tries first and which tie here, are left out)
-    s = tacos.synthesize(topo, coll, solver="forest", timed=False)
+    s = tacos.synthesize(topo, coll, solver="forest")
     rep = verify_schedule(s)
     assert rep.ok, rep.text(5)
     (phase,) = s.meta["forest"]["phases"]
     assert phase["k"] == lovasz.rate.k
     assert phase["depth"] < max(t.depth() for t in lovasz.trees)
-    off = tacos.synthesize(topo, coll, solver="forest", shallow=False, timed=False)
+    off = tacos.synthesize(topo, coll, solver="forest", shallow=False)
     assert s.makespan < off.makespan
     path = tmp_path / "plan.xml"
     path.write_text(schedule_to_xml(s))

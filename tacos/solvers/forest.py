@@ -280,13 +280,16 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
 def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
            cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
     """The forests with step-timed trees (:func:`~tacos.solvers.forest_timed.timed_trees`),
-    or None unless every phase is at the exact rate and has them (``cache`` as in
-    :func:`_shallow`: a reduction phase with the same capacities both ways reuses them)."""
+    or None unless the group has islands (:func:`~tacos.solvers.islands.find_islands`) and
+    every phase is at the exact rate and has them (``cache`` as in :func:`_shallow`: a
+    reduction phase with the same capacities both ways reuses them)."""
     if not all(f.rate.exact for f in forests):
         return None
     if all(f.packing == "symmetric" for f in forests):
         return None  # tori and rings: the dimension-ordered trees time their steps already
-    islands = find_islands(topology, group)
+    islands = [i for i in find_islands(topology, group) if len(i) > 1]
+    if not islands:  # (DGX-1, meshes: the depth-bounded trees tie with them at a third of
+        return None  # the program's time; islands are what make the program small and needed)
     out = []
     for f in forests:
         topo = group_topology(topology, group)
@@ -548,8 +551,8 @@ class ForestSolver:
                 "timed", True) else None
             if timed is not None:
                 packings.append((timed, order))
-            elif small and opts.get("shallow", True):  # (step-timed trees are as shallow:
-                # they tie on DGX-1 and the 4x4 mesh and win on MI250, in a fraction of its time)
+            elif small and opts.get("shallow", True):  # (step-timed trees win on MI250 in
+                # a fraction of the depth-bounded program's time)
                 shallow = _shallow(forests, group, deep)
                 if shallow is not None:
                     packings.append((shallow, order))
