@@ -132,11 +132,12 @@ STEP_MODES: tuple[tuple[bool | str, int], ...] = (
     ("steps", 2), ("steps", -3))
 """The same for trees that share switch hops (:mod:`~tacos.solvers.forest_shared`): their
 slices merge by step (``batch='steps'``); a negative taper depth only ramps down at the end."""
-TIMED_MODES: tuple[tuple[bool | str, int], ...] = (
-    (False, -1), (False, -3), (False, -4), (False, 0), (False, -2))
+TIMED_MODES: tuple[tuple[bool | str, int | tuple[int, int]], ...] = (
+    (False, -1), (False, (3, 1)), (False, -3), (False, -4), (False, 0), (False, -2))
 """The same for the step-timed trees (:mod:`~tacos.solvers.forest_timed`): their transfers go
-in the program's step order and only the end is tapered (1x MI250: 2, 1 at 64 MiB; 16, 16, 8,
-4, 2, 1 at 1 GiB)."""
+in the program's step order and only the end is tapered, by halving or (depth (3, 1)) with one
+last round of a quarter of the middle rounds' slices (1x MI250: 3, 1 at 64 MiB; 16, 16, 8, 4, 2,
+1 at 1 GiB)."""
 DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
 """The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest_torus`),
 after one round of step-merged transfers (every link busy from the start; one round won on
@@ -408,6 +409,19 @@ def taper(rounds: int, depth: int) -> list[int]:
     return up + [1 << abs(depth)] * max(1, rounds) + ramp[::-1]
 
 
+def slice_rounds(rounds: int, depth: int | tuple[int, int]) -> list[int]:
+    """Slices per round: :func:`taper` for an integer depth; for depth (w, t), ``rounds``
+    rounds of w slices and a last round of t."""
+    if isinstance(depth, tuple):
+        return [depth[0]] * max(1, rounds) + [depth[1]]
+    return taper(rounds, depth)
+
+
+def _middle(depth: int | tuple[int, int]) -> int:
+    """Slices of a middle round of :func:`slice_rounds`."""
+    return depth[0] if isinstance(depth, tuple) else 1 << abs(depth)
+
+
 def _base_ranges(forest: Forest, base: int) -> list[tuple[int, int]]:
     """(first base chunk, count) of every tree: a root's ``base`` chunks in tree order, in
     proportion to the trees' multiplicities."""
@@ -655,14 +669,14 @@ class ForestSolver:
         modes = modes if auto else tuple(m for m in modes if m[1] == 0)
         caps: dict[tuple[bool, int], int] = {}
 
-        def run(m: float, batch: bool, depth: int) -> float:
+        def run(m: float, batch: bool, depth: int | tuple[int, int]) -> float:
             m = max(1, int(m))
-            while m > 1 and sum(taper(m, depth)) > caps[batch, depth]:
+            while m > 1 and sum(slice_rounds(m, depth)) > caps[batch, depth]:
                 m //= 2
             key = (m, batch, depth)
             if key not in tried:
-                tried[key] = self._schedule(coll, view, forests, big_k, q, taper(m, depth),
-                                            batch)
+                tried[key] = self._schedule(coll, view, forests, big_k, q,
+                                            slice_rounds(m, depth), batch)
                 spent[0] += len(tried[key].transfers)
                 fresh[0] += 1
             return tried[key].makespan
@@ -677,10 +691,10 @@ class ForestSolver:
             if fresh[0] and not afford():
                 break
             s0, cap = self._slices(coll, forests, view, big_k, q, opts, batch)
-            if sum(taper(1, depth)) > cap:  # even the shortest taper has too many transfers
+            if sum(slice_rounds(1, depth)) > cap:  # even the shortest has too many transfers
                 continue
             caps[batch, depth] = cap
-            run(max(1, round(s0 / (1 << abs(depth)))), batch, depth)  # middle: 2^|depth| each
+            run(max(1, round(s0 / _middle(depth))), batch, depth)
 
         def best_of(mode: tuple[bool, int]) -> tuple[float, int]:
             return min((sc.makespan, key[0]) for key, sc in tried.items() if key[1:] == mode)
