@@ -50,21 +50,13 @@ def test_layout_needs_three_rail_joined_islands():
 
 @pytest.mark.parametrize("n,offsets,split", [(8, 3, 2), (8, 4, 0), (8, 2, 0), (4, 3, 2)])
 def test_nic_loads_give_every_nic_its_share_and_few_offsets(n, offsets, split):
-    loads = nic_loads(n, offsets, 1, offsets, 0.0)
+    loads = nic_loads(n, offsets, 1, offsets)
+    assert nic_loads(n, offsets, 1, offsets - 1) is None  # the share does not fit
     assert [sum(w.values()) for w in loads] == [offsets] * n  # the exact share
     for f in range(1, offsets + 1):
         assert sum(w.get(f, 0) for w in loads) == n  # every root reaches every offset
     # NICs serve one offset, two only where an offset runs out inside a NIC's share
     assert sorted(len(w) for w in loads) == [1] * (n - split) + [2] * split
-
-
-def test_levelled_loads_put_less_on_nics_that_pay_alpha_twice():
-    loads = nic_loads(8, 3, 12, 40, 3.0)
-    total = [sum(w.values()) for w in loads]
-    assert sum(total) == 3 * 8 * 12
-    one = [t for t, w in zip(total, loads, strict=True) if len(w) == 1]
-    two = [t for t, w in zip(total, loads, strict=True) if len(w) == 2]
-    assert two and max(two) < min(one)
 
 
 @pytest.mark.parametrize("nodes,peers", [(3, [1, 1, 1, 1]), (4, [1, 2, 2, 1])])
@@ -83,18 +75,6 @@ def test_trees_span_fit_and_each_nic_sends_to_its_offsets(nodes, peers):
     # NIC g of every node sends to GPU g of other nodes only
     pos = {v: i for isl in layout.islands for i, v in enumerate(isl)}
     assert all(pos[x] == pos[y] for x, ys in got.items() for y in ys)
-
-
-def test_levelled_trees_fit_their_raised_capacities():
-    topo = _mini(4)
-    group, f = _forest(topo)
-    trees, rate = nic_merge_trees(group, f.roots, f.rate, topo.is_switch, units=12,
-                                  alpha_units=2.0, slack=0.1)
-    assert rate.k == 12 and rate.slowdown > 1 and not rate.exact
-    load = check_packing(group, f.roots, trees, 12, rate.caps)
-    layout = rail_layout(group, f.rate.caps, topo.is_switch)
-    nic = [load[isl[i], layout.rails[i]] for isl in layout.islands for i in range(4)]
-    assert len(set(nic)) > 1 and max(nic) <= rate.caps[layout.islands[0][0], layout.rails[0]]
 
 
 @pytest.mark.parametrize("kind", ["allgather", "allreduce"])

@@ -136,7 +136,7 @@ TIMED_MODES: tuple[tuple[bool | str, int | tuple[int, int]], ...] = (
     (False, -1), (False, (3, 1)), (False, -3), (False, -4), (False, 0), (False, -2))
 """The same for the step-timed trees (:mod:`~tacos.solvers.forest_timed`): their transfers go
 in the program's step order and only the end is tapered, by halving or (depth (3, 1)) with one
-last round of a quarter of the middle rounds' slices (1x MI250: 3, 1 at 64 MiB; 16, 16, 8, 4, 2,
+last round of a third of a middle round's slices (1x MI250: 3, 1 at 64 MiB; 16, 16, 8, 4, 2,
 1 at 1 GiB)."""
 DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
 """The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest_torus`),

@@ -23,21 +23,18 @@ bring), as forest_shared does.
 Loads: a root's own spreading and the destination's spreading are Bruck trees over the whole
 node with entries spread evenly (every GPU is a root; every GPU's NIC brings the same units), so
 every GPU sends and receives through the fast switch once per unit, as the packed stars did, and
-the carrier hop is an edge of the root's own spreading (no extra load); a NIC carries its share.
-With K units per root and offset the NIC loads can also be levelled against α (a NIC that serves
-two offsets pays α twice per round, so it may carry a little less: ``alpha_units``); the
-capacities are then the one-tree packing's scaled by K and raised uniformly by the smallest
-factor that fits the loads (the rate gap, reported as ``Rate.slowdown``).
-:func:`~tacos.solvers.forest_pack.check_packing` confirms the trees on those capacities.
+the carrier hop is an edge of the root's own spreading (no extra load); a NIC carries its exact
+share.  With K units per root the capacities are the one-tree packing's scaled by K;
+:func:`~tacos.solvers.forest_pack.check_packing` confirms the trees on them.  (Levelling the
+NICs' bytes against α, so that a NIC serving two offsets carries a little less, was measured
+slower on 4x DGX: ``docs/benchmarks/forest-nic.md``.)
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 
 from tacos.solvers.forest_pack import Tree, check_packing
 from tacos.solvers.forest_rails import _bruck, _tree, switch_islands
@@ -115,46 +112,19 @@ def _walk(loads: list[int], offsets: int, per: int) -> list[dict[int, int]]:
     return out
 
 
-def nic_loads(n: int, offsets: int, units: int, cap: int, alpha_units: float,
-              ) -> list[dict[int, int]] | None:
+def nic_loads(n: int, offsets: int, units: int, cap: int) -> list[dict[int, int]] | None:
     """Units NIC position g carries to each offset: ``[{f: units}]``, f = 1 … ``offsets``.
 
-    Every offset takes n·``units`` units (every root's); NICs are filled in order
-    (:func:`_walk`), so at most ``offsets`` − 1 of them serve two offsets.  A NIC serving m
-    offsets pays α m times per round, so loads are levelled on bytes plus α: load_g = T −
-    ``alpha_units`` · m_g (in units, rounded by largest remainder to the exact total, at most
-    ``cap``), iterated until the walk's m_g no longer change.  None when the loads do not fit
-    ``cap``."""
-    per = n * units
-    total = offsets * per
-    served = [1] * n
-    loads: list[int] = []
-    for _ in range(2 * n):
-        t = (total + alpha_units * sum(served)) / n
-        want = [min(float(cap), t - alpha_units * m) for m in served]
-        base = [max(0, math.floor(w)) for w in want]
-        rest = total - sum(base)
-        order = sorted(range(n), key=lambda g: (-(want[g] - base[g]), g))
-        for g in order:
-            if rest <= 0:
-                break
-            if base[g] < cap:
-                base[g] += 1
-                rest -= 1
-        if rest > 0:
-            return None
-        walked = _walk(base, offsets, per)
-        now = [max(1, len(w)) for w in walked]
-        if base == loads and now == served:
-            break
-        loads, served = base, now
-    walked = _walk(loads, offsets, per)
-    if sum(sum(w.values()) for w in walked) != total:
+    Every offset takes n·``units`` units (every root's) and every NIC its exact share,
+    ``offsets``·``units``; NICs are filled in order (:func:`_walk`), so at most ``offsets`` − 1
+    of them serve two offsets.  None when the share exceeds ``cap``."""
+    share = offsets * units
+    if share > cap:
         return None
-    return walked
+    return _walk([share] * n, offsets, n * units)
 
 
-def assign_carriers(n: int, offsets: int, units: int, cap: int, alpha_units: float,
+def assign_carriers(n: int, offsets: int, units: int, cap: int,
                     ) -> dict[tuple[int, int], dict[int, int]] | None:
     """Which NIC position g carries how many of root position r's ``units`` to offset f:
     {(r, f): {g: units}}.  The NIC loads come from :func:`nic_loads`; for each offset the roots'
@@ -163,7 +133,7 @@ def assign_carriers(n: int, offsets: int, units: int, cap: int, alpha_units: flo
     when the loads are infeasible."""
     import networkx as nx
 
-    loads = nic_loads(n, offsets, units, cap, alpha_units)
+    loads = nic_loads(n, offsets, units, cap)
     if loads is None:
         return None
     out: dict[tuple[int, int], dict[int, int]] = {}
@@ -209,13 +179,11 @@ def _split(carriers: dict[int, dict[int, int]], units: int) -> list[tuple[int, d
 
 
 def nic_merge_trees(group: tuple[int, ...], roots: tuple[int, ...], rate: Rate,
-                    is_switch: Callable[[int], bool], units: int = 1, alpha_units: float = 0.0,
-                    slack: float = 0.0) -> tuple[list[Tree], Rate] | None:
+                    is_switch: Callable[[int], bool], units: int = 1,
+                    ) -> tuple[list[Tree], Rate] | None:
     """Trees as in the module docstring for a one-tree-per-root ``rate`` (k = 1), with
     ``units`` tree units per root, and the rate they are checked on: the capacities times
-    ``units``, raised uniformly where levelling against ``alpha_units`` (:func:`nic_loads`) put
-    up to ``slack`` more than the exact share on a NIC.  None when the layout does not apply or
-    the trees do not fit."""
+    ``units``.  None when the layout does not apply or the trees do not fit."""
     if rate.k != 1 or set(roots) != set(group):
         return None
     layout = rail_layout(group, rate.caps, is_switch)
@@ -224,8 +192,7 @@ def nic_merge_trees(group: tuple[int, ...], roots: tuple[int, ...], rate: Rate,
     islands, fast, rails = layout.islands, layout.fast, layout.rails
     p, n = len(islands), len(islands[0])
     nic_cap = min(rate.caps.get((isl[g], rails[g]), 0) for isl in islands for g in range(n))
-    cap = math.floor(nic_cap * units * (1 + slack))
-    plan = assign_carriers(n, p - 1, units, cap, alpha_units)
+    plan = assign_carriers(n, p - 1, units, nic_cap * units)
     if plan is None:
         return None
     trees: list[Tree] = []
@@ -240,12 +207,9 @@ def nic_merge_trees(group: tuple[int, ...], roots: tuple[int, ...], rate: Rate,
                     edges.append((x, y, (x, rails[g], y), (NIC_FAMILY, 0)))
                     edges += _bruck(there[g:] + there[:g], fast[(m + f) % p], SPREAD_FAMILY)
                 trees.append(_feed_first(_tree(r, mult, edges)))
-    loads = _nic_loads(trees, group)
-    need = max(loads.get((isl[g], rails[g]), 0) for isl in islands for g in range(n))
-    factor = max(Fraction(1), Fraction(need, nic_cap * units))
-    caps = {e: math.floor(c * units * factor) for e, c in rate.caps.items()}
-    scaled = Rate(rate.x, units, rate.u * units * factor, caps, rate.cut,
-                  rate.exact and factor == 1, rate.slowdown * float(factor), rate.checks)
+    caps = {e: c * units for e, c in rate.caps.items()}  # every NIC carries its exact share
+    scaled = Rate(rate.x, units, rate.u * units, caps, rate.cut, rate.exact, rate.slowdown,
+                  rate.checks)
     try:
         check_packing(group, roots, trees, units, caps)
     except RuntimeError:
@@ -265,17 +229,6 @@ def _feed_first(tree: Tree) -> Tree:
                 steps[up] = (FEED_FAMILY, steps[up][1])
                 up = parent.get(tree.edges[up][0])
     return Tree(tree.root, tree.mult, tree.edges, tree.paths, steps)
-
-
-def _nic_loads(trees: list[Tree], group: tuple[int, ...]) -> dict[Edge, int]:
-    """Tree units on every arc out of a group NPU."""
-    members = set(group)
-    load: dict[Edge, int] = defaultdict(int)
-    for t in trees:
-        for path in t.paths:
-            if path[0] in members:
-                load[path[0], path[1]] += t.mult
-    return load
 
 
 def nic_peers(trees: list[Tree]) -> dict[int, set[int]]:
