@@ -108,16 +108,16 @@ def _solve(group: tuple[int, ...], reps: list[int], k: int, arcs: list[Edge],
     solver.parameters.max_deterministic_time = FIND_TIME
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
+    chosen = [key for key, var in y.items() if solver.value(var)]
     for var in y.values():
         model.add_hint(var, solver.value(var))
     model.minimize(sum(s * var for (_r, _i, _a, s), var in y.items()))  # early arrivals
     solver.parameters.max_deterministic_time = IMPROVE_TIME
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
+    if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # else: the first one
+        chosen = [key for key, var in y.items() if solver.value(var)]
     out: dict[tuple[int, int], dict[int, tuple[int, int]]] = defaultdict(dict)
-    for (r, i, (u, v), s), var in y.items():
-        if solver.value(var):
-            out[r, i][v] = (u, s)
+    for r, i, (u, v), s in chosen:
+        out[r, i][v] = (u, s)
     return out
 
 
@@ -162,8 +162,6 @@ def timed_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int, split: S
     succ = successors(split.caps)
     low = max(max(max(hop_distances(succ, r).values()) for r in reps),
               max(math.ceil(split.caps[a] / lanes[a]) for a in arcs))
-    if len(reps) * k * len(arcs) * low > MAX_BINARIES:
-        return None
     kept = [tuple(i) for i in islands if len(i) > 1]
     outside = {i: k * sum(r not in i for r in roots) for i in kept}
     low = max([low, *(_island_steps(i, arcs, lanes, outside[i]) for i in kept)])
