@@ -139,7 +139,7 @@ TIMED_MODES: tuple[tuple[bool | str, int | tuple[int, int]], ...] = (
 in the program's step order and only the end is tapered, by halving or (depth (3, 1)) with one
 last round of a quarter of the middle rounds' slices (1x MI250: 3, 1 at 64 MiB; 16, 16, 8, 4, 2,
 1 at 1 GiB)."""
-LINK_TIMED_K = (2, 3)
+LINK_TIMED_K = (2,)
 """Tree counts per root the step-timed program over physical links
 (:mod:`~tacos.solvers.forest_timed_links`) is built for where the exact rate's is not."""
 DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
@@ -293,10 +293,13 @@ def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
     islands = [i for i in find_islands(topology, group) if len(i) > 1]
     if not islands:  # (DGX-1, meshes: the depth-bounded trees tie with them at a third of
         return None  # the program's time; islands are what make the program small and needed)
+    if all(f.rate.exact for f in forests):
+        cache[("exact",)] = []  # (the "auto" tree count comes first: it is the exact rate)
     switched = any(topology.is_switch(lk.dst) for lk in group_topology(topology, group).links)
-    if switched:  # boxes joined by NIC switches: time the physical links (forest_timed_links)
-        if not all(f.rate.k in LINK_TIMED_K and (f.rate.exact or ("exact",) not in cache)
-                   for f in forests):
+    if switched:  # boxes joined by NIC switches: time the physical links (forest_timed_links),
+        # at a fixed k only where the exact rate's k was too large to pack (2x MI250: 83; 2x
+        # NDv2's exact k = 1 wins, and the program would search ~40 s for nothing)
+        if ("exact",) in cache or not all(f.rate.k in LINK_TIMED_K for f in forests):
             return None
     elif not all(f.rate.exact for f in forests):
         return None
@@ -325,8 +328,6 @@ def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
         if cache[key] is None:
             return None
         out.append(replace(f, trees=cache[key], packing="timed"))
-    if all(f.rate.exact for f in forests):
-        cache[("exact",)] = []
     return out
 
 
