@@ -273,3 +273,22 @@ def test_plan_with_link_timed_trees_verifies_and_lowers_to_xml(kind, tmp_path):
     path = tmp_path / "plan.xml"
     path.write_text(schedule_to_xml(s))
     assert verify_xml_file(path, topology=topo).ok
+
+
+@pytest.mark.slow  # 60-100 s: CP-SAT and the slice search on 32 GCDs
+@needs_cp_sat
+def test_2x_mi250_takes_link_timed_trees_at_two_per_root(tmp_path):
+    path = resources.files("tacos") / "presets" / "mi250.tdl"
+    topo = tacos.load(str(path), params={"nodes": 2}).topology
+    group = tuple(topo.live_npus)
+    coll = build("allgather", group, size=2**30)
+    s = tacos.synthesize(topo, coll, solver="forest")
+    assert verify_schedule(s).ok
+    (phase,) = s.meta["forest"]["phases"]
+    assert phase["packing"] == "timed" and phase["k"] == 2 and phase["trees"] == 64
+    fraction = s.meta["forest"]["optimal_time"] / s.makespan
+    # k = 2 is 3.75% below the optimal rate; one tree per root (10.7% below) reached 85.4%
+    assert 0.9 <= fraction <= 1 / (1 + phase["rate_loss"]) + 1e-9
+    out = tmp_path / "plan.xml"
+    out.write_text(schedule_to_xml(s))
+    assert verify_xml_file(out, topology=topo).ok

@@ -283,11 +283,15 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
 
 
 def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
-           cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
+           cache: dict[tuple, list[Tree] | None], fixed: bool = False) -> list[Forest] | None:
     """The forests with step-timed trees (:func:`~tacos.solvers.forest_timed.timed_trees`),
     or None unless the group has islands (:func:`~tacos.solvers.islands.find_islands`) and
     every phase is at the exact rate and has them (``cache`` as in :func:`_shallow`: a
-    reduction phase with the same capacities both ways reuses them)."""
+    reduction phase with the same capacities both ways reuses them).  Where NIC switches join
+    the group, the trees are timed over physical links
+    (:func:`~tacos.solvers.forest_timed_links.timed_link_trees`) at a k of
+    :data:`LINK_TIMED_K`: when the tree count is ``fixed`` by the user, or when the exact
+    rate's k was too large for the ``"auto"`` choice (which comes first)."""
     if all(f.packing == "symmetric" for f in forests):
         return None  # tori and rings: the dimension-ordered trees time their steps already
     islands = [i for i in find_islands(topology, group) if len(i) > 1]
@@ -299,7 +303,8 @@ def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
     if switched:  # boxes joined by NIC switches: time the physical links (forest_timed_links),
         # at a fixed k only where the exact rate's k was too large to pack (2x MI250: 83; 2x
         # NDv2's exact k = 1 wins, and the program would search ~40 s for nothing)
-        if ("exact",) in cache or not all(f.rate.k in LINK_TIMED_K for f in forests):
+        if ("exact",) in cache and not fixed or not all(f.rate.k in LINK_TIMED_K
+                                                         for f in forests):
             return None
     elif not all(f.rate.exact for f in forests):
         return None
@@ -582,8 +587,8 @@ class ForestSolver:
                                            opts.get("packing", "auto") == "auto"))
             packings.append((forests, order))
             small = len(group) <= SHALLOW_MAX and _npu_fabric(topo, group)
-            timed = _timed(forests, topo, group, stepped) if small and opts.get(
-                "timed", True) else None
+            timed = _timed(forests, topo, group, stepped, trees_opt != "auto") if (
+                small and opts.get("timed", True)) else None
             if timed is not None:
                 packings.append((timed, order))
             elif small and opts.get("shallow", True):  # (step-timed trees win on MI250 in
