@@ -18,7 +18,7 @@ from tacos.solvers.forest import _timed, plan_forest
 from tacos.solvers.forest_pack import check_packing
 from tacos.solvers.forest_shallow import have_cp_sat
 from tacos.solvers.forest_timed import _island_steps, timed_trees
-from tacos.solvers.forest_timed_links import link_arcs, timed_link_trees
+from tacos.solvers.forest_timed_links import _tight, link_arcs, timed_link_trees
 from tacos.solvers.islands import find_islands
 from tacos.verify import verify_schedule
 
@@ -248,10 +248,14 @@ def test_link_timed_trees_keep_physical_lanes_per_step_and_nic_parts_take_three_
 
 
 @needs_cp_sat
-def test_link_timed_trees_enter_each_tight_package_once_and_are_deterministic(boxes):
+def test_link_timed_trees_enter_each_tight_island_once_and_are_deterministic(boxes):
     topo, group, forest, islands, trees = boxes
+    tight = [i for i in islands if _tight(i, group, 2, forest.rate.caps)]
+    # the boxes' NICs carry exactly 2 trees of each outside root (2 units per NIC at k = 2);
+    # the packages have lanes to spare
+    assert tight == [(0, 1, 2, 3), (4, 5, 6, 7)]
     for t in trees:
-        for island in islands[:4]:  # the packages
+        for island in tight:
             entries = sum(x not in island and y in island for x, y in t.edges)
             assert entries == (0 if t.root in island else 1)
     again = timed_link_trees(topo, group, forest.roots, 2, forest.rate.caps, islands)
