@@ -279,7 +279,7 @@ def test_plan_with_link_timed_trees_verifies_and_lowers_to_xml(kind, tmp_path):
     assert verify_xml_file(path, topology=topo).ok
 
 
-@pytest.mark.slow  # 60-100 s: CP-SAT and the slice search on 32 GCDs
+@pytest.mark.slow  # ~25 s: CP-SAT and the slice search on 32 GCDs
 @needs_cp_sat
 def test_2x_mi250_takes_link_timed_trees_at_two_per_root(tmp_path):
     path = resources.files("tacos") / "presets" / "mi250.tdl"
