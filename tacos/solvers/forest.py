@@ -93,6 +93,7 @@ from tacos.solvers.forest_shared import share_switch_hops
 from tacos.solvers.forest_split import SplitGraph, split_switches
 from tacos.solvers.forest_symmetric import find_symmetry, pack_symmetric
 from tacos.solvers.forest_timed import timed_trees
+from tacos.solvers.forest_timed_links import timed_link_trees
 from tacos.solvers.forest_torus import dimension_trees
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
@@ -138,6 +139,9 @@ TIMED_MODES: tuple[tuple[bool | str, int | tuple[int, int]], ...] = (
 in the program's step order and only the end is tapered, by halving or (depth (3, 1)) with one
 last round of a third of a middle round's slices (1x MI250: 3, 1 at 64 MiB; 16, 16, 8, 4, 2,
 1 at 1 GiB)."""
+LINK_TIMED_K = (2,)
+"""Tree counts per root the step-timed program over physical links
+(:mod:`~tacos.solvers.forest_timed_links`) is built for where the exact rate's is not."""
 DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
 """The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest_torus`),
 after one round of step-merged transfers (every link busy from the start; one round won on
@@ -279,22 +283,44 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
 
 
 def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
-           cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
+           cache: dict[tuple, list[Tree] | None], fixed: bool = False) -> list[Forest] | None:
     """The forests with step-timed trees (:func:`~tacos.solvers.forest_timed.timed_trees`),
     or None unless the group has islands (:func:`~tacos.solvers.islands.find_islands`) and
     every phase is at the exact rate and has them (``cache`` as in :func:`_shallow`: a
-    reduction phase with the same capacities both ways reuses them)."""
-    if not all(f.rate.exact for f in forests):
-        return None
+    reduction phase with the same capacities both ways reuses them).  Where NIC switches join
+    the group, the trees are timed over physical links
+    (:func:`~tacos.solvers.forest_timed_links.timed_link_trees`) at a k of
+    :data:`LINK_TIMED_K`: when the tree count is ``fixed`` by the user, or when the exact
+    rate's k was too large for the ``"auto"`` choice (which comes first)."""
     if all(f.packing == "symmetric" for f in forests):
         return None  # tori and rings: the dimension-ordered trees time their steps already
     islands = [i for i in find_islands(topology, group) if len(i) > 1]
     if not islands:  # (DGX-1, meshes: the depth-bounded trees tie with them at a third of
         return None  # the program's time; islands are what make the program small and needed)
+    if all(f.rate.exact for f in forests):
+        cache[("exact",)] = []  # (the "auto" tree count comes first: it is the exact rate)
+    switched = any(topology.is_switch(lk.dst) for lk in group_topology(topology, group).links)
+    if switched:  # boxes joined by NIC switches: time the physical links (forest_timed_links),
+        # at a fixed k only where the exact rate's k was too large to pack (2x MI250: 83; 2x
+        # NDv2's exact k = 1 wins, and the program would search ~40 s for nothing)
+        if ("exact",) in cache and not fixed or not all(f.rate.k in LINK_TIMED_K
+                                                         for f in forests):
+            return None
+    elif not all(f.rate.exact for f in forests):
+        return None
     out = []
     for f in forests:
         topo = group_topology(topology, group)
         topo = topo.reversed() if f.reverse else topo
+        if switched:
+            key = ("links", f.rate.k, f.roots, f.reverse, tuple(sorted(f.rate.caps.items())))
+            if key not in cache:
+                cache[key] = timed_link_trees(topo, group, f.roots, f.rate.k, f.rate.caps,
+                                              islands)
+            if cache[key] is None:
+                return None
+            out.append(replace(f, trees=cache[key], packing="timed"))
+            continue
         lanes: dict[tuple[int, int], int] = defaultdict(int)
         for lk in topo.links:
             lanes[lk.src, lk.dst] += lk.multiplicity
@@ -561,8 +587,8 @@ class ForestSolver:
                                            opts.get("packing", "auto") == "auto"))
             packings.append((forests, order))
             small = len(group) <= SHALLOW_MAX and _npu_fabric(topo, group)
-            timed = _timed(forests, topo, group, stepped) if small and opts.get(
-                "timed", True) else None
+            timed = _timed(forests, topo, group, stepped, trees_opt != "auto") if (
+                small and opts.get("timed", True)) else None
             if timed is not None:
                 packings.append((timed, order))
             elif small and opts.get("shallow", True):  # (step-timed trees win on MI250 in
