@@ -88,6 +88,16 @@ def _transversal(roots: tuple[int, ...], auts: list[dict[int, int]]
     return out
 
 
+def representatives(group: tuple[int, ...], roots: tuple[int, ...], caps: dict[Edge, int],
+                    ) -> tuple[dict[int, tuple[int, dict[int, int]]], list[int]] | None:
+    """For every root its orbit's representative and an automorphism of ``caps`` mapping it
+    there (:func:`_transversal`), and the representatives; None when some root is not reached."""
+    images = _transversal(roots, automorphisms(group, caps))
+    if set(images) != set(roots):
+        return None
+    return images, sorted({rep for rep, _ in images.values()})
+
+
 def _solve(group: tuple[int, ...], reps: list[int], k: int, arcs: list[Edge],
            caps: dict[Edge, int], images: list[tuple[int, dict[int, int]]], depth: int,
            ) -> list[Tree] | None:
@@ -183,11 +193,10 @@ def shallow_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int,
     arcs = sorted(a for a, c in split.caps.items() if c > 0)
     if not arcs or any(x not in group or y not in group for x, y in arcs):
         return None
-    auts = automorphisms(group, split.caps)
-    images = _transversal(roots, auts)
-    if set(images) != set(roots):
+    orbits = representatives(group, roots, split.caps)
+    if orbits is None:
         return None
-    reps = sorted({rep for rep, _ in images.values()})
+    images, reps = orbits
     if len(reps) * k * len(arcs) > MAX_BINARIES:
         return None
     succ = successors(split.caps)

@@ -37,13 +37,13 @@ is checked with :func:`~tacos.solvers.forest_pack.check_packing`.  OR-Tools is o
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 from tacos.solvers import forest_shallow
 from tacos.solvers.forest_pack import Tree, check_packing
 from tacos.solvers.forest_rate import Edge
-from tacos.solvers.forest_shallow import _transversal, automorphisms
+from tacos.solvers.forest_shallow import representatives
 from tacos.solvers.forest_split import SplitGraph, hop_distances, successors
+from tacos.solvers.forest_timed_links import _solve
 
 MAX_BINARIES = 16000
 """Largest program (tree × arc × step variables) attempted."""
@@ -56,69 +56,6 @@ IMPROVE_TIME = 1.5
 from the packing found, which is the search's hint): slack before every transfer's deadline,
 which the tapered rounds' drain uses (1x MI250 at 64 MiB: 85.0% of the optimum with rounds
 2, 1 from the first packing found, 89.0% after)."""
-
-
-def _solve(group: tuple[int, ...], reps: list[int], k: int, arcs: list[Edge],
-           caps: dict[Edge, int], lanes: dict[Edge, int],
-           images: list[tuple[int, dict[int, int]]], islands: list[tuple[int, ...]],
-           steps: int) -> dict[tuple[int, int], dict[int, tuple[int, int]]] | None:
-    """The program of the module docstring for the k trees of every root in ``reps``: for each
-    (representative, tree) the arc and step bringing the tree to every other NPU, or None."""
-    from ortools.sat.python import cp_model
-
-    model = cp_model.CpModel()
-    y: dict[tuple[int, int, Edge, int], cp_model.IntVar] = {}
-    for r in reps:
-        for i in range(k):
-            arrival = {v: model.new_int_var(0 if v == r else 1, 0 if v == r else steps, "")
-                       for v in group}
-            into: dict[int, list] = defaultdict(list)
-            by_arc: dict[Edge, list] = defaultdict(list)
-            for u, v in arcs:
-                if v == r:
-                    continue
-                for s in range(1, steps + 1):
-                    var = y[r, i, (u, v), s] = model.new_bool_var("")
-                    model.add(arrival[u] <= s - 1).only_enforce_if(var)
-                    into[v].append((s, var))
-                    by_arc[u, v].append(var)
-            for v in group:
-                if v != r:
-                    model.add_exactly_one(var for _, var in into[v])
-                    model.add(arrival[v] == sum(s * var for s, var in into[v]))
-            for island in islands:
-                inside = set(island)
-                entries = [var for (u, v), vs in by_arc.items()
-                           if v in inside and u not in inside for var in vs]
-                model.add(sum(entries) == (0 if r in inside else 1))
-    per_step: dict[tuple[Edge, int], list] = defaultdict(list)
-    total: dict[Edge, list] = defaultdict(list)
-    for rep, m in images:
-        for (r, _i, (u, v), s), var in y.items():
-            if r == rep:
-                a = (m[u], m[v])
-                per_step[a, s].append(var)
-                total[a].append(var)
-    for (a, _s), terms in per_step.items():
-        model.add(sum(terms) <= lanes[a])
-    for a, terms in total.items():
-        model.add(sum(terms) <= caps[a])
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1  # deterministic (with a deterministic time limit)
-    solver.parameters.max_deterministic_time = FIND_TIME
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    chosen = [key for key, var in y.items() if solver.value(var)]
-    for var in y.values():
-        model.add_hint(var, solver.value(var))
-    model.minimize(sum(s * var for (_r, _i, _a, s), var in y.items()))  # early arrivals
-    solver.parameters.max_deterministic_time = IMPROVE_TIME
-    if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # else: the first one
-        chosen = [key for key, var in y.items() if solver.value(var)]
-    out: dict[tuple[int, int], dict[int, tuple[int, int]]] = defaultdict(dict)
-    for r, i, (u, v), s in chosen:
-        out[r, i][v] = (u, s)
-    return out
 
 
 def _island_steps(island: tuple[int, ...], arcs: list[Edge], lanes: dict[Edge, int],
@@ -154,11 +91,10 @@ def timed_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int, split: S
         return None
     if any(len(p) != 2 for a in arcs for p, _ in split.paths.get(a, [((a[0], a[1]), 1)])):
         return None
-    auts = automorphisms(group, split.caps)
-    images = _transversal(roots, auts)
-    if set(images) != set(roots):
+    orbits = representatives(group, roots, split.caps)
+    if orbits is None:
         return None
-    reps = sorted({rep for rep, _ in images.values()})
+    images, reps = orbits
     succ = successors(split.caps)
     low = max(max(max(hop_distances(succ, r).values()) for r in reps),
               max(math.ceil(split.caps[a] / lanes[a]) for a in arcs))
@@ -168,8 +104,8 @@ def timed_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int, split: S
     for steps in range(low, low + EXTRA_STEPS + 1):
         if len(reps) * k * len(arcs) * steps > MAX_BINARIES:
             return None
-        found = _solve(group, reps, k, arcs, split.caps, lanes, list(images.values()), kept,
-                       steps)
+        found = _solve(group, reps, k, {a: ((a,), 1) for a in arcs}, split.caps, lanes,
+                       list(images.values()), kept, steps, FIND_TIME, IMPROVE_TIME)
         if found is not None:
             break
     else:

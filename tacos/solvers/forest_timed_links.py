@@ -91,10 +91,13 @@ def link_arcs(topology: Topology, group: tuple[int, ...]
 def _solve(group: tuple[int, ...], reps: list[int], k: int,
            arcs: dict[Arc, tuple[tuple[Edge, ...], int]], caps: dict[Edge, int],
            lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
-           islands: list[tuple[int, ...]], steps: int
+           islands: list[tuple[int, ...]], steps: int, find: float = FIND_TIME,
+           improve: float = IMPROVE_TIME,
            ) -> dict[tuple[int, int], dict[int, tuple[int, int]]] | None:
     """The program of the module docstring for the k trees of every root in ``reps``: for each
-    (representative, tree) the arc and start step bringing the tree to every other NPU."""
+    (representative, tree) the arc and start step bringing the tree to every other NPU, within
+    ``find`` deterministic seconds, then ``improve`` more to move edges to earlier steps (also
+    :mod:`~tacos.solvers.forest_timed`'s program: arcs of one hop and one step)."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -142,15 +145,15 @@ def _solve(group: tuple[int, ...], reps: list[int], k: int,
             model.add(sum(terms) <= caps.get(h, 0))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1  # deterministic (with a deterministic time limit)
-    solver.parameters.max_deterministic_time = FIND_TIME
+    solver.parameters.max_deterministic_time = find
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     first = {key: solver.value(var) for key, var in y.items()}
-    if IMPROVE_TIME > 0:
+    if improve > 0:
         for key, var in y.items():
             model.add_hint(var, first[key])
         model.minimize(sum((s + arcs[a][1] - 1) * var for (_r, _i, a, s), var in y.items()))
-        solver.parameters.max_deterministic_time = IMPROVE_TIME
+        solver.parameters.max_deterministic_time = improve
         if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             first = {key: solver.value(var) for key, var in y.items()}
         # (else the packing found stands: the improvement ran out of time before its hint)
