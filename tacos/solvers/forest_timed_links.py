@@ -16,7 +16,9 @@ inside each box, a 16 GB/s NIC per GCD), a NIC hop is a switch path u → sw →
   arcs whose route uses it, and over all steps at most its integer capacity ``caps`` (the
   rate's, for the tree count k the caller chose: the exact rate's k is often too large here,
   2x MI250's is 83);
-* every tree enters each island once, as in :mod:`~tacos.solvers.forest_timed`.
+* every tree enters each *tight* island (whose in-capacity is exactly the k entries per outside
+  root it needs: 2x MI250's packages, not its boxes) once, as in
+  :mod:`~tacos.solvers.forest_timed`.
 
 The program is built for one root per orbit of the automorphisms of the view's arcs labelled
 with their physical lanes and durations (2x MI250: 8 automorphisms, 4 representatives); each
