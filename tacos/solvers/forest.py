@@ -531,8 +531,9 @@ class ForestSolver:
                           "switch-free groups), keeping the faster", boolean, (True, False),
                           True),
         "timed": Option("also try trees whose edges a time-indexed integer program assigns to "
-                        "steps, one tree edge per link lane and step (small switch-free "
-                        "groups), keeping the faster", boolean, (True, False), True),
+                        "steps, one tree edge per link lane and step (small groups of directly "
+                        "linked NPUs with islands, also joined by NIC switches), keeping the "
+                        "faster", boolean, (True, False), True),
         "nic": Option("also try trees that merge roots' slices on the NIC rails of three or "
                       "more switch islands (a root's data crosses on another GPU's rail, so "
                       "each NIC sends to few nodes per round), keeping the faster",
