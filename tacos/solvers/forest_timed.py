@@ -45,8 +45,10 @@ from tacos.solvers.forest_shallow import representatives
 from tacos.solvers.forest_split import SplitGraph, hop_distances, successors
 from tacos.solvers.forest_timed_links import _solve
 
-MAX_BINARIES = 16000
-"""Largest program (tree × arc × step variables) attempted."""
+MAX_BINARIES = 6000
+"""Largest program (tree × arc × step variables) attempted: 1x MI250's is 5376 (about a second
+to find); two NDv2 chassis joined by one link (TE-CCL's model) would take 8448 and 5.5 s, for
+trees that lose there."""
 EXTRA_STEPS = 2
 """Step counts tried above the smallest possible one."""
 FIND_TIME = 6.0
