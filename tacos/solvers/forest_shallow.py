@@ -90,8 +90,9 @@ def _transversal(roots: tuple[int, ...], auts: list[dict[int, int]]
 
 def representatives(group: tuple[int, ...], roots: tuple[int, ...], caps: dict[Edge, int],
                     ) -> tuple[dict[int, tuple[int, dict[int, int]]], list[int]] | None:
-    """For every root its orbit's representative and an automorphism of ``caps`` mapping it
-    there (:func:`_transversal`), and the representatives; None when some root is not reached."""
+    """For every root its orbit's representative and an automorphism of ``caps`` mapping the
+    representative onto the root (:func:`_transversal`), and the representatives; None when
+    some root is in no representative's orbit."""
     images = _transversal(roots, automorphisms(group, caps))
     if set(images) != set(roots):
         return None
