@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tacos.solvers.forest_pack import Tree, check_packing
+from tacos.solvers.forest_pack import Tree, checked
 from tacos.solvers.forest_rails import _bruck, _tree, switch_islands
 from tacos.solvers.forest_rate import Edge, Rate
 
@@ -210,11 +210,7 @@ def nic_merge_trees(group: tuple[int, ...], roots: tuple[int, ...], rate: Rate,
     caps = {e: c * units for e, c in rate.caps.items()}  # every NIC carries its exact share
     scaled = Rate(rate.x, units, rate.u * units, caps, rate.cut, rate.exact, rate.slowdown,
                   rate.checks)
-    try:
-        check_packing(group, roots, trees, units, caps)
-    except RuntimeError:
-        return None
-    return trees, scaled
+    return None if checked(group, roots, trees, units, caps) is None else (trees, scaled)
 
 
 def _feed_first(tree: Tree) -> Tree:

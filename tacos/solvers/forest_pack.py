@@ -248,6 +248,17 @@ def _map_paths(tree: Tree, pools: dict[Edge, list[tuple[Path, int]]]) -> list[Tr
     return [Tree(tree.root, mult, list(tree.edges), paths) for paths, mult in parts]
 
 
+def checked(compute: tuple[int, ...], roots: tuple[int, ...], trees: list[Tree], k: int,
+            caps: dict[Edge, int]) -> list[Tree] | None:
+    """``trees`` if :func:`check_packing` accepts them, else None (for the candidate packings
+    a solver may do without)."""
+    try:
+        check_packing(compute, roots, trees, k, caps)
+    except RuntimeError:
+        return None
+    return trees
+
+
 def _spans(t: Tree, group: set[int]) -> bool:
     """Whether ``t`` is a spanning out-arborescence of its root over ``group`` whose paths
     join its edges' ends (:func:`check_packing`'s test, on whole lists)."""

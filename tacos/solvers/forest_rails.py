@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from tacos.solvers.forest_pack import Tree, check_packing
+from tacos.solvers.forest_pack import Tree, checked
 from tacos.solvers.forest_rate import Edge
 
 Step = tuple[int, int] | None
@@ -134,8 +134,4 @@ def rail_pair_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int,
                    + _bruck([there[(i + d) % n] for d in range(half)], fast[1 - side], 1)
                    + _bruck([there[(j + d) % n] for d in range(half)], fast[1 - side], 2))
             trees += [_tree(r, 1, one), _tree(r, 1, two)]
-    try:
-        check_packing(group, roots, trees, k, caps)
-    except RuntimeError:
-        return None
-    return trees
+    return checked(group, roots, trees, k, caps)

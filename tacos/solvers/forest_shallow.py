@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tacos.solvers.forest_pack import Tree, _map_paths, check_packing
+from tacos.solvers.forest_pack import Tree, _map_paths, checked
 from tacos.solvers.forest_rate import Edge
 from tacos.solvers.forest_split import SplitGraph, hop_distances, successors
 
@@ -88,12 +88,12 @@ def _transversal(roots: tuple[int, ...], auts: list[dict[int, int]]
     return out
 
 
-def representatives(group: tuple[int, ...], roots: tuple[int, ...], caps: dict[Edge, int],
+def representatives(roots: tuple[int, ...], auts: list[dict[int, int]],
                     ) -> tuple[dict[int, tuple[int, dict[int, int]]], list[int]] | None:
-    """For every root its orbit's representative and an automorphism of ``caps`` mapping the
+    """For every root its orbit's representative and one of ``auts`` mapping the
     representative onto the root (:func:`_transversal`), and the representatives; None when
     some root is in no representative's orbit."""
-    images = _transversal(roots, automorphisms(group, caps))
+    images = _transversal(roots, auts)
     if set(images) != set(roots):
         return None
     return images, sorted({rep for rep, _ in images.values()})
@@ -194,7 +194,7 @@ def shallow_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int,
     arcs = sorted(a for a, c in split.caps.items() if c > 0)
     if not arcs or any(x not in group or y not in group for x, y in arcs):
         return None
-    orbits = representatives(group, roots, split.caps)
+    orbits = representatives(roots, automorphisms(group, split.caps))
     if orbits is None:
         return None
     images, reps = orbits
@@ -217,8 +217,4 @@ def shallow_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int,
     out: list[Tree] = []
     for tree in logical:
         out += _map_paths(tree, pools)
-    try:
-        check_packing(group, roots, out, k, caps)
-    except RuntimeError:
-        return None
-    return out
+    return checked(group, roots, out, k, caps)

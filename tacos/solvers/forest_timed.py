@@ -39,9 +39,9 @@ from __future__ import annotations
 import math
 
 from tacos.solvers import forest_shallow
-from tacos.solvers.forest_pack import Tree, check_packing
+from tacos.solvers.forest_pack import Tree, checked
 from tacos.solvers.forest_rate import Edge
-from tacos.solvers.forest_shallow import representatives
+from tacos.solvers.forest_shallow import automorphisms, representatives
 from tacos.solvers.forest_split import SplitGraph, hop_distances, successors
 from tacos.solvers.forest_timed_links import _solve
 
@@ -93,7 +93,7 @@ def timed_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int, split: S
         return None
     if any(len(p) != 2 for a in arcs for p, _ in split.paths.get(a, [((a[0], a[1]), 1)])):
         return None
-    orbits = representatives(group, roots, split.caps)
+    orbits = representatives(roots, automorphisms(group, split.caps))
     if orbits is None:
         return None
     images, reps = orbits
@@ -114,8 +114,4 @@ def timed_trees(group: tuple[int, ...], roots: tuple[int, ...], k: int, split: S
         return None
     out = [_tree(rep, found[rep, i], m) for v in sorted(roots)
            for rep, m in (images[v],) for i in range(k)]
-    try:
-        check_packing(group, roots, out, k, caps)
-    except RuntimeError:
-        return None
-    return out
+    return checked(group, roots, out, k, caps)

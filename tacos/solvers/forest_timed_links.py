@@ -32,9 +32,9 @@ import math
 from collections import defaultdict
 
 from tacos.solvers import forest_shallow
-from tacos.solvers.forest_pack import Tree, check_packing
+from tacos.solvers.forest_pack import Tree, checked
 from tacos.solvers.forest_rate import Edge
-from tacos.solvers.forest_shallow import _transversal, automorphisms
+from tacos.solvers.forest_shallow import automorphisms, representatives
 from tacos.topology import Topology
 
 MAX_BINARIES = 40000
@@ -233,11 +233,10 @@ def timed_link_trees(topology: Topology, group: tuple[int, ...], roots: tuple[in
     arcs, lanes = built
     if all(len(hops) == 1 for hops, _ in arcs.values()):
         return None  # no switch path: forest_timed's program
-    auts = _symmetries(group, arcs, lanes, caps)
-    images = _transversal(roots, auts)
-    if set(images) != set(roots):
+    orbits = representatives(roots, _symmetries(group, arcs, lanes, caps))
+    if orbits is None:
         return None
-    reps = sorted({rep for rep, _ in images.values()})
+    images, reps = orbits
     busy: dict[Edge, int] = defaultdict(int)
     for hops, d in arcs.values():
         for h in hops:
@@ -255,8 +254,4 @@ def timed_link_trees(topology: Topology, group: tuple[int, ...], roots: tuple[in
         return None
     out = [_tree(rep, found[rep, i], m, arcs) for v in sorted(roots)
            for rep, m in (images[v],) for i in range(k)]
-    try:
-        check_packing(group, roots, out, k, caps)
-    except RuntimeError:
-        return None
-    return out
+    return checked(group, roots, out, k, caps)
