@@ -18,7 +18,7 @@ targeted here).  Plans go to ASTRA-sim as Chakra execution traces:
 from __future__ import annotations
 
 from tacos.errors import TacosError
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 KINDS = {"Ring": "Ring", "FullyConnected": "FullyConnected", "FC": "FullyConnected",
          "Switch": "Switch"}

@@ -26,7 +26,7 @@ from typing import Any
 
 from tacos.atomic import write_bytes
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.schedule import Schedule
 
 SCHEMA_VERSION = "0.0.4"
 COMM_SEND_NODE, COMM_RECV_NODE = 5, 6

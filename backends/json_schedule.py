@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from tacos.atomic import write_text
-from tacos.collective import Collective
 from tacos.errors import TacosError
+from tacos.model.collective import Collective
+from tacos.model.columns import BLOCK, TransferColumns
+from tacos.model.schedule import OPS, Schedule
+from tacos.model.topology import Link, Topology
 from tacos.nogc import paused_gc
-from tacos.schedule import OPS, Schedule
-from tacos.schedule_columns import BLOCK, TransferColumns
-from tacos.topology import Link, Topology
 
 SCHEMA_ID = "tacos.schedule/2"
 VOLATILE_META = frozenset({"synthesis_time"})  # differs run to run: left out for reproducibility

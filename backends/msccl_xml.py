@@ -29,6 +29,7 @@ from collections.abc import Iterator
 
 from tacos.atomic import atomic_path
 from tacos.errors import TacosError, VerificationError
+from tacos.model.schedule import Schedule
 from tacos.msccl.program import (
     ALGO_ATTRS,
     ALGO_REQUIRED,
@@ -44,7 +45,6 @@ from tacos.msccl.program import (
     Program,
     Step,
 )
-from tacos.schedule import Schedule
 
 __all__ = ["emit_xml", "iter_xml", "lower_verified", "schedule_to_xml", "write_xml"]
 

@@ -33,8 +33,8 @@ from dataclasses import replace
 from typing import Any
 
 from tacos.errors import TacosError, VerificationError
+from tacos.model.schedule import Schedule
 from tacos.msccl.program import Program, chunk_geometry, inplace_alias
-from tacos.schedule import Schedule
 
 __all__ = ["MAX_OPERATIONS", "emit_mscclpp_json", "program_to_mscclpp"]
 

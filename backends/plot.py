@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tacos.atomic import check_writable, write_with
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.schedule import Schedule
 
 _UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from tacos.backends.plot import _pyplot
 
 from tacos.atomic import write_with
-from tacos.units import format_size
+from tacos.model.units import format_size
 
 if TYPE_CHECKING:
     from tacos.sweep import Sweep

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.tree:
         sys.path.insert(0, args.tree)
     import tacos
-    from tacos import bounds, builders, patterns
+    from tacos import bounds, builders
+    from tacos.model import patterns
     from tacos.passes.feasibility import check_feasible
 
     print(f"tacos from {tacos.__file__}\n")

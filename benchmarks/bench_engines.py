@@ -33,7 +33,7 @@ MiB = 1 << 20
 def _problems():
     import tacos
     from tacos.builders import torus
-    from tacos.patterns import build
+    from tacos.model.patterns import build
 
     dgx = tacos.parse("use dgx_a100(nodes=4)").topology
     tor = torus(8, 8, 8, bandwidth=50e9, latency=0.5e-6)

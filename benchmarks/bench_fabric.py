@@ -36,7 +36,7 @@ import tacos  # noqa: E402
 from benchmarks.flowsim import simulate_flows  # noqa: E402
 from tacos.bounds import lower_bound  # noqa: E402
 from tacos.errors import TacosError  # noqa: E402
-from tacos.patterns import build  # noqa: E402
+from tacos.model.patterns import build  # noqa: E402
 from tacos.verify import verify_schedule  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20

@@ -35,10 +35,10 @@ from pathlib import Path
 from tacos.backends.msccl_xml import schedule_to_xml
 
 from benchmarks import topologies as T
+from tacos.model.units import parse_quantity
 from tacos.msccl.verify import verify_xml_file
 from tacos.simulate import simulate
 from tacos.synthesize import solve
-from tacos.units import parse_quantity
 from tacos.verify import verify_schedule
 
 SYSTEMS = {
@@ -134,7 +134,7 @@ def _xml(schedule, topo) -> tuple[bool, int, int]:
 
 def run_row(name: str, topo, kind: str, size: int, args) -> dict:
     """One (system, collective, size) row."""
-    from tacos.patterns import build
+    from tacos.model.patterns import build
 
     root = topo.live_npus[0] if kind in ("broadcast", "reduce") else None
     coll = build(kind, topo.live_npus, size=size, root=root)
@@ -186,7 +186,7 @@ def markdown(rows: list[dict]) -> str:
 
 def scale(args) -> None:
     """Synthesis time of all-gather at 64 and 512 NPUs (no XML)."""
-    from tacos.patterns import build
+    from tacos.model.patterns import build
 
     print("| system | NPUs | trees | k | synthesis wall (s) | synthesis CPU (s) "
           "| fraction of optimum |")

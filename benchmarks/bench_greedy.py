@@ -28,10 +28,10 @@ import time
 from collections import deque
 
 from tacos.builders import mesh, torus
-from tacos.patterns import build
+from tacos.model.patterns import build
+from tacos.model.topology import Topology
 from tacos.solvers.greedy import GreedySolver
 from tacos.solvers.registry import Problem
-from tacos.topology import Topology
 
 MiB = 1 << 20
 GiB = 1 << 30

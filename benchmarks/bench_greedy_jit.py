@@ -45,7 +45,7 @@ GiB = 1 << 30
 
 def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
     from tacos import builders, limits
-    from tacos.patterns import build
+    from tacos.model.patterns import build
     from tacos.solvers.greedy_core import run_trial
     from tacos.solvers.greedy_instance import build_instance
     from tacos.solvers.merge import merge_caps
@@ -81,7 +81,7 @@ def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
 
 def _phases(k: int) -> dict:
     from tacos import builders
-    from tacos.patterns import build
+    from tacos.model.patterns import build
     from tacos.solvers.greedy import to_schedule
     from tacos.solvers.greedy_core import run_trial
     from tacos.solvers.greedy_instance import build_instance

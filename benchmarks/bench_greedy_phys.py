@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 import tacos  # noqa: E402
 from benchmarks.flowsim import simulate_flows  # noqa: E402
 from tacos.bounds import lower_bound  # noqa: E402
-from tacos.patterns import build  # noqa: E402
+from tacos.model.patterns import build  # noqa: E402
 from tacos.solvers.greedy_chunks import rechunk, synthesize_chunked  # noqa: E402
 from tacos.verify import verify_schedule  # noqa: E402
 

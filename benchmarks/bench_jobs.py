@@ -33,7 +33,7 @@ from tacos.jobs.model import Job
 from tacos.jobs.plan import plan_jobs
 from tacos.jobs.routed import RoutedJobs
 from tacos.jobs.routing import congestion
-from tacos.patterns import build
+from tacos.model.patterns import build
 
 FIG2 = "fattree s[8] leaves=4 spines=2 down 12.5GB/s 1us up 12.5GB/s 1us\n"
 FAT = "fattree h[16] leaves=4 spines=2 down 50GB/s 1us up 25GB/s 1us\n"

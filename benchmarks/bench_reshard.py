@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 
 import tacos
+from tacos.model.units import format_time
 from tacos.reshard import DeviceMesh, Reshard, plan_reshard
-from tacos.units import format_time
 
 # case: (tensor, source mesh, source spec, destination mesh, destination spec)
 CASES = {

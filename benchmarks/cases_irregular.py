@@ -6,8 +6,8 @@ from __future__ import annotations
 from benchmarks import topologies as T
 from benchmarks.cases_seed import BASELINES, NPU_RING, _x, synthesizers
 from benchmarks.suite import Context, Table, mean, measure, pick
-from tacos.collective import combine
-from tacos.patterns import build
+from tacos.model.collective import combine
+from tacos.model.patterns import build
 
 MiB = 2**20
 

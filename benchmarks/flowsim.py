@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from tacos.schedule import Schedule
+from tacos.model.schedule import Schedule
 
 EPS = 1e-12
 

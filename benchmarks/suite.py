@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from tacos.bounds import lower_bound
-from tacos.collective import Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
-from tacos.topology import Topology
 from tacos.verify import verify_schedule
 
 COLUMNS = ("problem", "npus", "collective", "size", "solver", "time_us", "algbw_GBps",

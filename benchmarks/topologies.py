@@ -6,10 +6,10 @@ examples' value).  Presets (DGX-1, DGX-A100, DGX-H100, MI250) come with tacos.
 
 from __future__ import annotations
 
-from tacos.collective import Collective
-from tacos.patterns import build
+from tacos.model.collective import Collective
+from tacos.model.patterns import build
+from tacos.model.topology import Topology
 from tacos.spec import Spec
-from tacos.topology import Topology
 
 ALPHA = "0.5us"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tacos.errors import InputFileError, Span, TacosError
-from tacos.units import as_quantity
+from tacos.model.units import as_quantity
 
 MAX_IMPORT_BYTES = 16 * 1024 * 1024
 

@@ -19,14 +19,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tacos.collective import Chunk, Collective
 from tacos.declared import differences
 from tacos.errors import Span, TacosError
 from tacos.inputs import check_json_nesting, decode_text, json_nesting_error, read_capped
 from tacos.limits import MAX_INTEGER, check_number
+from tacos.model.collective import Chunk, Collective
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES, Link, Npu, Switch, Topology
 from tacos.nogc import paused_gc
-from tacos.schedule import Schedule, Transfer
-from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES, Link, Npu, Switch, Topology
 from tacos.verify_bulk import TIME_EPS
 
 SCHEMA_ID = "tacos.schedule/2"

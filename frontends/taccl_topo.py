@@ -35,7 +35,7 @@ from tacos.frontends.import_util import (
 from tacos.frontends.teccl_topo import DGX1_LINKS
 
 from tacos.errors import TacosError
-from tacos.units import parse_size
+from tacos.model.units import parse_size
 
 KINDS = ("ndv2", "dgx2", "hubandspoke", "custom")
 

@@ -13,12 +13,13 @@ from tacos.frontends.tdl_jobs import build_job
 from tacos.frontends.tdl_parser import read_source
 from tacos.frontends.tdl_reshard import build_reshard
 
-from tacos import limits, patterns
-from tacos.collective import Collective
+from tacos import limits
 from tacos.errors import InfeasibleError, Span, TacosError, TdlSemanticError
+from tacos.model import patterns
+from tacos.model.collective import Collective
+from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.passes.feasibility import check_feasible
 from tacos.spec import Spec
-from tacos.topology import Link, Npu, Switch, Topology
 
 DEFAULT_COLLECTIVE_SIZE = patterns.DEFAULT_SIZE
 

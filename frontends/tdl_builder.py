@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from lark import Token, Tree
-from tacos.frontends import tdl_generators as gen
 from tacos.frontends.tdl_includes import IncludePolicy, read_included
 from tacos.frontends.tdl_jobs import JobDecl, JobStatements
 from tacos.frontends.tdl_names import Group, Namespace, flat_indices, index_label
@@ -31,8 +30,9 @@ from tacos.frontends.tdl_values import (
 
 from tacos import limits
 from tacos.errors import InputFileError, Span, TacosError, TdlSemanticError
-from tacos.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES
-from tacos.units import parse_size
+from tacos.model import generators as gen
+from tacos.model.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES
+from tacos.model.units import parse_size
 
 
 @dataclass

@@ -20,9 +20,9 @@ from typing import Any
 from lark import Tree
 from tacos.frontends.tdl_values import integer
 
-from tacos.collective import Collective
 from tacos.errors import Span, TacosError
 from tacos.jobs.model import Job
+from tacos.model.collective import Collective
 
 
 @dataclass

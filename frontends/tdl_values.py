@@ -11,7 +11,7 @@ from lark import Token, Tree
 
 from tacos import limits
 from tacos.limits import MAX_INTEGER
-from tacos.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, unit_kind
+from tacos.model.units import BANDWIDTH_UNITS, SIZE_UNITS, TIME_UNITS, unit_kind
 
 DEFAULT_UNITS = {"bandwidth": "GB/s", "time": "us", "size": "B"}
 

@@ -26,32 +26,32 @@ from tacos.errors import InfeasibleError, Span, TacosError, VerificationError
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from tacos.collective import Chunk, Collective, combine
-    from tacos.patterns import build as collective
-    from tacos.patterns import custom as custom_collective
-    from tacos.schedule import Schedule, Transfer
+    from tacos.model.collective import Chunk, Collective, combine
+    from tacos.model.patterns import build as collective
+    from tacos.model.patterns import custom as custom_collective
+    from tacos.model.schedule import Schedule, Transfer
+    from tacos.model.topology import Link, Npu, Switch, Topology
     from tacos.spec import Spec
     from tacos.synthesize import solve, synthesize
-    from tacos.topology import Link, Npu, Switch, Topology
     from tacos.verify_plan import verify
 
 _LAZY: dict[str, tuple[str, str]] = {
-    "Chunk": ("tacos.collective", "Chunk"),
-    "Collective": ("tacos.collective", "Collective"),
-    "combine": ("tacos.collective", "combine"),
-    "collective": ("tacos.patterns", "build"),
-    "custom_collective": ("tacos.patterns", "custom"),
-    "Schedule": ("tacos.schedule", "Schedule"),
-    "Transfer": ("tacos.schedule", "Transfer"),
+    "Chunk": ("tacos.model.collective", "Chunk"),
+    "Collective": ("tacos.model.collective", "Collective"),
+    "combine": ("tacos.model.collective", "combine"),
+    "collective": ("tacos.model.patterns", "build"),
+    "custom_collective": ("tacos.model.patterns", "custom"),
+    "Schedule": ("tacos.model.schedule", "Schedule"),
+    "Transfer": ("tacos.model.schedule", "Transfer"),
     "Spec": ("tacos.spec", "Spec"),
-    "Link": ("tacos.topology", "Link"),
-    "Npu": ("tacos.topology", "Npu"),
-    "Switch": ("tacos.topology", "Switch"),
-    "Topology": ("tacos.topology", "Topology"),
+    "Link": ("tacos.model.topology", "Link"),
+    "Npu": ("tacos.model.topology", "Npu"),
+    "Switch": ("tacos.model.topology", "Switch"),
+    "Topology": ("tacos.model.topology", "Topology"),
     "solve": ("tacos.synthesize", "solve"),
     "synthesize": ("tacos.synthesize", "synthesize"),
     "verify": ("tacos.verify_plan", "verify"),
-    "parse_size": ("tacos.units", "parse_size"),
+    "parse_size": ("tacos.model.units", "parse_size"),
 }
 
 

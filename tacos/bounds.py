@@ -49,9 +49,9 @@ import numpy as np
 from networkx.algorithms.flow import build_residual_network, preflow_push
 
 from tacos.bounds_groups import group_cut_bound
-from tacos.collective import Collective
-from tacos.distances import Distances
-from tacos.topology import Topology
+from tacos.model.collective import Collective
+from tacos.model.distances import Distances
+from tacos.model.topology import Topology
 
 _SIGMA = "sigma"
 _FLOW_RTOL = 1e-9

@@ -27,8 +27,8 @@ from collections import defaultdict
 import networkx as nx
 import numpy as np
 
-from tacos.collective import Collective
-from tacos.topology import Topology
+from tacos.model.collective import Collective
+from tacos.model.topology import Topology
 
 MAX_SPECTRAL = 4096
 EXACT_SPECTRAL = 300

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from tacos.collective import Collective
-from tacos.topology import Topology
+from tacos.model.collective import Collective
+from tacos.model.topology import Topology
 
 
 @dataclass(frozen=True)

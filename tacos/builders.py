@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tacos.errors import TacosError
-from tacos.frontends import tdl_generators as gen
-from tacos.passes.validate import check_link, check_policy, check_topology
-from tacos.topology import Link, Npu, Switch, Topology
-from tacos.units import as_quantity
+from tacos.model import generators as gen
+from tacos.model.topology import Link, Npu, Switch, Topology
+from tacos.model.units import as_quantity
+from tacos.model.validate import check_link, check_policy, check_topology
 
 
 class TopologyBuilder:

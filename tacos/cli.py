@@ -56,7 +56,7 @@ bytes / bandwidth), not measurements.
 def _params(pairs: Sequence[str]) -> dict[str, Any]:
     """``--param nodes=2 --param nic=25GB/s`` → TDL parameter values."""
     from tacos.frontends.tdl_values import Quantity
-    from tacos.units import parse_quantity, unit_kind
+    from tacos.model.units import parse_quantity, unit_kind
 
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -92,7 +92,7 @@ def _params(pairs: Sequence[str]) -> dict[str, Any]:
 
 def _size(text: str, flag: str = "--size", minimum: int = 1) -> int:
     """A command-line size (``64MiB``, ``1000``) read by :func:`tacos.units.parse_size`."""
-    from tacos.units import parse_size
+    from tacos.model.units import parse_size
 
     try:
         value = parse_size(text, flag)
@@ -319,8 +319,8 @@ def _root(args: argparse.Namespace, topo: Any) -> int | None:
 def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
     """The collective to synthesize: the file's, or ``--collective`` built with the file's
     declared size, chunks and root unless the command line gives them."""
-    from tacos import patterns
-    from tacos.collective import STANDARD_COLLECTIVES
+    from tacos.model import patterns
+    from tacos.model.collective import STANDARD_COLLECTIVES
 
     topo = spec.topology
     if args.collective is None:

@@ -13,9 +13,9 @@ unknown kind) is rejected instead of verified against its own weakened terms.
 
 from __future__ import annotations
 
-from tacos import patterns
-from tacos.collective import STANDARD_COLLECTIVES, Collective, combine
 from tacos.errors import TacosError
+from tacos.model import patterns
+from tacos.model.collective import STANDARD_COLLECTIVES, Collective, combine
 
 MAX_REPORTED = 5
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tacos.schedule import Transfer
-from tacos.topology import Topology
+from tacos.model.schedule import Transfer
+from tacos.model.topology import Topology
 
 MULTICAST = "multicast"
 REDUCE = "reduce"

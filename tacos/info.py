@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from tacos.model.units import format_bandwidth, format_size
 from tacos.spec import Spec
-from tacos.units import format_bandwidth, format_size
 
 PER_NPU_TABLE_LIMIT = 32
 
@@ -78,7 +78,7 @@ def describe(spec: Spec) -> dict[str, Any]:
 
 def _diameter(t: Any) -> dict[str, Any]:
     """``diameter`` (None when disconnected or not computed exactly) and its bounds."""
-    from tacos.hops import diameter
+    from tacos.model.hops import diameter
 
     d = diameter(t)
     return {"diameter": d.exact, "diameter_bounds": [d.low, d.high] if d.connected else None,

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 from tacos.errors import TacosError
 
 if TYPE_CHECKING:
-    from tacos.collective import Collective
-    from tacos.topology import Topology
+    from tacos.model.collective import Collective
+    from tacos.model.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tacos.errors import VerificationError
+from tacos.model.columns import TransferColumns
+from tacos.model.schedule import Schedule, Transfer
 from tacos.nogc import paused_gc
-from tacos.schedule import Schedule, Transfer
-from tacos.schedule_columns import TransferColumns
 from tacos.verify_bulk import (
     HopTable,
     early,

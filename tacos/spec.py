@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tacos.collective import Collective, combine
-from tacos.topology import Topology
+from tacos.model.collective import Collective, combine
+from tacos.model.topology import Topology
 
 if TYPE_CHECKING:
     from tacos.jobs.model import Job

@@ -6,8 +6,8 @@ Solvers that model switch ports themselves (``native_switches``) work on the phy
 the others work on the switch-unwound view (:mod:`tacos.passes.unwind`) and their schedule is
 mapped back to physical routes and retimed on the physical links.
 
->>> from tacos.topology import Link, Npu, Topology
->>> from tacos.patterns import build
+>>> from tacos.model.topology import Link, Npu, Topology
+>>> from tacos.model.patterns import build
 >>> ring = Topology(tuple(Npu(i, f"n{i}") for i in range(4)),
 ...                 links=tuple(Link(i, (i + 1) % 4, 1e-6, 1e9) for i in range(4)))
 >>> s = synthesize(ring, build("allgather", range(4), size=4096), trials=2, workers=1)
@@ -22,17 +22,17 @@ from collections.abc import Callable
 from typing import Any
 
 from tacos import limits
-from tacos.collective import Collective
 from tacos.errors import InfeasibleError, TacosError, UsageError
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
+from tacos.model.validate import check_topology
 from tacos.passes.feasibility import check_feasible
 from tacos.passes.inversion import assemble, plan_inversion
 from tacos.passes.unwind import to_physical, unwind
-from tacos.passes.validate import check_topology
 from tacos.progress import as_reporter
-from tacos.schedule import Schedule
 from tacos.solvers.options import check_options
 from tacos.solvers.registry import Problem, SolveResult, solver_class
-from tacos.topology import Topology
 
 
 def _phase_progress(progress: Callable[[int, int], None] | None, phase: int, phases: int

@@ -52,10 +52,10 @@ import numpy as np
 
 from tacos.errors import VerificationError
 from tacos.in_switch import GroupError, group_shape
+from tacos.model.columns import TransferColumns
+from tacos.model.routes import RouteError, link_name
+from tacos.model.schedule import OPS, Schedule, Transfer
 from tacos.nogc import paused_gc
-from tacos.routes import RouteError, link_name
-from tacos.schedule import OPS, Schedule, Transfer
-from tacos.schedule_columns import TransferColumns
 from tacos.verify_bulk import (
     DURATION_RTOL,
     HopTable,

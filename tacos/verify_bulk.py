@@ -17,8 +17,8 @@ from itertools import chain
 
 import numpy as np
 
-from tacos.schedule import OPS, Schedule
-from tacos.schedule_columns import TransferColumns
+from tacos.model.columns import TransferColumns
+from tacos.model.schedule import OPS, Schedule
 
 DURATION_RTOL = 1e-9
 TIME_EPS = 64 * float(np.finfo(np.float64).eps)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tacos.errors import TacosError, VerificationError
-from tacos.schedule import Schedule
-from tacos.topology import Topology
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 
 FORMATS = ("msccl-xml", "schedule-json", "mscclpp-json")
 

@@ -4,7 +4,7 @@ directory on ``sys.path``)."""
 from __future__ import annotations
 
 import tacos
-from tacos.topology import Link, Topology
+from tacos.model.topology import Link, Topology
 
 
 def tdl_torus(*dims: int, bw: str = "50GB/s") -> Topology:

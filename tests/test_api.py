@@ -12,7 +12,7 @@ from tacos import builders
 from tacos.errors import TacosError
 
 
-@pytest.mark.parametrize("module", ["tacos.builders", "tacos.units", "tacos.patterns",
+@pytest.mark.parametrize("module", ["tacos.builders", "tacos.model.units", "tacos.model.patterns",
                                     "tacos.verify_plan", "tacos.importers", "tacos",
                                     "tacos.msccl.lower"])
 def test_doctests(module: str) -> None:

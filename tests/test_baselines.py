@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from tacos.collective import combine
 from tacos.errors import TacosError
-from tacos.patterns import build
-from tacos.schedule import Schedule
+from tacos.model.collective import combine
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
 from tacos.solvers.registry import Problem, get_solver
-from tacos.topology import Link, Npu, Switch, Topology
 from tacos.verify import verify_schedule
 
 ALPHA = 1e-6

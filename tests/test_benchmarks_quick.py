@@ -14,8 +14,8 @@ sys.path.insert(0, str(ROOT))  # the benchmarks folder is run from the checkout,
 from benchmarks import __main__ as bench_main  # noqa: E402
 from benchmarks import suite  # noqa: E402
 from benchmarks.suite import Context, Table, markdown_table, measure, write_csv  # noqa: E402
-from tacos.patterns import build  # noqa: E402
-from tacos.topology import Link, Npu, Topology  # noqa: E402
+from tacos.model.patterns import build  # noqa: E402
+from tacos.model.topology import Link, Npu, Topology  # noqa: E402
 
 ALPHA, BW = 1e-6, 1e9
 

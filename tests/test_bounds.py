@@ -17,10 +17,10 @@ from tacos.bounds import (
     min_cut_ratio,
 )
 from tacos.builders import mesh, torus
-from tacos.patterns import build
-from tacos.schedule import Schedule, Transfer
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.simulate import simulate
-from tacos.topology import Link, Npu, Switch, Topology
 from tacos.verify import verify_schedule
 
 GiB = 2**30

@@ -11,9 +11,10 @@ from collections import defaultdict
 import networkx as nx
 import pytest
 
-from tacos import bounds, builders, patterns
-from tacos.collective import Chunk, Collective
-from tacos.topology import Link, Npu, Switch, Topology
+from tacos import bounds, builders
+from tacos.model import patterns
+from tacos.model.collective import Chunk, Collective
+from tacos.model.topology import Link, Npu, Switch, Topology
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
 

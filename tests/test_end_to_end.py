@@ -12,9 +12,9 @@ import pytest
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
-from tacos import patterns
 from tacos.cli import main
-from tacos.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
+from tacos.model import patterns
+from tacos.model.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
 from tacos.msccl.verify import verify_xml
 from tacos.synthesize import synthesize
 from tacos.verify import verify_schedule

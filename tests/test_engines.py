@@ -12,7 +12,7 @@ from tacos import engines
 from tacos.builders import mesh
 from tacos.cli import main
 from tacos.errors import ClusterError
-from tacos.patterns import build
+from tacos.model.patterns import build
 from tacos.solvers import greedy as greedy_mod
 from tacos.synthesize import synthesize
 from tacos.verify import verify_schedule

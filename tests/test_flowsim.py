@@ -14,8 +14,8 @@ sys.path.insert(0, str(ROOT))  # the benchmarks folder is run from the checkout,
 import tacos  # noqa: E402
 from benchmarks.flowsim import dependencies, simulate_flows  # noqa: E402
 from tacos.builders import star  # noqa: E402
-from tacos.patterns import build  # noqa: E402
-from tacos.schedule import Schedule, Transfer  # noqa: E402
+from tacos.model.patterns import build  # noqa: E402
+from tacos.model.schedule import Schedule, Transfer  # noqa: E402
 
 BW, ALPHA = 100e9, 1e-6
 

@@ -7,7 +7,7 @@ import pytest
 
 import tacos
 from tacos.builders import star
-from tacos.patterns import build
+from tacos.model.patterns import build
 from tacos.simulate import simulate
 from tacos.solvers.forest_in_switch import (
     in_switch_allreduce,

@@ -8,8 +8,8 @@ import pytest
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
+from tacos.model.patterns import build
 from tacos.msccl.verify import verify_xml_file
-from tacos.patterns import build
 from tacos.solvers import forest_shallow
 from tacos.solvers.forest import plan_forest
 from tacos.solvers.forest_pack import check_packing

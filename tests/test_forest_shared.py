@@ -14,8 +14,8 @@ from tacos.backends.msccl_xml import schedule_to_xml
 import tacos
 from tacos.builders import ring, star
 from tacos.cli import main
+from tacos.model.patterns import build
 from tacos.passes.rounds import first_round
-from tacos.patterns import build
 from tacos.simulate import simulate
 from tacos.solvers.forest import ForestSolver, plan_forest, taper
 from tacos.solvers.forest_pack import check_packing

@@ -11,8 +11,8 @@ from forest_topologies import mini_dgx
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
+from tacos.model.patterns import build
 from tacos.msccl.verify import verify_xml_file
-from tacos.patterns import build
 from tacos.solvers import forest_shallow
 from tacos.solvers.forest import ForestSolver, _timed, plan_forest
 from tacos.solvers.forest_pack import check_packing

@@ -8,11 +8,11 @@ from collections import deque
 import pytest
 
 from tacos.builders import mesh, torus
-from tacos.patterns import build
+from tacos.model.patterns import build
+from tacos.model.topology import Link, Npu, Topology
 from tacos.solvers import greedy as greedy_mod
 from tacos.solvers.greedy import GreedySolver
 from tacos.solvers.registry import Problem, get_solver
-from tacos.topology import Link, Npu, Topology
 from tacos.verify import verify_schedule
 
 MiB = 1 << 20

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from tacos.builders import mesh, ring, torus
-from tacos.patterns import build
+from tacos.model.patterns import build
+from tacos.model.topology import Link, Npu, Topology
 from tacos.solvers import greedy_jit
 from tacos.solvers.greedy import GreedySolver
 from tacos.solvers.greedy_core import Stuck, run_trial
 from tacos.solvers.greedy_instance import build_instance
 from tacos.solvers.registry import Problem
-from tacos.topology import Link, Npu, Topology
 
 pytestmark = pytest.mark.skipif(not greedy_jit.available(), reason="numba not available")
 

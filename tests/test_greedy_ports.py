@@ -10,7 +10,7 @@ import pytest
 import tacos
 from tacos.builders import mesh, star, torus
 from tacos.errors import InfeasibleError
-from tacos.patterns import build
+from tacos.model.patterns import build
 from tacos.solvers.greedy import GreedySolver
 from tacos.solvers.greedy_chunks import chunk_counts, synthesize_chunked
 from tacos.solvers.islands import find_islands

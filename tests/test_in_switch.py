@@ -9,9 +9,9 @@ from tacos.frontends.json_schedule import loads
 from tacos.builders import star
 from tacos.errors import TacosError
 from tacos.in_switch import GroupError, group_shape
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule, Transfer
 from tacos.passes.inversion import invert_transfers
-from tacos.patterns import build
-from tacos.schedule import Schedule, Transfer
 from tacos.simulate import simulate
 from tacos.verify import verify_schedule
 

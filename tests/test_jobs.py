@@ -14,7 +14,7 @@ from tacos.jobs.fairness import Outcome, jain, key
 from tacos.jobs.model import Job
 from tacos.jobs.plan import plan_jobs
 from tacos.jobs.routed import RoutedJobs
-from tacos.patterns import build
+from tacos.model.patterns import build
 from tacos.verify import verify_schedule
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "jobs_fattree.tdl"

@@ -19,9 +19,9 @@ from tacos.frontends.json_schedule import check_against_topology, loads
 from tacos import load
 from tacos.bounds import lower_bound
 from tacos.builders import star
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule, Transfer
 from tacos.passes.unwind import to_physical, unwind
-from tacos.patterns import build
-from tacos.schedule import Schedule, Transfer
 from tacos.simulate import simulate
 from tacos.synthesize import synthesize
 from tacos.verify import verify_schedule

@@ -20,14 +20,15 @@ from tacos.backends.msccl_xml import emit_xml, schedule_to_xml
 from tacos.backends.mscclpp_json import emit_mscclpp_json, program_to_mscclpp
 from tacos.frontends.msccl_xml import load_xml, parse_xml
 
-from tacos import builders, patterns
+from tacos import builders
 from tacos.errors import TacosError, VerificationError
+from tacos.model import patterns
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Link, Npu, Topology
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import STEP_ATTRS, inplace_alias
 from tacos.msccl.verify import verify_xml
-from tacos.schedule import Schedule, Transfer
 from tacos.synthesize import synthesize
-from tacos.topology import Link, Npu, Topology
 from tacos.verify import verify_schedule
 
 HERE = Path(__file__).parent

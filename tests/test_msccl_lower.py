@@ -14,14 +14,15 @@ import pytest
 from tacos.backends.msccl_xml import emit_xml
 from tacos.frontends.msccl_xml import load_xml, parse_xml
 
-from tacos import builders, patterns
-from tacos.collective import combine
+from tacos import builders
 from tacos.errors import TacosError
+from tacos.model import patterns
+from tacos.model.collective import combine
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Link, Npu, Topology
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.verify import verify_program, verify_xml
-from tacos.schedule import Schedule, Transfer
 from tacos.synthesize import synthesize
-from tacos.topology import Link, Npu, Topology
 from tacos.verify import verify_schedule
 
 FIXTURES = Path(__file__).parent / "fixtures" / "msccl"

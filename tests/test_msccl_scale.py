@@ -10,8 +10,9 @@ import pytest
 from tacos.backends.msccl_xml import emit_xml, iter_xml, lower_verified, schedule_to_xml, write_xml
 from tacos.frontends.msccl_xml import parse_xml
 
-from tacos import builders, patterns
+from tacos import builders
 from tacos.errors import TacosError
+from tacos.model import patterns
 from tacos.msccl.lower import MscclOptions
 from tacos.msccl.program import MAX_CHILDREN, Gpu, Program, Step, Threadblock
 from tacos.msccl.verify import verify_program, verify_xml

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.msccl.program import Gpu, Program, Step, Threadblock
 from tacos.msccl.verify import verify_program, verify_xml, verify_xml_file
-from tacos.topology import Link, Npu, Switch, Topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "msccl"
 XML_FILES = sorted(FIXTURES.glob("*.xml"))

@@ -10,13 +10,13 @@ import tacos
 from tacos.bounds import lower_bound
 from tacos.builders import TopologyBuilder, star
 from tacos.errors import TacosError
-from tacos.patterns import build
+from tacos.model.patterns import build
+from tacos.model.topology import Link, Npu, Topology
 from tacos.solvers.nccl import nccl_algorithms, nccl_best, nccl_schedule
 from tacos.solvers.nccl_pat import pat_schedule, pat_steps
 from tacos.solvers.nccl_rings import channel_rings, intra_rings, ring_schedule
 from tacos.solvers.nccl_system import system
 from tacos.solvers.nccl_tree import tree_schedule
-from tacos.topology import Link, Npu, Topology
 from tacos.verify import verify_schedule
 
 MiB = 1 << 20

@@ -13,7 +13,7 @@ import tacos
 from tacos.builders import TopologyBuilder
 from tacos.cli import main
 from tacos.errors import TacosError
-from tacos.topology import Link, Npu, Topology
+from tacos.model.topology import Link, Npu, Topology
 
 RING = "ring r[4] 10GB/s 1us\n"
 

@@ -6,7 +6,7 @@ import pytest
 
 from tacos import load
 from tacos.builders import ring, star
-from tacos.routes import RouteError, link_name
+from tacos.model.routes import RouteError, link_name
 
 
 def fat_tree(tmp_path, *, hosts=16, leaves=4, spines=2):
@@ -50,7 +50,7 @@ def test_leaf_spine_has_one_route_per_spine_across_leaves(tmp_path):
 
 def test_ecmp_is_capped_deterministically(tmp_path):
     topo = fat_tree(tmp_path, hosts=8, leaves=2, spines=6)
-    from tacos.routes import Routing
+    from tacos.model.routes import Routing
 
     narrow = Routing(topo, max_ecmp=3)
     got = narrow.routes(0, 7)

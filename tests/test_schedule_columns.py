@@ -11,9 +11,9 @@ import pytest
 import tacos
 from tacos import verify_bulk
 from tacos.builders import mesh, ring, star, torus
-from tacos.patterns import build
-from tacos.schedule import Schedule, Transfer
-from tacos.schedule_columns import TransferColumns, concat
+from tacos.model.columns import TransferColumns, concat
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule, Transfer
 from tacos.simulate import simulate
 from tacos.solvers.greedy import GreedySolver
 from tacos.solvers.registry import Problem
@@ -225,7 +225,7 @@ def test_groups_and_reduce_ops_survive():
 
 
 def test_streaming_tuple_hash_matches_python():
-    from tacos.schedule_columns import tuple_hash
+    from tacos.model.columns import tuple_hash
 
     samples = [(), (-1,), (1, 2, 3), ("a", (1, 2), None, 2.5), tuple(range(-50, 50)),
                _mixed()]

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tacos.patterns import build, custom
-from tacos.schedule import Schedule, Transfer
+from tacos.model.patterns import build, custom
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Link, Npu, Topology
 from tacos.simulate import busbw_factor, simulate
-from tacos.topology import Link, Npu, Topology
 from tacos.verify import verify_schedule
 
 ALPHA = 2e-6

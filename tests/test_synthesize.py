@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 
-from tacos.collective import STANDARD_COLLECTIVES, Chunk, Collective, combine
 from tacos.errors import InfeasibleError, UsageError
-from tacos.patterns import build, custom
-from tacos.schedule import Schedule, Transfer
+from tacos.model.collective import STANDARD_COLLECTIVES, Chunk, Collective, combine
+from tacos.model.patterns import build, custom
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.synthesize import solve, synthesize
-from tacos.topology import Link, Npu, Switch, Topology
 from tacos.verify import verify_schedule
 
 KiB = 1 << 10

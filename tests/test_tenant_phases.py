@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import tacos
-from tacos.collective import combine
+from tacos.model.collective import combine
+from tacos.model.patterns import build
 from tacos.passes.inversion import plan_inversion, tenant_horizons
-from tacos.patterns import build
 from tacos.verify import verify_schedule
 
 

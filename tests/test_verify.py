@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tacos.errors import VerificationError
-from tacos.patterns import build
-from tacos.schedule import Schedule, Transfer
-from tacos.topology import Link, Npu, Switch, Topology
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.verify import RULES, verify_schedule
 
 ALPHA = 1e-6

@@ -34,7 +34,7 @@ import numpy as np
 from tacos.cost.models import Context, canonical, plan
 from tacos.cost.terms import Terms, plan_terms
 from tacos.errors import TacosError
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 GB = 1e9
 
@@ -67,7 +67,7 @@ class Op:
 
     def label(self) -> str:
         """E.g. ``allreduce 64 MiB (inner 16) x3``."""
-        from tacos.units import format_size
+        from tacos.model.units import format_size
 
         scope = (f" (inner {self.inner})" if self.inner else
                  f" (outer {self.outer})" if self.outer else "")
@@ -77,7 +77,7 @@ class Op:
 
 def parse_op(text: str) -> Op:
     """``KIND:SIZE[:inner=K|outer=K][:xCOUNT]``, e.g. ``allreduce:1GiB:outer=64:x2``."""
-    from tacos.units import parse_quantity
+    from tacos.model.units import parse_quantity
 
     parts = text.split(":")
     hint = "write KIND:SIZE[:inner=K|outer=K][:xCOUNT], e.g. allreduce:64MiB:inner=16"

@@ -28,7 +28,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _t(x: float | None) -> str:
-    from tacos.units import format_time
+    from tacos.model.units import format_time
 
     return format_time(x) if x is not None else "-"
 
@@ -149,9 +149,9 @@ def cmd_cost(argv: Sequence[str]) -> int:
 
 
 def _cost(args: argparse.Namespace) -> int:
-    from tacos.collective import ROOTED_COLLECTIVES
     from tacos.cost.compare import compare
     from tacos.cost.models import MODELS
+    from tacos.model.collective import ROOTED_COLLECTIVES
 
     spec = _load(args)
     topo = spec.topology
@@ -196,7 +196,7 @@ def _cost(args: argparse.Namespace) -> int:
 
 
 def _fmt_size(x: float) -> str:
-    from tacos.units import format_size
+    from tacos.model.units import format_size
 
     return format_size(x)
 
@@ -402,7 +402,7 @@ def _allocate(args: argparse.Namespace) -> int:
 
     from tacos.cost.allocate import GB, Op, allocate, parse_op, workload_terms
     from tacos.cost.confirm import confirm, seed_prices
-    from tacos.units import parse_quantity
+    from tacos.model.units import parse_quantity
 
     if args.plot:  # fail now, not after the confirming syntheses
         from tacos.backends.plot import check_plot_path

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tacos.collective import Collective, combine
 from tacos.cost.models import (
     BASELINE,
     MODELS,
@@ -24,10 +23,11 @@ from tacos.cost.models import (
     roots_of,
 )
 from tacos.errors import TacosError
-from tacos.patterns import build
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective, combine
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 from tacos.simulate import simulate
-from tacos.topology import Topology
 from tacos.verify import verify_schedule
 
 

@@ -17,7 +17,7 @@ from tacos.cost.allocate import GB, Op, with_bandwidths
 from tacos.cost.compare import baseline_schedule_for, make_collective, simulated_time
 from tacos.cost.models import Context, canonical
 from tacos.errors import TacosError
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 #: seed 000, Table II: $ per GB/s
 LINK_PRICE, NIC_PRICE, SWITCH_PRICE = 2.0, 48.0, 24.0

@@ -27,7 +27,7 @@ from tacos.cost.compare import make_collective, simulated_time
 from tacos.cost.models import Context, estimate
 from tacos.cost.placement import machine
 from tacos.errors import TacosError
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 AXES = axonn.AXES
 

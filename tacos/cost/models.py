@@ -26,15 +26,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tacos.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
 from tacos.cost import axonn, programs
 from tacos.cost.hierarchical import hierarchical, sub_grid, whole_grid
 from tacos.cost.paths import Router
 from tacos.cost.placement import machine
 from tacos.cost.steps import Plan, Step, evaluate, merge
 from tacos.errors import TacosError
+from tacos.model.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
+from tacos.model.topology import Topology
 from tacos.solvers.baselines_route import ring_order
-from tacos.topology import Topology
 
 MODELS = ("ring", "biring", "direct", "halving-doubling", "tree", "hierarchical", "nccl",
           "axonn")

@@ -23,15 +23,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tacos.collective import Collective
 from tacos.cost import programs
 from tacos.cost.placement import nodes
 from tacos.cost.steps import Plan, Step, evaluate, merge
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 from tacos.solvers import baselines_algos as algos
 from tacos.solvers.baselines_lower import Lowering, Msg
 from tacos.solvers.baselines_route import NpuGraph, _hamilton, ring_order
-from tacos.topology import Topology
 
 #: NCCL's Simple-protocol pipeline step (NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8)
 STEP_BYTES = 512 * 1024
@@ -310,7 +310,7 @@ def best_channel_schedule(topology: Topology, collective: Collective,
     point-to-point sends through the direct baseline).  NCCL's tree has no schedule here."""
     from tacos.cost.models import Context
     from tacos.errors import TacosError
-    from tacos.patterns import build
+    from tacos.model.patterns import build
     from tacos.solvers.baselines import baseline_schedule
 
     tenants = collective.tenants if collective.kind == "multi" else (collective,)
@@ -325,7 +325,7 @@ def best_channel_schedule(topology: Topology, collective: Collective,
         raise TacosError(f"NCCL-style {tenants[0].kind} has no schedule in tacos yet "
                          "(only its model)")
     k = tenants[0].chunks_per_npu * c
-    from tacos.collective import combine
+    from tacos.model.collective import combine
 
     again = combine([build(t.kind, list(t.group), size=t.size, chunks_per_npu=k, root=t.root)
                      for t in tenants])

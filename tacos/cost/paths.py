@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tacos.errors import InfeasibleError
-from tacos.routes import Route
+from tacos.model.routes import Route
+from tacos.model.topology import Topology
 from tacos.solvers.baselines_route import NpuGraph
-from tacos.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tacos.collective import Collective
 from tacos.jobs.fairness import Outcome, key
 from tacos.jobs.model import Job
 from tacos.jobs.routed import RoutedJobs, completion, flatten
-from tacos.patterns import build
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule
 
 CHUNK_FACTORS = (1, 2, 4)
 SOLVERS = ("multicast", "greedy")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tacos.collective import Collective, combine
 from tacos.errors import Span, TacosError
+from tacos.model.collective import Collective, combine
 
 
 @dataclass(frozen=True)

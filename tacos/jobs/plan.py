@@ -26,9 +26,9 @@ from tacos.jobs.fairness import OBJECTIVES, Outcome
 from tacos.jobs.model import Job, check_jobs
 from tacos.jobs.routed import RoutedJobs, flatten
 from tacos.jobs.routing import congestion
-from tacos.schedule import Schedule, Transfer
-from tacos.topology import Topology
-from tacos.units import format_time
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
+from tacos.model.units import format_time
 
 METHODS = {
     "ecmp": "usual algorithms (ring/direct), ECMP-hashed routes",

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tacos.collective import Collective, combine
 from tacos.jobs import routing
 from tacos.jobs.model import Job
-from tacos.routes import Route
-from tacos.schedule import Schedule, Transfer
+from tacos.model.collective import Collective, combine
+from tacos.model.routes import Route
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
 from tacos.simulate import simulate
 from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
-from tacos.topology import Topology
 
 Assignment = dict[routing.Flow, Route]
 

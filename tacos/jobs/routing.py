@@ -22,9 +22,9 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from tacos.routes import Route
-from tacos.schedule import Schedule
-from tacos.topology import Topology
+from tacos.model.routes import Route
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 
 Flow = tuple[int, int, int]
 """``(job index, source NPU, destination NPU)``."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tacos.errors import TacosError
+from tacos.model.schedule import Schedule
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
 from tacos.msccl.lower_flow import Flow, build_flow
 from tacos.msccl.lower_layout import build_layout
@@ -32,7 +33,6 @@ from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PR
 from tacos.nogc import paused_gc
 from tacos.passes.rounds import first_round
 from tacos.progress import Reporter, as_reporter
-from tacos.schedule import Schedule
 
 REDOPS = ("sum", "prod", "min", "max")
 SIZE_FIELDS = ("min_bytes", "max_bytes")
@@ -254,7 +254,7 @@ def msccl_options(**options: object) -> MscclOptions:
     import difflib
     from dataclasses import fields
 
-    from tacos.units import parse_size
+    from tacos.model.units import parse_size
 
     known = [f.name for f in fields(MscclOptions)]
     for key in options:

@@ -20,10 +20,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tacos.errors import TacosError
+from tacos.model.schedule import Schedule
 from tacos.msccl.lower_layout import Layout, Loc
 from tacos.msccl.lower_order import Version, lanes, order_transfers, replay_versions
 from tacos.msccl.program import MAX_COUNT
-from tacos.schedule import Schedule
 
 TIME_RTOL = 1e-12
 SEND, PREV, CPY = 0, 1, 2  #: kinds of the reader references in :attr:`Flow.readers`

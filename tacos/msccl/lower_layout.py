@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from tacos.collective import Collective
 from tacos.errors import TacosError
+from tacos.model.collective import Collective
 from tacos.msccl.program import chunk_geometry, inplace_alias
 
 #: Collectives the MSCCL runtime can select from an NCCL call and the lowering supports.

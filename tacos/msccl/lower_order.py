@@ -21,8 +21,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tacos.errors import TacosError
+from tacos.model.schedule import Schedule
 from tacos.msccl.lower_layout import Layout
-from tacos.schedule import Schedule
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from tacos.errors import TacosError, UsageError
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 _COMMENT = re.compile(r"<!--\s*tacos ranks:([^>]*?)-->")
 

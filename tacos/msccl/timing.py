@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tacos.errors import TacosError
+from tacos.model.topology import Topology
 from tacos.msccl.program import Program
 from tacos.msccl.verify_deps import HappensBefore, build_hb
 from tacos.msccl.verify_model import Model, build_model
-from tacos.topology import Topology
 
 DEFAULT_NBYTES = 1 << 20
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from tacos.errors import TacosError
 from tacos.frontends.msccl_xml import ParseOutcome, parse_xml_collect, read_xml_text
+from tacos.model.topology import Topology
 from tacos.msccl import verify_columns, verify_jit
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.ranks import declared_ranks, resolve_ranks
@@ -47,7 +48,6 @@ from tacos.msccl.verify_structure import check_structure
 from tacos.msccl.verify_symbolic import check_symbolic
 from tacos.nogc import paused_gc
 from tacos.progress import Reporter, as_reporter
-from tacos.topology import Topology
 
 __all__ = ["MscclReport", "Violation", "summarize", "verify_program", "verify_xml",
            "verify_xml_file"]

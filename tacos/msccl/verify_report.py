@@ -119,7 +119,7 @@ class MscclReport:
             if state.startswith(("skipped", "not checked")):
                 lines.append(f"note: {name} {state}")
         if self.time is not None:
-            from tacos.units import format_size, format_time
+            from tacos.model.units import format_size, format_time
 
             nbytes = self.timing.get("nbytes")
             size = f" for a {format_size(nbytes)} ({nbytes} B) message" if nbytes else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from tacos.collective import Chunk, Collective
 from tacos.errors import InfeasibleError
-from tacos.topology import Topology
+from tacos.model.collective import Chunk, Collective
+from tacos.model.topology import Topology
 
 
 def describe_npu(topology: Topology, v: int) -> str:

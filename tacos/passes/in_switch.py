@@ -24,7 +24,7 @@ from collections import defaultdict
 
 from tacos.errors import TacosError
 from tacos.in_switch import GroupError, group_shape
-from tacos.schedule import Schedule, Transfer
+from tacos.model.schedule import Schedule, Transfer
 from tacos.simulate import simulate
 from tacos.verify import verify_schedule
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from tacos.collective import Chunk, Collective
-from tacos.schedule import Schedule, Transfer
-from tacos.topology import Topology
+from tacos.model.collective import Chunk, Collective
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
 
 
 @dataclass(frozen=True)

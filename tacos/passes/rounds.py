@@ -13,8 +13,8 @@ transfers of different tree groups on different channels.
 
 from __future__ import annotations
 
-from tacos import patterns
-from tacos.schedule import Schedule, Transfer
+from tacos.model import patterns
+from tacos.model.schedule import Schedule, Transfer
 from tacos.simulate import simulate
 
 

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from tacos.schedule import Schedule, Transfer
-from tacos.topology import Link, Topology
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Link, Topology
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 from tacos.reshard import loadbalance as lb
 from tacos.reshard.hosts import hosts as host_of
 from tacos.reshard.tasks import Reshard, UnitTask, reshard_collective, task_chunks
 from tacos.reshard.timeline import Timeline
-from tacos.schedule import Schedule
-from tacos.topology import Topology
 
 
 def _position(reshards: Sequence[Reshard]) -> dict[int, int]:

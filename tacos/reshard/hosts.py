@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import networkx as nx
 
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 
 def hosts(topology: Topology, npus: Iterable[int] | None = None) -> dict[int, str]:

@@ -20,8 +20,8 @@ schedule, which keeps every transfer with its route and which ``tacosc verify`` 
 from __future__ import annotations
 
 from tacos.errors import TacosError
-from tacos.patterns import build
-from tacos.schedule import Schedule, Transfer
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule, Transfer
 
 JSON_HINT = ("write the JSON schedule instead (-o plan.json): it keeps every transfer with "
              "its physical route, and `tacosc verify plan.json` checks it")

@@ -28,11 +28,11 @@ from typing import Any
 from tacos.bounds import Bound, lower_bound
 from tacos.bounds_groups import describe, group_cut
 from tacos.errors import TacosError
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
+from tacos.model.units import format_size, format_time
 from tacos.reshard import baselines as base
 from tacos.reshard.tasks import Reshard, piece_sizes, reshard_collective
-from tacos.schedule import Schedule
-from tacos.topology import Topology
-from tacos.units import format_size, format_time
 
 PIECE_CANDIDATES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MIN_PIECE_BYTES = 256 << 10

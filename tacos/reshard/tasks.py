@@ -21,8 +21,8 @@ from functools import cached_property
 from itertools import product
 from math import prod
 
-from tacos.collective import Chunk, Collective, combine
 from tacos.errors import Span
+from tacos.model.collective import Chunk, Collective, combine
 from tacos.reshard.sharding import DeviceMesh, Interval, ShardingError, ShardingSpec, tiles
 
 DTYPES: dict[str, int] = {

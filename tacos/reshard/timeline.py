@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tacos.collective import Collective
 from tacos.errors import InfeasibleError, ToolFailure
-from tacos.routes import Route
-from tacos.schedule import Schedule, Transfer
+from tacos.model.collective import Collective
+from tacos.model.routes import Route
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
 from tacos.solvers.baselines_lower import LinkCalendar
 from tacos.solvers.baselines_route import NpuGraph
-from tacos.topology import Topology
 
 
 class Timeline:

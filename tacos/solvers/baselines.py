@@ -29,9 +29,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tacos.collective import Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 from tacos.solvers import baselines_algos as algos
 from tacos.solvers.baselines_hier import analyse, hierarchical_program
 from tacos.solvers.baselines_lower import Lowering, Msg
@@ -39,7 +40,6 @@ from tacos.solvers.baselines_route import NpuGraph
 from tacos.solvers.baselines_route import ring_order as find_ring_order
 from tacos.solvers.options import Option
 from tacos.solvers.registry import Problem, SolveResult
-from tacos.topology import Topology
 
 Program = list[Msg]
 

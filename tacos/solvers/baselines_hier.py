@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tacos.errors import TacosError
+from tacos.model.topology import Topology
 from tacos.solvers import baselines_algos as algos
 from tacos.solvers.baselines_lower import Msg
 from tacos.solvers.baselines_route import NpuGraph, ring_order
-from tacos.topology import Topology
 
 Stage = Callable[[Sequence[int], algos.Blocks], list[Msg]]
 

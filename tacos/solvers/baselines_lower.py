@@ -32,12 +32,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tacos.collective import Collective
 from tacos.errors import InfeasibleError, ToolFailure
-from tacos.routes import Route
-from tacos.schedule import Schedule, Transfer
+from tacos.model.collective import Collective
+from tacos.model.routes import Route
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
 from tacos.solvers.baselines_route import NpuGraph
-from tacos.topology import Topology
 
 EPS = 1e-13
 

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Sequence
 
 import networkx as nx
 
-from tacos.routes import Route
-from tacos.topology import Topology
+from tacos.model.routes import Route
+from tacos.model.topology import Topology
 
 HAMILTON_BUDGET = 200_000
 

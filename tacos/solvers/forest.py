@@ -76,11 +76,12 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from tacos import patterns
-from tacos.collective import Collective
 from tacos.errors import UsageError
+from tacos.model import patterns
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
 from tacos.passes.inversion import assemble, plan_inversion
-from tacos.schedule import Schedule, Transfer
 from tacos.simulate import simulate
 from tacos.solvers.forest_in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest_nic import nic_merge_trees
@@ -99,7 +100,6 @@ from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import Problem, SolveResult
-from tacos.topology import Topology
 
 PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
     "allgather": (("copy", False, "group"),),

@@ -25,10 +25,10 @@ kept.
 
 from __future__ import annotations
 
-from tacos.collective import Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
-from tacos.topology import Topology
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 
 MAX_SLICES = 1024
 """Most slices tried (two groups of N-1 transfers each per slice)."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tacos.schedule import Transfer
+from tacos.model.schedule import Transfer
 from tacos.solvers.forest_pack import Tree
 from tacos.solvers.forest_split import Path
 from tacos.solvers.forest_steps import StepTable, step_groups, step_table

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from tacos.bounds import min_cut_ratio
+from tacos.model.topology import Topology
 from tacos.solvers.forest_flow import FlowNetwork
-from tacos.topology import Topology
 
 Edge = tuple[int, int]
 MAX_DENOMINATOR = 1000

@@ -37,10 +37,10 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
+from tacos.model.topology import Topology
 from tacos.solvers.forest_pack import Tree
 from tacos.solvers.forest_rate import Edge
 from tacos.solvers.forest_split import SplitGraph, hop_distances, successors
-from tacos.topology import Topology
 
 _NAME = re.compile(r"^(.*)\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]$")
 

@@ -31,11 +31,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from tacos.model.topology import Topology
 from tacos.solvers import forest_shallow
 from tacos.solvers.forest_pack import Tree, checked
 from tacos.solvers.forest_rate import Edge
 from tacos.solvers.forest_shallow import automorphisms, representatives
-from tacos.topology import Topology
 
 MAX_BINARIES = 40000
 """Largest program (tree × arc × start step variables) attempted."""

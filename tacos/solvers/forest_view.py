@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from tacos.model.topology import Topology
 from tacos.solvers.forest_pipeline import Hop
 from tacos.solvers.forest_split import Path
-from tacos.topology import Topology
 
 
 class RouteView:

@@ -61,11 +61,11 @@ from typing import Any
 
 import numpy as np
 
-from tacos.collective import Collective
 from tacos.engines import Engine, SerialEngine, engine_for
+from tacos.model.collective import Collective
+from tacos.model.columns import TransferColumns, csr_take, unit_ptr
+from tacos.model.schedule import Schedule, transfers_from_columns
 from tacos.passes.unwind import to_physical, unwind
-from tacos.schedule import Schedule, transfers_from_columns
-from tacos.schedule_columns import TransferColumns, csr_take, unit_ptr
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
 from tacos.solvers.greedy_instance import TICK, Instance, build_instance
 from tacos.solvers.greedy_ports import build_port_instance

@@ -27,10 +27,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tacos.collective import STANDARD_COLLECTIVES, Collective
-from tacos.patterns import build
-from tacos.schedule import Schedule
-from tacos.topology import Topology
+from tacos.model.collective import STANDARD_COLLECTIVES, Collective
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 
 MAX_CHUNKS = 64
 """Largest number of chunks per NPU tried."""

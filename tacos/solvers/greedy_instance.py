@@ -24,8 +24,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tacos.collective import Collective
-from tacos.topology import Topology
+from tacos.model.collective import Collective
+from tacos.model.topology import Topology
 
 TICK = 1e-15
 """Internal time unit (seconds).  Event times are exact integers, so ties are exact."""

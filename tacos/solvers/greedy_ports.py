@@ -38,7 +38,8 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
-from tacos.collective import Collective
+from tacos.model.collective import Collective
+from tacos.model.topology import Topology
 from tacos.solvers.greedy_core import (
     Stuck,
     TrialResult,
@@ -51,7 +52,6 @@ from tacos.solvers.greedy_core import (
 )
 from tacos.solvers.greedy_instance import Instance, _flatten, iter_bits, set_islands
 from tacos.solvers.islands import inner_route, inner_switches
-from tacos.topology import Topology
 
 
 def build_port_instance(topology: Topology, collective: Collective, allowed: Iterable[int],

@@ -42,10 +42,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tacos.collective import Collective
 from tacos.errors import UsageError
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
 from tacos.passes.discretize import Discretization, discretize
-from tacos.schedule import Schedule, Transfer
 from tacos.solvers import ilp_backends
 from tacos.solvers.ilp_model import (
     INF,
@@ -63,7 +64,6 @@ from tacos.solvers.ilp_model import (
 from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.recovery import complete_schedule
 from tacos.solvers.registry import Problem, SolveResult
-from tacos.topology import Topology
 
 RESERVE = 0.15  # fraction of the time limit kept for recovery, replay and bookkeeping
 GREEDY_SHARE = 0.25  # most of the time limit the greedy first schedules may take

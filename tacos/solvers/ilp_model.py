@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 Send = tuple[int, int, int]  # (chunk, link index, start step)
 INF = 1 << 40
@@ -350,7 +350,7 @@ def sends_to_transfers(sends: Iterable[Send], step: float, steps: Sequence[int],
     The end is clamped to ``(t + w)·step`` so float rounding cannot make it overlap the next
     send on the link by an ulp.
     """
-    from tacos.schedule import Transfer
+    from tacos.model.schedule import Transfer
 
     out = []
     for c, li, t in sorted(sends, key=lambda s: (s[2], s[1], s[0])):

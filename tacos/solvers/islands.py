@@ -48,7 +48,7 @@ from collections.abc import Iterable, Sequence
 import networkx as nx
 from networkx.algorithms.flow import dinitz
 
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 MIN_TIGHTNESS = 0.5
 """An island's cut bound must be at least this fraction of its worst member's own bound."""

@@ -36,14 +36,14 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from tacos.collective import RELAY_MODES, Collective
 from tacos.errors import InfeasibleError, UsageError
+from tacos.model.collective import RELAY_MODES, Collective
+from tacos.model.routes import Route
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
 from tacos.reshard.timeline import Timeline
-from tacos.routes import Route
-from tacos.schedule import Schedule, Transfer
 from tacos.solvers.options import Option
 from tacos.solvers.registry import Problem, SolveResult
-from tacos.topology import Topology
 
 DEFAULT_TREES = 4
 TREE_CHOICES = (4, 16)

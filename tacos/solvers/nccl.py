@@ -32,9 +32,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from tacos.collective import Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 from tacos.solvers import baselines_algos as algos
 from tacos.solvers.nccl_collnet import nccl_collnet, sharp_switches
 from tacos.solvers.nccl_lower import GroupLowering, check_standard
@@ -44,7 +45,6 @@ from tacos.solvers.nccl_rings import nccl_ring
 from tacos.solvers.nccl_system import System, system
 from tacos.solvers.nccl_tree import nccl_tree
 from tacos.solvers.registry import Problem, SolveResult
-from tacos.topology import Topology
 
 RING_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 P2P_KINDS = ("alltoall", "scatter", "gather", "allgather")

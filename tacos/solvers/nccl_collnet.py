@@ -20,9 +20,9 @@ the GPUs that do; each of those then serves ``G / NICs`` shards.  All-reduce onl
 
 from __future__ import annotations
 
-from tacos.collective import Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
 from tacos.solvers.baselines_lower import Msg
 from tacos.solvers.nccl_lower import (
     MAX_TRANSFERS,

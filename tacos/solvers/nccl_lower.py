@@ -20,10 +20,10 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from tacos import patterns
-from tacos.collective import STANDARD_COLLECTIVES, Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model import patterns
+from tacos.model.collective import STANDARD_COLLECTIVES, Collective
+from tacos.model.schedule import Schedule
 from tacos.solvers.baselines_lower import Lowering, Msg
 
 #: most transfers a candidate schedule may have (bounds the pipelining depth tried)

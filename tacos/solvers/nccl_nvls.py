@@ -33,9 +33,9 @@ NCCL uses NVLS for all-gather and reduce-scatter within one node; here too.  The
 
 from __future__ import annotations
 
-from tacos.collective import Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
 from tacos.solvers import baselines_algos as algos
 from tacos.solvers.baselines_lower import Msg
 from tacos.solvers.nccl_lower import (

@@ -18,9 +18,9 @@ only with one GPU per node; the baseline runs on any group, and the NCCL model s
 
 from __future__ import annotations
 
-from tacos.collective import Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
 from tacos.solvers.baselines_lower import Msg
 from tacos.solvers.nccl_lower import GroupLowering, member_chunks
 from tacos.solvers.nccl_system import System

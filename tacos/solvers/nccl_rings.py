@@ -34,9 +34,9 @@ import random
 from collections import defaultdict
 from collections.abc import Sequence
 
-from tacos.collective import Collective
 from tacos.errors import TacosError
-from tacos.schedule import Schedule
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
 from tacos.solvers import baselines_algos as algos
 from tacos.solvers.baselines_lower import Msg
 from tacos.solvers.baselines_route import hamiltonian_path

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from tacos.model.topology import Topology
 from tacos.solvers.baselines_route import NpuGraph
-from tacos.topology import Topology
 
 
 @dataclass

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Sequence
 
 import networkx as nx
 
-from tacos.collective import Collective
-from tacos.schedule import Transfer
-from tacos.topology import Topology
+from tacos.model.collective import Collective
+from tacos.model.schedule import Transfer
+from tacos.model.topology import Topology
 
 _SRC = "source"
 

@@ -24,10 +24,10 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tacos.collective import Collective
 from tacos.errors import UsageError
-from tacos.schedule import Schedule
-from tacos.topology import Topology
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
 
 STATUSES = ("optimal", "feasible", "time_limit", "infeasible")
 

@@ -14,10 +14,10 @@ import heapq
 import random
 from typing import Any
 
-from tacos.collective import Chunk
-from tacos.schedule import Schedule, Transfer
+from tacos.model.collective import Chunk
+from tacos.model.schedule import Schedule, Transfer
+from tacos.model.topology import Topology
 from tacos.solvers.registry import Problem, SolveResult
-from tacos.topology import Topology
 
 
 def _route(topology: Topology, chunk: Chunk, rng: random.Random) -> list[tuple[int, float]]:

@@ -186,7 +186,7 @@ class Topology:
     @cached_property
     def routing(self):  # -> tacos.routes.Routing (imported lazily: routes imports this module)
         """Candidate routes between NPUs (:class:`tacos.routes.Routing`), built lazily once."""
-        from tacos.routes import Routing
+        from tacos.model.routes import Routing
 
         return Routing(self)
 
@@ -239,7 +239,7 @@ class Topology:
         ``tag`` and ``dim``.  See :mod:`tacos.frontends.networkx_graph`; mistakes raise
         :class:`~tacos.errors.TacosError`.
         """
-        from tacos.frontends.networkx_graph import topology_from_networkx
+        from tacos.model.networkx_graph import topology_from_networkx
 
         return topology_from_networkx(g, name)
 
@@ -256,7 +256,7 @@ class Topology:
 
         Exact, in memory linear in the links (:func:`tacos.hops.diameter`).
         """
-        from tacos.hops import diameter
+        from tacos.model.hops import diameter
 
         return diameter(self, among, budget=math.inf).exact
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tacos.topology import Link, Topology
+from tacos.model.topology import Link, Topology
 
 BATCH_ENTRIES = 1 << 23
 """Distance-matrix entries (8 bytes each) one batch of sources may produce: 64 MiB."""

@@ -24,9 +24,9 @@ from typing import Any
 import networkx as nx
 
 from tacos.errors import TacosError
-from tacos.passes.validate import check_policy, check_topology
-from tacos.topology import SWITCH_CAPABILITIES, Link, Npu, Switch, Topology
-from tacos.units import as_quantity
+from tacos.model.topology import SWITCH_CAPABILITIES, Link, Npu, Switch, Topology
+from tacos.model.units import as_quantity
+from tacos.model.validate import check_policy, check_topology
 
 EDGE_KEYS = ("bandwidth", "alpha", "latency", "multiplicity", "tag", "dim", "via")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from tacos import limits
 from tacos.errors import TacosError
-from tacos.topology import UNWIND_POLICIES, Link, Topology
+from tacos.model.topology import UNWIND_POLICIES, Link, Topology
 
 
 def _number(value: object) -> bool:

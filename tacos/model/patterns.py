@@ -28,9 +28,9 @@ import difflib
 from collections.abc import Sequence
 
 from tacos import limits
-from tacos.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES, Chunk, Collective
 from tacos.errors import TacosError
-from tacos.units import format_size, parse_size
+from tacos.model.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES, Chunk, Collective
+from tacos.model.units import format_size, parse_size
 
 PER_RANK = ("allgather", "reducescatter", "alltoall", "scatter", "gather")
 """Collectives whose buffer is N equal per-rank pieces (the NCCL API's count per rank)."""

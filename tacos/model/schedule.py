@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from tacos.collective import Collective
-from tacos.routes import Route
-from tacos.topology import Topology
+from tacos.model.collective import Collective
+from tacos.model.routes import Route
+from tacos.model.topology import Topology
 
 if TYPE_CHECKING:
-    from tacos.schedule_columns import TransferColumns
+    from tacos.model.columns import TransferColumns
     from tacos.verify import VerifyReport
 
 OPS = ("copy", "reduce")
@@ -124,7 +124,7 @@ class Schedule:
         itself when it is columnar, else built once from it and kept.  Raises
         ``TypeError``/``ValueError`` for transfers columns cannot hold (see
         :meth:`~tacos.schedule_columns.TransferColumns.from_transfers`)."""
-        from tacos.schedule_columns import TransferColumns
+        from tacos.model.columns import TransferColumns
 
         ts = self.transfers
         if isinstance(ts, TransferColumns):
@@ -138,7 +138,7 @@ class Schedule:
     @property
     def columnar(self) -> bool:
         """True when ``transfers`` is stored as columns."""
-        from tacos.schedule_columns import TransferColumns
+        from tacos.model.columns import TransferColumns
 
         return isinstance(self.transfers, TransferColumns)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 BATCH_WORDS = 1_000_000
 """Largest ``links × W`` (64-bit words) one batch may gather: 8 MB."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tacos.topology import Topology
+from tacos.model.topology import Topology
 
 MAX_ECMP = 64
 """Most equal-cost switch routes kept per NPU pair (the first ones in link-id order)."""
