@@ -78,7 +78,7 @@ def collective_doc(coll: Collective) -> dict[str, Any]:
 
 
 def _bound_doc(schedule: Schedule) -> dict[str, Any]:
-    from tacos.bounds import lower_bound
+    from tacos.check.bounds import lower_bound
 
     b = lower_bound(schedule.topology, schedule.collective)
     return {"value": _opt_float(b.value), "latency": _opt_float(b.latency),

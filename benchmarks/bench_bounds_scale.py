@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.tree:
         sys.path.insert(0, args.tree)
     import tacos
-    from tacos import bounds, builders
+    from tacos import builders
+    from tacos.check import bounds
     from tacos.model import patterns
     from tacos.passes.feasibility import check_feasible
 

@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 import tacos  # noqa: E402
 from benchmarks.flowsim import simulate_flows  # noqa: E402
-from tacos.bounds import lower_bound  # noqa: E402
+from tacos.check.bounds import lower_bound  # noqa: E402
+from tacos.check.verify import verify_schedule  # noqa: E402
 from tacos.errors import TacosError  # noqa: E402
 from tacos.model.patterns import build  # noqa: E402
-from tacos.verify import verify_schedule  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 SOLVERS = ("greedy", "ilp", "taccl", "ring", "biring", "direct", "rhd", "dbtree", "hierarchical")

@@ -35,11 +35,11 @@ from pathlib import Path
 from tacos.backends.msccl_xml import schedule_to_xml
 
 from benchmarks import topologies as T
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.model.units import parse_quantity
 from tacos.msccl.verify import verify_xml_file
-from tacos.simulate import simulate
 from tacos.synthesize import solve
-from tacos.verify import verify_schedule
 
 SYSTEMS = {
     "2x DGX-A100": lambda: T.preset("dgx_a100", nodes=2),

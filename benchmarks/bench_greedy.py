@@ -138,7 +138,7 @@ def run(topo: Topology, size: int, k: int, max_merge, trials: int, reps: int, wo
             best, sched = s.makespan, s
     ok = None
     if topo.n_npus <= verify_max:
-        from tacos.verify import verify_schedule
+        from tacos.check.verify import verify_schedule
         ok = verify_schedule(sched).ok
     return dict(time=best, wall=statistics.median(walls), cpu=statistics.median(cpus),
                 verified=ok, cap=sched.meta.get("best_cap"))

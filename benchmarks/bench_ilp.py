@@ -22,13 +22,13 @@ import time
 from dataclasses import replace
 
 from tacos.builders import multi_dim, torus
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Topology
 from tacos.passes.inversion import assemble, plan_inversion
 from tacos.passes.unwind import unwind_switches
 from tacos.solvers import ilp_backends
 from tacos.solvers.registry import Problem, SolveResult, get_solver
-from tacos.verify import verify_schedule
 
 MIB = 2**20
 

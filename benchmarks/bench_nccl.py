@@ -31,12 +31,12 @@ from pathlib import Path
 
 from benchmarks import topologies as T
 from benchmarks.__main__ import machine
-from tacos.bounds import lower_bound
+from tacos.check.bounds import lower_bound
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Topology
 from tacos.sweep import Sweep, sweep
 from tacos.synthesize import synthesize
-from tacos.verify import verify_schedule
 
 SIZES = "1KiB:4GiB:x4"
 MiB, GiB = 1 << 20, 1 << 30

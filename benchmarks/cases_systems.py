@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchmarks import topologies as T
 from benchmarks.cases_seed import _x
 from benchmarks.suite import Context, Table, color, mean, measure, pick, pyplot
-from tacos.bounds import cut_bound
+from tacos.check.bounds import cut_bound
 
 GiB = 2**30
 

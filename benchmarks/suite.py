@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tacos.bounds import lower_bound
+from tacos.check.bounds import lower_bound
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
-from tacos.verify import verify_schedule
 
 COLUMNS = ("problem", "npus", "collective", "size", "solver", "time_us", "algbw_GBps",
            "bound_us", "gap", "vs_ring", "vs_direct", "norm", "synthesis_s", "verified",

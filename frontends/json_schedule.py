@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tacos.check.tables import TIME_EPS
 from tacos.declared import differences
 from tacos.errors import Span, TacosError
 from tacos.inputs import check_json_nesting, decode_text, json_nesting_error, read_capped
@@ -27,7 +28,6 @@ from tacos.model.collective import Chunk, Collective
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import SWITCH_CAPABILITIES, UNWIND_POLICIES, Link, Npu, Switch, Topology
 from tacos.nogc import paused_gc
-from tacos.verify_bulk import TIME_EPS
 
 SCHEMA_ID = "tacos.schedule/2"
 SCHEMA_IDS = {"tacos.schedule/1": 1, "tacos.schedule/2": 2}

@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tacos.bounds import MODEL_ASSUMPTIONS, lower_bound
+from tacos.check.bounds import MODEL_ASSUMPTIONS, lower_bound
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 from tacos.model.units import format_bandwidth, format_size, format_time
-from tacos.simulate import simulate
-from tacos.verify import verify_schedule
 
 SOLVER_KEYS = ("solver", "seed", "trials", "trials_run", "status", "synthesis_time",
                "best_trial",

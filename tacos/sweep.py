@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tacos.check.simulate import busbw_factor
 from tacos.errors import UsageError
 from tacos.model import patterns
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 from tacos.model.units import format_size, parse_quantity
-from tacos.simulate import busbw_factor
 
 SIZES_HINT = ("give FROM:TO:xFACTOR (e.g. 1KiB:4GiB:x4), FROM:TO:+STEP, or a list "
               "(1MiB,64MiB)")

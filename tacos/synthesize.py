@@ -58,14 +58,14 @@ def _combine_status(statuses: list[str]) -> str:
 
 def _lower_bound(topology: Topology, collective: Collective) -> float | None:
     try:
-        from tacos.bounds import lower_bound
+        from tacos.check.bounds import lower_bound
     except ImportError:  # pragma: no cover - bounds module is optional
         return None
     return lower_bound(topology, collective).value
 
 
 def _retime(schedule: Schedule) -> Schedule:
-    from tacos.simulate import simulate
+    from tacos.check.simulate import simulate
 
     out = simulate(schedule).schedule
     out.meta.pop("retimed", None)

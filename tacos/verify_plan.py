@@ -81,7 +81,7 @@ def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
     [True, True, True]
     """
     if isinstance(plan, Schedule):
-        from tacos.verify import verify_schedule
+        from tacos.check.verify import verify_schedule
 
         return verify_schedule(plan)
     if not isinstance(plan, str | Path):
@@ -105,8 +105,8 @@ def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
                           "(no alpha-beta model of puts and semaphores)")
             report = replace(report, checks=checks)
         return report
+    from tacos.check.verify import verify_schedule
     from tacos.frontends.json_schedule import check_against_topology, loads
-    from tacos.verify import verify_schedule
 
     schedule = loads(text, source=source)
     if topology is not None:

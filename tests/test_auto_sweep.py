@@ -7,7 +7,8 @@ import json
 import pytest
 
 import tacos
-from tacos.bounds import lower_bound
+from tacos.check.bounds import lower_bound
+from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.errors import UsageError
 from tacos.model.patterns import build
@@ -19,7 +20,6 @@ from tacos.solvers.auto import run_portfolio
 from tacos.solvers.nccl import nccl_schedule
 from tacos.sweep import parse_sizes, sweep
 from tacos.sweep_xml import check_set, windows
-from tacos.verify import verify_schedule
 
 MiB = 1 << 20
 

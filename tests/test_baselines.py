@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.model.collective import combine
 from tacos.model.patterns import build
@@ -13,7 +14,6 @@ from tacos.model.schedule import Schedule
 from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
 from tacos.solvers.registry import Problem, get_solver
-from tacos.verify import verify_schedule
 
 ALPHA = 1e-6
 BW = 1e9

@@ -7,7 +7,8 @@ import math
 import pytest
 
 import tacos
-from tacos.bounds import (
+from tacos.builders import mesh, torus
+from tacos.check.bounds import (
     Bound,
     chunk_granular_bound,
     cut_bound,
@@ -16,12 +17,11 @@ from tacos.bounds import (
     lower_bound,
     min_cut_ratio,
 )
-from tacos.builders import mesh, torus
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Switch, Topology
-from tacos.simulate import simulate
-from tacos.verify import verify_schedule
 
 GiB = 2**30
 MiB = 2**20
@@ -222,7 +222,7 @@ def test_bounds_hold_for_ring_allreduce_and_are_tight_when_large(n, size):
 @pytest.mark.parametrize("make,group_algbw", [(lambda: grid((4, 4), False), None),
                                                (mi250_16, 342.86)])
 def test_networkx_max_flow_fallback_agrees(make, group_algbw, monkeypatch):
-    import tacos.bounds as b
+    import tacos.check.bounds as b
 
     topo = make()
     fast = b.min_cut_ratio(topo, range(16))

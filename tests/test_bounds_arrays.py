@@ -11,7 +11,8 @@ from collections import defaultdict
 import networkx as nx
 import pytest
 
-from tacos import bounds, builders
+from tacos import builders
+from tacos.check import bounds
 from tacos.model import patterns
 from tacos.model.collective import Chunk, Collective
 from tacos.model.topology import Link, Npu, Switch, Topology

@@ -12,12 +12,12 @@ import pytest
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
+from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.model import patterns
 from tacos.model.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
 from tacos.msccl.verify import verify_xml
 from tacos.synthesize import synthesize
-from tacos.verify import verify_schedule
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.tdl"))
 BIG = 32  # examples with this many live NPUs or more run every collective only in the slow run

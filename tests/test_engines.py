@@ -10,12 +10,12 @@ import pytest
 
 from tacos import engines
 from tacos.builders import mesh
+from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.errors import ClusterError
 from tacos.model.patterns import build
 from tacos.solvers import greedy as greedy_mod
 from tacos.synthesize import synthesize
-from tacos.verify import verify_schedule
 
 MiB = 1 << 20
 MESH = str(Path(__file__).resolve().parents[1] / "examples" / "mesh4x4.tdl")

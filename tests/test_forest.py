@@ -10,18 +10,18 @@ import pytest
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
-from tacos.bounds import cut_bound, lower_bound
 from tacos.builders import TopologyBuilder, mesh, ring, star
+from tacos.check.bounds import cut_bound, lower_bound
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.errors import UsageError
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
 from tacos.passes.rounds import first_round
-from tacos.simulate import simulate
 from tacos.solvers.forest import group_topology, plan_forest
 from tacos.solvers.forest_pack import Tree, check_packing
 from tacos.solvers.forest_rate import choose_rate, fixed_k_rate, link_capacities, optimal_rate
-from tacos.verify import verify_schedule
 
 GB = 1e9
 US = 1e-6

@@ -7,15 +7,15 @@ import pytest
 
 import tacos
 from tacos.builders import star
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
-from tacos.simulate import simulate
 from tacos.solvers.forest_in_switch import (
     in_switch_allreduce,
     in_switch_hub,
     star_allreduce,
     star_optimum,
 )
-from tacos.verify import verify_schedule
 
 BW, ALPHA = 100e9, 1e-6
 

@@ -8,13 +8,13 @@ import pytest
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.msccl.verify import verify_xml_file
 from tacos.solvers import forest_shallow
 from tacos.solvers.forest import plan_forest
 from tacos.solvers.forest_pack import check_packing
 from tacos.solvers.forest_shallow import automorphisms, have_cp_sat, shallow_trees
-from tacos.verify import verify_schedule
 
 needs_cp_sat = pytest.mark.skipif(not have_cp_sat(),
                                   reason="OR-Tools (the ilp extra) is not installed")

@@ -16,15 +16,15 @@ from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos.builders import star
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.model.patterns import build
 from tacos.passes.rounds import first_round
-from tacos.simulate import simulate
 from tacos.solvers.forest import ForestSolver, plan_forest, taper
 from tacos.solvers.forest_nic import nic_loads, nic_merge_trees, nic_peers, rail_layout
 from tacos.solvers.forest_pack import check_packing
 from tacos.solvers.forest_view import RouteView
-from tacos.verify import verify_schedule
 
 GB = 1e9
 US = 1e-6

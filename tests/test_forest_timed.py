@@ -11,6 +11,7 @@ from forest_topologies import mini_dgx
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.msccl.verify import verify_xml_file
 from tacos.solvers import forest_shallow
@@ -21,7 +22,6 @@ from tacos.solvers.forest_timed import _island_steps, timed_trees
 from tacos.solvers.forest_timed_links import _tight, link_arcs, timed_link_trees
 from tacos.solvers.forest_view import RouteView
 from tacos.solvers.islands import find_islands
-from tacos.verify import verify_schedule
 
 needs_cp_sat = pytest.mark.skipif(not have_cp_sat(),
                                   reason="OR-Tools (the ilp extra) is not installed")

@@ -12,6 +12,7 @@ from forest_topologies import tdl_torus as _tdl_torus
 
 import tacos
 from tacos.builders import mesh, ring, torus
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Topology
 from tacos.solvers.forest import _dims, plan_forest
@@ -20,7 +21,6 @@ from tacos.solvers.forest_rate import choose_rate, link_capacities
 from tacos.solvers.forest_split import split_switches
 from tacos.solvers.forest_symmetric import find_symmetry
 from tacos.solvers.forest_torus import applies, dimension_trees
-from tacos.verify import verify_schedule
 
 GB = 1e9
 US = 1e-6

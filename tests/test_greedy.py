@@ -8,12 +8,12 @@ from collections import deque
 import pytest
 
 from tacos.builders import mesh, torus
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
 from tacos.solvers import greedy as greedy_mod
 from tacos.solvers.greedy import GreedySolver
 from tacos.solvers.registry import Problem, get_solver
-from tacos.verify import verify_schedule
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -9,6 +9,7 @@ import pytest
 
 import tacos
 from tacos.builders import mesh, star, torus
+from tacos.check.verify import verify_schedule
 from tacos.errors import InfeasibleError
 from tacos.model.patterns import build
 from tacos.solvers.greedy import GreedySolver
@@ -16,7 +17,6 @@ from tacos.solvers.greedy_chunks import chunk_counts, synthesize_chunked
 from tacos.solvers.islands import find_islands
 from tacos.solvers.registry import Problem
 from tacos.synthesize import synthesize
-from tacos.verify import verify_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20

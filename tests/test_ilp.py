@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tacos.check.verify import verify_schedule
 from tacos.errors import SolverUnavailableError, UsageError
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
@@ -15,7 +16,6 @@ from tacos.solvers.ilp import IlpSolver, TenProblem, ten_lower_bound
 from tacos.solvers.ilp_model import build_ten_model, causal_sends, demands_met, prune_useless
 from tacos.solvers.recovery import complete_schedule, missing_pairs
 from tacos.solvers.registry import Problem, get_solver
-from tacos.verify import verify_schedule
 
 BW = 1e9  # bytes/s; with α = 0 and 1 MB chunks a hop takes exactly 1 ms = one TEN step
 CHUNK = 1_000_000

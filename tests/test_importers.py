@@ -10,7 +10,7 @@ import networkx as nx
 import pytest
 
 import tacos
-from tacos.bounds import lower_bound
+from tacos.check.bounds import lower_bound
 from tacos.cli import main
 from tacos.errors import TacosError
 from tacos.importers import import_topology, sniff_format, to_tdl

@@ -7,13 +7,13 @@ from tacos.backends.json_schedule import dumps
 from tacos.frontends.json_schedule import loads
 
 from tacos.builders import star
+from tacos.check.in_switch import GroupError, group_shape
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
-from tacos.in_switch import GroupError, group_shape
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
 from tacos.passes.inversion import invert_transfers
-from tacos.simulate import simulate
-from tacos.verify import verify_schedule
 
 BW, ALPHA = 100e9, 1e-6
 SIZE = 4 * 1024 * 1024

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import tacos
+from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.errors import TacosError
 from tacos.jobs import routing
@@ -15,7 +16,6 @@ from tacos.jobs.model import Job
 from tacos.jobs.plan import plan_jobs
 from tacos.jobs.routed import RoutedJobs
 from tacos.model.patterns import build
-from tacos.verify import verify_schedule
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "jobs_fattree.tdl"
 

@@ -9,13 +9,13 @@ import pytest
 from tacos.backends.json_schedule import SCHEMA_ID, dump, dumps
 from tacos.frontends.json_schedule import check_against_topology, load, loads, schema
 
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.model.collective import combine
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.passes.unwind import unwind_switches
-from tacos.verify import verify_schedule
 
 ALPHA, BW = 1e-6, 25e9
 

@@ -17,14 +17,14 @@ from tacos.backends.json_schedule import dumps
 from tacos.frontends.json_schedule import check_against_topology, loads
 
 from tacos import load
-from tacos.bounds import lower_bound
 from tacos.builders import star
+from tacos.check.bounds import lower_bound
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
 from tacos.passes.unwind import to_physical, unwind
-from tacos.simulate import simulate
 from tacos.synthesize import synthesize
-from tacos.verify import verify_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 BW, ALPHA = 100e9, 1e-6

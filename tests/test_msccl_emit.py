@@ -21,6 +21,7 @@ from tacos.backends.mscclpp_json import emit_mscclpp_json, program_to_mscclpp
 from tacos.frontends.msccl_xml import load_xml, parse_xml
 
 from tacos import builders
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError, VerificationError
 from tacos.model import patterns
 from tacos.model.schedule import Schedule, Transfer
@@ -29,7 +30,6 @@ from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import STEP_ATTRS, inplace_alias
 from tacos.msccl.verify import verify_xml
 from tacos.synthesize import synthesize
-from tacos.verify import verify_schedule
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "msccl"

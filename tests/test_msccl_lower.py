@@ -15,6 +15,7 @@ from tacos.backends.msccl_xml import emit_xml
 from tacos.frontends.msccl_xml import load_xml, parse_xml
 
 from tacos import builders
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.model import patterns
 from tacos.model.collective import combine
@@ -23,7 +24,6 @@ from tacos.model.topology import Link, Npu, Topology
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.verify import verify_program, verify_xml
 from tacos.synthesize import synthesize
-from tacos.verify import verify_schedule
 
 FIXTURES = Path(__file__).parent / "fixtures" / "msccl"
 BW, ALPHA = 1e9, 1e-6

@@ -21,12 +21,12 @@ from tacos.backends.msccl_xml import emit_xml, schedule_to_xml
 from tacos.frontends.json_schedule import load
 from tacos.frontends.msccl_xml import parse_xml
 
+from tacos.check.verify import verify_schedule
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.lower_channels import _matching
 from tacos.msccl.lower_steps import make_step
 from tacos.msccl.program import Step
 from tacos.msccl.ranks import ranks_comment
-from tacos.verify import verify_schedule
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lowering"
 GOLDEN = json.loads((FIXTURES / "golden.json").read_text())

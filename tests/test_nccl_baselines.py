@@ -7,8 +7,9 @@ from collections import defaultdict
 import pytest
 
 import tacos
-from tacos.bounds import lower_bound
 from tacos.builders import TopologyBuilder, star
+from tacos.check.bounds import lower_bound
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
@@ -17,7 +18,6 @@ from tacos.solvers.nccl_pat import pat_schedule, pat_steps
 from tacos.solvers.nccl_rings import channel_rings, intra_rings, ring_schedule
 from tacos.solvers.nccl_system import system
 from tacos.solvers.nccl_tree import tree_schedule
-from tacos.verify import verify_schedule
 
 MiB = 1 << 20
 NVLS = {"*nvswitch": {"multicast", "reduce"}}

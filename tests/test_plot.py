@@ -9,12 +9,12 @@ import pytest
 from tacos.backends import plot as plot_mod
 from tacos.backends.plot import link_utilization, plot_schedule
 
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Topology
 from tacos.solvers.baselines import baseline_schedule
-from tacos.verify import verify_schedule
 
 pytest.importorskip("matplotlib")
 

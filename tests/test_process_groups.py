@@ -10,6 +10,7 @@ import pytest
 from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
+from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.errors import InfeasibleError, UsageError
 from tacos.model.patterns import build
@@ -17,7 +18,6 @@ from tacos.model.topology import Link, Npu, Topology
 from tacos.msccl.ranks import declared_ranks, resolve_ranks
 from tacos.msccl.verify import verify_xml
 from tacos.passes.unwind import unwind
-from tacos.verify import verify_schedule
 
 NODE = tacos.parse("use dgx_a100_node").topology
 

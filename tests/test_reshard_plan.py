@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 import tacos
-from tacos.bounds import lower_bound
-from tacos.bounds_groups import group_cut
+from tacos.check.bounds import lower_bound
+from tacos.check.bounds_groups import group_cut
+from tacos.check.verify import verify_schedule
 from tacos.reshard import DeviceMesh, Reshard, plan_reshard
 from tacos.reshard import baselines as base
 from tacos.reshard import loadbalance as lb
 from tacos.reshard.tasks import reshard_collective
-from tacos.verify import verify_schedule
 
 SHAPE = (256, 256, 256)  # 64 MiB of float32: large against α, as fast to plan as any size
 

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 import tacos
-from tacos import verify_bulk
 from tacos.builders import mesh, ring, star, torus
+from tacos.check import tables as verify_bulk
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.model.columns import TransferColumns, concat
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
-from tacos.simulate import simulate
 from tacos.solvers.greedy import GreedySolver
 from tacos.solvers.registry import Problem
-from tacos.verify import verify_schedule
 
 MiB, GiB = 1 << 20, 1 << 30
 

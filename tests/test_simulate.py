@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tacos.check.simulate import busbw_factor, simulate
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build, custom
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Topology
-from tacos.simulate import busbw_factor, simulate
-from tacos.verify import verify_schedule
 
 ALPHA = 2e-6
 BW = 10e9
@@ -175,7 +175,7 @@ def test_ring_allgather_busbw_matches_link_bandwidth_at_large_size():
 def test_report_facts_and_json_safety():
     import json
 
-    from tacos.bounds import lower_bound
+    from tacos.check.bounds import lower_bound
     from tacos.report import format_report, report
 
     n = 4

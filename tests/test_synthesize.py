@@ -6,13 +6,13 @@ import itertools
 
 import pytest
 
+from tacos.check.verify import verify_schedule
 from tacos.errors import InfeasibleError, UsageError
 from tacos.model.collective import STANDARD_COLLECTIVES, Chunk, Collective, combine
 from tacos.model.patterns import build, custom
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Switch, Topology
 from tacos.synthesize import solve, synthesize
-from tacos.verify import verify_schedule
 
 KiB = 1 << 10
 ROOTED = ("broadcast", "reduce", "scatter", "gather")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tacos.bounds import latency_bound
+from tacos.check.bounds import latency_bound
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
 from tacos.solvers.ilp import IlpSolver
 from tacos.solvers.registry import Problem, get_solver
 from tacos.solvers.taccl_like import TacclLikeSolver
-from tacos.verify import verify_schedule
 
 BW = 1e9
 CHUNK = 1_000_000

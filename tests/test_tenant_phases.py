@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import tacos
+from tacos.check.verify import verify_schedule
 from tacos.model.collective import combine
 from tacos.model.patterns import build
 from tacos.passes.inversion import plan_inversion, tenant_horizons
-from tacos.verify import verify_schedule
 
 
 def tenant_end(schedule, tenant: int) -> float:

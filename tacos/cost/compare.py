@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.cost.models import (
     BASELINE,
     MODELS,
@@ -27,8 +29,6 @@ from tacos.model.collective import Collective, combine
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
-from tacos.simulate import simulate
-from tacos.verify import verify_schedule
 
 
 @dataclass(frozen=True)

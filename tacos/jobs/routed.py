@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from tacos.check.simulate import simulate
 from tacos.jobs import routing
 from tacos.jobs.model import Job
 from tacos.model.collective import Collective, combine
 from tacos.model.routes import Route
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
-from tacos.simulate import simulate
 from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
 
 Assignment = dict[routing.Flow, Route]

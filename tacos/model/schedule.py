@@ -30,8 +30,8 @@ from tacos.model.routes import Route
 from tacos.model.topology import Topology
 
 if TYPE_CHECKING:
+    from tacos.check.verify import VerifyReport
     from tacos.model.columns import TransferColumns
-    from tacos.verify import VerifyReport
 
 OPS = ("copy", "reduce")
 
@@ -205,7 +205,7 @@ class Schedule:
         Returns the :class:`~tacos.verify.VerifyReport`; raises
         :class:`~tacos.errors.VerificationError` listing the first violations when it fails.
         """
-        from tacos.verify import verify_schedule
+        from tacos.check.verify import verify_schedule
 
         return verify_schedule(self).raise_if_failed()
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from tacos.check.in_switch import GroupError, group_shape
+from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
-from tacos.in_switch import GroupError, group_shape
 from tacos.model.schedule import Schedule, Transfer
-from tacos.simulate import simulate
-from tacos.verify import verify_schedule
 
 
 def _capable(schedule: Schedule, switch: int, capability: str) -> bool:

@@ -13,9 +13,9 @@ transfers of different tree groups on different channels.
 
 from __future__ import annotations
 
+from tacos.check.simulate import simulate
 from tacos.model import patterns
 from tacos.model.schedule import Schedule, Transfer
-from tacos.simulate import simulate
 
 
 def first_round(schedule: Schedule) -> Schedule:

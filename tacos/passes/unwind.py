@@ -199,7 +199,7 @@ def to_physical(schedule: Schedule, view: View, *, retime: bool = True) -> Sched
     mapped = Schedule(view.physical, schedule.collective, transfers, dict(schedule.meta))
     if not retime:
         return mapped
-    from tacos.simulate import simulate
+    from tacos.check.simulate import simulate
 
     out = min((simulate(mapped, order=o).schedule for o in ("planned", "ready")),
               key=lambda s: s.makespan)

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tacos.bounds import Bound, lower_bound
-from tacos.bounds_groups import describe, group_cut
+from tacos.check.bounds import Bound, lower_bound
+from tacos.check.bounds_groups import describe, group_cut
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology

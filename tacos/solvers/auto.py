@@ -27,13 +27,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tacos.check.verify import verify_schedule
 from tacos.errors import ClusterError, TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.registry import SOLVERS, Problem, SolveResult
-from tacos.verify import verify_schedule
 
 SYNTHESIZERS = ("greedy", "forest", "hierarchical", "a2a")
 FOREST_MAX_GROUP = 64

@@ -76,13 +76,13 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from tacos.check.simulate import simulate
 from tacos.errors import UsageError
 from tacos.model import patterns
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
 from tacos.passes.inversion import assemble, plan_inversion
-from tacos.simulate import simulate
 from tacos.solvers.forest_in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest_nic import nic_merge_trees
 from tacos.solvers.forest_pack import Tree, check_packing, pack_trees

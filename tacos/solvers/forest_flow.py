@@ -17,7 +17,7 @@ from __future__ import annotations
 import networkx as nx
 from networkx.algorithms.flow import preflow_push
 
-from tacos.bounds import _has_ortools
+from tacos.check.bounds import _has_ortools
 
 INF = 1 << 50  # "infinite" capacity: larger than any flow the callers can push
 

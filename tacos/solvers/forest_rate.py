@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from tacos.bounds import min_cut_ratio
+from tacos.check.bounds import min_cut_ratio
 from tacos.model.topology import Topology
 from tacos.solvers.forest_flow import FlowNetwork
 

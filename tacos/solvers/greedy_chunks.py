@@ -85,7 +85,7 @@ def synthesize_chunked(topology: Topology, collective: Collective, *, solver: st
     ``options`` go to :func:`tacos.synthesize` for every count tried.  The returned schedule's
     collective is ``collective`` re-chunked (its ``chunks_per_npu`` says how).
     """
-    from tacos.bounds import lower_bound
+    from tacos.check.bounds import lower_bound
     from tacos.synthesize import synthesize
 
     counts = chunk_counts(collective)

@@ -164,9 +164,9 @@ def ten_lower_bound(tp: TenProblem) -> int:
 
 def continuous_lower_bound(topology: Topology, collective: Collective) -> float:
     """Seconds no schedule can beat (``tacos.bounds.lower_bound`` when it is installed)."""
-    if importlib.util.find_spec("tacos.bounds") is not None:
+    if importlib.util.find_spec("tacos.check.bounds") is not None:
         try:
-            value = importlib.import_module("tacos.bounds").lower_bound(topology, collective)
+            value = importlib.import_module("tacos.check.bounds").lower_bound(topology, collective)
             return float(getattr(value, "seconds", getattr(value, "value", value)))
         except (ImportError, OSError, AttributeError, TypeError, ValueError):
             pass  # e.g. OR-Tools max-flow cannot load next to highspy: use the bound below
@@ -467,9 +467,9 @@ def _retime(topology: Topology, collective: Collective, transfers: list[Transfer
             ) -> list[Transfer]:
     """``transfers`` replayed by :func:`tacos.simulate.simulate` (same order per link, no idle
     time left by rounding link times up to whole steps); unchanged without the simulator."""
-    if importlib.util.find_spec("tacos.simulate") is None or not transfers:
+    if importlib.util.find_spec("tacos.check.simulate") is None or not transfers:
         return transfers
-    simulate = importlib.import_module("tacos.simulate").simulate
+    simulate = importlib.import_module("tacos.check.simulate").simulate
     replay = simulate(Schedule(topology, collective, tuple(sorted(transfers)))).schedule
     return list(replay.transfers)
 

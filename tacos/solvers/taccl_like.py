@@ -62,7 +62,7 @@ class TacclLikeSolver:
 
     def solve(self, problem: Problem) -> SolveResult:
         """Route each chunk on a shortest-path tree, then let the simulator serialize links."""
-        from tacos.simulate import simulate
+        from tacos.check.simulate import simulate
 
         topo, coll = problem.topology, problem.collective
         seed = int(problem.options.get("seed", 0) or 0)

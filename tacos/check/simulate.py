@@ -33,11 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tacos.errors import VerificationError
-from tacos.model.columns import TransferColumns
-from tacos.model.schedule import Schedule, Transfer
-from tacos.nogc import paused_gc
-from tacos.verify_bulk import (
+from tacos.check.tables import (
     HopTable,
     early,
     hop_table,
@@ -47,6 +43,10 @@ from tacos.verify_bulk import (
     transfer_units,
     unit_array,
 )
+from tacos.errors import VerificationError
+from tacos.model.columns import TransferColumns
+from tacos.model.schedule import Schedule, Transfer
+from tacos.nogc import paused_gc
 
 
 @dataclass(frozen=True)

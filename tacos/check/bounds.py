@@ -48,7 +48,7 @@ import networkx as nx
 import numpy as np
 from networkx.algorithms.flow import build_residual_network, preflow_push
 
-from tacos.bounds_groups import group_cut_bound
+from tacos.check.bounds_groups import group_cut_bound
 from tacos.model.collective import Collective
 from tacos.model.distances import Distances
 from tacos.model.topology import Topology
@@ -499,7 +499,7 @@ def cut_bound(topology: Topology, collective: Collective) -> float | None:
         total = float(sum(c.size for c in collective.chunks))
         topo = topology if kind == "broadcast" else topology.reversed()
         return _broadcast_cut(topo, collective.root, collective.group, total)
-    from tacos.bounds_cuts import pair_cut_bound
+    from tacos.check.bounds_cuts import pair_cut_bound
 
     return pair_cut_bound(topology, collective)
 

@@ -50,13 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from tacos.errors import VerificationError
-from tacos.in_switch import GroupError, group_shape
-from tacos.model.columns import TransferColumns
-from tacos.model.routes import RouteError, link_name
-from tacos.model.schedule import OPS, Schedule, Transfer
-from tacos.nogc import paused_gc
-from tacos.verify_bulk import (
+from tacos.check.in_switch import GroupError, group_shape
+from tacos.check.tables import (
     DURATION_RTOL,
     HopTable,
     duration_slack,
@@ -70,6 +65,11 @@ from tacos.verify_bulk import (
     transfer_units,
     unit_array,
 )
+from tacos.errors import VerificationError
+from tacos.model.columns import TransferColumns
+from tacos.model.routes import RouteError, link_name
+from tacos.model.schedule import OPS, Schedule, Transfer
+from tacos.nogc import paused_gc
 
 RULES = ("link", "duration", "overlap", "group", "causality", "postcondition", "contribution")
 MAX_PER_RULE = 200

@@ -124,7 +124,7 @@ def candidate_sets(topology: Topology, members: list[int]) -> list[list[int]]:
     size, since alike groups give alike cuts) and unions of a level's groups up to half the
     system, the groups behind one switch, the half-planes of every link dimension, and
     prefixes of a spectral ordering."""
-    from tacos.bounds_groups import candidate_groups
+    from tacos.check.bounds_groups import candidate_groups
 
     inside = set(members)
     out: list[list[int]] = []
