@@ -32,13 +32,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from tacos.backends.msccl_xml import schedule_to_xml
-
 from benchmarks import topologies as T
 from tacos.check.simulate import simulate
 from tacos.check.verify import verify_schedule
 from tacos.model.units import parse_quantity
 from tacos.msccl.verify import verify_xml_file
+from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.synthesize import solve
 
 SYSTEMS = {

@@ -31,12 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def child(k: int, out: Path) -> dict:
     """Run every phase for one torus size in this process; returns the measurements."""
-    from tacos.backends.msccl_xml import write_xml
-
     import tacos
     from tacos import builders
     from tacos.msccl.lower import MscclOptions, lower
     from tacos.msccl.verify import verify_program
+    from tacos.msccl.xml_writer import write_xml
 
     row: dict = {"k": k, "npus": k ** 3}
     topo = builders.torus(k, k, k, bandwidth="50GiB/s", latency="0.5us")

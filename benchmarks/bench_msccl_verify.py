@@ -87,11 +87,11 @@ def _stage_timer(out: list[tuple[str, float]]):
 def stages(path: str) -> None:
     """Per-stage CPU of the columns path and of the in-memory verification."""
     import numpy as np
-    from tacos.frontends.msccl_xml import parse_xml_collect, parse_xml_runs, read_xml_text
 
     from tacos.msccl import verify_columns, verify_jit
     from tacos.msccl.verify import _modes, verify_program
     from tacos.msccl.verify_structure import check_structure
+    from tacos.msccl.xml_reader import parse_xml_collect, parse_xml_runs, read_xml_text
 
     gc.disable()
     out: list[tuple[str, float]] = []
@@ -155,8 +155,6 @@ def stages(path: str) -> None:
 def python_passes(path: str) -> None:
     """Per-pass CPU of the Python passes (also runs from another checkout:
     ``cd TREE && python PATH/TO/bench_msccl_verify.py --python-passes FILE``)."""
-    from tacos.frontends.msccl_xml import load_xml_collect
-
     from tacos.msccl.verify_connections import check_connections
     from tacos.msccl.verify_deps import build_hb, check_dependencies
     from tacos.msccl.verify_fifo import run_fifo
@@ -164,6 +162,7 @@ def python_passes(path: str) -> None:
     from tacos.msccl.verify_races import check_races
     from tacos.msccl.verify_structure import check_structure
     from tacos.msccl.verify_symbolic import check_symbolic
+    from tacos.msccl.xml_reader import load_xml_collect
 
     gc.disable()
     out: list[tuple[str, float]] = []

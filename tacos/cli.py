@@ -471,8 +471,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     with reporter.phase("verifying"):
         schedule.verify().raise_if_failed()
     if args.output and fmt == "xml":  # large plans: streamed, never held as one text
-        from tacos.backends.msccl_xml import lower_verified, write_xml
         from tacos.msccl.ranks import ranks_comment
+        from tacos.msccl.xml_writer import lower_verified, write_xml
 
         program = lower_verified(schedule, _msccl_options(args), progress=reporter)
         with reporter.phase(f"writing {args.output}"):
@@ -578,10 +578,10 @@ def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:
         return dumps(schedule)
     options = _msccl_options(args)
     if fmt == "mscclpp":
-        from tacos.backends.mscclpp_json import emit_mscclpp_json
+        from tacos.msccl.mscclpp_writer import emit_mscclpp_json
 
         return emit_mscclpp_json(schedule, options=options)
-    from tacos.backends.msccl_xml import schedule_to_xml
+    from tacos.msccl.xml_writer import schedule_to_xml
 
     return schedule_to_xml(schedule, options)
 

@@ -52,8 +52,8 @@ def write_windows(result: Sweep, folder: Path, *, min_bytes: int = 0, max_bytes:
     """Write the sweep's plans as MSCCL XML files with disjoint windows into ``folder``
     (created if missing; it must hold no other ``.xml`` file, since the runtime loads them
     all).  Files are written to a temporary folder first and moved in when all are ready."""
-    from tacos.backends.msccl_xml import schedule_to_xml
     from tacos.msccl.lower import MscclOptions
+    from tacos.msccl.xml_writer import schedule_to_xml
 
     rows = sorted(result.rows, key=lambda r: r.size)
     missing = [r.size for r in rows if r.xml_schedule is None]
@@ -124,7 +124,7 @@ def check_set(paths: Iterable[str | Path]) -> list[str]:
     """Problems that keep MSCCL XML files from loading as one set: per ``(coll, ngpus,
     in-place mode)``, windows that overlap or leave a gap between the smallest ``minBytes``
     and the largest ``maxBytes`` (0 = no limit).  Empty when they form a set."""
-    from tacos.frontends.msccl_xml import load_xml
+    from tacos.msccl.xml_reader import load_xml
 
     groups: dict[tuple, list[tuple[int, int, str]]] = {}
     for path in paths:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos.check.verify import verify_schedule
@@ -17,6 +16,7 @@ from tacos.cli import main
 from tacos.model import patterns
 from tacos.model.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
 from tacos.msccl.verify import verify_xml
+from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.synthesize import synthesize
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.tdl"))

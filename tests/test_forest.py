@@ -7,7 +7,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos.builders import TopologyBuilder, mesh, ring, star
@@ -18,7 +17,8 @@ from tacos.cli import main
 from tacos.errors import UsageError
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
-from tacos.passes.rounds import first_round
+from tacos.msccl.rounds import first_round
+from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.solvers.forest import group_topology, plan_forest
 from tacos.solvers.forest_pack import Tree, check_packing
 from tacos.solvers.forest_rate import choose_rate, fixed_k_rate, link_capacities, optimal_rate

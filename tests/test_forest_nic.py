@@ -12,7 +12,6 @@ from dataclasses import replace
 import pytest
 from forest_topologies import mini_dgx as _mini
 from forest_topologies import mini_dgx_tdl as _mini_tdl
-from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos.builders import star
@@ -20,7 +19,8 @@ from tacos.check.simulate import simulate
 from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.model.patterns import build
-from tacos.passes.rounds import first_round
+from tacos.msccl.rounds import first_round
+from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.solvers.forest import ForestSolver, plan_forest, taper
 from tacos.solvers.forest_nic import nic_loads, nic_merge_trees, nic_peers, rail_layout
 from tacos.solvers.forest_pack import check_packing

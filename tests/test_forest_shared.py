@@ -9,7 +9,6 @@ from collections import Counter
 from importlib import resources
 
 import pytest
-from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos.builders import ring, star
@@ -17,7 +16,8 @@ from tacos.check.simulate import simulate
 from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.model.patterns import build
-from tacos.passes.rounds import first_round
+from tacos.msccl.rounds import first_round
+from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.solvers.forest import ForestSolver, plan_forest, taper
 from tacos.solvers.forest_pack import check_packing
 from tacos.solvers.forest_shared import share_switch_hops

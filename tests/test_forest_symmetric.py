@@ -194,7 +194,7 @@ def test_512_npu_torus_allgather_schedule_verifies():
 
 
 def test_symmetric_schedule_lowers_to_verified_xml():
-    from tacos.backends.msccl_xml import schedule_to_xml
+    from tacos.msccl.xml_writer import schedule_to_xml
 
     topo = torus(3, 3, bandwidth=10 * GB, latency=US)
     coll = build("allgather", topo.live_npus, size=9 * 2**20)

@@ -8,12 +8,12 @@ from importlib import resources
 
 import pytest
 from forest_topologies import mini_dgx
-from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.msccl.verify import verify_xml_file
+from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.solvers import forest_shallow
 from tacos.solvers.forest import ForestSolver, _timed, plan_forest
 from tacos.solvers.forest_pack import check_packing

@@ -179,7 +179,7 @@ def test_one_round_is_one_transfer_per_link_and_step():
 
 @pytest.mark.slow  # 3 s; the solver tests cover the schedules
 def test_dimension_tree_schedule_lowers_to_verified_xml():
-    from tacos.backends.msccl_xml import schedule_to_xml
+    from tacos.msccl.xml_writer import schedule_to_xml
 
     topo = torus(4, 4, bandwidth=50 * GB, latency=0.5 * US)
     coll = build("allreduce", topo.live_npus, size=16 * 2**24)

@@ -121,7 +121,7 @@ def test_json_round_trip_keeps_groups():
 
 
 def test_msccl_xml_refuses_in_switch_plans():
-    from tacos.backends.msccl_xml import schedule_to_xml
+    from tacos.msccl.xml_writer import schedule_to_xml
 
     with pytest.raises(TacosError, match="MSCCL XML cannot express"):
         schedule_to_xml(broadcast_multicast(switch4()))

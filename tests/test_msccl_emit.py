@@ -15,10 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tacos.backends import msccl_xml
-from tacos.backends.msccl_xml import emit_xml, schedule_to_xml
-from tacos.backends.mscclpp_json import emit_mscclpp_json, program_to_mscclpp
-from tacos.frontends.msccl_xml import load_xml, parse_xml
 
 from tacos import builders
 from tacos.check.verify import verify_schedule
@@ -26,9 +22,13 @@ from tacos.errors import TacosError, VerificationError
 from tacos.model import patterns
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Topology
+from tacos.msccl import xml_writer as msccl_xml
 from tacos.msccl.lower import MscclOptions, lower
+from tacos.msccl.mscclpp_writer import emit_mscclpp_json, program_to_mscclpp
 from tacos.msccl.program import STEP_ATTRS, inplace_alias
 from tacos.msccl.verify import verify_xml
+from tacos.msccl.xml_reader import load_xml, parse_xml
+from tacos.msccl.xml_writer import emit_xml, schedule_to_xml
 from tacos.synthesize import synthesize
 
 HERE = Path(__file__).parent

@@ -11,8 +11,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tacos.backends.msccl_xml import emit_xml
-from tacos.frontends.msccl_xml import load_xml, parse_xml
 
 from tacos import builders
 from tacos.check.verify import verify_schedule
@@ -23,6 +21,8 @@ from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Topology
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.verify import verify_program, verify_xml
+from tacos.msccl.xml_reader import load_xml, parse_xml
+from tacos.msccl.xml_writer import emit_xml
 from tacos.synthesize import synthesize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "msccl"

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-from tacos.backends.msccl_xml import emit_xml, schedule_to_xml
 from tacos.frontends.json_schedule import load
-from tacos.frontends.msccl_xml import parse_xml
 
 from tacos.check.verify import verify_schedule
 from tacos.msccl.lower import MscclOptions, lower
@@ -27,6 +25,8 @@ from tacos.msccl.lower_channels import _matching
 from tacos.msccl.lower_steps import make_step
 from tacos.msccl.program import Step
 from tacos.msccl.ranks import ranks_comment
+from tacos.msccl.xml_reader import parse_xml
+from tacos.msccl.xml_writer import emit_xml, schedule_to_xml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lowering"
 GOLDEN = json.loads((FIXTURES / "golden.json").read_text())

@@ -7,10 +7,9 @@ import re
 from functools import cache
 from pathlib import Path
 
-from tacos.frontends.msccl_xml import parse_xml
-
 from tacos.msccl.verify import verify_xml
 from tacos.msccl.verify_report import MscclReport, Violation
+from tacos.msccl.xml_reader import parse_xml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "msccl"
 RING = "mscclang_allgather_ring_4gpu_1ch.xml"

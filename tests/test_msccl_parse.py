@@ -7,15 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tacos.frontends.msccl_xml import (
-    MscclXmlError,
-    load_xml,
-    parse_xml,
-    parse_xml_collect,
-)
 
 from tacos.errors import InputFileError, TacosError
 from tacos.msccl.program import STEP_ATTRS, Program
+from tacos.msccl.xml_reader import MscclXmlError, load_xml, parse_xml, parse_xml_collect
 
 FIXTURES = Path(__file__).parent / "fixtures" / "msccl"
 XML_FILES = sorted(FIXTURES.glob("*.xml"))

@@ -7,8 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tacos.backends.msccl_xml import emit_xml, iter_xml, lower_verified, schedule_to_xml, write_xml
-from tacos.frontends.msccl_xml import parse_xml
 
 from tacos import builders
 from tacos.errors import TacosError
@@ -16,6 +14,8 @@ from tacos.model import patterns
 from tacos.msccl.lower import MscclOptions
 from tacos.msccl.program import MAX_CHILDREN, Gpu, Program, Step, Threadblock
 from tacos.msccl.verify import verify_program, verify_xml
+from tacos.msccl.xml_reader import parse_xml
+from tacos.msccl.xml_writer import emit_xml, iter_xml, lower_verified, schedule_to_xml, write_xml
 from tacos.synthesize import synthesize
 
 
@@ -102,8 +102,8 @@ def test_canonical_steps_read_on_the_fast_path_equal_the_general_reader(
     still go through the general reader and its diagnostics."""
     import re
 
-    from tacos.frontends import msccl_xml_lex
-    from tacos.frontends.msccl_xml import parse_xml_collect
+    from tacos.msccl import xml_lexer as msccl_xml_lex
+    from tacos.msccl.xml_reader import parse_xml_collect
 
     text = emit_xml(lower_verified(torus_allreduce))
     odd = text.replace('hasdep="0"/>', 'hasdep="0" />', 3).replace('cnt="1"', 'cnt="01"', 2)

@@ -15,12 +15,12 @@ import re
 from pathlib import Path
 
 import pytest
-from tacos.frontends.msccl_xml import load_xml_collect
 
 from tacos.msccl import verify_columns, verify_jit
 from tacos.msccl.program import Program, Step
 from tacos.msccl.verify import _modes, verify_program, verify_xml, verify_xml_file
 from tacos.msccl.verify_structure import check_structure
+from tacos.msccl.xml_reader import load_xml_collect
 
 pytest.importorskip("numba")
 

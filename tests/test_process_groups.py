@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos.check.verify import verify_schedule
@@ -17,6 +16,7 @@ from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
 from tacos.msccl.ranks import declared_ranks, resolve_ranks
 from tacos.msccl.verify import verify_xml
+from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.passes.unwind import unwind
 
 NODE = tacos.parse("use dgx_a100_node").topology

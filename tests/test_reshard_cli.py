@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from tacos.backends.msccl_xml import schedule_to_xml
 
 import tacos
 from tacos.cli import main
 from tacos.errors import TacosError
+from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.reshard import DeviceMesh, Reshard, plan_reshard
 from tacos.reshard.msccl import standard_form
 

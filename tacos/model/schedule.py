@@ -223,16 +223,16 @@ class Schedule:
         ``instances`` (channel instances: each chunk split over that many channels),
         ``max_steps_per_tb``, ``max_channels``, ``redop``.  See ``docs/msccl.md``.
         """
-        from tacos.backends.msccl_xml import schedule_to_xml
         from tacos.msccl.lower import msccl_options
+        from tacos.msccl.xml_writer import schedule_to_xml
 
         return schedule_to_xml(self, msccl_options(**options))
 
     def to_mscclpp(self, **options: Any) -> str:
         """MSCCL++ JSON execution plan (lowered and verified); takes the options of
         :meth:`to_xml` (``proto`` must be Simple)."""
-        from tacos.backends.mscclpp_json import emit_mscclpp_json
         from tacos.msccl.lower import msccl_options
+        from tacos.msccl.mscclpp_writer import emit_mscclpp_json
 
         return emit_mscclpp_json(self, options=msccl_options(**options),
                                  name=options.get("name") or None)

@@ -30,8 +30,8 @@ from tacos.msccl.lower_flow import Flow, build_flow
 from tacos.msccl.lower_layout import build_layout
 from tacos.msccl.lower_steps import build_steps, finish_program
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
+from tacos.msccl.rounds import first_round
 from tacos.nogc import paused_gc
-from tacos.passes.rounds import first_round
 from tacos.progress import Reporter, as_reporter
 
 REDOPS = ("sum", "prod", "min", "max")

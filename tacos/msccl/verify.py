@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from tacos.errors import TacosError
-from tacos.frontends.msccl_xml import ParseOutcome, parse_xml_collect, read_xml_text
 from tacos.model.topology import Topology
 from tacos.msccl import verify_columns, verify_jit
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
@@ -46,6 +45,7 @@ from tacos.msccl.verify_races import check_races
 from tacos.msccl.verify_report import MscclReport, Violation
 from tacos.msccl.verify_structure import check_structure
 from tacos.msccl.verify_symbolic import check_symbolic
+from tacos.msccl.xml_reader import ParseOutcome, parse_xml_collect, read_xml_text
 from tacos.nogc import paused_gc
 from tacos.progress import Reporter, as_reporter
 

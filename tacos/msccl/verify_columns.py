@@ -22,8 +22,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tacos.frontends.msccl_xml import parse_xml_runs
-from tacos.frontends.msccl_xml_lex import StepRun
 from tacos.msccl import verify_jit
 from tacos.msccl.program import (
     MAX_CHILDREN,
@@ -33,6 +31,8 @@ from tacos.msccl.program import (
     Program,
 )
 from tacos.msccl.verify_structure import check_structure
+from tacos.msccl.xml_lexer import StepRun
+from tacos.msccl.xml_reader import parse_xml_runs
 
 MIN_BYTES = 4 << 20
 """Texts below this size take the usual path (the compiled checks' loading time would

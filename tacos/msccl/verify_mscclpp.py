@@ -31,7 +31,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tacos.frontends.mscclpp_json import OPS_MODELLED, Op, Plan, Ref, load_plan, read_plan_text
+from tacos.msccl.mscclpp_reader import OPS_MODELLED, Op, Plan, Ref, load_plan, read_plan_text
 from tacos.msccl.program import inplace_alias
 from tacos.msccl.verify_report import MscclReport, Violation
 from tacos.msccl.verify_symbolic import (

@@ -35,8 +35,7 @@ from tacos.msccl.program import (
     Threadblock,
 )
 from tacos.msccl.verify_report import Violation
-
-from .msccl_xml_lex import DECIMAL, Element, Reader, StepRun, strtol
+from tacos.msccl.xml_lexer import DECIMAL, Element, Reader, StepRun, strtol
 
 __all__ = [
     "MscclXmlError",
