@@ -21,8 +21,9 @@ from tacos.atomic import write_text
 from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.columns import BLOCK, TransferColumns
-from tacos.model.schedule import OPS, Schedule
+from tacos.model.schedule import Schedule
 from tacos.model.topology import Link, Topology
+from tacos.model.transfer import OPS
 from tacos.nogc import paused_gc
 
 SCHEMA_ID = "tacos.schedule/2"

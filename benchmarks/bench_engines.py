@@ -27,6 +27,8 @@ import resource
 import statistics
 import time
 
+import tacos
+
 MiB = 1 << 20
 
 
@@ -64,8 +66,8 @@ def _run(topo, coll, where: dict, client) -> tuple[float, float, float, str]:
     wall = time.perf_counter() - w0
     parent = time.process_time() - c0
     workers = _children_cpu() - k0 + _workers_cpu(client) - d0
-    s.verify()
-    return wall, parent, workers, s.to_json()
+    tacos.verify(s).raise_if_failed()
+    return wall, parent, workers, tacos.emit(s, "json")
 
 
 def main() -> None:

@@ -5,9 +5,9 @@
 All-gather of 64 MiB on k x k x k tori (every link 50 GiB/s, 0.5 µs, 1 chunk per NPU), one
 greedy trial (``max_merge=1``, seed 0, one worker, no lower bound), then
 :func:`tacos.verify.verify_schedule` (the schedule check of ``tacosc verify --topology``) and
-``Schedule.to_json()``.  Each measurement runs in a fresh process (its peak RSS is its own) that
-first loads the numba kernels on a 2x2 mesh (timed apart); CPU is ``time.process_time()`` of
-each phase.
+``tacos.emit(schedule, "json")``.  Each measurement runs in a fresh process (its peak RSS is
+its own) that first loads the numba kernels on a 2x2 mesh (timed apart); CPU is
+``time.process_time()`` of each phase.
 
 ``--before`` also runs every row with the interpreter given by ``--before-python`` (default
 ``python``) from outside this tree, so it imports the installed ``tacos`` -- main, the
@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+import tacos
+
 MiB = 1 << 20
 GiB = 1 << 30
 HERE = Path(__file__).resolve()
@@ -37,7 +39,6 @@ HERE = Path(__file__).resolve()
 
 def child(k: int, with_json: bool) -> dict:
     """One measurement in this process (imports whichever ``tacos`` is on the path)."""
-    import tacos
     from tacos import builders
     from tacos.check.verify import verify_schedule
     from tacos.model.patterns import build
@@ -80,7 +81,7 @@ def child(k: int, with_json: bool) -> dict:
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if with_json:
         t3 = clock()
-        text = sched.to_json()
+        text = tacos.emit(sched, "json")
         out["json_s"] = clock() - t3
         out["json_bytes"] = len(text)
         import hashlib

@@ -5,11 +5,12 @@ Typical use::
     import tacos
     spec = tacos.load("examples/mesh4x4.tdl")
     schedule = tacos.synthesize(spec.topology, spec.collective, solver="greedy", seed=0)
-    schedule.verify()
+    tacos.verify(schedule).raise_if_failed()
+    xml = tacos.emit(schedule, "msccl-xml", max_bytes="64MiB")
 
 Names are imported on first use (``import tacos`` stays fast: the command line starts in a
-fraction of a second); ``tacos.synthesize`` and ``tacos.verify`` are always the functions,
-never the submodules of the same names.
+fraction of a second); ``tacos.synthesize``, ``tacos.verify`` and ``tacos.emit`` are always
+the functions, never the submodules of the same names.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tacos.errors import InfeasibleError, Span, TacosError, VerificationError
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from tacos.emit import emit
     from tacos.model.collective import Chunk, Collective, combine
     from tacos.model.patterns import build as collective
     from tacos.model.patterns import custom as custom_collective
@@ -51,6 +53,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "solve": ("tacos.synthesize", "solve"),
     "synthesize": ("tacos.synthesize", "synthesize"),
     "verify": ("tacos.verify_plan", "verify"),
+    "emit": ("tacos.emit", "emit"),
     "parse_size": ("tacos.model.units", "parse_size"),
 }
 
@@ -74,9 +77,9 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """Keeps ``tacos.synthesize``, ``tacos.verify`` and ``tacos.collective`` bound to the
-    functions when the submodules of the same names are imported (the import system sets the
-    parent's attribute to the submodule; the submodule stays reachable in ``sys.modules``)."""
+    """Keeps ``tacos.synthesize``, ``tacos.verify``, ``tacos.emit`` and ``tacos.collective``
+    bound to the functions when the submodules of the same names are imported (the import
+    system sets the parent's attribute to the submodule; it stays in ``sys.modules``)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _LAZY and isinstance(value, types.ModuleType):
@@ -139,6 +142,7 @@ __all__ = [
     "collective",
     "combine",
     "custom_collective",
+    "emit",
     "limits",
     "load",
     "parse",

@@ -436,6 +436,7 @@ def cmd_compile(argv: Sequence[str]) -> int:
 
 
 def _compile(args: argparse.Namespace, fmt: str | None) -> int:
+    from tacos.check.verify import verify_schedule
     from tacos.importers import load_any
     from tacos.progress import TerminalReporter
     from tacos.synthesize import synthesize
@@ -469,7 +470,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
                    time_limit=args.time_limit, relays=args.relays or "members",
                    progress=reporter, **options)
     with reporter.phase("verifying"):
-        schedule.verify().raise_if_failed()
+        verify_schedule(schedule).raise_if_failed()
     if args.output and fmt == "xml":  # large plans: streamed, never held as one text
         from tacos.msccl.ranks import ranks_comment
         from tacos.msccl.xml_writer import lower_verified, write_xml

@@ -77,7 +77,8 @@ def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
     >>> ring = tacos.builders.ring(4, bandwidth=1e9, latency=1e-6)
     >>> s = tacos.synthesize(ring, tacos.collective("allgather", range(4), size="4KiB"),
     ...                      workers=1)
-    >>> [tacos.verify(text).ok for text in (s.to_json(), s.to_xml(), s.to_mscclpp())]
+    >>> texts = [tacos.emit(s, f) for f in ("json", "xml", "mscclpp")]
+    >>> [tacos.verify(text).ok for text in texts]
     [True, True, True]
     """
     if isinstance(plan, Schedule):

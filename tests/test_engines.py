@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import tacos
 from tacos import engines
 from tacos.builders import mesh
 from tacos.check.verify import verify_schedule
@@ -95,7 +96,7 @@ def test_trials_give_the_same_bytes_in_process_on_a_pool_and_on_dask(monkeypatch
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster, set_as_default=False) as client:
         dask = _greedy(topo, coll, cluster=client)
-    assert one.to_json() == pool.to_json() == dask.to_json()
+    assert tacos.emit(one, "json") == tacos.emit(pool, "json") == tacos.emit(dask, "json")
     assert one.meta["best_trial"] == dask.meta["best_trial"]
 
 
@@ -151,8 +152,8 @@ def test_worker_processes_give_the_same_schedule_and_xml(process_cluster, monkey
     one = _greedy(topo, coll, workers=1)
     pool = _greedy(topo, coll, workers=2)
     dask = _greedy(topo, coll, cluster=process_cluster)
-    assert one.to_json() == pool.to_json() == dask.to_json()
-    assert one.to_xml() == pool.to_xml() == dask.to_xml()
+    assert tacos.emit(one, "json") == tacos.emit(pool, "json") == tacos.emit(dask, "json")
+    assert tacos.emit(one, "xml") == tacos.emit(pool, "xml") == tacos.emit(dask, "xml")
 
 
 @pytest.mark.slow
@@ -171,7 +172,7 @@ def test_sweep_sizes_give_the_same_xml_on_every_engine(process_cluster, tmp_path
         for row in result.rows:
             assert verify_schedule(row.schedule).ok
         paths = result.write_xml(tmp_path / name)
-        runs[name] = ([r.schedule.to_json() for r in result.rows],
+        runs[name] = ([tacos.emit(r.schedule, "json") for r in result.rows],
                       {p.name: p.read_bytes() for p in paths})
     assert runs["serial"] == runs["pool"] == runs["dask"]
 

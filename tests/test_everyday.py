@@ -109,14 +109,14 @@ def test_cli_sizes_use_the_same_parser(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_schedule_outputs_and_verify_in_memory(ring_schedule: tacos.Schedule) -> None:
-    xml = ring_schedule.to_xml(instances=2, max_bytes="1MiB")
+    xml = tacos.emit(ring_schedule, "xml", instances=2, max_bytes="1MiB")
     assert xml.startswith("<algo") and 'nchannels="2"' in xml
-    for text in (ring_schedule.to_json(), xml, ring_schedule.to_mscclpp()):
+    for text in (tacos.emit(ring_schedule, "json"), xml, tacos.emit(ring_schedule, "mscclpp")):
         report = tacos.verify(text)
         assert report.ok, report.text()
     assert tacos.verify(ring_schedule).ok
     with pytest.raises(TacosError, match="did you mean 'instances'"):
-        ring_schedule.to_xml(instnces=2)
+        tacos.emit(ring_schedule, "xml", instnces=2)
     with pytest.raises(TacosError, match="cannot tell what kind of plan"):
         tacos.verify("hello\nworld")
 
@@ -277,7 +277,7 @@ def test_grammar_cache_survives_an_unwritable_folder(tmp_path: Path,
 
 def test_mscclpp_verifier_checks_reductions_of_tacos_plans(ring_schedule: tacos.Schedule
                                                            ) -> None:
-    plan = json.loads(ring_schedule.to_mscclpp())
+    plan = json.loads(tacos.emit(ring_schedule, "mscclpp"))
     assert tacos.verify(json.dumps(plan)).ok
     first_re = next(op for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"]
                     if op["name"] == "re")

@@ -142,7 +142,7 @@ def _near_optimum(kind: str, **opts):
     assert s.makespan >= f["optimal_time"] * (1 - 1e-9)
     assert f["optimal_time"] / s.makespan >= 0.99
     again = tacos.synthesize(topo, coll, solver="forest", **opts)
-    assert again.to_json() == s.to_json()
+    assert tacos.emit(again, "json") == tacos.emit(s, "json")
 
 
 @pytest.mark.parametrize("kind", ["allgather", "allreduce"])

@@ -137,7 +137,7 @@ def test_teccl_inputs(name: str, chassis: int, npus: int) -> None:
     topo = import_topology(json.dumps(doc))
     assert topo.n_npus == npus
     coll = tacos.collective("allgather", topo.live_npus, size=npus * 1024)
-    assert tacos.synthesize(topo, coll, workers=1, trials=1).verify().ok
+    assert tacos.verify(tacos.synthesize(topo, coll, workers=1, trials=1)).ok
 
 
 def test_teccl_bad_name_is_located() -> None:

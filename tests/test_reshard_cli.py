@@ -68,7 +68,7 @@ def test_allgather_within_one_mesh_is_an_msccl_allgather() -> None:
     result = plan_reshard(topo, r, pieces=2, baselines=False)
     sched = standard_form(result.schedule)
     assert sched.collective.kind == "allgather" and sched.collective.chunks_per_npu == 2
-    sched.verify()
+    tacos.verify(sched).raise_if_failed()
     assert 'coll="allgather"' in schedule_to_xml(sched)
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tacos
 from tacos.check.verify import RULES, verify_schedule
 from tacos.errors import VerificationError
 from tacos.model.patterns import build
@@ -86,7 +87,7 @@ def test_correct_ring_schedules_verify(make, n):
     rep = verify_schedule(s)
     assert rep.ok, rep.text()
     assert rep.violations == ()
-    assert s.verify() is not None
+    assert tacos.verify(s).raise_if_failed() is not None
 
 
 def test_dropped_transfer_breaks_postcondition():
@@ -204,7 +205,7 @@ def test_via_must_be_a_switch():
 def test_raise_if_failed_lists_violations():
     s = ring_allgather(4)
     with pytest.raises(VerificationError) as err:
-        _with(s, s.transfers[:-1]).verify()
+        tacos.verify(_with(s, s.transfers[:-1])).raise_if_failed()
     assert "postcondition" in str(err.value)
     rep = verify_schedule(_with(s, s.transfers[:-1]))
     d = rep.as_dict()

@@ -100,12 +100,12 @@ def test_declared_collectives_of_every_kind_round_trip(tmp_path: Path) -> None:
     """Files tacos writes pass the check: rooted, multi-tenant and custom collectives."""
     spec = tacos.load(EXAMPLES / "multitenant.tdl")
     sched = tacos.synthesize(spec.topology, spec.collective, trials=1, workers=1, bound=False)
-    assert loads(sched.to_json()).collective == sched.collective
+    assert loads(tacos.emit(sched, "json")).collective == sched.collective
     topo = tacos.parse(RING).topology
     for coll in (tacos.collective("broadcast", range(4), size=4096, root=2),
                  tacos.custom_collective([([0], [2, 3], False, 100), ([1, 2], [0], True, 7)])):
         s = tacos.synthesize(topo, coll, trials=1, workers=1, bound=False)
-        assert loads(s.to_json()).collective == coll
+        assert loads(tacos.emit(s, "json")).collective == coll
 
 
 def test_deep_and_huge_json(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from itertools import chain
 import numpy as np
 
 from tacos.model.columns import TransferColumns
-from tacos.model.schedule import OPS, Schedule
+from tacos.model.schedule import Schedule
+from tacos.model.transfer import OPS
 
 DURATION_RTOL = 1e-9
 TIME_EPS = 64 * float(np.finfo(np.float64).eps)

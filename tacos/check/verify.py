@@ -68,7 +68,8 @@ from tacos.check.tables import (
 from tacos.errors import VerificationError
 from tacos.model.columns import TransferColumns
 from tacos.model.routes import RouteError, link_name
-from tacos.model.schedule import OPS, Schedule, Transfer
+from tacos.model.schedule import Schedule
+from tacos.model.transfer import OPS, Transfer
 from tacos.nogc import paused_gc
 
 RULES = ("link", "duration", "overlap", "group", "causality", "postcondition", "contribution")

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tacos.check.verify import verify_schedule
 from tacos.jobs.fairness import Outcome, key
 from tacos.jobs.model import Job
 from tacos.jobs.routed import RoutedJobs, completion, flatten
@@ -90,7 +91,7 @@ def synthesized(topology, jobs: Sequence[Job], priority: list[float] | None, *,
     if priority is not None:
         opts["tenant_priority"] = {t: priority[j] for t, j in enumerate(owner)}
     sched = synthesize(topology, combined, solver=solver, seed=seed, bound=False, **opts)
-    sched.verify()
+    verify_schedule(sched).raise_if_failed()
     return Candidate(f"{solver}, {factor}x chunks", sched, served,
                      completion(sched, owner, len(jobs)))
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.jobs import joint as joint_mod
 from tacos.jobs.fairness import OBJECTIVES, Outcome
@@ -132,7 +133,7 @@ def job_plan(joint: Schedule, jobs: Sequence[Job], j: int) -> Schedule:
                                tuple(c - offset for c in t.chunks), t.op) for t in mine)
     plan = Schedule(joint.topology, jobs[j].collective, transfers,
                     dict(joint.meta, job=jobs[j].name))
-    plan.verify()
+    verify_schedule(plan).raise_if_failed()
     return plan
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tacos.check.simulate import simulate
+from tacos.check.verify import verify_schedule
 from tacos.jobs import routing
 from tacos.jobs.model import Job
 from tacos.model.collective import Collective, combine
@@ -99,7 +100,7 @@ class RoutedJobs:
                                           t.chunks, t.op) if shift else t)
         out = simulate(Schedule(self.topology, self.combined, tuple(sorted(transfers)))).schedule
         if verify:
-            out.verify()
+            verify_schedule(out).raise_if_failed()
         return out
 
     def alone(self, j: int, assignment: Assignment) -> float:
@@ -107,7 +108,7 @@ class RoutedJobs:
         sched = Schedule(self.topology, self.jobs[j].collective,
                          tuple(sorted(self._rerouted(j, 0, assignment))))
         out = simulate(sched).schedule
-        out.verify()
+        verify_schedule(out).raise_if_failed()
         return out.makespan
 
     def times(self, schedule: Schedule) -> tuple[float, ...]:
@@ -140,7 +141,7 @@ class RoutedJobs:
                     if k < best_key:
                         best, sched, best_key, improved = trial, cand, k, True
                         break
-        sched.verify()
+        verify_schedule(sched).raise_if_failed()
         return best, sched
 
 

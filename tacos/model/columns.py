@@ -31,7 +31,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from tacos.model.schedule import OPS, Transfer, transfers_from_columns
+from tacos.model.transfer import OPS, Transfer, transfers_from_columns
 
 BLOCK = 8192
 """Transfers materialized per block while iterating (columns are converted a block at a time)."""

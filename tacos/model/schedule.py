@@ -28,79 +28,10 @@ from typing import TYPE_CHECKING, Any
 from tacos.model.collective import Collective
 from tacos.model.routes import Route
 from tacos.model.topology import Topology
+from tacos.model.transfer import Transfer
 
 if TYPE_CHECKING:
-    from tacos.check.verify import VerifyReport
     from tacos.model.columns import TransferColumns
-
-OPS = ("copy", "reduce")
-
-
-@dataclass(frozen=True, order=True)
-class Transfer:
-    """Chunks ``chunks`` travel ``src -> dst`` over the links ``route`` during ``[start, end]``.
-
-    ``group`` (optional) joins the transfer to an in-switch multicast or reduce operation (see
-    the module docstring); ``None`` for an ordinary transfer.
-    """
-
-    start: float
-    end: float
-    src: int
-    dst: int
-    route: tuple[int, ...]
-    chunks: tuple[int, ...]
-    op: str = "copy"
-    group: int | None = None
-
-    @property
-    def duration(self) -> float:
-        """``end - start`` in seconds."""
-        return self.end - self.start
-
-    @property
-    def link(self) -> int:
-        """The link of a one-link route (direct links, switch-free views).
-
-        Raises ``ValueError`` for a route through switches: code that handles those must
-        look at ``route``.
-        """
-        if len(self.route) != 1:
-            raise ValueError(f"transfer {self.src}->{self.dst} crosses {len(self.route)} links; "
-                             "use .route")
-        return self.route[0]
-
-
-def transfers_from_columns(start: list[float], end: list[float], src: list[int],
-                           dst: list[int], route: list[tuple[int, ...]],
-                           chunks: list[tuple[int, ...]], op: str | list[str] = "copy",
-                           group: list[int | None] | None = None) -> tuple[Transfer, ...]:
-    """Transfers from parallel columns, in bulk: the same objects as
-    ``Transfer(start[i], end[i], ...)`` (equal, same hash), built without the per-field
-    ``object.__setattr__`` of a frozen dataclass's ``__init__`` (3x faster, which matters
-    when a solver returns millions of transfers).  ``op`` is one op for all or one per
-    transfer; ``group`` one group id (or None) per transfer, None: all ungrouped."""
-    n = len(start)
-    ops = [op] * n if isinstance(op, str) else op
-    groups = [None] * n if group is None else group
-    new = object.__new__
-    out = []
-    append = out.append
-    for s, e, a, b, r, c, o, g in zip(start, end, src, dst, route, chunks, ops, groups,
-                                      strict=True):
-        t = new(Transfer)
-        d = t.__dict__
-        d["start"] = s
-        d["end"] = e
-        d["src"] = a
-        d["dst"] = b
-        d["route"] = r
-        d["chunks"] = c
-        d["op"] = o
-        d["group"] = g
-        append(t)
-    return tuple(out)
-
 
 @dataclass(frozen=True)
 class Schedule:
@@ -198,41 +129,3 @@ class Schedule:
             out[t.src]["send"].append(t)
             out[t.dst]["recv"].append(t)
         return dict(out)
-
-    def verify(self) -> VerifyReport:
-        """Check the schedule with :func:`tacos.verify.verify_schedule`.
-
-        Returns the :class:`~tacos.verify.VerifyReport`; raises
-        :class:`~tacos.errors.VerificationError` listing the first violations when it fails.
-        """
-        from tacos.check.verify import verify_schedule
-
-        return verify_schedule(self).raise_if_failed()
-
-    def to_json(self) -> str:
-        """The schedule as deterministic JSON (schema ``tacos.schedule/2``)."""
-        from tacos.backends.json_schedule import dumps
-
-        return dumps(self)
-
-    def to_xml(self, **options: Any) -> str:
-        """MSCCL XML for msccl-executor-nccl, lowered and verified (never unverified text).
-
-        ``options`` are :class:`tacos.msccl.lower.MscclOptions` fields: ``name``, ``proto``
-        (Simple, LL, LL128), ``inplace``, ``min_bytes``/``max_bytes`` (bytes or ``"1MiB"``),
-        ``instances`` (channel instances: each chunk split over that many channels),
-        ``max_steps_per_tb``, ``max_channels``, ``redop``.  See ``docs/msccl.md``.
-        """
-        from tacos.msccl.lower import msccl_options
-        from tacos.msccl.xml_writer import schedule_to_xml
-
-        return schedule_to_xml(self, msccl_options(**options))
-
-    def to_mscclpp(self, **options: Any) -> str:
-        """MSCCL++ JSON execution plan (lowered and verified); takes the options of
-        :meth:`to_xml` (``proto`` must be Simple)."""
-        from tacos.msccl.lower import msccl_options
-        from tacos.msccl.mscclpp_writer import emit_mscclpp_json
-
-        return emit_mscclpp_json(self, options=msccl_options(**options),
-                                 name=options.get("name") or None)

@@ -27,6 +27,7 @@ from typing import Any
 
 from tacos.check.bounds import Bound, lower_bound
 from tacos.check.bounds_groups import describe, group_cut
+from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
@@ -205,7 +206,7 @@ def plan_reshard(topology: Topology, reshards: Reshard | Sequence[Reshard], *,
         else:
             sched = synthesize(topology, coll, solver=solver, seed=seed, bound=False,
                                **options)
-        sched.verify()
+        verify_schedule(sched).raise_if_failed()
         tried[k] = sched.makespan
         if best is None or sched.makespan < best.time * (1 - 1e-9):
             best = Candidate(solver, sched, k)
@@ -222,7 +223,7 @@ def plan_reshard(topology: Topology, reshards: Reshard | Sequence[Reshard], *,
             continue
         for k in counts:
             sched = baseline_schedule(name, topology, rs, k, seed)
-            sched.verify()
+            verify_schedule(sched).raise_if_failed()
             got = result.baselines.get(name)
             if got is None or sched.makespan < got.time * (1 - 1e-9):
                 result.baselines[name] = Candidate(name, sched, k)

@@ -64,7 +64,8 @@ import numpy as np
 from tacos.engines import Engine, SerialEngine, engine_for
 from tacos.model.collective import Collective
 from tacos.model.columns import TransferColumns, csr_take, unit_ptr
-from tacos.model.schedule import Schedule, transfers_from_columns
+from tacos.model.schedule import Schedule
+from tacos.model.transfer import transfers_from_columns
 from tacos.passes.unwind import to_physical, unwind
 from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
 from tacos.solvers.greedy_instance import TICK, Instance, build_instance
