@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from tacos.emit import emit
+    from tacos.frontends.networkx_graph import topology_from_networkx as from_networkx
     from tacos.model.collective import Chunk, Collective, combine
     from tacos.model.patterns import build as collective
     from tacos.model.patterns import custom as custom_collective
@@ -54,6 +55,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "synthesize": ("tacos.synthesize", "synthesize"),
     "verify": ("tacos.verify_plan", "verify"),
     "emit": ("tacos.emit", "emit"),
+    "from_networkx": ("tacos.frontends.networkx_graph", "topology_from_networkx"),
     "parse_size": ("tacos.model.units", "parse_size"),
 }
 
@@ -143,6 +145,7 @@ __all__ = [
     "combine",
     "custom_collective",
     "emit",
+    "from_networkx",
     "limits",
     "load",
     "parse",

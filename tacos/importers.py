@@ -1,5 +1,5 @@
 """Topologies from what users already have: NCCL topology XML, ``nvidia-smi topo -m``, TACCL
-profiles, TE-CCL inputs (and networkx graphs: :meth:`tacos.Topology.from_networkx`).
+profiles, TE-CCL inputs (and networkx graphs: :func:`tacos.from_networkx`).
 
 Each format's reader lives in ``frontends/`` and writes TDL text (:func:`to_tdl`), so an import
 can be read, edited and versioned like any hand-written file; :func:`import_spec` parses it.

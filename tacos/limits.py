@@ -28,7 +28,6 @@ from tacos.errors import TacosError
 
 if TYPE_CHECKING:
     from tacos.model.collective import Collective
-    from tacos.model.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -161,45 +160,6 @@ def check_collective(collective: Collective) -> None:
     bad = [c for c in collective.chunks if not lo <= c.size <= hi]
     if bad:
         raise TacosError(f"chunk {bad[0].id}: {check_number('size', bad[0].size)}")
-
-
-def unwound_link_count(topology: Topology) -> int:
-    """Links (and switch-pair distances) switch unwinding will produce, without building them.
-
-    Per fabric of n attached NPUs: ``full`` gives n(n-1) links, ``degree(d)`` n·min(d, n-1),
-    ``ring``/``biring``/``stride`` at most 2n; a fabric of s > 1 switches also needs s² switch
-    distances.
-    """
-    from tacos.passes.unwind import fabrics
-
-    if not topology.switches:
-        return len(topology.links)
-    total = sum(1 for lk in topology.links
-                if not (topology.is_switch(lk.src) or topology.is_switch(lk.dst)))
-    for fabric in fabrics(topology):
-        attached = set()
-        for sw in fabric:
-            attached.update(topology.links[i].src for i in topology.in_links[sw])
-            attached.update(topology.links[i].dst for i in topology.out_links[sw])
-        n = len(attached - set(fabric))
-        first = topology.switches[fabric[0] - topology.n_npus]
-        if first.policy == "full":
-            total += n * (n - 1)
-        elif first.policy == "degree":
-            total += n * min(max(n - 1, 0), first.degree or 1)
-        else:
-            total += 2 * n
-        if len(fabric) > 1:
-            total += len(fabric) ** 2
-    return total
-
-
-def check_problem(topology: Topology, collective: Collective) -> None:
-    """The limits synthesis needs to hold before it starts work (the API's entry check; link
-    values are checked by :func:`tacos.passes.validate.check_topology`)."""
-    check_collective(collective)
-    check("links", unwound_link_count(topology), "switch unwinding would create too many "
-          "links (a fully unwound switch of n ports gives n(n-1))")
 
 
 def check_deliveries_of(kind: str, n: int, chunks_per_npu: int) -> None:

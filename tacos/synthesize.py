@@ -26,7 +26,7 @@ from tacos.errors import InfeasibleError, TacosError, UsageError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
-from tacos.model.validate import check_topology
+from tacos.model.validate import check_problem, check_topology
 from tacos.passes.feasibility import check_feasible
 from tacos.passes.inversion import assemble, plan_inversion
 from tacos.passes.unwind import to_physical, unwind
@@ -90,7 +90,7 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "auto",
     if not isinstance(collective, Collective):
         raise TacosError(f"expected a tacos.Collective, not {type(collective).__name__}",
                          hint="build one with tacos.collective('allgather', group, size=...)")
-    limits.check_problem(topology, collective)  # ranges and limits, before any work
+    check_problem(topology, collective)  # ranges and limits, before any work
     options: dict[str, Any] = {"seed": seed, "relays": relays, **solver_options}
     for key, value in (("trials", trials), ("workers", workers), ("cluster", cluster),
                        ("time_limit", time_limit)):

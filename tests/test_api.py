@@ -55,7 +55,7 @@ def test_topology_builder_and_failures() -> None:
 
 def test_networkx_round_trip() -> None:
     t = tacos.parse("use dgx1\n").topology
-    back = tacos.Topology.from_networkx(t.to_networkx())
+    back = tacos.from_networkx(t.to_networkx())
     assert {(lk.src, lk.dst, lk.multiplicity) for lk in back.links} == \
         {(lk.src, lk.dst, lk.multiplicity) for lk in t.links}
     assert back.diameter() == t.diameter() == 2

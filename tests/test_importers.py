@@ -152,17 +152,17 @@ def test_networkx_graphs_with_labels_units_and_mistakes() -> None:
     g.add_edge("a", "b", bandwidth="25GB/s", latency="1us")
     g.add_node("sw", kind="switch", policy="ring")
     g.add_edge("a", "sw", bandwidth=10e9)
-    t = tacos.Topology.from_networkx(g)
+    t = tacos.from_networkx(g)
     assert [n.name for n in t.npus] == ["a", "b"] and t.switches[0].policy == "ring"
     assert len(t.links) == 4 and t.links[0].bandwidth == 25e9 and t.links[0].alpha == 1e-6
     g.add_edge("b", "c")
     with pytest.raises(TacosError, match="edge 'b' -> 'c' has no 'bandwidth'"):
-        tacos.Topology.from_networkx(g)
+        tacos.from_networkx(g)
     bad = nx.DiGraph()
     bad.add_node(0, kind="gpu")
     bad.add_edge(0, 1, bandwidth=1e9)
     with pytest.raises(TacosError, match="kind must be"):
-        tacos.Topology.from_networkx(bad)
+        tacos.from_networkx(bad)
 
 
 def test_cli_import_and_direct_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -230,19 +230,6 @@ class Topology:
                 g.add_edge(link.src, link.dst, bandwidth=link.total_bandwidth, alpha=link.alpha)
         return g
 
-    @classmethod
-    def from_networkx(cls, g: nx.Graph, name: str = "") -> Topology:
-        """Build a topology from a networkx graph (directed or not, any node labels).
-
-        Nodes with ``kind='switch'`` become switches; edges need ``bandwidth`` (bytes/s or a
-        text such as ``"25GB/s"``) and may carry ``alpha``/``latency``, ``multiplicity``,
-        ``tag`` and ``dim``.  See :mod:`tacos.frontends.networkx_graph`; mistakes raise
-        :class:`~tacos.errors.TacosError`.
-        """
-        from tacos.model.networkx_graph import topology_from_networkx
-
-        return topology_from_networkx(g, name)
-
     # -- metrics -----------------------------------------------------------------------------
     @cached_property
     def hop_distances(self) -> dict[int, dict[int, int]]:
@@ -300,3 +287,15 @@ class Topology:
             for lk in self.links
         )
         return self.with_links(flipped)
+
+
+def fabrics(topology: Topology) -> list[list[int]]:
+    """Connected groups of switch ids (switch-to-switch links join them), in id order."""
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(s.id for s in topology.switches)
+    for lk in topology.links:
+        if topology.is_switch(lk.src) and topology.is_switch(lk.dst):
+            g.add_edge(lk.src, lk.dst)
+    return sorted((sorted(c) for c in nx.connected_components(g)), key=lambda c: c[0])

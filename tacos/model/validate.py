@@ -1,7 +1,7 @@
 """Validation of a :class:`~tacos.topology.Topology` built outside the TDL.
 
 The TDL frontend checks everything with source locations; topologies built in Python
-(:mod:`tacos.builders`, :meth:`Topology.from_networkx`, importers, or the dataclasses directly)
+(:mod:`tacos.builders`, :func:`tacos.from_networkx`, importers, or the dataclasses directly)
 are checked here before a solver sees them, so that a link to a missing NPU is a clear
 :class:`~tacos.errors.TacosError` instead of an ``IndexError`` deep inside a solver.
 """
@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 from tacos import limits
 from tacos.errors import TacosError
-from tacos.model.topology import UNWIND_POLICIES, Link, Topology
+from tacos.model.collective import Collective
+from tacos.model.topology import UNWIND_POLICIES, Link, Topology, fabrics
 
 
 def _number(value: object) -> bool:
@@ -75,7 +76,7 @@ def check_topology(topology: Topology) -> Topology:
     if not isinstance(topology, Topology):
         raise TacosError(f"expected a tacos.Topology, not {type(topology).__name__}",
                          hint="build one with tacos.load(...), tacos.builders or "
-                              "tacos.Topology.from_networkx(...)")
+                              "tacos.from_networkx(...)")
     if not topology.npus:
         raise TacosError("the topology has no NPU")
     for i, npu in enumerate(topology.npus):
@@ -96,3 +97,40 @@ def check_topology(topology: Topology) -> Topology:
     for i, link in enumerate(topology.links):
         check_link(link, n_nodes, f"link {i}", name)
     return topology
+
+
+def unwound_link_count(topology: Topology) -> int:
+    """Links (and switch-pair distances) switch unwinding will produce, without building them.
+
+    Per fabric of n attached NPUs: ``full`` gives n(n-1) links, ``degree(d)`` n·min(d, n-1),
+    ``ring``/``biring``/``stride`` at most 2n; a fabric of s > 1 switches also needs s² switch
+    distances.
+    """
+    if not topology.switches:
+        return len(topology.links)
+    total = sum(1 for lk in topology.links
+                if not (topology.is_switch(lk.src) or topology.is_switch(lk.dst)))
+    for fabric in fabrics(topology):
+        attached = set()
+        for sw in fabric:
+            attached.update(topology.links[i].src for i in topology.in_links[sw])
+            attached.update(topology.links[i].dst for i in topology.out_links[sw])
+        n = len(attached - set(fabric))
+        first = topology.switches[fabric[0] - topology.n_npus]
+        if first.policy == "full":
+            total += n * (n - 1)
+        elif first.policy == "degree":
+            total += n * min(max(n - 1, 0), first.degree or 1)
+        else:
+            total += 2 * n
+        if len(fabric) > 1:
+            total += len(fabric) ** 2
+    return total
+
+
+def check_problem(topology: Topology, collective: Collective) -> None:
+    """The limits synthesis needs to hold before it starts work (the API's entry check; link
+    values are checked by :func:`tacos.passes.validate.check_topology`)."""
+    limits.check_collective(collective)
+    limits.check("links", unwound_link_count(topology), "switch unwinding would create too many "
+          "links (a fully unwound switch of n ports gives n(n-1))")

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tacos.model.schedule import Schedule, Transfer
-from tacos.model.topology import Link, Topology
+from tacos.model.topology import Link, Topology, fabrics
 
 
 @dataclass(frozen=True)
@@ -83,16 +83,6 @@ def _targets(policy: str, degree: int | None, n: int) -> list[list[int]]:
         raise ValueError(f"unknown unwinding policy {policy!r}")
     d = min(d, n - 1)
     return [[(i + s) % n for s in range(1, d + 1)] for i in range(n)]
-
-
-def fabrics(topology: Topology) -> list[list[int]]:
-    """Connected groups of switch ids (switch-to-switch links join them), in id order."""
-    g = nx.Graph()
-    g.add_nodes_from(s.id for s in topology.switches)
-    for lk in topology.links:
-        if topology.is_switch(lk.src) and topology.is_switch(lk.dst):
-            g.add_edge(lk.src, lk.dst)
-    return sorted((sorted(c) for c in nx.connected_components(g)), key=lambda c: c[0])
 
 
 def _switch_links(topology: Topology) -> bool:

@@ -1,4 +1,4 @@
-"""networkx graphs → :class:`~tacos.topology.Topology` (:meth:`Topology.from_networkx`).
+"""networkx graphs → :class:`~tacos.topology.Topology` (``tacos.from_networkx``).
 
 Accepted graphs: ``DiGraph`` and ``MultiDiGraph`` (each edge one direction), ``Graph`` and
 ``MultiGraph`` (each edge both directions).  Nodes may be any hashable labels:
