@@ -518,8 +518,8 @@ def _sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"with --sizes, -o names a folder for one MSCCL XML per size range, "
                          f"not {args.output}", hint="e.g. -o plans/")
     # every output is checked before the sweep, not after minutes of synthesis
+    from tacos.msccl.sweep_xml import check_folder, windows
     from tacos.sweep import parse_sizes
-    from tacos.sweep_xml import check_folder, windows
 
     sizes = parse_sizes(args.sizes)
     if out is not None:

@@ -171,8 +171,8 @@ def cmd_import(argv: Sequence[str]) -> int:
 
 def _verify_folder(folder: Path, args: Any) -> int:
     """Verify every MSCCL XML file of ``folder`` and that their windows form one set."""
+    from tacos.msccl.sweep_xml import check_set
     from tacos.msccl.verify import verify_xml_file
-    from tacos.sweep_xml import check_set
 
     files = sorted(folder.glob("*.xml"))
     if not files:

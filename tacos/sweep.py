@@ -195,7 +195,7 @@ class Sweep:
     def write_xml(self, folder: str | Path, *, min_bytes: int = 0, max_bytes: int = 0,
                   proto: str = "Simple", inplace: bool = False) -> list[Path]:
         """One MSCCL XML per size range into ``folder`` (see module doc); returns the paths."""
-        from tacos.sweep_xml import write_windows
+        from tacos.msccl.sweep_xml import write_windows
 
         return write_windows(self, Path(folder), min_bytes=min_bytes, max_bytes=max_bytes,
                              proto=proto, inplace=inplace)

@@ -13,13 +13,13 @@ from tacos.cli import main
 from tacos.errors import UsageError
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
+from tacos.msccl.sweep_xml import check_set, windows
 from tacos.msccl.verify import verify_xml_file
 from tacos.passes.in_switch import fuse_in_switch
 from tacos.solvers.alltoall import alltoall_schedule
 from tacos.solvers.auto import run_portfolio
 from tacos.solvers.nccl import nccl_schedule
 from tacos.sweep import parse_sizes, sweep
-from tacos.sweep_xml import check_set, windows
 
 MiB = 1 << 20
 

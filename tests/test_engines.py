@@ -179,7 +179,7 @@ def test_sweep_sizes_give_the_same_xml_on_every_engine(process_cluster, tmp_path
 
 @pytest.mark.slow
 def test_tacosc_cluster_sweep_writes_the_same_files(process_cluster, tmp_path):
-    from tacos.sweep_xml import check_set
+    from tacos.msccl.sweep_xml import check_set
 
     args = [MESH, "-c", "allgather", "--sizes", "64KiB:4MiB:x8",
             "--trials", "2", "-q"]

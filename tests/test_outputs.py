@@ -124,7 +124,7 @@ def test_sweep_folder_is_all_or_nothing(ring_sweep, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    import tacos.sweep_xml as sweep_xml
+    import tacos.msccl.sweep_xml as sweep_xml
 
     calls = []
     real_replace = os.replace
