@@ -518,7 +518,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"with --sizes, -o names a folder for one MSCCL XML per size range, "
                          f"not {args.output}", hint="e.g. -o plans/")
     # every output is checked before the sweep, not after minutes of synthesis
-    from tacos.msccl.sweep_xml import check_folder, windows
+    from tacos.msccl.sweep_xml import check_folder, windows, write_windows
     from tacos.sweep import parse_sizes
 
     sizes = parse_sizes(args.sizes)
@@ -553,14 +553,16 @@ def _sweep(args: argparse.Namespace) -> int:
     else:
         print(result.table())
     if out is not None:
-        paths = result.write_xml(out, min_bytes=min_bytes, max_bytes=max_bytes,
-                                 proto=args.proto, inplace=args.inplace)
+        paths = write_windows(result, Path(out), min_bytes=min_bytes, max_bytes=max_bytes,
+                              proto=args.proto, inplace=args.inplace)
         if not args.json:
             print(f"# wrote {len(paths)} MSCCL XML file(s) to {out}/ (disjoint minBytes/"
                   f"maxBytes windows): MSCCL_ALGO_DIR={out} or MSCCL_XML_FILES="
                   + ":".join(str(p) for p in paths))
     if args.plot:
-        result.plot(args.plot)
+        from tacos.backends.plot_sweep import plot_sweep
+
+        plot_sweep(result, Path(args.plot))
     return 0
 
 

@@ -191,9 +191,12 @@ def _dask_call(fn: Task, shared: Any, i: int, item: Any) -> tuple[int, Any]:
 
 
 def _tacos_version() -> str:
-    import tacos
+    from importlib.metadata import PackageNotFoundError, version
 
-    return getattr(tacos, "__version__", "?")
+    try:
+        return version("tacos")
+    except PackageNotFoundError:
+        return "?"
 
 
 _CLIENTS: dict[str, Any] = {}

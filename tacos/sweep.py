@@ -6,8 +6,8 @@
 (nccl-tests conventions: ``algbw = size / time``, ``busbw = algbw ×`` the collective's factor,
 :func:`tacos.simulate.busbw_factor`), and the speedup over the best NCCL model.
 
-:meth:`Sweep.write_xml` writes one MSCCL XML per size range into a directory the runtime loads
-as a set (``MSCCL_ALGO_DIR`` for msccl-executor-nccl, or the files listed in
+:func:`tacos.msccl.sweep_xml.write_windows` writes one MSCCL XML per size range into a directory
+the runtime loads as a set (``MSCCL_ALGO_DIR`` for msccl-executor-nccl, or the files listed in
 ``MSCCL_XML_FILES``): the windows ``[minBytes, maxBytes]`` are disjoint and cover the requested
 range, the boundary between two measured sizes is their geometric mean, and adjacent sizes whose
 plans lower to the same program share one window.  A plan that uses in-switch operations (NVLS,
@@ -22,7 +22,6 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tacos.check.simulate import busbw_factor
@@ -191,20 +190,6 @@ class Sweep:
                       "busbw": r.busbw(), "nccl": r.nccl, "nccl_best": r.nccl_best,
                       "speedup": r.speedup, "xml_plan": r.xml_plan, "candidates": r.times}
                      for r in self.rows]})
-
-    def write_xml(self, folder: str | Path, *, min_bytes: int = 0, max_bytes: int = 0,
-                  proto: str = "Simple", inplace: bool = False) -> list[Path]:
-        """One MSCCL XML per size range into ``folder`` (see module doc); returns the paths."""
-        from tacos.msccl.sweep_xml import write_windows
-
-        return write_windows(self, Path(folder), min_bytes=min_bytes, max_bytes=max_bytes,
-                             proto=proto, inplace=inplace)
-
-    def plot(self, path: str | Path) -> None:
-        """algbw against size for tacos and every NCCL model (log-log) to ``path``."""
-        from tacos.backends.plot_sweep import plot_sweep
-
-        plot_sweep(self, Path(path))
 
 
 def sweep(topology: Topology, kind: str, sizes: str | Sequence[int | str], *,

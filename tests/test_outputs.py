@@ -125,6 +125,7 @@ def test_sweep_folder_is_all_or_nothing(ring_sweep, tmp_path: Path,
     import os
 
     import tacos.msccl.sweep_xml as sweep_xml
+    from tacos.msccl.sweep_xml import write_windows
 
     calls = []
     real_replace = os.replace
@@ -138,10 +139,10 @@ def test_sweep_folder_is_all_or_nothing(ring_sweep, tmp_path: Path,
     out = tmp_path / "plans"
     monkeypatch.setattr(sweep_xml.os, "replace", fail_second)
     with pytest.raises(TacosError, match="No space left"):
-        ring_sweep.write_xml(out)
+        write_windows(ring_sweep, out)
     assert len(calls) == 2 and list(out.iterdir()) == []  # no partial set, no staging folder
     monkeypatch.undo()
-    paths = ring_sweep.write_xml(out)
+    paths = write_windows(ring_sweep, out)
     assert len(paths) == 2 and sorted(out.iterdir()) == sorted(paths)
 
 
@@ -160,6 +161,8 @@ def test_sweep_and_allocation_plots_are_written_atomically(ring_sweep, tmp_path:
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
     pytest.importorskip("matplotlib")
+    from tacos.backends.plot_sweep import plot_sweep
+
     from tacos import parse
     from tacos.cost.allocate import GB, Op, allocate, workload_terms
     from tacos.cost.plots import plot_allocation
@@ -167,7 +170,7 @@ def test_sweep_and_allocation_plots_are_written_atomically(ring_sweep, tmp_path:
     topo = parse("dims npu Ring(2)_Switch(4) 100GB/s 0.5us, 100GB/s 1us").topology
     terms = workload_terms(topo, [Op("allreduce", 1 << 20)])
     alloc = allocate(terms, 200 * GB)
-    writers = {"sweep.png": lambda p: ring_sweep.plot(p),
+    writers = {"sweep.png": lambda p: plot_sweep(ring_sweep, p),
                "alloc.png": lambda p: plot_allocation(alloc, terms, p)}
     for name, write in writers.items():
         write(tmp_path / name)
