@@ -48,8 +48,8 @@ GiB = 1 << 30
 def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
     from tacos import builders, limits
     from tacos.model.patterns import build
-    from tacos.solvers.greedy_core import run_trial
     from tacos.solvers.greedy_instance import build_instance
+    from tacos.solvers.greedy_trial import run_trial
     from tacos.solvers.merge import merge_caps
 
     t0 = time.process_time()
@@ -85,8 +85,8 @@ def _phases(k: int) -> dict:
     from tacos import builders
     from tacos.model.patterns import build
     from tacos.solvers.greedy import to_schedule
-    from tacos.solvers.greedy_core import run_trial
     from tacos.solvers.greedy_instance import build_instance
+    from tacos.solvers.greedy_trial import run_trial
     from tacos.solvers.registry import Problem
 
     topo = builders.torus(k, k, k, bandwidth=50 * GiB, latency=0.5e-6)

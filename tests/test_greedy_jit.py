@@ -14,8 +14,9 @@ from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
 from tacos.solvers import greedy_jit
 from tacos.solvers.greedy import GreedySolver
-from tacos.solvers.greedy_core import Stuck, run_trial
+from tacos.solvers.greedy_core import Stuck
 from tacos.solvers.greedy_instance import build_instance
+from tacos.solvers.greedy_trial import run_trial
 from tacos.solvers.registry import Problem
 
 pytestmark = pytest.mark.skipif(not greedy_jit.available(), reason="numba not available")

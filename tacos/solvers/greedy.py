@@ -67,9 +67,10 @@ from tacos.model.columns import TransferColumns, csr_take, unit_ptr
 from tacos.model.schedule import Schedule
 from tacos.model.transfer import transfers_from_columns
 from tacos.passes.unwind import to_physical, unwind
-from tacos.solvers.greedy_core import Stuck, TrialResult, run_trial
+from tacos.solvers.greedy_core import Stuck, TrialResult
 from tacos.solvers.greedy_instance import TICK, Instance, build_instance
 from tacos.solvers.greedy_ports import build_port_instance
+from tacos.solvers.greedy_trial import run_trial
 from tacos.solvers.islands import find_islands
 from tacos.solvers.merge import UNLIMITED, merge_caps, unmerged_lower_bound
 from tacos.solvers.options import Option, boolean, int_or_text

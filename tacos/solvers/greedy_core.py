@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tacos.solvers import greedy_jit
 from tacos.solvers.greedy_instance import Instance, bits_to_tuple, iter_bits
 from tacos.solvers.merge import split_batches
 
@@ -108,22 +107,11 @@ def make_rng(seed: int, trial: int, n_chunks: int
     return rng, rand, pick, take
 
 
-def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool = True,
-              jit: bool = True) -> TrialResult:
-    """Run one randomized trial; deterministic in ``(seed, trial, cap)``.
-
-    With ``jit`` (and numba installed, ``TACOS_JIT`` not ``0``) the trials the compiled core
-    covers (:func:`tacos.solvers.greedy_jit.supported`) run there, with the same result, when
-    it pays (:func:`tacos.solvers.greedy_jit.worth_it`)."""
-    if inst.physical:
-        from tacos.solvers.greedy_ports import run_port_trial
-
-        return run_port_trial(inst, seed, trial, cap)
-    if not (speculate and (cap > 1 or inst.heterogeneous)):
-        speculate = False  # equal single-chunk transfers: a resend never lands earlier
-    if (jit and greedy_jit.supported(inst) and greedy_jit.worth_it(inst)
-            and greedy_jit.available()):
-        return greedy_jit.run_trial_compiled(inst, seed, trial, cap, speculate)
+def run_python_trial(inst: Instance, seed: int, trial: int, cap: int,
+                     speculate: bool) -> TrialResult:
+    """One randomized trial in pure Python; deterministic in ``(seed, trial, cap)``.
+    ``speculate`` as :func:`tacos.solvers.greedy_trial.run_trial` resolves it (that function
+    picks the engine)."""
     rng, rand, pick, take = make_rng(seed, trial, inst.n_chunks)
 
     src, dst, out_links, in_links = inst.src, inst.dst, inst.out_links, inst.in_links

@@ -1,9 +1,9 @@
 """The switch-free greedy trial compiled with numba: same algorithm, same random draws, same bytes.
 
-:func:`tacos.solvers.greedy_core.run_trial` is pure Python over big-int bitsets; this module runs
-the same trial over fixed-width bitset arrays (``numpy.uint64`` words, one row per NPU) in one
-compiled function.  It reproduces the pure-Python trial exactly, so a seed gives the same
-schedule whichever path runs:
+:func:`tacos.solvers.greedy_core.run_python_trial` is pure Python over big-int bitsets; this
+module runs the same trial over fixed-width bitset arrays (``numpy.uint64`` words, one row per
+NPU) in one compiled function.  It reproduces the pure-Python trial exactly, so a seed gives the
+same schedule whichever path runs:
 
 * the random numbers are those of the trial's :class:`random.Random` (Mersenne Twister,
   seeded from ``(seed, trial)`` by :func:`tacos.solvers.greedy_core.make_rng`): its state is
@@ -114,7 +114,7 @@ def arrays(inst: Instance) -> dict[str, np.ndarray]:
 
 def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int, speculate: bool):
     """One trial on the compiled path (:func:`supported` must hold; ``speculate`` as
-    :func:`~tacos.solvers.greedy_core.run_trial` resolves it); the
+    :func:`~tacos.solvers.greedy_trial.run_trial` resolves it); the
     :class:`~tacos.solvers.greedy_core.TrialResult` holds numpy columns."""
     from tacos.solvers.greedy_core import Stuck, TrialResult, make_rng
 
@@ -135,9 +135,9 @@ def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int, speculat
         int(inst.uniform_size), int(inst.n_chunks), int(cap), mt, pos, ids, bool(speculate),
         int(np.iinfo(dtype).max))
     if status == 2:  # times beyond 64-bit ticks: the pure-Python trial has no such limit
-        from tacos.solvers.greedy_core import run_trial
+        from tacos.solvers.greedy_core import run_python_trial
 
-        return run_trial(inst, seed, trial, cap, speculate, jit=False)
+        return run_python_trial(inst, seed, trial, cap, speculate)
     if status:
         raise Stuck(f"no transfer can progress at tick {t}; {left} requests left")
     return TrialResult(makespan=int(t), trial=trial, cap=cap, start=start, end=end, link=link,
