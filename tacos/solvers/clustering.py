@@ -31,7 +31,7 @@ from tacos.solvers.ilp_model import (
 from tacos.solvers.recovery import complete_schedule
 
 if TYPE_CHECKING:
-    from tacos.solvers.ilp import TenProblem
+    from tacos.solvers.ilp_problem import TenProblem
 
 MAX_STALLS = 3
 

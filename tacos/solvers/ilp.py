@@ -39,14 +39,12 @@ import importlib
 import importlib.util
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from tacos.errors import UsageError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
-from tacos.passes.discretize import Discretization, discretize
 from tacos.solvers import ilp_backends
 from tacos.solvers.ilp_model import (
     INF,
@@ -57,10 +55,10 @@ from tacos.solvers.ilp_model import (
     demands_met,
     prune_useless,
     schedule_steps,
-    sends_to_transfers,
     step_distances,
     transfers_to_sends,
 )
+from tacos.solvers.ilp_problem import TenProblem
 from tacos.solvers.options import Option, boolean, int_or_text
 from tacos.solvers.recovery import complete_schedule
 from tacos.solvers.registry import Problem, SolveResult
@@ -73,48 +71,6 @@ BASELINES = (GREEDY, GREEDY_MERGED, SHORTEST)  # schedules the ILP starts from
 SOFT_SHARE = 0.3  # fraction of the ILP time kept for early termination when probes run long
 CLUSTER_SHARE = 0.3  # share of the budget exact mode may spend on clustering first
 CLUSTER_FIRST_VARS = 200_000  # chunks × links × horizon above which clustering goes first
-
-
-@dataclass(frozen=True)
-class TenProblem:
-    """A problem on the step grid: topology, chunks' pre/post sets and sizes, discretization."""
-
-    topology: Topology
-    collective: Collective
-    disc: Discretization
-    pre: tuple[frozenset[int], ...]
-    post: tuple[frozenset[int], ...]
-    sizes: tuple[int, ...]
-
-    @classmethod
-    def of(cls, topology: Topology, collective: Collective, factor: int = 1) -> TenProblem:
-        """Discretize for the largest chunk (so every chunk fits its steps)."""
-        size = max((c.size for c in collective.chunks), default=1)
-        return cls(topology, collective, discretize(topology, size, factor),
-                   tuple(c.pre for c in collective.chunks),
-                   tuple(c.post for c in collective.chunks),
-                   tuple(c.size for c in collective.chunks))
-
-    @property
-    def steps(self) -> tuple[int, ...]:
-        """Steps per link."""
-        return self.disc.link_steps
-
-    def transfers(self, sends: list[Send]) -> list[Transfer]:
-        """Sends as timed transfers (seconds)."""
-        return sends_to_transfers(sends, self.disc.step, self.steps, self.topology, self.sizes)
-
-    def complete(self, sends: list[Send]) -> list[Transfer]:
-        """Sends as transfers, completed by shortest-path recovery where they fall short."""
-        return complete_schedule(self.topology, self.collective, self.transfers(sends))
-
-    def exact(self) -> bool:
-        """True when every link's chunk time is a whole number of steps (lossless rounding)."""
-        size = max(self.sizes, default=1)
-        return all(
-            math.isclose(lk.time(size), w * self.disc.step, rel_tol=1e-9)
-            for lk, w in zip(self.topology.links, self.steps, strict=True)
-        )
 
 
 def unreachable(topology: Topology, collective: Collective) -> str | None:
