@@ -18,8 +18,9 @@
 
 from tacos.cost.allocate import Allocation, Op, allocate, parse_op, workload_terms
 from tacos.cost.compare import Comparison, compare
+from tacos.cost.estimates import estimate
 from tacos.cost.explore import Config, Ranked, explore
-from tacos.cost.models import MODELS, Context, Estimate, estimate
+from tacos.cost.models import MODELS, Context, Estimate
 
 __all__ = [
     "MODELS",

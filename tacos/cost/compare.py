@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from tacos.check.simulate import simulate
 from tacos.check.verify import verify_schedule
+from tacos.cost.estimates import estimate
 from tacos.cost.models import (
     BASELINE,
     MODELS,
@@ -21,7 +22,6 @@ from tacos.cost.models import (
     Estimate,
     canonical,
     check_request,
-    estimate,
     roots_of,
 )
 from tacos.errors import TacosError
@@ -93,7 +93,7 @@ def compare(topology: Topology, kind: str, size: int, *,
             ) -> Comparison:
     """Estimate with each of ``models`` and measure the matching baseline schedules.
 
-    ``relays`` as in :func:`~tacos.cost.models.estimate` (and the baselines).  ``synthesize``
+    ``relays`` as in :func:`~tacos.cost.estimates.estimate` (and the baselines).  ``synthesize``
     names a solver (e.g. ``'greedy'``) whose plan is also simulated.
     """
     ctx = Context(topology)

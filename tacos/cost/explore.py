@@ -6,7 +6,7 @@ layers, e.g. :func:`tacos.cost.axonn.transformer_layers`) and a collective algor
 *placement* — the order in which the four axes are nested onto consecutive ranks (AxoNN fixes
 X innermost, then Y, Z, data) — and ranks them by predicted communication time per batch:
 
-* ``model``: the tacos placement-aware model (:func:`tacos.cost.models.estimate`): every
+* ``model``: the tacos placement-aware model (:func:`tacos.cost.estimates.estimate`): every
   collective of equations (4)-(8) on the real process groups, all groups of an axis at once,
   routed on the physical links;
 * ``axonn``: the paper's equations (1)-(10) with G_node, β_intra and β_inter read off the
@@ -24,7 +24,8 @@ from itertools import permutations
 
 from tacos.cost import axonn
 from tacos.cost.compare import make_collective, simulated_time
-from tacos.cost.models import Context, estimate
+from tacos.cost.estimates import estimate
+from tacos.cost.models import Context
 from tacos.cost.placement import machine
 from tacos.errors import TacosError
 from tacos.model.topology import Topology
