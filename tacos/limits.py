@@ -22,12 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING
 
 from tacos.errors import TacosError
-
-if TYPE_CHECKING:
-    from tacos.model.collective import Collective
 
 
 @dataclass(frozen=True)
@@ -148,18 +144,6 @@ def require_number(kind: str, value: float, where: str = "") -> float:
     if problem is not None:
         raise TacosError(f"{where}{problem}")
     return value
-
-
-def check_collective(collective: Collective) -> None:
-    """Chunk count, demanded deliveries and chunk sizes are within limits and ranges."""
-    check("chunks", collective.n_chunks, f"collective {collective.name or collective.kind} "
-          "has too many chunks")
-    check("deliveries", sum(len(c.post) for c in collective.chunks),
-          f"collective {collective.name or collective.kind} demands too many chunk arrivals")
-    lo, hi, _ = RANGES["size"]
-    bad = [c for c in collective.chunks if not lo <= c.size <= hi]
-    if bad:
-        raise TacosError(f"chunk {bad[0].id}: {check_number('size', bad[0].size)}")
 
 
 def check_deliveries_of(kind: str, n: int, chunks_per_npu: int) -> None:

@@ -99,6 +99,18 @@ def check_topology(topology: Topology) -> Topology:
     return topology
 
 
+def check_collective(collective: Collective) -> None:
+    """Chunk count, demanded deliveries and chunk sizes are within limits and ranges."""
+    name = collective.name or collective.kind
+    limits.check("chunks", collective.n_chunks, f"collective {name} has too many chunks")
+    limits.check("deliveries", sum(len(c.post) for c in collective.chunks),
+                 f"collective {name} demands too many chunk arrivals")
+    lo, hi, _ = limits.RANGES["size"]
+    bad = [c for c in collective.chunks if not lo <= c.size <= hi]
+    if bad:
+        raise TacosError(f"chunk {bad[0].id}: {limits.check_number('size', bad[0].size)}")
+
+
 def unwound_link_count(topology: Topology) -> int:
     """Links (and switch-pair distances) switch unwinding will produce, without building them.
 
@@ -131,6 +143,6 @@ def unwound_link_count(topology: Topology) -> int:
 def check_problem(topology: Topology, collective: Collective) -> None:
     """The limits synthesis needs to hold before it starts work (the API's entry check; link
     values are checked by :func:`tacos.passes.validate.check_topology`)."""
-    limits.check_collective(collective)
+    check_collective(collective)
     limits.check("links", unwound_link_count(topology), "switch unwinding would create too many "
           "links (a fully unwound switch of n ports gives n(n-1))")
