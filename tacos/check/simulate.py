@@ -140,7 +140,7 @@ def _utilization(schedule: Schedule, time: float) -> tuple[float, ...]:
     pairs = np.unique(np.stack([link[ok], unit]), axis=1)  # a group holds a shared link once
     busy = np.bincount(pairs[0], weights=np.maximum(span[pairs[1]], 0.0),
                        minlength=len(links))
-    mult = np.array([lk.multiplicity for lk in links], dtype=np.float64)
+    mult = schedule.topology.link_arrays.multiplicity
     return tuple((busy / (time * mult)).tolist())
 
 

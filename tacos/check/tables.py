@@ -164,20 +164,7 @@ def route_costs(schedule: Schedule, rt: RouteTable) -> tuple[np.ndarray, np.ndar
     Links out of range count as α 0 and bandwidth 1 B/s, and an empty route as bandwidth
     1 B/s; the route checks report them.
     """
-    links = schedule.topology.links
-    n = len(schedule.transfers)
-    alpha = np.array([lk.alpha for lk in links] + [0.0], dtype=np.float64)
-    bw = np.array([lk.bandwidth for lk in links] + [1.0], dtype=np.float64)
-    li = np.where((rt.link >= 0) & (rt.link < len(links)), rt.link, len(links))
-    if len(rt.tr) == n and bool(np.all(rt.counts == 1)):  # one link each: no reduction
-        b = bw[li]
-        b[~np.isfinite(b)] = 1.0
-        return alpha[li], b
-    a = np.bincount(rt.tr, weights=alpha[li], minlength=n)
-    b = np.full(n, np.inf)
-    np.minimum.at(b, rt.tr, bw[li])
-    b[~np.isfinite(b)] = 1.0
-    return a, b
+    return schedule.topology.link_arrays.route_costs(rt.tr, rt.link, len(schedule.transfers))
 
 
 def range_join(a_key: np.ndarray, a_val: np.ndarray, a_id: np.ndarray, q_key: np.ndarray,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tacos.model.links import route_cost
 from tacos.model.topology import Topology
 
 MAX_ECMP = 64
@@ -49,7 +50,8 @@ class Route:
     lanes: int
 
     def time(self, nbytes: float) -> float:
-        """Cut-through α-β time of ``nbytes`` over the route."""
+        """Cut-through α-β time of ``nbytes`` over the route (:func:`tacos.model.links.route_cost`
+        made ``alpha`` and ``bandwidth``)."""
         return self.alpha + nbytes / self.bandwidth
 
     @property
@@ -154,9 +156,7 @@ class Routing:
     def _route(self, u: int, v: int, path: tuple[int, ...]) -> Route:
         r = self._made.get(path)
         if r is None:
-            lks = [self.topology.links[i] for i in path]
-            r = Route(u, v, path, sum(lk.alpha for lk in lks), min(lk.bandwidth for lk in lks),
-                      min(lk.multiplicity for lk in lks))
+            r = Route(u, v, path, *route_cost(self.topology.links[i] for i in path))
             self._made[path] = r
         return r
 

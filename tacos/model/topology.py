@@ -184,6 +184,14 @@ class Topology:
         return tuple(sorted(p for p in parts if p))
 
     @cached_property
+    def link_arrays(self):  # -> tacos.model.links.LinkArrays
+        """The links as arrays (:class:`tacos.model.links.LinkArrays`), built once: what every
+        vectorized or compiled timer starts from."""
+        from tacos.model.links import LinkArrays
+
+        return LinkArrays.of(self.links)
+
+    @cached_property
     def routing(self):  # -> tacos.routes.Routing (imported lazily: routes imports this module)
         """Candidate routes between NPUs (:class:`tacos.routes.Routing`), built lazily once."""
         from tacos.model.routes import Routing

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tacos.errors import TacosError
+from tacos.model.links import route_time
 from tacos.model.topology import Topology
 from tacos.msccl.program import Program
 from tacos.msccl.verify_deps import HappensBefore, build_hb
@@ -125,9 +126,7 @@ def alpha_beta_time(program: Program, topology: Topology, *, nbytes: int | None 
             tb = model.tbs[tx.key]
             path = routes[(tx.rank, tb.send)]
             if path:
-                links = [topology.links[i] for i in path]
-                dur = sum(lk.alpha for lk in links) + \
-                    tx.step.cnt * chunk / min(lk.bandwidth for lk in links)
+                dur = route_time((topology.links[i] for i in path), tx.step.cnt * chunk)
                 picks = [min(range(len(lanes[i])), key=lanes[i].__getitem__) for i in path]
                 start = max([t] + [lanes[i][k] for i, k in zip(path, picks, strict=True)])
                 end = start + dur

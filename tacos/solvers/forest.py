@@ -768,7 +768,7 @@ class ForestSolver:
             parts = {"copy": (refined, tuple(range(refined.n_chunks)))}
         scheds: dict[str, Schedule] = {}
         cache = getattr(self, "_emitted", {})  # solve()'s cache; none when called alone
-        lanes = [lk.multiplicity for lk in view.topology.links]
+        lanes = view.topology.link_arrays.multiplicity.tolist()
         for f in forests:
             sub, ids = parts[f.phase] if plan is not None else parts["copy"]
             if sub is None:

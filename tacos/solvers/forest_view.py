@@ -15,7 +15,9 @@ and gives the real links of a reversed path in the order the reversed transfer c
 from __future__ import annotations
 
 from collections import defaultdict
+from types import SimpleNamespace
 
+from tacos.model.links import route_cost
 from tacos.model.topology import Topology
 from tacos.solvers.forest_pipeline import Hop
 from tacos.solvers.forest_split import Path
@@ -43,7 +45,12 @@ class RouteView:
             if reverse:
                 choices.reverse()
             links = self.topology.links
-            alpha = sum(min(links[i].alpha for i in c) for c in choices)
-            bandwidth = min(max(links[i].bandwidth for i in c) for c in choices)
+            # parallel links between two nodes: the hop may take any, so a step costs its
+            # lowest α and its widest bandwidth; the route rule then adds and narrows
+            best = [SimpleNamespace(alpha=min(links[i].alpha for i in c),
+                                    bandwidth=max(links[i].bandwidth for i in c),
+                                    multiplicity=max(links[i].multiplicity for i in c))
+                    for c in choices]
+            alpha, bandwidth, _ = route_cost(best)
             hop = self._hops[key] = Hop(tuple(choices), alpha, bandwidth)
         return hop

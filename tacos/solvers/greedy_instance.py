@@ -141,9 +141,10 @@ def build_instance(topology: Topology, collective: Collective,
     out_links = [[i for i in x if src[i] in live and dst[i] in live]
                  for x in topology.out_links]
     inst = _flatten(n, src, dst, in_links, out_links, collective, live)
-    inst.alpha = [lk.alpha for lk in links]
-    inst.bw = [lk.bandwidth for lk in links]
-    inst.mult = [lk.multiplicity for lk in links]
+    arrays = topology.link_arrays
+    inst.alpha = arrays.alpha.tolist()
+    inst.bw = arrays.bandwidth.tolist()
+    inst.mult = arrays.multiplicity.tolist()
     set_islands(inst, islands)
     return inst
 

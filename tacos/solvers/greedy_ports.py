@@ -115,7 +115,7 @@ def build_port_instance(topology: Topology, collective: Collective, allowed: Ite
     inst.physical = True
     inst.ch_routes = ch_routes
     inst.route_links = route_links
-    inst.res_mult = [lk.multiplicity for lk in links]
+    inst.res_mult = topology.link_arrays.multiplicity.tolist()
     inst.res_fabric = [topology.is_switch(lk.src) and topology.is_switch(lk.dst) for lk in links]
     dests: list[set[int]] = [set() for _ in links]
     for c, rs in enumerate(ch_routes):

@@ -88,7 +88,7 @@ class _Trees:
         self.routing = topology.routing
         self.allowed = allowed
         self.load = [0.0] * len(topology.links)
-        self.lanes = [lk.multiplicity for lk in topology.links]
+        self.lanes = topology.link_arrays.multiplicity.tolist()
 
     def cost(self, route: Route, nbytes: int) -> float:
         held = route.time(nbytes)
@@ -192,7 +192,7 @@ def list_schedule(topology: Topology, collective: Collective, parts: list[_Share
     whose route crosses the link with the most work left, then earlier pieces."""
     prio = priority or {}
     sizes = collective.chunks
-    lanes = [lk.multiplicity for lk in topology.links]
+    lanes = topology.link_arrays.multiplicity.tolist()
     dur: list[float] = []
     info: list[tuple[int, int, int, Route, int]] = []  # src, dst, chunk, route, piece rank
     children: list[list[int]] = []
