@@ -72,7 +72,7 @@ def _commit() -> str:
 
 def _backends() -> str:
     try:
-        from tacos.solvers.ilp_backends import available_backends
+        from tacos.solvers.ilp.backends import available_backends
 
         return ", ".join(available_backends()) or "none"
     except ImportError:

@@ -30,7 +30,7 @@ from collections import deque
 from tacos.builders import mesh, torus
 from tacos.model.patterns import build
 from tacos.model.topology import Topology
-from tacos.solvers.greedy import GreedySolver
+from tacos.solvers.greedy.solver import GreedySolver
 from tacos.solvers.registry import Problem
 
 MiB = 1 << 20

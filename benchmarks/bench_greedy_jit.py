@@ -48,9 +48,9 @@ GiB = 1 << 30
 def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
     from tacos import builders, limits
     from tacos.model.patterns import build
-    from tacos.solvers.greedy_instance import build_instance
-    from tacos.solvers.greedy_trial import run_trial
-    from tacos.solvers.merge import merge_caps
+    from tacos.solvers.greedy.instance import build_instance
+    from tacos.solvers.greedy.merge import merge_caps
+    from tacos.solvers.greedy.trial import run_trial
 
     t0 = time.process_time()
     topo = (builders.torus if kind == "torus" else builders.mesh)(
@@ -63,7 +63,7 @@ def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
     c = 1 if cap == "1" else merge_caps(inst, "auto", 1)[0]
     warm_s = None
     if warm:  # import numba, compile (or load from the cache) on a tiny instance first
-        from tacos.solvers import greedy_jit
+        from tacos.solvers.greedy import jit as greedy_jit
 
         t = time.process_time()
         if os.environ.get("TACOS_JIT") != "0":
@@ -84,9 +84,9 @@ def _child(kind: str, dims: list[int], cap: str, warm: bool) -> dict:
 def _phases(k: int) -> dict:
     from tacos import builders
     from tacos.model.patterns import build
-    from tacos.solvers.greedy import to_schedule
-    from tacos.solvers.greedy_instance import build_instance
-    from tacos.solvers.greedy_trial import run_trial
+    from tacos.solvers.greedy.instance import build_instance
+    from tacos.solvers.greedy.solver import to_schedule
+    from tacos.solvers.greedy.trial import run_trial
     from tacos.solvers.registry import Problem
 
     topo = builders.torus(k, k, k, bandwidth=50 * GiB, latency=0.5e-6)
@@ -116,7 +116,7 @@ def _synth() -> dict:
     topo = builders.torus(8, 8, 8, bandwidth=50 * GiB, latency=0.5e-6)
     coll = tacos.collective("allgather", list(range(512)), size=64 * MiB)
     if os.environ.get("TACOS_JIT") != "0":
-        from tacos.solvers import greedy_jit
+        from tacos.solvers.greedy import jit as greedy_jit
 
         greedy_jit.kernels()
         tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1)  # load the kernels

@@ -52,7 +52,7 @@ from benchmarks.flowsim import simulate_flows  # noqa: E402
 from tacos.check.bounds import lower_bound  # noqa: E402
 from tacos.check.verify import verify_schedule  # noqa: E402
 from tacos.model.patterns import build  # noqa: E402
-from tacos.solvers.greedy_chunks import rechunk, synthesize_chunked  # noqa: E402
+from tacos.solvers.greedy.chunks import rechunk, synthesize_chunked  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 SYSTEMS = (("dgx_a100", 2), ("dgx_a100", 4), ("dgx_h100", 2), ("dgx_h100", 4), ("ndv2", 2),
@@ -117,7 +117,7 @@ def table_nccl(workers: int) -> list[str]:
     """Greedy alone (chunks chosen by synthesis) against NCCL's multi-ring (``nccl-ring``: as
     many channels as NCCL's search finds, its best channel count and pipeline depth) and NCCL's
     best all-gather model, all-gather 1 GiB, on the same physical model."""
-    from tacos.solvers.nccl import nccl_best
+    from tacos.solvers.nccl.solver import nccl_best
 
     rows = ["| system | NPUs | cut bound ms | greedy ms | chunks | greedy / optimum | nccl-ring "
             "ms | channels | nccl-ring / optimum | greedy speedup over nccl-ring | best NCCL "
@@ -236,7 +236,7 @@ TIME_CASES = (("torus", (8, 8, 8)), ("mesh", (32, 32)))
 def time_once(case: int, trials: int) -> dict:
     """One timed synthesis of ``TIME_CASES[case]`` in this process (CPU s, schedule hash)."""
     from tacos.builders import mesh, torus
-    from tacos.solvers.greedy import GreedySolver
+    from tacos.solvers.greedy.solver import GreedySolver
     from tacos.solvers.registry import Problem
 
     kind, dims = TIME_CASES[case]

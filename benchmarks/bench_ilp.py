@@ -27,7 +27,7 @@ from tacos.model.patterns import build
 from tacos.model.topology import Topology
 from tacos.passes.inversion import assemble, plan_inversion
 from tacos.passes.unwind import unwind_switches
-from tacos.solvers import ilp_backends
+from tacos.solvers.ilp import backends as ilp_backends
 from tacos.solvers.registry import Problem, SolveResult, get_solver
 
 MIB = 2**20

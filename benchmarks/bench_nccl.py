@@ -99,7 +99,7 @@ def geomean(vals: list[float]) -> float | None:
 def nvls_optimum(args) -> list[dict]:
     """All-reduce on one DGX-H100 (NVLS NVSwitch) against buffer / port bandwidth: NCCL's NVLS
     and tacos's plan (``auto``)."""
-    from tacos.solvers.nccl import nccl_schedule
+    from tacos.solvers.nccl.solver import nccl_schedule
 
     topo = T.preset("dgx_h100")
     out = []

@@ -33,7 +33,7 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
-from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
+from tacos.solvers.baselines.solver import ALGORITHMS, baseline_schedule
 
 COLUMNS = ("problem", "npus", "collective", "size", "solver", "time_us", "algbw_GBps",
            "bound_us", "gap", "vs_ring", "vs_direct", "norm", "synthesis_s", "verified",

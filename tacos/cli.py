@@ -459,7 +459,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     options = _solver_options(args)
     run = synthesize
     if getattr(args, "auto_chunks", False) and args.solver == "greedy":
-        from tacos.solvers.greedy_chunks import synthesize_chunked as run
+        from tacos.solvers.greedy.chunks import synthesize_chunked as run
     elif getattr(args, "auto_chunks", False) and args.solver == "auto":
         options["greedy_chunks"] = True
     if args.output and fmt in ("xml", "mscclpp") and args.solver in ("auto", "forest"):

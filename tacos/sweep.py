@@ -208,7 +208,7 @@ def sweep(topology: Topology, kind: str, sizes: str | Sequence[int | str], *,
     trials in one process.  A single size runs here, its trials on the workers or cluster.
     The rows are the same whatever runs them."""
     from tacos.engines import SerialEngine, engine_for
-    from tacos.solvers.nccl_system import system
+    from tacos.solvers.nccl.system import system
 
     t0 = time.perf_counter()
     if chunks_per_npu is None:  # all-to-all: one delivery per chunk, nothing to pipeline

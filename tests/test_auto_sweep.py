@@ -18,7 +18,7 @@ from tacos.msccl.verify import verify_xml_file
 from tacos.passes.in_switch import fuse_in_switch
 from tacos.solvers.alltoall import alltoall_schedule
 from tacos.solvers.auto import run_portfolio
-from tacos.solvers.nccl import nccl_schedule
+from tacos.solvers.nccl.solver import nccl_schedule
 from tacos.sweep import parse_sizes, sweep
 
 MiB = 1 << 20
@@ -234,7 +234,7 @@ def test_greedy_chunk_search_shares_one_time_limit(monkeypatch):
     when it is spent (it used to give each count the whole limit)."""
     import time
 
-    from tacos.solvers import greedy_chunks
+    from tacos.solvers.greedy import chunks as greedy_chunks
 
     real = tacos.synthesize
     limits_seen = []

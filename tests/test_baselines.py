@@ -12,7 +12,7 @@ from tacos.model.collective import combine
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Link, Npu, Switch, Topology
-from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
+from tacos.solvers.baselines.solver import ALGORITHMS, baseline_schedule
 from tacos.solvers.registry import Problem, get_solver
 
 ALPHA = 1e-6

@@ -15,7 +15,7 @@ from tacos.check.verify import verify_schedule
 from tacos.cli import main
 from tacos.errors import ClusterError
 from tacos.model.patterns import build
-from tacos.solvers import greedy as greedy_mod
+from tacos.solvers.greedy import solver as greedy_mod
 from tacos.synthesize import synthesize
 
 MiB = 1 << 20

@@ -19,9 +19,9 @@ from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
 from tacos.msccl.rounds import first_round
 from tacos.msccl.xml_writer import schedule_to_xml
-from tacos.solvers.forest import group_topology, plan_forest
-from tacos.solvers.forest_pack import Tree, check_packing
-from tacos.solvers.forest_rate import choose_rate, fixed_k_rate, link_capacities, optimal_rate
+from tacos.solvers.forest.pack import Tree, check_packing
+from tacos.solvers.forest.rate import choose_rate, fixed_k_rate, link_capacities, optimal_rate
+from tacos.solvers.forest.solver import group_topology, plan_forest
 
 GB = 1e9
 US = 1e-6
@@ -353,7 +353,7 @@ def test_relay_npus_hold_a_trees_data_once():
     from different places, or loop through it (``2, 1, 5, 1, 0``).  The relay must receive the
     tree's data once: twice put a chunk twice on one link (all-gather) and, in the reversed
     trees of all-reduce, counted relayed contributions twice."""
-    from tacos.solvers.forest_pipeline import _local, _simple
+    from tacos.solvers.forest.pipeline import _local, _simple
 
     assert _simple((2, 1, 5, 1, 0)) == (2, 1, 0)
     assert _simple((6, 5, 9, 5, 4)) == (6, 5, 4)

@@ -10,7 +10,7 @@ from tacos.builders import star
 from tacos.check.simulate import simulate
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
-from tacos.solvers.forest_in_switch import (
+from tacos.solvers.forest.in_switch import (
     in_switch_allreduce,
     in_switch_hub,
     star_allreduce,
@@ -56,7 +56,7 @@ def test_needs_a_switch_that_multicasts_and_reduces():
 def test_forest_uses_the_star_on_an_nvls_switch_and_beats_nccl_nvls():
     from importlib import resources
 
-    from tacos.solvers.nccl import nccl_schedule
+    from tacos.solvers.nccl.solver import nccl_schedule
 
     topo = tacos.load(str(resources.files("tacos") / "presets" / "dgx_h100_node.tdl")).topology
     coll = build("allreduce", topo.live_npus, size=2**30)

@@ -11,10 +11,10 @@ from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.msccl.verify import verify_xml_file
 from tacos.msccl.xml_writer import schedule_to_xml
-from tacos.solvers import forest_shallow
-from tacos.solvers.forest import plan_forest
-from tacos.solvers.forest_pack import check_packing
-from tacos.solvers.forest_shallow import automorphisms, have_cp_sat, shallow_trees
+from tacos.solvers.forest import shallow as forest_shallow
+from tacos.solvers.forest.pack import check_packing
+from tacos.solvers.forest.shallow import automorphisms, have_cp_sat, shallow_trees
+from tacos.solvers.forest.solver import plan_forest
 
 needs_cp_sat = pytest.mark.skipif(not have_cp_sat(),
                                   reason="OR-Tools (the ilp extra) is not installed")
@@ -101,7 +101,7 @@ def _preset(name, **params):
 
 
 def test_shallow_candidate_runs_only_where_npus_link_directly():
-    from tacos.solvers.forest import _npu_fabric
+    from tacos.solvers.forest.solver import _npu_fabric
 
     for topo, direct in ((_mi250(), True), (_preset("mi250", nodes=2), True),
                          (_preset("dgx_a100", nodes=2), False)):

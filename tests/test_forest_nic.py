@@ -21,10 +21,10 @@ from tacos.cli import main
 from tacos.model.patterns import build
 from tacos.msccl.rounds import first_round
 from tacos.msccl.xml_writer import schedule_to_xml
-from tacos.solvers.forest import ForestSolver, plan_forest, taper
-from tacos.solvers.forest_nic import nic_loads, nic_merge_trees, nic_peers, rail_layout
-from tacos.solvers.forest_pack import check_packing
-from tacos.solvers.forest_view import RouteView
+from tacos.solvers.forest.nic import nic_loads, nic_merge_trees, nic_peers, rail_layout
+from tacos.solvers.forest.pack import check_packing
+from tacos.solvers.forest.solver import ForestSolver, plan_forest, taper
+from tacos.solvers.forest.view import RouteView
 
 GB = 1e9
 US = 1e-6

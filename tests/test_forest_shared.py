@@ -18,10 +18,10 @@ from tacos.cli import main
 from tacos.model.patterns import build
 from tacos.msccl.rounds import first_round
 from tacos.msccl.xml_writer import schedule_to_xml
-from tacos.solvers.forest import ForestSolver, plan_forest, taper
-from tacos.solvers.forest_pack import check_packing
-from tacos.solvers.forest_shared import share_switch_hops
-from tacos.solvers.forest_view import RouteView
+from tacos.solvers.forest.pack import check_packing
+from tacos.solvers.forest.shared import share_switch_hops
+from tacos.solvers.forest.solver import ForestSolver, plan_forest, taper
+from tacos.solvers.forest.view import RouteView
 
 GB = 1e9
 US = 1e-6
@@ -115,7 +115,7 @@ def test_two_dgx_a100_at_64mib_reach_ninety_percent(tmp_path, kind):
 
 
 def test_only_stars_on_each_npus_fastest_switch_are_rebuilt():
-    from tacos.solvers.forest_pack import Tree
+    from tacos.solvers.forest.pack import Tree
 
     npus, fast, slow = range(5), 5, 6
     caps = {}
@@ -137,7 +137,7 @@ def test_only_stars_on_each_npus_fastest_switch_are_rebuilt():
 
 
 def test_rebuilt_trees_that_overload_a_port_are_given_back():
-    from tacos.solvers.forest_pack import Tree
+    from tacos.solvers.forest.pack import Tree
 
     npus, fast = range(6), 6
     # roots 0 and 1 spread as stars through the switch; NPUs 2..5 may not send at all
@@ -157,7 +157,7 @@ def test_rebuilt_trees_that_overload_a_port_are_given_back():
 
 
 def test_rail_pair_trees_fill_two_dgx_h100_exactly():
-    from tacos.solvers.forest_rails import rail_pair_trees
+    from tacos.solvers.forest.rails import rail_pair_trees
 
     topo = tacos.load(str(_preset("dgx_h100")), params={"nodes": 2}).topology
     group = tuple(topo.live_npus)
@@ -178,7 +178,7 @@ def test_rail_pair_trees_fill_two_dgx_h100_exactly():
 
 
 def test_rail_pair_trees_need_two_islands():
-    from tacos.solvers.forest_rails import rail_pair_trees
+    from tacos.solvers.forest.rails import rail_pair_trees
 
     topo = star(8, bandwidth=100 * GB, latency=US)
     group = tuple(topo.live_npus)

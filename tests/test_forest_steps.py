@@ -21,9 +21,9 @@ from tacos.builders import star, torus
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
-from tacos.solvers.forest import ForestSolver, _dims, _nic, _shared, plan_forest, taper
-from tacos.solvers.forest_steps import step_groups, step_table
-from tacos.solvers.forest_view import RouteView
+from tacos.solvers.forest.solver import ForestSolver, _dims, _nic, _shared, plan_forest, taper
+from tacos.solvers.forest.steps import step_groups, step_table
+from tacos.solvers.forest.view import RouteView
 
 GB = 1e9
 US = 1e-6

@@ -14,11 +14,11 @@ from tacos.builders import mesh, ring, torus
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
-from tacos.solvers.forest import group_topology, plan_forest
-from tacos.solvers.forest_pack import check_packing
-from tacos.solvers.forest_rate import choose_rate, link_capacities
-from tacos.solvers.forest_split import hop_distances, split_switches, successors
-from tacos.solvers.forest_symmetric import _parents, find_symmetry, pack_symmetric
+from tacos.solvers.forest.pack import check_packing
+from tacos.solvers.forest.rate import choose_rate, link_capacities
+from tacos.solvers.forest.solver import group_topology, plan_forest
+from tacos.solvers.forest.split import hop_distances, split_switches, successors
+from tacos.solvers.forest.symmetric import _parents, find_symmetry, pack_symmetric
 
 GB = 1e9
 US = 1e-6

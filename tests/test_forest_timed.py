@@ -14,13 +14,13 @@ from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.msccl.verify import verify_xml_file
 from tacos.msccl.xml_writer import schedule_to_xml
-from tacos.solvers import forest_shallow
-from tacos.solvers.forest import ForestSolver, _timed, plan_forest
-from tacos.solvers.forest_pack import check_packing
-from tacos.solvers.forest_shallow import have_cp_sat
-from tacos.solvers.forest_timed import _island_steps, timed_trees
-from tacos.solvers.forest_timed_links import _tight, link_arcs, timed_link_trees
-from tacos.solvers.forest_view import RouteView
+from tacos.solvers.forest import shallow as forest_shallow
+from tacos.solvers.forest.pack import check_packing
+from tacos.solvers.forest.shallow import have_cp_sat
+from tacos.solvers.forest.solver import ForestSolver, _timed, plan_forest
+from tacos.solvers.forest.timed import _island_steps, timed_trees
+from tacos.solvers.forest.timed_links import _tight, link_arcs, timed_link_trees
+from tacos.solvers.forest.view import RouteView
 from tacos.solvers.islands import find_islands
 
 needs_cp_sat = pytest.mark.skipif(not have_cp_sat(),

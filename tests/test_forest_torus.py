@@ -15,12 +15,12 @@ from tacos.builders import mesh, ring, torus
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Topology
-from tacos.solvers.forest import _dims, plan_forest
-from tacos.solvers.forest_pack import check_packing
-from tacos.solvers.forest_rate import choose_rate, link_capacities
-from tacos.solvers.forest_split import split_switches
-from tacos.solvers.forest_symmetric import find_symmetry
-from tacos.solvers.forest_torus import applies, dimension_trees
+from tacos.solvers.forest.pack import check_packing
+from tacos.solvers.forest.rate import choose_rate, link_capacities
+from tacos.solvers.forest.solver import _dims, plan_forest
+from tacos.solvers.forest.split import split_switches
+from tacos.solvers.forest.symmetric import find_symmetry
+from tacos.solvers.forest.torus import applies, dimension_trees
 
 GB = 1e9
 US = 1e-6
@@ -205,7 +205,7 @@ def test_step_merging_keeps_the_labels():
     # the labelled groups wait on each other without a cycle, so step_groups keeps them (its
     # fallback, depth steps, would count from 0): one group per arc and label, every member of
     # a group on the same arc with the same label
-    from tacos.solvers.forest_pipeline import step_groups
+    from tacos.solvers.forest.pipeline import step_groups
 
     topo = torus(3, 3, 3, bandwidth=GB, latency=US)
     (trees, _), _, _ = _trees(topo)

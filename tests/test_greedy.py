@@ -11,8 +11,8 @@ from tacos.builders import mesh, torus
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
-from tacos.solvers import greedy as greedy_mod
-from tacos.solvers.greedy import GreedySolver
+from tacos.solvers.greedy import solver as greedy_mod
+from tacos.solvers.greedy.solver import GreedySolver
 from tacos.solvers.registry import Problem, get_solver
 
 MiB = 1 << 20

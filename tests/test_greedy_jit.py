@@ -12,11 +12,11 @@ import tacos
 from tacos.builders import mesh, ring, torus
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
-from tacos.solvers import greedy_jit
-from tacos.solvers.greedy import GreedySolver
-from tacos.solvers.greedy_core import Stuck
-from tacos.solvers.greedy_instance import build_instance
-from tacos.solvers.greedy_trial import run_trial
+from tacos.solvers.greedy import jit as greedy_jit
+from tacos.solvers.greedy.core import Stuck
+from tacos.solvers.greedy.instance import build_instance
+from tacos.solvers.greedy.solver import GreedySolver
+from tacos.solvers.greedy.trial import run_trial
 from tacos.solvers.registry import Problem
 
 pytestmark = pytest.mark.skipif(not greedy_jit.available(), reason="numba not available")
@@ -144,7 +144,7 @@ def test_stuck_is_reported_by_both_paths():
 def test_small_trials_do_not_load_numba(monkeypatch):
     inst = build_instance(TOPOLOGIES["mesh4x4"](), build("allgather", range(16), size=16 * MiB))
     assert greedy_jit.worth_it(inst)  # loaded by the fixture
-    monkeypatch.delitem(sys.modules, "tacos.solvers.greedy_jit_kernel")
+    monkeypatch.delitem(sys.modules, "tacos.solvers.greedy.jit_kernel")
     assert inst.total_need < greedy_jit.MIN_WORK
     assert not greedy_jit.worth_it(inst)
     assert run_trial(inst, 0, 0, 1).chunk_ptr is None

@@ -12,8 +12,8 @@ from tacos.builders import mesh, star, torus
 from tacos.check.verify import verify_schedule
 from tacos.errors import InfeasibleError
 from tacos.model.patterns import build
-from tacos.solvers.greedy import GreedySolver
-from tacos.solvers.greedy_chunks import chunk_counts, synthesize_chunked
+from tacos.solvers.greedy.chunks import chunk_counts, synthesize_chunked
+from tacos.solvers.greedy.solver import GreedySolver
 from tacos.solvers.islands import find_islands
 from tacos.solvers.registry import Problem
 from tacos.synthesize import synthesize

@@ -11,10 +11,10 @@ from tacos.errors import SolverUnavailableError, UsageError
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Topology
-from tacos.solvers import ilp_backends
-from tacos.solvers.ilp import IlpSolver, TenProblem, ten_lower_bound
-from tacos.solvers.ilp_model import build_ten_model, causal_sends, demands_met, prune_useless
-from tacos.solvers.recovery import complete_schedule, missing_pairs
+from tacos.solvers.ilp import backends as ilp_backends
+from tacos.solvers.ilp.model import build_ten_model, causal_sends, demands_met, prune_useless
+from tacos.solvers.ilp.recovery import complete_schedule, missing_pairs
+from tacos.solvers.ilp.solver import IlpSolver, TenProblem, ten_lower_bound
 from tacos.solvers.registry import Problem, get_solver
 
 BW = 1e9  # bytes/s; with α = 0 and 1 MB chunks a hop takes exactly 1 ms = one TEN step

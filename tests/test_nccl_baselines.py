@@ -13,11 +13,11 @@ from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
-from tacos.solvers.nccl import nccl_algorithms, nccl_best, nccl_schedule
-from tacos.solvers.nccl_pat import pat_schedule, pat_steps
-from tacos.solvers.nccl_rings import channel_rings, intra_rings, ring_schedule
-from tacos.solvers.nccl_system import system
-from tacos.solvers.nccl_tree import tree_schedule
+from tacos.solvers.nccl.pat import pat_schedule, pat_steps
+from tacos.solvers.nccl.rings import channel_rings, intra_rings, ring_schedule
+from tacos.solvers.nccl.solver import nccl_algorithms, nccl_best, nccl_schedule
+from tacos.solvers.nccl.system import system
+from tacos.solvers.nccl.tree import tree_schedule
 
 MiB = 1 << 20
 NVLS = {"*nvswitch": {"multicast", "reduce"}}

@@ -14,7 +14,7 @@ from tacos.errors import TacosError
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Link, Npu, Topology
-from tacos.solvers.baselines import baseline_schedule
+from tacos.solvers.baselines.solver import baseline_schedule
 
 pytest.importorskip("matplotlib")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tacos
-from tacos.solvers import ilp_backends
+from tacos.solvers.ilp import backends as ilp_backends
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -16,7 +16,7 @@ from tacos.check.verify import verify_schedule
 from tacos.model.columns import TransferColumns, concat
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule, Transfer
-from tacos.solvers.greedy import GreedySolver
+from tacos.solvers.greedy.solver import GreedySolver
 from tacos.solvers.registry import Problem
 
 MiB, GiB = 1 << 20, 1 << 30

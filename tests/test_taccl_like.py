@@ -8,7 +8,7 @@ from tacos.check.bounds import latency_bound
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Link, Npu, Topology
-from tacos.solvers.ilp import IlpSolver
+from tacos.solvers.ilp.solver import IlpSolver
 from tacos.solvers.registry import Problem, get_solver
 from tacos.solvers.taccl_like import TacclLikeSolver
 

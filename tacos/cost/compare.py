@@ -80,7 +80,7 @@ def baseline_schedule_for(topology: Topology, model: str, collective: Collective
         from tacos.cost.nccl import best_channel_schedule
 
         return best_channel_schedule(topology, collective, relays)
-    from tacos.solvers.baselines import baseline_schedule
+    from tacos.solvers.baselines.solver import baseline_schedule
 
     return baseline_schedule(BASELINE[model], topology, collective, relays=relays)
 

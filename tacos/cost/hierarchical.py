@@ -26,8 +26,8 @@ from math import prod
 from tacos.cost import programs
 from tacos.cost.steps import Step, merge
 from tacos.errors import TacosError
-from tacos.solvers.baselines_hier import Dimension, Grid, analyse
-from tacos.solvers.baselines_route import NpuGraph
+from tacos.solvers.baselines.hier import Dimension, Grid, analyse
+from tacos.solvers.lowering.hops import NpuGraph
 
 #: dimension kind -> algorithm of its stages
 STAGE_ALGORITHM = {"ring": "ring", "fc": "direct", "switch": "halving-doubling"}

@@ -33,7 +33,7 @@ from tacos.cost.steps import Plan, Step, evaluate, merge
 from tacos.errors import TacosError
 from tacos.model.collective import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
 from tacos.model.topology import Topology
-from tacos.solvers.baselines_route import ring_order
+from tacos.solvers.lowering.hops import ring_order
 
 MODELS = ("ring", "biring", "direct", "halving-doubling", "tree", "hierarchical", "nccl",
           "axonn")

@@ -29,9 +29,9 @@ from tacos.cost.steps import Plan, Step, evaluate, merge
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
-from tacos.solvers import baselines_algos as algos
-from tacos.solvers.baselines_lower import Lowering, Msg
-from tacos.solvers.baselines_route import NpuGraph, _hamilton, ring_order
+from tacos.solvers.baselines import algos as algos
+from tacos.solvers.lowering.hops import NpuGraph, _hamilton, ring_order
+from tacos.solvers.lowering.program import Lowering, Msg
 
 #: NCCL's Simple-protocol pipeline step (NCCL_BUFFSIZE 4 MiB / NCCL_STEPS 8)
 STEP_BYTES = 512 * 1024
@@ -311,7 +311,7 @@ def best_channel_schedule(topology: Topology, collective: Collective,
     from tacos.cost.models import Context
     from tacos.errors import TacosError
     from tacos.model.patterns import build
-    from tacos.solvers.baselines import baseline_schedule
+    from tacos.solvers.baselines.solver import baseline_schedule
 
     tenants = collective.tenants if collective.kind == "multi" else (collective,)
     groups = [list(t.group) for t in tenants]

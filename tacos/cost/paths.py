@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from tacos.errors import InfeasibleError
 from tacos.model.routes import Route
 from tacos.model.topology import Topology
-from tacos.solvers.baselines_route import NpuGraph
+from tacos.solvers.lowering.hops import NpuGraph
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from tacos.solvers.baselines_route import NpuGraph
+from tacos.solvers.lowering.hops import NpuGraph
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from tacos.cost.steps import Send, Step
 from tacos.errors import TacosError
-from tacos.solvers.baselines_algos import _tree_adjacency, dtree_parents, tree_root
+from tacos.solvers.baselines.algos import _tree_adjacency, dtree_parents, tree_root
 
 Program = list[Step]
 

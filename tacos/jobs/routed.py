@@ -19,7 +19,7 @@ from tacos.model.collective import Collective, combine
 from tacos.model.routes import Route
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
-from tacos.solvers.baselines import ALGORITHMS, baseline_schedule
+from tacos.solvers.baselines.solver import ALGORITHMS, baseline_schedule
 
 Assignment = dict[routing.Flow, Route]
 

@@ -25,8 +25,8 @@ from tacos.model.collective import Collective
 from tacos.model.routes import Route
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
-from tacos.solvers.baselines_lower import LinkCalendar
-from tacos.solvers.baselines_route import NpuGraph
+from tacos.solvers.lowering.hops import NpuGraph
+from tacos.solvers.lowering.program import LinkCalendar
 
 
 class Timeline:

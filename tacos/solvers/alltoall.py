@@ -31,10 +31,10 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
-from tacos.solvers import baselines_algos as algos
-from tacos.solvers.baselines_hier import analyse
-from tacos.solvers.nccl_lower import GroupLowering, best_of, check_standard
-from tacos.solvers.nccl_system import System, system
+from tacos.solvers.baselines import algos as algos
+from tacos.solvers.baselines.hier import analyse
+from tacos.solvers.nccl.lower import GroupLowering, best_of, check_standard
+from tacos.solvers.nccl.system import System, system
 from tacos.solvers.registry import Problem, SolveResult
 
 MAX_TRIED = 128  # above this many NPUs the number of waves comes from a formula

@@ -57,7 +57,7 @@ def _synthesized(topology: Topology, collective: Collective, name: str,
     opts = {k: v for k, v in options.items()
             if k in own or (k in COMMON_OPTIONS and k != "progress")}
     if name == "greedy" and greedy_chunks:
-        from tacos.solvers.greedy_chunks import synthesize_chunked
+        from tacos.solvers.greedy.chunks import synthesize_chunked
 
         return synthesize_chunked(topology, collective, solver=name, bound=False,
                                   **opts)
@@ -85,7 +85,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     :class:`TacosError` when no candidate gives a verified plan.
     """
     if "max_merge" in options:
-        from tacos.solvers.merge import check_max_merge
+        from tacos.solvers.greedy.merge import check_max_merge
 
         check_max_merge(options["max_merge"])
     wanted = candidates or SYNTHESIZERS + ("nccl",)
@@ -134,7 +134,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     elif "nccl" in wanted:
         t0 = time.perf_counter()
         try:
-            from tacos.solvers.nccl import nccl_best as run_nccl
+            from tacos.solvers.nccl.solver import nccl_best as run_nccl
 
             nccl_best, _, results = run_nccl(topology, collective, sys_=nccl_system)
             for algo, sched in results.items():
