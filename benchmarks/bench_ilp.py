@@ -50,7 +50,7 @@ def run_phases(topology: Topology, collective, solver: str, options: dict
     """All-reduce as reduce-scatter (by inversion) + all-gather; (makespan, results, seconds)."""
     t0 = time.perf_counter()
     impl = get_solver(solver)
-    if not collective.combining or getattr(impl, "supports_combining", False):
+    if not collective.combining or impl.capabilities.combining:
         res = impl.solve(Problem(topology, collective, dict(options)))
         assert verify_schedule(res.schedule).ok
         return res.schedule.makespan, [res], time.perf_counter() - t0

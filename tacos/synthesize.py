@@ -99,7 +99,7 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "auto",
     reporter = as_reporter(progress)
     with reporter.phase(f"synthesizing ({solver})", unit="runs") as phase:
         options["progress"] = reporter.solver_callback(phase)
-        result = _solve(topology, collective, solver, impl_class, options, bound=False)
+        result = _solve(topology, collective, solver, impl_class, options)
     if bound and result.schedule is not None:
         with reporter.phase("lower bound"):
             # of the collective the schedule serves: a solver that refines chunks (NCCL's
@@ -146,32 +146,36 @@ def _attach_bound(schedule: Schedule, topology: Topology, collective: Collective
 
 
 def _solve(topology: Topology, collective: Collective, solver: str, impl_class: type,
-           options: dict[str, Any], *, bound: bool) -> SolveResult:
-    """The pipeline below the option checks (unwind, feasibility, inversion, solver)."""
+           options: dict[str, Any]) -> SolveResult:
+    """The pipeline below the option checks: the solver's own gate, feasibility, switch
+    unwinding and inversion as its capabilities ask, the solver, and the way back."""
     t0 = time.perf_counter()
-    want_bound = bound
     options.setdefault("relays", "members")
     try:
         relay_npus = collective.relay_npus(options["relays"])
     except ValueError as exc:
         raise UsageError(str(exc), hint="relays='members' (default) or relays='all'") from None
     impl = impl_class()
+    caps = impl.capabilities
+    refusal = impl.accepts(Problem(topology, collective, dict(options)))
+    if refusal:
+        raise UsageError(refusal, hint="`tacosc solvers` lists the solvers; greedy and auto "
+                                       "take every collective")
     options["relay_npus"] = relay_npus  # the whole collective's rule, also for its phases
     check_feasible(topology, collective, relay_npus)
     # solvers that model switch ports themselves get the real topology, the others a view of
     # it that attaches only the group's members to switches
-    native = getattr(impl, "native_switches", False)
-    view = None if native else unwind(topology, collective.members,
+    view = None if caps.native_switches else unwind(topology, collective.members,
                                       relays=relay_npus is None)
     unwound = topology if view is None else view.topology
     check_feasible(unwound, collective)
     progress = options.get("progress")
-    if not collective.combining or getattr(impl, "supports_combining", False):
+    if not collective.combining or caps.combining:
         res = impl.solve(Problem(unwound, collective, dict(options)))
         results = [res]
         schedule = res.schedule
         if (schedule is not None and schedule.collective is not collective
-                and not getattr(impl, "refines_chunks", False)):
+                and not caps.refines_chunks):
             schedule = Schedule(schedule.topology, collective, schedule.transfers,
                                 dict(schedule.meta))
     else:
@@ -211,7 +215,6 @@ def _solve(topology: Topology, collective: Collective, solver: str, impl_class: 
                            dict(stats, reason=reason))
     if view is not None:
         schedule = to_physical(schedule, view)
-    bound = _lower_bound(topology, collective) if want_bound else None
     first = results[0].schedule.meta if results and results[0].schedule is not None else {}
     schedule.meta.update(
         solver=solver,
@@ -223,11 +226,7 @@ def _solve(topology: Topology, collective: Collective, solver: str, impl_class: 
     for key in ("max_merge", "best_trial", "best_cap", "trials_run", "model", "islands"):
         if key in first:
             schedule.meta[key] = first[key]
-    if bound is not None:
-        schedule.meta["lower_bound"] = bound
-        if bound > 0:
-            schedule.meta["gap"] = schedule.makespan / bound
-    return SolveResult(status, schedule, bound, stats)
+    return SolveResult(status, schedule, None, stats)
 
 
 def synthesize(topology: Topology, collective: Collective, *, solver: str = "auto",

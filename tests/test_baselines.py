@@ -243,7 +243,7 @@ def test_registry_solvers_run_through_problem() -> None:
     coll = build("allreduce", range(4), size=4000)
     for name in ALGORITHMS:
         solver = get_solver(name)
-        assert solver.supports_combining
+        assert solver.capabilities.combining and solver.accepts(Problem(ring(4), coll)) is None
         topo = ring_x_fc(2, 2, ALPHA, BW, ALPHA, BW) if name == "hierarchical" else ring(4)
         res = solver.solve(Problem(topo, coll))
         assert res.status == "feasible"

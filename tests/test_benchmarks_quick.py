@@ -16,6 +16,7 @@ from benchmarks import suite  # noqa: E402
 from benchmarks.suite import Context, Table, markdown_table, measure, write_csv  # noqa: E402
 from tacos.model.patterns import build  # noqa: E402
 from tacos.model.topology import Link, Npu, Topology  # noqa: E402
+from tacos.solvers.registry import Capabilities, SolverBase  # noqa: E402
 
 ALPHA, BW = 1e-6, 1e9
 
@@ -118,9 +119,9 @@ def test_unknown_case_is_a_usage_error(tmp_path) -> None:
         bench_main.main(["run", "--only", "q", "--out", str(tmp_path)])
 
 
-class _SlowSolver:
+class _SlowSolver(SolverBase):
     name = "slow"
-    supports_combining = True
+    capabilities = Capabilities(combining=True)
 
     def solve(self, problem):
         import time

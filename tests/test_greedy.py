@@ -66,7 +66,7 @@ def transfers_key(schedule):
 
 def test_registered_under_greedy():
     solver = get_solver("greedy")
-    assert solver.name == "greedy" and solver.supports_combining is False
+    assert solver.name == "greedy" and solver.capabilities.combining is False
 
 
 @pytest.mark.parametrize("dims,wrap,k", [((4, 4), False, 1), ((4, 4), True, 1),

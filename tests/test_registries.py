@@ -62,3 +62,39 @@ def test_emit_unknown_format_hints() -> None:
     with pytest.raises(tacos.TacosError) as err:
         tacos.emit(None, "msccl-xlm")  # type: ignore[arg-type]
     assert "msccl-xml" in (err.value.hint or "")
+
+
+def test_every_solver_declares_its_capabilities_and_a_gate() -> None:
+    from tacos.solvers.registry import SOLVERS, Capabilities, Problem, solver_class
+
+    ring = tacos.builders.ring(4, bandwidth=1e9, latency=1e-6)
+    problem = Problem(ring, patterns.build("allgather", range(4), size="4KiB"))
+    for name in SOLVERS:
+        cls = solver_class(name)
+        assert isinstance(cls.capabilities, Capabilities), name
+        reason = cls().accepts(problem)
+        assert reason is None or name in ("a2a", "nccl-tree", "collnet", "nvls"), (name, reason)
+    assert solver_class("a2a")().accepts(problem) == "solver 'a2a' runs all-to-all, not allgather"
+
+
+def test_the_driver_asks_the_gate_before_any_work() -> None:
+    from tacos.errors import UsageError
+
+    ring = tacos.builders.ring(4, bandwidth=1e9, latency=1e-6)
+    with pytest.raises(UsageError, match="'forest' does not handle alltoall"):
+        tacos.synthesize(ring, patterns.build("alltoall", range(4), size="4KiB"),
+                         solver="forest")
+    with pytest.raises(UsageError, match="rhd baseline does not implement alltoall"):
+        tacos.synthesize(ring, patterns.build("alltoall", range(4), size="4KiB"), solver="rhd")
+
+
+def test_required_packages_are_checked_without_importing_them() -> None:
+    from tacos.solvers.registry import Capabilities, Problem, SolverBase
+
+    class Needy(SolverBase):
+        name = "needy"
+        capabilities = Capabilities(requires=("numpy", "no_such_package_tacos"))
+
+    ring = tacos.builders.ring(4, bandwidth=1e9, latency=1e-6)
+    reason = Needy().accepts(Problem(ring, patterns.build("allgather", range(4), size=64)))
+    assert reason == "solver 'needy' needs no_such_package_tacos, which is not installed"

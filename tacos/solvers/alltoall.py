@@ -35,7 +35,7 @@ from tacos.solvers.baselines import algos as algos
 from tacos.solvers.baselines.hier import analyse
 from tacos.solvers.nccl.lower import GroupLowering, best_of, check_standard
 from tacos.solvers.nccl.system import System, system
-from tacos.solvers.registry import Problem, SolveResult
+from tacos.solvers.registry import Capabilities, Problem, SolverBase, SolveResult
 
 MAX_TRIED = 128  # above this many NPUs the number of waves comes from a formula
 
@@ -143,12 +143,17 @@ def _waves_formula(topology: Topology, collective: Collective, dims) -> int:
     return len(dims) if per_message / slow.bandwidth > 10 * slow.alpha else 1
 
 
-class AllToAllSolver:
+class AllToAllSolver(SolverBase):
     """``a2a`` as a :class:`~tacos.solvers.registry.Solver`."""
 
     name = "a2a"
-    supports_combining = False
-    native_switches = True
+    capabilities = Capabilities(native_switches=True)
+
+    def accepts(self, problem: Problem) -> str | None:
+        """All-to-all only."""
+        if problem.collective.kind != "alltoall":
+            return f"solver 'a2a' runs all-to-all, not {problem.collective.label()}"
+        return super().accepts(problem)
 
     def solve(self, problem: Problem) -> SolveResult:
         """Build the dimension-ordered all-to-all."""

@@ -33,7 +33,7 @@ from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 from tacos.solvers.options import Option, boolean, int_or_text
-from tacos.solvers.registry import SOLVERS, Problem, SolveResult
+from tacos.solvers.registry import SOLVERS, Capabilities, Problem, SolverBase, SolveResult
 
 SYNTHESIZERS = ("greedy", "forest", "hierarchical", "a2a")
 FOREST_MAX_GROUP = 64
@@ -202,13 +202,11 @@ def describe(facts: dict[str, Any]) -> str:
     return text
 
 
-class AutoSolver:
+class AutoSolver(SolverBase):
     """The portfolio as a :class:`~tacos.solvers.registry.Solver` (see module doc)."""
 
     name = "auto"
-    supports_combining = True
-    native_switches = True
-    refines_chunks = True
+    capabilities = Capabilities(combining=True, native_switches=True, refines_chunks=True)
     options = {
         "candidates": Option("solvers to try (default: greedy, forest, hierarchical, a2a "
                              "and NCCL's models, 'nccl')",

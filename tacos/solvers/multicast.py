@@ -43,7 +43,7 @@ from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
 from tacos.reshard.timeline import Timeline
 from tacos.solvers.options import Option
-from tacos.solvers.registry import Problem, SolveResult
+from tacos.solvers.registry import Capabilities, Problem, SolverBase, SolveResult
 
 DEFAULT_TREES = 4
 TREE_CHOICES = (4, 16)
@@ -272,12 +272,11 @@ def _log_bucket(nbytes: int) -> float:
     return math.log(max(1, nbytes), 1.1)
 
 
-class MulticastSolver:
+class MulticastSolver(SolverBase):
     """Multicast tree packing on the physical topology (see the module docstring)."""
 
     name = "multicast"
-    supports_combining = False
-    native_switches = True
+    capabilities = Capabilities(native_switches=True)
     options = {
         "trees": Option("distribution trees per class of chunks (default: the better of 4 "
                         "and 16)", int),

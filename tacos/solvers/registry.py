@@ -4,12 +4,15 @@ A solver turns a :class:`Problem` into a :class:`SolveResult`.  Solvers are regi
 as ``"module:attr"`` strings and imported lazily, so a missing optional dependency only matters
 when that solver is asked for.
 
-Contract: unless a solver class sets ``supports_combining = True``, it is only given
-non-combining collectives (no chunk with ``reduce``) on switch-free topologies;
-:func:`tacos.synthesize` unwinds switches and derives reductions by inversion.  A solver
-that models switch ports itself sets ``native_switches = True`` and is given the original
-topology instead of the unwound one.  A solver that sets ``refines_chunks = True`` may return a
-schedule of a refinement of the collective (each chunk split into equal pieces, same layout).
+Contract: a solver declares its :class:`Capabilities`.  Unless it has ``combining``, it is only
+given non-combining collectives (no chunk with ``reduce``): :func:`tacos.synthesize` derives
+reductions by inversion.  Unless it has ``native_switches`` (it models switch ports itself), it
+is given a switch-free view of the topology (switch unwinding) and its schedule is mapped back.
+With ``refines_chunks`` it may return a schedule of a refinement of the collective (each chunk
+split into equal pieces, same layout).  ``requires`` names the packages it needs, checked
+without importing them.  :meth:`SolverBase.accepts` says, before any work, why a solver cannot
+take a problem (``None`` when it can); the driver asks it first, and so may ``auto`` or the
+command line.
 
 Options: a solver class declares the options it reads in ``options`` (name ->
 :class:`tacos.solvers.options.Option`); :func:`tacos.synthesize` rejects any other option
@@ -21,8 +24,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from tacos.errors import UsageError
 from tacos.model.collective import Collective
@@ -56,15 +60,48 @@ class SolveResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a solver can be given (see the module docstring)."""
+
+    combining: bool = False
+    """It solves combining collectives (reductions) itself; else the driver inverts them."""
+    native_switches: bool = False
+    """It models switch ports itself; else it works on the switch-unwound view."""
+    refines_chunks: bool = False
+    """Its schedule may serve a refinement of the collective (chunks cut into equal pieces)."""
+    requires: tuple[str, ...] = ()
+    """Top-level packages it needs (checked with :func:`importlib.util.find_spec`)."""
+
+
 class Solver(Protocol):
-    """Anything with a ``name`` and a ``solve`` method."""
+    """A solver: a ``name``, its :class:`Capabilities`, ``accepts`` and ``solve``."""
 
     name: str
-    supports_combining: bool
+    capabilities: Capabilities
+
+    def accepts(self, problem: Problem) -> str | None:
+        """Why this solver cannot take ``problem`` (None when it can), without solving."""
+        ...
 
     def solve(self, problem: Problem) -> SolveResult:
         """Synthesize a schedule for ``problem``."""
         ...
+
+
+class SolverBase:
+    """What registered solvers share: no capabilities unless declared, and an ``accepts`` that
+    checks the required packages (subclasses add their own gates)."""
+
+    name: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def accepts(self, problem: Problem) -> str | None:
+        """Why this solver cannot take ``problem`` (None when it can)."""
+        missing = [m for m in self.capabilities.requires if importlib.util.find_spec(m) is None]
+        if missing:
+            return f"solver {self.name!r} needs {', '.join(missing)}, which is not installed"
+        return None
 
 
 SOLVERS: dict[str, str] = {

@@ -17,7 +17,7 @@ from typing import Any
 from tacos.model.collective import Chunk
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
-from tacos.solvers.registry import Problem, SolveResult
+from tacos.solvers.registry import Problem, SolverBase, SolveResult
 
 
 def _route(topology: Topology, chunk: Chunk, rng: random.Random) -> list[tuple[int, float]]:
@@ -53,11 +53,10 @@ def _route(topology: Topology, chunk: Chunk, rng: random.Random) -> list[tuple[i
     return sorted((li, best[topology.links[li].src][0]) for li in used)
 
 
-class TacclLikeSolver:
+class TacclLikeSolver(SolverBase):
     """Congestion-oblivious routing + simulator serialization (seed's TACCL proxy)."""
 
     name = "taccl"
-    supports_combining = False
     options: dict = {}  # only the common seed (ties between equally short routes)
 
     def solve(self, problem: Problem) -> SolveResult:

@@ -39,7 +39,7 @@ from tacos.solvers.lowering.hops import NpuGraph
 from tacos.solvers.lowering.hops import ring_order as find_ring_order
 from tacos.solvers.lowering.program import Lowering, Msg
 from tacos.solvers.options import Option
-from tacos.solvers.registry import Problem, SolveResult
+from tacos.solvers.registry import Capabilities, Problem, SolverBase, SolveResult
 
 Program = list[Msg]
 
@@ -226,17 +226,25 @@ def baseline_schedule(name: str, topology: Topology, collective: Collective, *,
     return lowering.schedule(meta)
 
 
-class _BaselineSolver:
+class _BaselineSolver(SolverBase):
     """Shared :class:`~tacos.solvers.registry.Solver` implementation."""
 
     name = ""
-    supports_combining = True
     #: switches are modelled natively (cut-through hops sharing switch ports); given an
     #: unwound topology the virtual links are used as plain links.
-    native_switches = True
+    capabilities = Capabilities(combining=True, native_switches=True)
     options = {"ring_order": Option("ring order: 'auto' (a Hamiltonian cycle of the "
                                     "topology when one exists) or 'npu' (NPU id order)",
                                     str, ("auto", "npu"), "auto")}
+
+    def accepts(self, problem: Problem) -> str | None:
+        """The collective kinds the algorithm implements (every tenant's)."""
+        supported = ALGORITHMS[self.name][1]
+        coll = problem.collective
+        for tenant in coll.tenants if coll.kind == "multi" else (coll,):
+            if tenant.kind not in supported:
+                return _unsupported(self.name, tenant.kind, supported).message
+        return super().accepts(problem)
 
     def solve(self, problem: Problem) -> SolveResult:
         """Run the baseline; status is ``'feasible'`` (baselines prove nothing optimal).

@@ -99,7 +99,7 @@ from tacos.solvers.forest.torus import dimension_trees
 from tacos.solvers.forest.view import RouteView
 from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, boolean, int_or_text
-from tacos.solvers.registry import Problem, SolveResult
+from tacos.solvers.registry import Capabilities, Problem, SolverBase, SolveResult
 
 PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
     "allgather": (("copy", False, "group"),),
@@ -508,10 +508,11 @@ def _rounds(forest: Forest, sub: Collective, ids: tuple[int, ...], refined: Coll
     return out
 
 
-class ForestSolver:
+class ForestSolver(SolverBase):
     """Spanning-tree packing (see the module docstring)."""
 
     name = "forest"
+    capabilities = Capabilities(combining=True, native_switches=True, refines_chunks=True)
     options = {
         "trees": Option("trees per root: 'auto' (the exact k when small, also 1 and 2, keeping "
                         "the fastest schedule), 'exact', or a fixed k",
@@ -546,9 +547,12 @@ class ForestSolver:
                             "multicast out of it through a switch that declares both), keeping "
                             "the faster", boolean, (True, False), True),
     }
-    supports_combining = True
-    native_switches = True
-    refines_chunks = True
+
+    def accepts(self, problem: Problem) -> str | None:
+        """The collectives forest synthesizes (:data:`PHASES`)."""
+        if problem.collective.kind not in PHASES:
+            return f"solver 'forest' does not handle {problem.collective.label()}"
+        return super().accepts(problem)
 
     def solve(self, problem: Problem) -> SolveResult:
         """Pack, pipeline and time a schedule for ``problem``."""

@@ -74,7 +74,7 @@ from tacos.solvers.greedy.ports import build_port_instance
 from tacos.solvers.greedy.trial import run_trial
 from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, boolean, int_or_text
-from tacos.solvers.registry import Problem, SolveResult
+from tacos.solvers.registry import Capabilities, Problem, SolverBase, SolveResult
 
 DEFAULT_TRIALS = 16
 """Default number of trials on small problems: enough to cycle the merge ladder several times
@@ -101,11 +101,10 @@ def default_trials(total_need: int) -> int:
     return max(2, min(DEFAULT_TRIALS, TRIAL_BUDGET // total_need))
 
 
-class GreedySolver:
+class GreedySolver(SolverBase):
     """Randomized event-driven link-chunk matching (TACOS-Greedy) with multi-chunk transfers."""
 
     name = "greedy"
-    supports_combining = False
     options = {
         "max_merge": Option("most chunks one transfer may carry: an integer, 'auto' (try a "
                             "ladder of caps, never slower than 1) or None (unlimited)",
@@ -120,7 +119,7 @@ class GreedySolver:
         "jit": Option("run the trials the compiled (numba) core covers there; the same "
                       "schedules as the pure-Python trial", boolean, (True, False), True),
     }
-    native_switches = True
+    capabilities = Capabilities(native_switches=True)
 
     def solve(self, problem: Problem) -> SolveResult:
         """Run the trials and return the best schedule (status ``feasible``)."""

@@ -61,7 +61,7 @@ from tacos.solvers.ilp.model import (
 from tacos.solvers.ilp.problem import TenProblem
 from tacos.solvers.ilp.recovery import complete_schedule
 from tacos.solvers.options import Option, boolean, int_or_text
-from tacos.solvers.registry import Problem, SolveResult
+from tacos.solvers.registry import Problem, SolverBase, SolveResult
 
 RESERVE = 0.15  # fraction of the time limit kept for recovery, replay and bookkeeping
 GREEDY_SHARE = 0.25  # most of the time limit the greedy first schedules may take
@@ -223,11 +223,10 @@ def _options(problem: Problem) -> dict[str, Any]:
             "cluster_first": o.get("cluster_first", "auto")}
 
 
-class IlpSolver:
+class IlpSolver(SolverBase):
     """The TEN ILP with horizon bisection, early termination + recovery, time clustering."""
 
     name = "ilp"
-    supports_combining = False
     options = {
         "backend": Option("MILP back end: highs, cpsat, cbc or gurobi (default: the fastest "
                           "installed)", str, ("highs", "cpsat", "cbc", "gurobi", None)),

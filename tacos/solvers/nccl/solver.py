@@ -44,7 +44,7 @@ from tacos.solvers.nccl.pat import pat_schedule
 from tacos.solvers.nccl.rings import nccl_ring
 from tacos.solvers.nccl.system import System, system
 from tacos.solvers.nccl.tree import nccl_tree
-from tacos.solvers.registry import Problem, SolveResult
+from tacos.solvers.registry import Capabilities, Problem, SolverBase, SolveResult
 
 RING_KINDS = ("allgather", "reducescatter", "allreduce", "broadcast", "reduce")
 P2P_KINDS = ("alltoall", "scatter", "gather", "allgather")
@@ -144,14 +144,12 @@ def nccl_best(topology: Topology, collective: Collective, *, sys_: System | None
     return best, results[best], results
 
 
-class _NcclSolver:
+class _NcclSolver(SolverBase):
     """Shared :class:`~tacos.solvers.registry.Solver` implementation."""
 
     name = ""
     algorithm = ""
-    supports_combining = True
-    native_switches = True
-    refines_chunks = True
+    capabilities = Capabilities(combining=True, native_switches=True, refines_chunks=True)
 
     def solve(self, problem: Problem) -> SolveResult:
         """Build the NCCL schedule; status ``'feasible'`` (a model of NCCL proves nothing)."""
