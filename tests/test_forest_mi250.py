@@ -101,7 +101,7 @@ def _preset(name, **params):
 
 
 def test_shallow_candidate_runs_only_where_npus_link_directly():
-    from tacos.solvers.forest.solver import _npu_fabric
+    from tacos.solvers.forest.candidates import _npu_fabric
 
     for topo, direct in ((_mi250(), True), (_preset("mi250", nodes=2), True),
                          (_preset("dgx_a100", nodes=2), False)):

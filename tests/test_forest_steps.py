@@ -21,7 +21,8 @@ from tacos.builders import star, torus
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
-from tacos.solvers.forest.solver import ForestSolver, _dims, _nic, _shared, plan_forest, taper
+from tacos.solvers.forest.candidates import _dims, _nic, _shared
+from tacos.solvers.forest.solver import ForestSolver, plan_forest, taper
 from tacos.solvers.forest.steps import step_groups, step_table
 from tacos.solvers.forest.view import RouteView
 

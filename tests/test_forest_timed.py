@@ -15,9 +15,10 @@ from tacos.model.patterns import build
 from tacos.msccl.verify import verify_xml_file
 from tacos.msccl.xml_writer import schedule_to_xml
 from tacos.solvers.forest import shallow as forest_shallow
+from tacos.solvers.forest.candidates import _timed
 from tacos.solvers.forest.pack import check_packing
 from tacos.solvers.forest.shallow import have_cp_sat
-from tacos.solvers.forest.solver import ForestSolver, _timed, plan_forest
+from tacos.solvers.forest.solver import ForestSolver, plan_forest
 from tacos.solvers.forest.timed import _island_steps, timed_trees
 from tacos.solvers.forest.timed_links import _tight, link_arcs, timed_link_trees
 from tacos.solvers.forest.view import RouteView

@@ -15,9 +15,10 @@ from tacos.builders import mesh, ring, torus
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.topology import Topology
+from tacos.solvers.forest.candidates import _dims
 from tacos.solvers.forest.pack import check_packing
 from tacos.solvers.forest.rate import choose_rate, link_capacities
-from tacos.solvers.forest.solver import _dims, plan_forest
+from tacos.solvers.forest.solver import plan_forest
 from tacos.solvers.forest.split import split_switches
 from tacos.solvers.forest.symmetric import find_symmetry
 from tacos.solvers.forest.torus import applies, dimension_trees

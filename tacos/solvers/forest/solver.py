@@ -72,7 +72,6 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -83,19 +82,14 @@ from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
 from tacos.passes.inversion import assemble, plan_inversion
+from tacos.solvers.forest.candidates import ONCE, PER_PACKING, Context, candidates
 from tacos.solvers.forest.in_switch import in_switch_allreduce, star_optimum
-from tacos.solvers.forest.nic import nic_merge_trees
 from tacos.solvers.forest.pack import Tree, check_packing, pack_trees
+from tacos.solvers.forest.packing import Forest, group_topology
 from tacos.solvers.forest.pipeline import emit, slice_count
-from tacos.solvers.forest.rails import rail_pair_trees
-from tacos.solvers.forest.rate import Rate, choose_rate, link_capacities
-from tacos.solvers.forest.shallow import shallow_trees
-from tacos.solvers.forest.shared import share_switch_hops
-from tacos.solvers.forest.split import SplitGraph, split_switches
+from tacos.solvers.forest.rate import choose_rate, link_capacities
+from tacos.solvers.forest.split import split_switches
 from tacos.solvers.forest.symmetric import find_symmetry, pack_symmetric
-from tacos.solvers.forest.timed import timed_trees
-from tacos.solvers.forest.timed_links import timed_link_trees
-from tacos.solvers.forest.torus import dimension_trees
 from tacos.solvers.forest.view import RouteView
 from tacos.solvers.islands import find_islands
 from tacos.solvers.options import Option, boolean, int_or_text
@@ -116,9 +110,6 @@ INTERLEAVE_MAX = 128
 MAX_SLICE_TRIALS = 16
 BOTH_ORDERS_MAX = 32
 """Largest group packed both with and without island order (larger ones: with it only)."""
-SHALLOW_MAX = 32
-"""Largest group also packed by the depth-bounded program (:mod:`forest_shallow`), where NPUs
-reach each other mostly by direct links (:func:`_npu_fabric`)."""
 SCREEN_TRIALS = 6
 """Schedules timed per tree count before the best tree count gets the full search."""
 SOLVE_TRANSFERS = 200_000
@@ -139,62 +130,14 @@ TIMED_MODES: tuple[tuple[bool | str, int | tuple[int, int]], ...] = (
 in the program's step order and only the end is tapered, by halving or (depth (3, 1)) with one
 last round of a third of a middle round's slices (1x MI250: 3, 1 at 64 MiB; 16, 16, 8, 4, 2,
 1 at 1 GiB)."""
-LINK_TIMED_K = (2,)
-"""Tree counts per root the step-timed program over physical links
-(:mod:`~tacos.solvers.forest_timed_links`) is built for where the exact rate's is not."""
 DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
 """The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest_torus`),
 after one round of step-merged transfers (every link busy from the start; one round won on
 every torus measured at 64 MiB and 1 GiB, so only two slicings are timed besides it)."""
 
 
-@dataclass
-class Forest:
-    """One phase's packing: trees on the topology (reversed for a reduction phase)."""
-
-    phase: str
-    reverse: bool
-    roots: tuple[int, ...]
-    rate: Rate
-    unit: float
-    split: SplitGraph
-    trees: list[Tree]
-    tests: int
-    seconds: dict[str, float] = field(default_factory=dict)
-    packing: str = "lovasz"
-    """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest_pack`),
-    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`), ``dims`` (the dimension-ordered
-    trees of tori, :mod:`~tacos.solvers.forest_torus`) or ``timed`` (step-timed trees,
-    :mod:`~tacos.solvers.forest_timed`)."""
-
-    def optimal_time(self, data_per_root: float) -> float:
-        """Bandwidth-optimal time for ``data_per_root`` bytes from every root (x* · data)."""
-        return float(self.rate.x) / self.unit * data_per_root
-
-    def facts(self, data_per_root: float) -> dict[str, Any]:
-        """JSON-safe summary for ``meta``."""
-        return {"phase": self.phase, "k": self.rate.k, "U": str(self.rate.u),
-                "exact": self.rate.exact, "rate_loss": self.rate.slowdown - 1,
-                "trees": len(self.trees), "depth": max((t.depth() for t in self.trees),
-                                                       default=0),
-                "optimal_time": self.optimal_time(data_per_root),
-                "max_flows": self.rate.checks + self.split.flows + self.tests,
-                "packing": self.packing}
-
-
 def _order(t: Transfer) -> tuple:
     return (t.start, t.end, t.src, t.dst, t.route, t.chunks, t.op)
-
-
-def group_topology(topology: Topology, group: tuple[int, ...]) -> Topology:
-    """The topology without links touching NPUs outside ``group`` (trees relay only through
-    group members and switches)."""
-    members = set(group)
-
-    def keep(v: int) -> bool:
-        return topology.is_switch(v) or v in members
-
-    return topology.with_links(lk for lk in topology.links if keep(lk.src) and keep(lk.dst))
 
 
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
@@ -240,174 +183,9 @@ def _signature(forests: list[Forest]) -> tuple:
                   tuple(t.steps or ())) for f in forests for t in f.trees)
 
 
-def _shared(forests: list[Forest], topology: Topology,
-            group: tuple[int, ...]) -> list[Forest] | None:
-    """The forests with their switch stars rebuilt to share hops across roots
-    (:func:`~tacos.solvers.forest_shared.share_switch_hops`), or None if no phase changes."""
-    out, changed = [], False
-    for f in forests:
-        trees = share_switch_hops(f.trees, group, f.roots, f.rate.k,
-                                  f.rate.caps, topology.is_switch)
-        changed |= trees is not None
-        out.append(replace(f, trees=trees) if trees is not None else f)
-    return out if changed else None
-
-
-def _shallow(forests: list[Forest], group: tuple[int, ...],
-             cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
-    """The forests with depth-bounded trees from an integer program
-    (:func:`~tacos.solvers.forest_shallow.shallow_trees`), or None unless every phase is at the
-    exact rate (or has one tree per root and no exact-rate packing was built), and has them
-    (``cache`` keeps them per capacities, paths and tree count: a reduction phase on a
-    topology with equal capacities both ways reuses the all-gather trees)."""
-    # the exact rate, or one tree per root where no exact packing was built (2x MI250's exact
-    # k = 83 is too large); other fixed k never won on MI250 and only shift the search budget
-    single = ("exact",) not in cache
-    if not all(f.rate.exact or (f.rate.k == 1 and single) for f in forests):
-        return None
-    if all(f.packing == "symmetric" for f in forests):
-        return None  # translated shortest-path trees are as shallow as trees can be
-    out = []
-    for f in forests:
-        key = (f.rate.k, f.roots, tuple(sorted(f.split.caps.items())),
-               tuple(sorted((e, tuple(p)) for e, p in f.split.paths.items())),
-               tuple(sorted(f.rate.caps.items())))
-        if key not in cache:
-            cache[key] = shallow_trees(group, f.roots, f.rate.k, f.split, f.rate.caps)
-        if cache[key] is None:
-            return None
-        out.append(replace(f, trees=cache[key]))
-    if all(f.rate.exact for f in forests):
-        cache[("exact",)] = []
-    return out
-
-
-def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
-           cache: dict[tuple, list[Tree] | None], fixed: bool = False) -> list[Forest] | None:
-    """The forests with step-timed trees (:func:`~tacos.solvers.forest_timed.timed_trees`),
-    or None unless the group has islands (:func:`~tacos.solvers.islands.find_islands`) and
-    every phase is at the exact rate and has them (``cache`` as in :func:`_shallow`: a
-    reduction phase with the same capacities both ways reuses them).  Where NIC switches join
-    the group, the trees are timed over physical links
-    (:func:`~tacos.solvers.forest_timed_links.timed_link_trees`) at a k of
-    :data:`LINK_TIMED_K`: when the tree count is ``fixed`` by the user, or when the exact
-    rate's k was too large for the ``"auto"`` choice (which comes first)."""
-    if all(f.packing == "symmetric" for f in forests):
-        return None  # tori and rings: the dimension-ordered trees time their steps already
-    islands = [i for i in find_islands(topology, group) if len(i) > 1]
-    if not islands:  # (DGX-1, meshes: the depth-bounded trees tie with them at a third of
-        return None  # the program's time; islands are what make the program small and needed)
-    if all(f.rate.exact for f in forests):
-        cache[("exact",)] = []  # (the "auto" tree count comes first: it is the exact rate)
-    switched = any(topology.is_switch(lk.dst) for lk in group_topology(topology, group).links)
-    if switched:  # boxes joined by NIC switches: time the physical links (forest_timed_links),
-        # at a fixed k only where the exact rate's k was too large to pack (2x MI250: 83; 2x
-        # NDv2's exact k = 1 wins, and the program would search ~40 s for nothing)
-        if ("exact",) in cache and not fixed or not all(f.rate.k in LINK_TIMED_K
-                                                         for f in forests):
-            return None
-    elif not all(f.rate.exact for f in forests):
-        return None
-    out = []
-    for f in forests:
-        topo = group_topology(topology, group)
-        topo = topo.reversed() if f.reverse else topo
-        if switched:
-            key = ("links", f.rate.k, f.roots, f.reverse, tuple(sorted(f.rate.caps.items())))
-            if key not in cache:
-                cache[key] = timed_link_trees(topo, group, f.roots, f.rate.k, f.rate.caps,
-                                              islands)
-            if cache[key] is None:
-                return None
-            out.append(replace(f, trees=cache[key], packing="timed"))
-            continue
-        lanes: dict[tuple[int, int], int] = defaultdict(int)
-        for lk in topo.links:
-            lanes[lk.src, lk.dst] += lk.multiplicity
-        key = (f.rate.k, f.roots, tuple(sorted(f.split.caps.items())),
-               tuple(sorted((e, tuple(p)) for e, p in f.split.paths.items())),
-               tuple(sorted(f.rate.caps.items())), tuple(sorted(lanes.items())))
-        if key not in cache:
-            cache[key] = timed_trees(group, f.roots, f.rate.k, f.split, f.rate.caps,
-                                     dict(lanes), islands)
-        if cache[key] is None:
-            return None
-        out.append(replace(f, trees=cache[key], packing="timed"))
-    return out
-
-
-def _npu_fabric(topo: Topology, group: tuple[int, ...]) -> bool:
-    """Whether every group NPU has more bandwidth on direct links to NPUs than to switches
-    (switch-free boxes, or such boxes joined by NIC switches: MI250, DGX-1, NDv2; not
-    NVSwitch systems, whose trees :mod:`~tacos.solvers.forest_shared` rebuilds)."""
-    direct: dict[int, float] = defaultdict(float)
-    switched: dict[int, float] = defaultdict(float)
-    for lk in topo.links:
-        (switched if topo.is_switch(lk.dst) else direct)[lk.src] += lk.bandwidth * lk.multiplicity
-    return all(direct[v] > switched[v] for v in group)
-
-
 def _is_shared(forests: list[Forest]) -> bool:
     """Whether the trees share switch hops across roots (step labels, §3b of docs/forest.md)."""
     return any(t.steps for f in forests for t in f.trees)
-
-
-def _rails(forests: list[Forest], topology: Topology,
-           group: tuple[int, ...]) -> list[Forest] | None:
-    """The forests with two trees per root built for two switch islands joined by rails
-    (:func:`~tacos.solvers.forest_rails.rail_pair_trees`), or None unless every phase has them."""
-    out = []
-    for f in forests:
-        trees = rail_pair_trees(group, f.roots, f.rate.k, f.rate.caps, topology.is_switch)
-        if trees is None:
-            return None
-        out.append(replace(f, trees=trees))
-    return out
-
-
-def _nic(forests: list[Forest], topology: Topology,
-         group: tuple[int, ...]) -> list[Forest] | None:
-    """The forests with trees that merge roots' slices on the NIC rails of three or more
-    switch islands (:func:`~tacos.solvers.forest_nic.nic_merge_trees`, every NIC carrying its
-    exact share), or None unless every phase has one tree per root and that layout."""
-    out = []
-    for f in forests:
-        built = nic_merge_trees(group, f.roots, f.rate, topology.is_switch)
-        if built is None:
-            return None
-        out.append(replace(f, trees=built[0], rate=built[1]))
-    return out
-
-
-def _dims(forests: list[Forest], topology: Topology,
-          group: tuple[int, ...]) -> list[Forest] | None:
-    """The forests with the dimension-ordered trees of a torus
-    (:func:`~tacos.solvers.forest_torus.dimension_trees`: k = 2d per root, checked against the
-    capacities of the rate they claim), or None unless every phase is rooted at every NPU of a
-    switch-free topology and has them."""
-    npus = set(group)
-    if any(topology.is_switch(v) or v not in npus for v in range(topology.n_nodes)):
-        return None
-    out = []
-    for f in forests:
-        if set(f.roots) != npus:
-            return None
-        topo = group_topology(topology, group)
-        topo = topo.reversed() if f.reverse else topo
-        sym = find_symmetry(topo, group, f.split, topology.n_nodes)
-        if sym is None:
-            return None
-        graph = link_capacities(topo, group, f.roots)
-        bws = set(graph.bw.values())
-        if len(bws) != 1:
-            return None
-        built = dimension_trees(sym, graph.bw, f.rate.x, bws.pop())
-        if built is None:
-            return None
-        trees, rate = built
-        check_packing(group, f.roots, trees, rate.k, rate.caps)
-        out.append(replace(f, rate=rate, trees=trees, packing="dims"))
-    return out
 
 
 def _check_collective(coll: Collective) -> None:
@@ -583,6 +361,7 @@ class ForestSolver(SolverBase):
         packings = []
         deep: dict[tuple, list[Tree] | None] = {}  # shallow packings (_shallow)
         stepped: dict[tuple, list[Tree] | None] = {}  # step-timed packings (_timed)
+        fixed = trees_opt != "auto"
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
@@ -591,31 +370,11 @@ class ForestSolver(SolverBase):
                                            opts.get("relays", "members"), order,
                                            opts.get("packing", "auto") == "auto"))
             packings.append((forests, order))
-            small = len(group) <= SHALLOW_MAX and _npu_fabric(topo, group)
-            timed = _timed(forests, topo, group, stepped, trees_opt != "auto") if (
-                small and opts.get("timed", True)) else None
-            if timed is not None:
-                packings.append((timed, order))
-            elif small and opts.get("shallow", True):  # (step-timed trees win on MI250 in
-                # a fraction of the depth-bounded program's time)
-                shallow = _shallow(forests, group, deep)
-                if shallow is not None:
-                    packings.append((shallow, order))
-            if opts.get("share", True):  # the same trees with Bruck spreading on switches
-                shared = _shared(forests, topo, group)
-                if shared is not None:
-                    packings.append((shared, order))
-                railed = _rails(forests, topo, group)
-                if railed is not None and order:
-                    packings.append((railed, order))
-            if opts.get("nic", True) and order:  # roots' slices merged on the NIC rails
-                nic = _nic(forests, topo, group)
-                if nic is not None:
-                    packings.append((nic, order))
-        if opts.get("dims", True) and packings:  # tori: the multi-port bucket all-gather
-            torus = _dims(packings[0][0], topo, group)
-            if torus is not None:
-                packings.append((torus, packings[0][1]))
+            ctx = Context(forests, topo, group, order, fixed, stepped, deep)
+            packings += [(built, order) for built in candidates(PER_PACKING, ctx, opts)]
+        if packings:  # from the first packing only (tori: the multi-port bucket all-gather)
+            ctx = Context(packings[0][0], topo, group, packings[0][1], fixed, stepped, deep)
+            packings += [(built, ctx.order) for built in candidates(ONCE, ctx, opts)]
         choices = packings
         for forests, order in packings:
             sig = _signature(forests)
