@@ -81,9 +81,9 @@ def _backends() -> str:
 
 COLUMN_NOTE = (
     "Columns: time = collective time; algbw = size / time; bound = "
-    "`tacos.bounds.lower_bound`; gap = time / bound; vs ring / vs direct = ring (direct) time / "
-    "this time on the same problem; norm. = time / the case's reference; verified = "
-    "`tacos.verify.verify_schedule`.")
+    "`tacos.check.bounds.lower_bound`; gap = time / bound; vs ring / vs direct = ring (direct) "
+    "time / this time on the same problem; norm. = time / the case's reference; verified = "
+    "`tacos.check.verify.verify_schedule`.")
 CASE_MARK = "<!-- case {} -->"
 
 

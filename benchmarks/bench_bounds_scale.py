@@ -1,7 +1,7 @@
 """Bounds and feasibility at scale: ``python -m benchmarks.bench_bounds_scale [--sizes 8,12,16]
 [--tree PATH]``.
 
-Times each part of :func:`tacos.bounds.lower_bound` (latency, ingress/egress, chunk-granular,
+Times each part of :func:`tacos.check.bounds.lower_bound` (latency, ingress/egress, chunk-granular,
 min-cut) and :func:`tacos.passes.feasibility.check_feasible` for an all-gather on k x k x k
 tori (CPU seconds, ``time.process_time``), and prints the values so that two trees can be
 compared: ``--tree /path/to/other/checkout`` imports tacos from there instead (run both in one

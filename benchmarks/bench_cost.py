@@ -6,7 +6,7 @@ to it.
 
 1. **errors**: every model (``tacos.cost``) on switch-free and switched topologies, for
    all-gather, reduce-scatter, all-reduce and broadcast of 64 MiB, against the matching
-   baseline schedule (verified, timed by ``tacos.simulate`` and by its own physical-link
+   baseline schedule (verified, timed by ``tacos.check.simulate`` and by its own physical-link
    lowering);
 2. **explore**: GPT-20B on 4 x DGX-A100 (32 GPUs), every 4D grid and placement;
 3. **allocate**: the seed's 1024-NPU networks (2D/3D/4D) with its three workloads at
@@ -329,7 +329,7 @@ def main() -> int:
         parts.append("## 1. Model errors against the matching baseline schedules\n\n"
                      "64 MiB; α 1 µs and 50 GB/s on the synthetic topologies, the presets' "
                      "own numbers on the systems.  `error = (predicted − measured) / "
-                     "measured`, measured by the α-β simulator (`tacos.simulate`) and by the "
+                     "measured`, measured by the α-β simulator (`tacos.check.simulate`) and by the "
                      "baseline's own lowering on the physical links and ports.  Every "
                      "schedule is verified.  All rows: `cost_errors.csv`.\n\n"
                      "Targets (home pairs):\n\n" + target_check(rows) + "\n\n"

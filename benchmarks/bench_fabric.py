@@ -5,7 +5,7 @@ Three tables, printed as markdown:
 
 1. ``fabric``: the leaf-spine examples (``examples/leafspine*.tdl``, 16 hosts, 4 leaves, 2
    spines; full and 4:1 oversubscribed), all-gather 1 GiB.  For every solver: tacos's predicted
-   time (the physical model, :mod:`tacos.simulate`), the times an independent flow-level
+   time (the physical model, :mod:`tacos.check.simulate`), the times an independent flow-level
    simulation gives for the same plan (:mod:`benchmarks.flowsim`: max-min fair fluid flows on
    the physical links, each transfer started when its data is there and its connection is
    free -- ``as planned``: not before its planned start, ``asap``: as early as that allows),

@@ -5,7 +5,7 @@ For every system of issue 11's targets (2x/4x DGX-A100, 2x/4x DGX-H100, DGX-1, 1
 
 * ``optimal`` -- the min-cut optimum (ForestColl's rate: size / (x* · data), no α);
 * ``algbw`` -- size / the simulator's time of the forest schedule (α included), and its fraction
-  of the optimum; every schedule goes through :func:`tacos.verify.verify_schedule`;
+  of the optimum; every schedule goes through :func:`tacos.check.verify.verify_schedule`;
 * the XML: lowered (one pipeline round), then checked by the same code as
   ``tacosc verify plan.xml --topology T`` (:func:`tacos.msccl.verify.verify_xml_file`);
 * for all-gather at 1 GiB also tacos's greedy (``--trials``) and the NCCL-style ring and

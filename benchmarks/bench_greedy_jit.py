@@ -16,7 +16,7 @@ Each measurement runs in a fresh process so its peak RSS is its own.  Rows:
   compiled trial CPU and peak RSS, with the fitted exponents (CPU ~ N^e, least squares on
   log-log) and the extrapolation to 34x34x34;
 * ``phases``: 8x8x8 and 12x12x12 tori, ``max_merge=1``: CPU of building the instance, the
-  compiled trial, turning it into a :class:`~tacos.schedule.Schedule` (Transfer objects) and
+  compiled trial, turning it into a :class:`~tacos.model.schedule.Schedule` (Transfer objects) and
   verifying it, with peak RSS;
 * ``huge`` (``--huge``): 34x34x34 torus (39304 NPUs), merged (cap from the ``auto`` ladder's
   first rung, speculation on as by default).

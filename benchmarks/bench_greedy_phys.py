@@ -3,7 +3,7 @@
 Tables, printed as markdown (each schedule verified on the physical topology):
 
 1. ``systems``: all-gather 1 GiB on the multi-node presets: the greedy with chunks per NPU
-   chosen by synthesis (:mod:`tacos.solvers.greedy_chunks`) as a fraction of the min-cut
+   chosen by synthesis (:mod:`tacos.solvers.greedy.chunks`) as a fraction of the min-cut
    optimum (algbw / optimum = cut bound / time), next to the greedy with one chunk per NPU, the
    seed paper's model (``model='unwound'``, same chunks), the island-blind matching
    (``islands=False``, same chunks), and the ``ring``/``biring`` baselines (best of one chunk
@@ -18,7 +18,7 @@ Tables, printed as markdown (each schedule verified on the physical topology):
    with the same links (hosts 0-7 on ``examples/fattree.tdl``'s links, and two hosts per leaf
    on the 4:1 tree of ``leafspine_4to1.tdl``).
 4. ``nccl``: all-gather 1 GiB, the greedy alone (chunks chosen by synthesis) against NCCL's
-   multi-ring model (``nccl-ring``, :mod:`tacos.solvers.nccl_rings`) and NCCL's best all-gather
+   multi-ring model (``nccl-ring``, :mod:`tacos.solvers.nccl.rings`) and NCCL's best all-gather
    model on the same physical model, on the systems of table 1 and DGX-1.
 5. ``time``: synthesis time on switch-free topologies (3D torus 8x8x8, 2D mesh 32x32,
    all-gather 64 MiB, one chunk per NPU), median CPU seconds of ``--repeats`` runs of this

@@ -10,7 +10,7 @@ Each prints a Markdown table (collective times normalized to chunk-granular TACO
 the seed paper) to paste into ``docs/benchmarks/ilp.md``.  All-reduce is run as the
 reduce-scatter (solved as the dual all-gather on the reversed topology) followed by the
 all-gather, exactly as :func:`tacos.synthesize` does; ``--time-limit`` applies to each phase.
-Every schedule is checked with :func:`tacos.verify.verify_schedule`.
+Every schedule is checked with :func:`tacos.check.verify.verify_schedule`.
 """
 
 from __future__ import annotations

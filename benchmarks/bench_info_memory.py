@@ -131,7 +131,7 @@ def _write_docs(table: str, args: argparse.Namespace) -> None:
 Peak resident memory of `tacosc info --json` on three topology families at 1k, 4k and 16k
 NPUs, each the median of {args.repeat} fresh processes; "reference" is the same command on an
 8-NPU ring (interpreter and imports), "topology" the difference.  The hop diameter is computed
-by bit-parallel breadth-first search in batches of bounded size (`tacos/hops.py`), so no
+by bit-parallel breadth-first search in batches of bounded size (`tacos/model/hops.py`), so no
 all-pairs table is built; memory grows with the number of links.  When the exact diameter would
 take too long (long rings and meshes), bounds are shown instead.
 

@@ -10,7 +10,7 @@ reach on the model).  The DGX-H100 preset's NVSwitch declares NVLS
 (``sharp=1``), as H100 SuperPODs have; the other systems declare nothing.  Also:
 
 * the H100 all-reduce against the in-switch optimum (buffer / port bandwidth): NCCL's NVLS and
-  tacos's plan (``auto``; the forest's in-switch star, :mod:`tacos.solvers.forest_in_switch`);
+  tacos's plan (``auto``; the forest's in-switch star, :mod:`tacos.solvers.forest.in_switch`);
 * the wall time of a 12-size sweep on 16 GPUs (2x DGX-A100, all-reduce);
 * 512-NPU all-to-all synthesis (solver ``a2a``, 64x DGX-H100 and an 8x8x8 torus): wall time of
   ``tacos.synthesize``, median of ``--repeat`` runs, and the gap to the fabric cut bound.

@@ -13,10 +13,10 @@ Systems:
   as wide (a (2, 4) mesh becomes (2, 8): two 2-node meshes of 8-GPU nodes);
 * ``dgx_a100`` -- the same meshes on DGX-A100 nodes (one 200 Gb/s NIC per GPU, rails).
 
-For every case: the bound (tacos.bounds.lower_bound, whose group cut sees the host interfaces),
-tacos's plan (multicast tree packing, pieces per tile chosen by trial), and the baselines on
-the same physical model: send/recv (Alpa without local all-gather), Alpa (send/recv + local
-all-gather) and the seed's load-balanced broadcast.  Every plan is verified.
+For every case: the bound (tacos.check.bounds.lower_bound, whose group cut sees the host
+interfaces), tacos's plan (multicast tree packing, pieces per tile chosen by trial), and the
+baselines on the same physical model: send/recv (Alpa without local all-gather), Alpa (send/recv
++ local all-gather) and the seed's load-balanced broadcast.  Every plan is verified.
 
 Usage::
 

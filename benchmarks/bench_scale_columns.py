@@ -4,7 +4,7 @@
 
 All-gather of 64 MiB on k x k x k tori (every link 50 GiB/s, 0.5 µs, 1 chunk per NPU), one
 greedy trial (``max_merge=1``, seed 0, one worker, no lower bound), then
-:func:`tacos.verify.verify_schedule` (the schedule check of ``tacosc verify --topology``) and
+:func:`tacos.check.verify.verify_schedule` (the schedule check of ``tacosc verify --topology``) and
 ``tacos.emit(schedule, "json")``.  Each measurement runs in a fresh process (its peak RSS is
 its own) that first loads the numba kernels on a 2x2 mesh (timed apart); CPU is
 ``time.process_time()`` of each phase.

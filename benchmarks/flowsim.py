@@ -1,6 +1,6 @@
 """An independent flow-level simulator of a schedule on the physical links.
 
-This is deliberately *not* tacos's model (``tacos.simulate``: every transfer holds one lane of
+This is deliberately *not* tacos's model (``tacos.check.simulate``: every transfer holds one lane of
 each link of its route exclusively, transfers on a link serialized in order).  Here every
 transfer is a fluid **flow**:
 

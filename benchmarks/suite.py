@@ -3,8 +3,8 @@
 A *case* (``benchmarks/cases_*.py``) builds :class:`Table` objects by calling :func:`measure`
 for each problem (a topology and a collective) with the solvers it wants.  Every row carries
 the collective time, algorithm bandwidth (size / time), the lower bound of
-:func:`tacos.bounds.lower_bound`, the gap (time / bound), the speedup over ring and direct on the
-same problem, the synthesis time, and whether the schedule passed the verifier.  A solver that
+:func:`tacos.check.bounds.lower_bound`, the gap (time / bound), the speedup over ring and direct on
+the same problem, the synthesis time, and whether the schedule passed the verifier.  A solver that
 is not available in this build (or a case a solver cannot serve) becomes a row with a note, so
 the suite runs as pieces land.
 

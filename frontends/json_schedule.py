@@ -1,4 +1,4 @@
-"""Read JSON schedules back into a :class:`~tacos.schedule.Schedule`.
+"""Read JSON schedules back into a :class:`~tacos.model.schedule.Schedule`.
 
 Two versions are read: ``tacos.schedule/2`` (physical topology with switches, each transfer
 with its ``route`` of physical links; what tacos writes) and ``tacos.schedule/1`` (older files:

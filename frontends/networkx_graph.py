@@ -1,10 +1,10 @@
-"""networkx graphs → :class:`~tacos.topology.Topology` (``tacos.from_networkx``).
+"""networkx graphs → :class:`~tacos.model.topology.Topology` (``tacos.from_networkx``).
 
 Accepted graphs: ``DiGraph`` and ``MultiDiGraph`` (each edge one direction), ``Graph`` and
 ``MultiGraph`` (each edge both directions).  Nodes may be any hashable labels:
 
 * a node with ``kind="switch"`` is a switch (``policy``, ``degree``, ``capabilities``
-  optional, see :class:`tacos.topology.Switch`); every other node is an NPU (``failed``
+  optional, see :class:`tacos.model.topology.Switch`); every other node is an NPU (``failed``
   optional);
 * ``name`` names the node (default: the label as text);
 * when the labels are exactly the integers ``0..n-1`` with every NPU before every switch, they

@@ -3,9 +3,9 @@
 A schedule file carries its collective twice: as a declaration (kind, group, size, chunks per
 NPU, root) and as the chunks with their pre- and postconditions that the verifier checks the
 transfers against.  :func:`differences` rebuilds the chunks from the declaration with
-:mod:`tacos.patterns` (``custom`` collectives from their own chunks: the group must be the NPUs
-they name, in any order, and the size their sum; multi-tenant ones tenant by tenant and then
-combined as :func:`tacos.collective.combine` does) and lists every place where
+:mod:`tacos.model.patterns` (``custom`` collectives from their own chunks: the group must be the
+NPUs they name, in any order, and the size their sum; multi-tenant ones tenant by tenant and then
+combined as :func:`tacos.model.collective.combine` does) and lists every place where
 the two disagree, so that a file whose obligations were cut down (a postcondition reduced to one
 NPU, a chunk dropped, a group that no longer holds an NPU the chunks use, a wrong size or an
 unknown kind) is rejected instead of verified against its own weakened terms.

@@ -1,12 +1,12 @@
 """Where fanned-out work runs: in this process, on a local process pool, or on a Dask cluster.
 
-Greedy trials (:mod:`tacos.solvers.greedy`) and the sizes of a sweep (:func:`tacos.sweep.sweep`)
-are independent tasks ``fn(shared, item)``: ``shared`` is the data every task reads (the
-problem), ``item`` what one task does (a trial, a size).  An :class:`Engine` runs them and
-yields ``(index, result)`` pairs as tasks finish; callers combine the results in an order that
-does not depend on which finished first (the greedy keeps the smallest ``(makespan, trial,
-cap)``, a sweep puts each size in its row), so the same seed gives the same bytes whatever
-the engine:
+Greedy trials (:mod:`tacos.solvers.greedy.solver`) and the sizes of a sweep
+(:func:`tacos.sweep.sweep`) are independent tasks ``fn(shared, item)``: ``shared`` is the data
+every task reads (the problem), ``item`` what one task does (a trial, a size).  An
+:class:`Engine` runs them and yields ``(index, result)`` pairs as tasks finish; callers combine
+the results in an order that does not depend on which finished first (the greedy keeps the
+smallest ``(makespan, trial, cap)``, a sweep puts each size in its row), so the same seed gives
+the same bytes whatever the engine:
 
 * :class:`SerialEngine` -- one task after the other in this process;
 * :class:`PoolEngine` -- a local pool of forked processes (``workers`` > 1, the default);

@@ -92,7 +92,7 @@ def import_spec(source: str | Path, format: str | None = None, **options: Any) -
 
 
 def import_topology(source: str | Path, format: str | None = None, **options: Any):
-    """Import a file as a :class:`~tacos.topology.Topology` (see :func:`import_spec`)."""
+    """Import a file as a :class:`~tacos.model.topology.Topology` (see :func:`import_spec`)."""
     return import_spec(source, format, **options).topology
 
 

@@ -279,8 +279,8 @@ def synthesize(topology: Topology, collective: Collective, *, solver: str = "aut
         ``cluster_steps``, ``window_time_limit``, ``discretization_factor``,
         ``upper_bound``, ``cluster_first``, ``max_merge``; baselines: ``ring_order``.
 
-    Returns a :class:`~tacos.schedule.Schedule` whose ``collective`` is the one given (chunk ids
-    preserved) -- or, from a solver that splits the buffer over channels or pipeline slices
+    Returns a :class:`~tacos.model.schedule.Schedule` whose ``collective`` is the one given (chunk
+    ids preserved) -- or, from a solver that splits the buffer over channels or pipeline slices
     (the NCCL baselines, ``forest``, and ``auto`` when one of them wins), a refinement of it:
     the same buffer and layout with each chunk cut into equal consecutive pieces -- and whose
     ``topology`` is ``topology`` itself (transfers on physical routes,

@@ -1,6 +1,6 @@
 """The array forms of the bounds and the feasibility check against plain per-node references:
 latency bounds from scipy shortest paths against networkx Dijkstra, per-NPU byte totals
-against summing :func:`tacos.bounds._needs` chunk by chunk."""
+against summing :func:`tacos.check.bounds._needs` chunk by chunk."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Column-backed schedules (tacos.schedule_columns): the same transfers, bytes and reports."""
+"""Column-backed schedules (tacos.model.columns): the same transfers, bytes and reports."""
 
 from __future__ import annotations
 

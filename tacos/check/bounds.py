@@ -14,7 +14,7 @@ The functions:
 
 * :func:`hop_latency_bound` — physical: the farthest needed pair's fastest path in Σ α.
 * :func:`latency_bound` — model: the slowest chunk's fastest path (edge weight α + size/bw) with
-  whole chunks store-and-forward; both on array graphs (:mod:`tacos.distances`, scipy's C
+  whole chunks store-and-forward; both on array graphs (:mod:`tacos.model.distances`, scipy's C
   shortest paths, many sources per call).
 * :func:`ingress_egress_bound` — bytes an NPU must receive (send) over its ingress (egress)
   bandwidth.
@@ -30,7 +30,7 @@ The functions:
   ``max(ceil(recv/in_degree), ceil(send/out_degree), hops)`` × (α + chunk/B).  It holds for
   schedules that move one chunk per transfer (the TACOS model); a transfer carrying several
   chunks pays α once and can beat it, so :func:`lower_bound` reports it but does not use it.
-* :func:`tacos.bounds_groups.group_cut_bound` — for collectives without a min-cut formula
+* :func:`tacos.check.bounds_groups.group_cut_bound` — for collectives without a min-cut formula
   (custom, all-to-all, scatter, gather, multi-tenant), bytes that must cross into or out of a
   group of nodes of the bandwidth hierarchy (a host behind its NIC, ...).
 * :func:`lower_bound` combines them into a :class:`Bound`.
@@ -477,7 +477,7 @@ def cut_bound(topology: Topology, collective: Collective) -> float | None:
     topology; all-reduce: reduce-scatter bound + all-gather bound (composition bound, valid for
     schedules that reduce-scatter then all-gather); broadcast (reduce): buffer / max-flow from
     (to) the root, minimized over NPUs; all-to-all, scatter, gather and custom copy patterns:
-    the fabric cuts of :func:`tacos.bounds_cuts.pair_cut_bound` (nodes, switch groups,
+    the fabric cuts of :func:`tacos.check.bounds_cuts.pair_cut_bound` (nodes, switch groups,
     bisections).
     """
     kind = collective.kind

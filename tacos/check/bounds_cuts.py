@@ -9,11 +9,11 @@ per-NPU case is the ingress/egress bound; what an all-to-all adds is the **fabri
 eight GPUs share its NICs, a leaf's hosts share its uplinks, half a torus reaches the other half
 through its bisection.  The exact maximum over all ``S`` is a sparsest-cut problem (NP-hard),
 so :func:`pair_cut_bound` evaluates the cuts that matter on real fabrics -- the groups of
-every bandwidth level (nodes, as :mod:`tacos.bounds_groups` finds them) and their unions up to
+every bandwidth level (nodes, as :mod:`tacos.check.bounds_groups` finds them) and their unions up to
 half the system, every group of NPUs behind one switch, the half-planes of every link
 dimension (a torus's bisection), and prefixes of a spectral ordering (the Fiedler vector of
 the bandwidth Laplacian) -- each one a valid bound, the largest reported.  Unlike
-:func:`tacos.bounds_groups.group_cut`, which sums the links around a fixed set of nodes, the
+:func:`tacos.check.bounds_groups.group_cut`, which sums the links around a fixed set of nodes, the
 capacity here is a max-flow between the NPU sets (switches fall on whichever side gives the
 smaller cut), and the demand is summed with numpy, which keeps a 512-NPU all-to-all (262,144
 chunks) fast.
@@ -120,7 +120,7 @@ class _Cuts:
 
 def candidate_sets(topology: Topology, members: list[int]) -> list[list[int]]:
     """NPU sets whose cuts :func:`pair_cut_bound` evaluates: the groups of every bandwidth
-    level (:func:`tacos.bounds_groups.candidate_groups`: nodes, islands, racks; two of each
+    level (:func:`tacos.check.bounds_groups.candidate_groups`: nodes, islands, racks; two of each
     size, since alike groups give alike cuts) and unions of a level's groups up to half the
     system, the groups behind one switch, the half-planes of every link dimension, and
     prefixes of a spectral ordering."""

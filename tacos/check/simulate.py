@@ -1,11 +1,11 @@
 """α-β replay of a schedule on the physical links.
 
-:func:`simulate` replays the transfers of a :class:`~tacos.schedule.Schedule` as early as the
+:func:`simulate` replays the transfers of a :class:`~tacos.model.schedule.Schedule` as early as the
 model allows, keeping the schedule's decisions (which chunks go over which route, in which order
 per link) and dropping its idle time:
 
 * a transfer lasts ``alpha + bytes/bandwidth`` of its route (cut-through: Σ α of the route's
-  links, the narrowest link's bandwidth; :mod:`tacos.routes`);
+  links, the narrowest link's bandwidth; :mod:`tacos.model.routes`);
 * it holds one lane of every link of its route for its whole duration; a link with
   multiplicity m runs at most m transfers at once, started in the original order by
   ``(start, index)`` (a transfer waits, on every link of its route, for every earlier one on

@@ -2,7 +2,7 @@
 
 A schedule is flattened into a :class:`HopTable` (one row per (transfer, chunk) pair), read
 straight from the columns of a column-backed schedule
-(:class:`~tacos.schedule_columns.TransferColumns`: no ``Transfer`` object is built) or from the
+(:class:`~tacos.model.columns.TransferColumns`: no ``Transfer`` object is built) or from the
 ``Transfer`` objects of a tuple.  The screens below find, in bulk with numpy, the few transfers,
 links and chunks that *may* break a rule; the verifier then runs its exact, message-producing
 checks on those only.  Each screen is conservative: anything it lets through provably passes
@@ -107,8 +107,8 @@ def transfer_fields(schedule: Schedule, h: HopTable) -> tuple[np.ndarray, ...]:
 
 
 def op_column(schedule: Schedule) -> np.ndarray | None:
-    """Per transfer, its op's index in :data:`~tacos.schedule.OPS` (``len(OPS)`` for an unknown
-    op); None when every transfer copies."""
+    """Per transfer, its op's index in :data:`~tacos.model.schedule.OPS` (``len(OPS)`` for an
+    unknown op); None when every transfer copies."""
     c = _columns(schedule)
     if c is not None:
         return np.asarray(c.op) if c.has_reduce else None

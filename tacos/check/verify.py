@@ -1,12 +1,12 @@
 """Independent schedule verifier.
 
-:func:`verify_schedule` checks a :class:`~tacos.schedule.Schedule` against the physical α-β
+:func:`verify_schedule` checks a :class:`~tacos.model.schedule.Schedule` against the physical α-β
 model (``docs/machine-model.md``: cut-through routes, store-and-forward at NPUs) without
 trusting any solver.  Each problem found is a :class:`Violation` tagged with one of these rules
 (the names are part of the API):
 
 ``link``
-    the transfer's route is a valid route of the topology (:meth:`tacos.routes.Routing.make`:
+    the transfer's route is a valid route of the topology (:meth:`tacos.model.routes.Routing.make`:
     existing links that join up from ``src`` to ``dst``, only switches in between, no node
     twice), its endpoints are live NPUs, and a ``via`` link passes through a real switch.
 ``duration``
@@ -21,8 +21,8 @@ trusting any solver.  Each problem found is a :class:`Violation` tagged with one
     they share once.
 ``group``
     transfers with the same ``group`` id form one in-switch operation
-    (:func:`tacos.in_switch.group_shape`): one source fanning out through switches that declare
-    ``multicast``, or one destination reduced into through switches that declare ``reduce``;
+    (:func:`tacos.check.in_switch.group_shape`): one source fanning out through switches that
+    declare ``multicast``, or one destination reduced into through switches that declare ``reduce``;
     the members start and end together.
 ``causality``
     the sender holds (a value of) every chunk it sends when the transfer starts.
@@ -36,7 +36,7 @@ trusting any solver.  Each problem found is a :class:`Violation` tagged with one
 
 Events at the same instant: arrivals are applied before sends (a chunk may leave the instant it
 arrives).  Times are compared with a rounding slack relative to their own magnitude
-(:data:`tacos.verify_bulk.TIME_EPS`, about 1.4e-14 × |t|; the duration rule also allows that
+(:data:`tacos.check.tables.TIME_EPS`, about 1.4e-14 × |t|; the duration rule also allows that
 slack on ``end - start``), so schedules with huge latencies verify.  A reduce into an NPU that
 holds no value of the chunk yet treats the missing value as empty.
 """
@@ -265,7 +265,7 @@ def _route_text(route: object) -> str:
 
 
 def _check_groups(schedule: Schedule, usable: np.ndarray, out: _Collector) -> None:
-    """Every group of transfers is one valid in-switch operation (:mod:`tacos.in_switch`)."""
+    """Every group of transfers is one valid in-switch operation (:mod:`tacos.check.in_switch`)."""
     groups: dict[object, list[int]] = defaultdict(list)
     cols = schedule.transfers if isinstance(schedule.transfers, TransferColumns) else None
     if cols is not None:  # the group column: ids are integers; members in transfer order
@@ -390,7 +390,7 @@ def _check_data(schedule: Schedule, usable: np.ndarray, out: _Collector,
 def _events(transfers: tuple[Transfer, ...], idxs: list[int]
             ) -> list[tuple[float, int, float, int]]:
     """Sends at ``start`` and arrivals at ``end``; an arrival within rounding of a send's
-    start (:func:`~tacos.verify_bulk.early`) comes first."""
+    start (:func:`~tacos.check.tables.early`) comes first."""
     ev: list[tuple[float, int, float, int]] = []
     for i in idxs:
         t = transfers[i]

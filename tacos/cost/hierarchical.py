@@ -13,7 +13,7 @@ halving-doubling):
 * all-to-all: one all-to-all of the whole buffer per dimension.
 
 The product structure (groups per dimension, member orders) is the hierarchical baseline's
-own (:func:`tacos.solvers.baselines_hier.analyse`), so both cut the topology the same way; it
+own (:func:`tacos.solvers.baselines.hier.analyse`), so both cut the topology the same way; it
 is analysed once per topology and restricted to each process group (:func:`sub_grid`), which
 gives what ``analyse`` gives for that group without re-reading the whole topology per group.
 """

@@ -3,10 +3,10 @@
 An algorithm's step is a set of logical sends ``u -> v`` between NPUs that run at the same
 time.  On the machine model (``docs/machine-model.md``) a send whose ends are one route apart
 (a direct link, or up-port -> fabric -> down-port through switches) is one cut-through transfer
-on a route of :mod:`tacos.routes`: α is the sum of its links' α, the bandwidth its narrowest
+on a route of :mod:`tacos.model.routes`: α is the sum of its links' α, the bandwidth its narrowest
 link's, and it holds every link of the route for its whole duration.  Ends further apart are
 joined by a chain of such hops, store-and-forward at the relay NPUs, chosen as the baselines
-choose them (:meth:`~tacos.solvers.baselines_route.NpuGraph.route`: fewest hops, then fastest,
+choose them (:meth:`~tacos.solvers.lowering.hops.NpuGraph.route`: fewest hops, then fastest,
 relaying only through the NPUs of the process groups unless any NPU is allowed), so a model
 and the matching baseline schedule relay through the same NPUs.
 

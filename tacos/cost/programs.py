@@ -3,7 +3,7 @@
 Each function returns the :class:`~tacos.cost.steps.Step` list of an algorithm for a collective
 of kind ``kind`` on the group ``members`` (in the order the algorithm visits them), with byte
 counts as fractions of the collective's size ``M`` (nccl-tests convention, see
-``docs/tdl.md``).  They mirror the logical programs of :mod:`tacos.solvers.baselines_algos`
+``docs/tdl.md``).  They mirror the logical programs of :mod:`tacos.solvers.baselines.algos`
 step for step, so a model and its baseline move the same bytes between the same NPUs.
 
 ``scale`` multiplies every fraction (a hierarchical stage works on ``M / Π P_j``); ``k`` is the

@@ -2,7 +2,7 @@
 
 :class:`RoutedJobs` builds each job's usual plan (NCCL's ring, or direct sends for patterns a
 ring does not serve) alone, lists its flows, and times any route assignment for all jobs
-together on the physical links (:func:`tacos.simulate.simulate`: every transfer holds every
+together on the physical links (:func:`tacos.check.simulate.simulate`: every transfer holds every
 link of its route; transfers that meet on a link go one after the other, in the order the jobs
 reach it).  :meth:`RoutedJobs.search` improves an assignment by local search on that timing.
 """

@@ -2,7 +2,7 @@
 
 A *flow* (the seed's commodity) is a pair of NPUs of one job that exchange data over a route
 through switches.  Between two hosts on different leaves of a leaf-spine fabric there is one
-candidate route per spine (:meth:`tacos.routes.Routing.routes`); routing picks one per flow:
+candidate route per spine (:meth:`tacos.model.routes.Routing.routes`); routing picks one per flow:
 
 * :func:`ecmp` -- what switches do today: a hash of the flow (seeded, like a switch's hash
   seed) picks the route, blind to every other flow, so two elephant flows can land on one

@@ -1,6 +1,6 @@
 """Columnar transfers: a schedule's transfers as numpy arrays, ``Transfer`` objects on demand.
 
-A :class:`~tacos.schedule.Transfer` costs about 600 bytes as a Python object; a schedule of
+A :class:`~tacos.model.schedule.Transfer` costs about 600 bytes as a Python object; a schedule of
 millions of them (the greedy at 4096 NPUs makes 16.7 million) does not fit in memory as a
 tuple.  :class:`TransferColumns` keeps the same transfers as parallel columns, about 50 bytes
 each:
@@ -10,7 +10,7 @@ each:
 * ``route_ptr`` (``int64``), ``route_links`` (``int32``): the routes in CSR form, transfer
   ``i``'s links are ``route_links[route_ptr[i]:route_ptr[i + 1]]``;
 * ``chunk_ptr`` (``int64``), ``chunk_ids`` (``int32``): the chunks, likewise;
-* ``op``: ``uint8`` index into :data:`~tacos.schedule.OPS`;
+* ``op``: ``uint8`` index into :data:`~tacos.model.schedule.OPS`;
 * ``group``: ``int64`` in-switch group id, ``-1`` for none.
 
 It is an immutable :class:`~collections.abc.Sequence` of ``Transfer``: ``len``, iteration and
@@ -149,7 +149,7 @@ class TransferColumns(Sequence[Transfer]):
     # -- constructors ------------------------------------------------------------------------
     @classmethod
     def from_transfers(cls, transfers: Iterable[Transfer]) -> TransferColumns:
-        """Columns of ``transfers`` (any iterable of :class:`~tacos.schedule.Transfer`).
+        """Columns of ``transfers`` (any iterable of :class:`~tacos.model.schedule.Transfer`).
 
         Raises ``TypeError``/``ValueError`` for transfers the columns cannot hold exactly:
         non-numeric times, non-integer ids or routes, an unknown ``op``, a negative or
@@ -236,7 +236,7 @@ class TransferColumns(Sequence[Transfer]):
 
     @property
     def op(self) -> np.ndarray:
-        """``uint8`` index into :data:`~tacos.schedule.OPS` per transfer."""
+        """``uint8`` index into :data:`~tacos.model.schedule.OPS` per transfer."""
         if self._op is None:
             return np.broadcast_to(np.uint8(0), (self._n,))
         return self._op

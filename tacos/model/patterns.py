@@ -16,7 +16,7 @@ gather         root's receive buffer             size / (N·k)
 =============  ================================  ==========================
 
 N is the group size and k the chunks per NPU.  ``size`` is bytes or a text with a unit
-(``"64MiB"``, read by :func:`tacos.units.parse_size`) and is never rounded: when it does not
+(``"64MiB"``, read by :func:`tacos.model.units.parse_size`) and is never rounded: when it does not
 divide evenly, chunks differ by one byte (as the runtimes split buffers), and a per-rank
 collective whose size is not a multiple of N is refused with the nearest sizes that are (see
 :func:`chunk_sizes`).

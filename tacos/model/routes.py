@@ -18,7 +18,7 @@ and the MSCCL timing (see ``docs/machine-model.md``):
   (:meth:`Routing.make` checks one).
 
 Routes are computed lazily per source NPU and cached on the :class:`Routing` object, which a
-:class:`~tacos.topology.Topology` creates once (``topology.routing``).
+:class:`~tacos.model.topology.Topology` creates once (``topology.routing``).
 """
 
 from __future__ import annotations

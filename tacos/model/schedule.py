@@ -1,7 +1,7 @@
 """Schedule IR: timed chunk transfers over routes of a topology's physical links.
 
 Times are seconds, sizes bytes.  A :class:`Transfer` moves one or more chunks together from NPU
-``src`` to NPU ``dst`` over a *route* (:mod:`tacos.routes`): a tuple of indices into
+``src`` to NPU ``dst`` over a *route* (:mod:`tacos.model.routes`): a tuple of indices into
 ``Schedule.topology.links`` -- one direct link, or the up-port, fabric links and down-port of a
 path through switches.  It is cut-through and pays the route's α once: its duration is at least
 ``Σ α + Σ chunk sizes / narrowest bandwidth`` (MSCCL's ``cnt``), and it holds one lane of every
@@ -38,7 +38,7 @@ class Schedule:
     """A synthesized algorithm: the transfers plus the problem they solve.
 
     ``transfers`` is a sequence of :class:`Transfer`: a tuple, or a
-    :class:`~tacos.schedule_columns.TransferColumns` (numpy columns that build ``Transfer``
+    :class:`~tacos.model.columns.TransferColumns` (numpy columns that build ``Transfer``
     objects on demand, what the greedy returns); either way the schedule means, compares and
     serializes the same.  ``meta`` holds solver facts (name, seed, trials, status, bounds); it
     does not take part in equality.
@@ -51,10 +51,10 @@ class Schedule:
 
     @property
     def columns(self) -> TransferColumns:
-        """The transfers as :class:`~tacos.schedule_columns.TransferColumns`: ``transfers``
+        """The transfers as :class:`~tacos.model.columns.TransferColumns`: ``transfers``
         itself when it is columnar, else built once from it and kept.  Raises
         ``TypeError``/``ValueError`` for transfers columns cannot hold (see
-        :meth:`~tacos.schedule_columns.TransferColumns.from_transfers`)."""
+        :meth:`~tacos.model.columns.TransferColumns.from_transfers`)."""
         from tacos.model.columns import TransferColumns
 
         ts = self.transfers
@@ -88,8 +88,8 @@ class Schedule:
         return max((t.end for t in self.transfers), default=0.0)
 
     def route_of(self, t: Transfer) -> Route:
-        """The :class:`~tacos.routes.Route` a transfer takes (raises
-        :class:`~tacos.routes.RouteError` when its links are not a valid route)."""
+        """The :class:`~tacos.model.routes.Route` a transfer takes (raises
+        :class:`~tacos.model.routes.RouteError` when its links are not a valid route)."""
         return self.topology.routing.make(t.route)
 
     def transfer_bytes(self, t: Transfer) -> int:

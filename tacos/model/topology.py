@@ -38,7 +38,7 @@ class Npu:
 class Switch:
     """A switch node.
 
-    Transfers cross switches on physical routes (:mod:`tacos.routes`).  ``policy`` and
+    Transfers cross switches on physical routes (:mod:`tacos.model.routes`).  ``policy`` and
     ``degree`` say how the TACOS-style unwinding view (:mod:`tacos.passes.unwind`) replaces the
     switch by virtual NPU-to-NPU links for solvers that need a fixed graph: ``policy`` is one of
     :data:`UNWIND_POLICIES`; for ``'degree'`` NPU i gets virtual links to the next ``degree``
@@ -192,8 +192,9 @@ class Topology:
         return LinkArrays.of(self.links)
 
     @cached_property
-    def routing(self):  # -> tacos.routes.Routing (imported lazily: routes imports this module)
-        """Candidate routes between NPUs (:class:`tacos.routes.Routing`), built lazily once."""
+    def routing(self):  # -> tacos.model.routes.Routing (imported lazily: routes imports this)
+        """Candidate routes between NPUs (:class:`tacos.model.routes.Routing`), built lazily
+        once."""
         from tacos.model.routes import Routing
 
         return Routing(self)
@@ -249,7 +250,7 @@ class Topology:
     def diameter(self, among: Iterable[int] | None = None) -> int | None:
         """Largest hop distance between live NPUs (or ``among``); None if some pair is cut off.
 
-        Exact, in memory linear in the links (:func:`tacos.hops.diameter`).
+        Exact, in memory linear in the links (:func:`tacos.model.hops.diameter`).
         """
         from tacos.model.hops import diameter
 

@@ -1,4 +1,4 @@
-"""Validation of a :class:`~tacos.topology.Topology` built outside the TDL.
+"""Validation of a :class:`~tacos.model.topology.Topology` built outside the TDL.
 
 The TDL frontend checks everything with source locations; topologies built in Python
 (:mod:`tacos.builders`, :func:`tacos.from_networkx`, importers, or the dataclasses directly)
@@ -142,7 +142,7 @@ def unwound_link_count(topology: Topology) -> int:
 
 def check_problem(topology: Topology, collective: Collective) -> None:
     """The limits synthesis needs to hold before it starts work (the API's entry check; link
-    values are checked by :func:`tacos.passes.validate.check_topology`)."""
+    values are checked by :func:`tacos.model.validate.check_topology`)."""
     check_collective(collective)
     limits.check("links", unwound_link_count(topology), "switch unwinding would create too many "
           "links (a fully unwound switch of n ports gives n(n-1))")

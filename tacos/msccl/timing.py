@@ -9,7 +9,7 @@ Model (an estimate for comparing plans, not a cycle-accurate GPU model):
   size of §1.1 (``count × typesize × sizeMultiplier``); by default the top of the file's size
   window (``maxBytes``, or ``max(minBytes, 1 MiB)`` when unlimited).
 * Each connection ``A -> B`` takes the fastest candidate route for one chunk (the machine
-  model's routes, :mod:`tacos.routes`: a direct link or a path through switches; a connection
+  model's routes, :mod:`tacos.model.routes`: a direct link or a path through switches; a connection
   between NPUs that no route joins is an error, since the runtime does not relay through other
   GPUs).  A transfer of ``cnt`` chunks is cut-through: ``Σ α + cnt·chunk / min β`` along the
   route, holding one of the ``multiplicity`` parallel lanes of every link on the route for that

@@ -4,7 +4,7 @@ Passes, in order (a pass is skipped, and says why in ``report.checks``, when an 
 found the program too broken for it to mean anything):
 
 1. ``parse`` - the runtime's lexical rules and required attributes
-   (:mod:`tacos.frontends.msccl_xml`);
+   (:mod:`tacos.msccl.xml_reader`);
 2. ``structure`` - values, numbering, peers, channels, ownership, bounds
    (:mod:`~tacos.msccl.verify_structure`);
 3. ``connections`` - symmetry and k-th send/k-th receive pairing

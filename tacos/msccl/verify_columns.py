@@ -3,8 +3,8 @@
 Reading a million ``<step>`` lines into :class:`~tacos.msccl.program.Step` objects costs more
 than every compiled check after it (:mod:`tacos.msccl.verify_jit`).  For a file whose steps are
 all canonical (the exact form tacos and the production files write, see
-:mod:`tacos.frontends.msccl_xml_lex`) this path reads them as text spans
-(:func:`tacos.frontends.msccl_xml.parse_xml_runs`), takes their values out of the text with
+:mod:`tacos.msccl.xml_lexer`) this path reads them as text spans
+(:func:`tacos.msccl.xml_reader.parse_xml_runs`), takes their values out of the text with
 a compiled scan (:func:`step_columns`), checks the per-step structural rules on those columns
 (:func:`steps_clean`: the test :func:`tacos.msccl.verify_structure.check_structure` applies
 before it builds any message), the rest of the structure on the step-less program, and then

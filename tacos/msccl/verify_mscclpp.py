@@ -4,7 +4,7 @@ Passes, in order (a pass is skipped, and says why, when an earlier one found the
 for it to mean anything):
 
 1. ``structure`` - keys, numbering, channels, remote buffers, operation names
-   (:mod:`tacos.frontends.mscclpp_json`);
+   (:mod:`tacos.msccl.mscclpp_reader`);
 2. ``pairing`` - per (sender, receiver, k-th channel) as many ``signal``s as ``wait``s (the
    DSL's ``validate_signal_wait_pairing``);
 3. ``syncthreads`` - a ``nop`` between a data operation and the ``signal``/``sem_release``

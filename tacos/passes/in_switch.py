@@ -4,7 +4,7 @@ A solver that knows nothing about in-switch operations sends a chunk from one NP
 peers through a switch as separate transfers, each taking the sender's up-port again, and
 reduces into one NPU as separate transfers, each taking its down-port again.  Where the switch
 declares ``multicast`` (``reduce``), :func:`fuse_in_switch` joins such transfers into one group
-(``Transfer.group``, :mod:`tacos.in_switch`):
+(``Transfer.group``, :mod:`tacos.check.in_switch`):
 
 * copies of the same chunks from one NPU whose routes enter the same multicast switch by the
   same up-port become one multicast group (start: the earliest of them);
@@ -12,8 +12,8 @@ declares ``multicast`` (``reduce``), :func:`fuse_in_switch` joins such transfers
   same down-port become one reduction group (start: the latest of them, so every sender has
   what it sent before);
 
-then replays the result with :func:`tacos.simulate.simulate` (the group moves as one, the up- or
-down-port carries the bytes once; the faster of the planned and the work-conserving replay
+then replays the result with :func:`tacos.check.simulate.simulate` (the group moves as one, the up-
+or down-port carries the bytes once; the faster of the planned and the work-conserving replay
 order) and verifies it.  The fused schedule is returned only when it
 verifies; whether it is faster is the caller's choice (``tacos.solvers.auto`` keeps the faster).
 """

@@ -1,6 +1,6 @@
 """Switch unwinding: a switch-free *view* of a topology for solvers that need a fixed graph.
 
-The physical model (:mod:`tacos.routes`) routes transfers through switches; the TEN ILP, the
+The physical model (:mod:`tacos.model.routes`) routes transfers through switches; the TEN ILP, the
 TACCL-like solver and TACOS-style synthesis instead need every NPU-to-NPU connection as one
 link with a fixed share of the port.  :func:`unwind` builds that view (the seed paper's switch
 unwinding) and remembers, for each view link, the physical route it stands for;
@@ -173,7 +173,7 @@ def to_physical(schedule: Schedule, view: View, *, retime: bool = True) -> Sched
 
     Each transfer over view link ``i`` takes the route ``view.routes[i]``.  With ``retime``
     (the default) the result is replayed on the physical links by
-    :func:`tacos.simulate.simulate`: transfers whose routes share a link (several view links
+    :func:`tacos.check.simulate.simulate`: transfers whose routes share a link (several view links
     standing for one port) take turns, each at the route's full cut-through speed.  Both
     replay orders are tried -- the view's order on every link, and work-conserving (a transfer
     goes as soon as its data is there and its route is free) -- and the faster is kept.  The

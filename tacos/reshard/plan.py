@@ -14,8 +14,8 @@ pieces stay at least :data:`MIN_PIECE_BYTES` (and whose chunk total stays under
 :data:`MAX_CHUNKS`) is planned, and the fastest plan wins.  The baselines get the same choice,
 each its own best.  Times are each plan's own verified timing (its makespan), so a baseline's
 runtime semantics (one operation at a time per device, hosts busy per broadcast) count.  The
-bound (:func:`tacos.bounds.lower_bound`, whose group cut sees host interfaces) is computed once
-for tiles in 256 pieces, so it holds for every plan compared (none splits tiles finer).
+bound (:func:`tacos.check.bounds.lower_bound`, whose group cut sees host interfaces) is computed
+once for tiles in 256 pieces, so it holds for every plan compared (none splits tiles finer).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ model how a runtime issues the transfers:
 * ``not_before``: a time before which the transfer may not start (a task waiting for its hosts).
 
 A send between NPUs that no single route joins is relayed, store-and-forward, along the
-fewest-hop chain of routes (:class:`~tacos.solvers.baselines_route.NpuGraph`).  The result is a
-:class:`~tacos.schedule.Schedule` of copies on the physical topology.
+fewest-hop chain of routes (:class:`~tacos.solvers.lowering.hops.NpuGraph`).  The result is a
+:class:`~tacos.model.schedule.Schedule` of copies on the physical topology.
 """
 
 from __future__ import annotations

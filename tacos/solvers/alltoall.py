@@ -11,7 +11,7 @@ at a time, **aggregating** everything bound for one peer into one message:
   node b -- ``(G - 1) + (nodes - 1)`` messages per GPU instead of ``N - 1``, every byte across
   the network once, on its own rail;
 * on a multi-dimensional topology (links carry ``dim``: tori, meshes, ``Ring(4)_FC(2)_Switch(8)``)
-  the dimensions are the topology's (:func:`tacos.solvers.baselines_hier.analyse`), each
+  the dimensions are the topology's (:func:`tacos.solvers.baselines.hier.analyse`), each
   exchange inside the groups of one dimension;
 * otherwise it is the direct exchange.
 

@@ -4,7 +4,7 @@ A node's GPUs behind their NICs, the hosts of an oversubscribed leaf behind its 
 GCDs of an MI250 package behind their few xGMI links to the rest: inside such a group
 bandwidth is plentiful, across its boundary it is scarce.  A collective that fetches the same
 chunk over the boundary once per member wastes exactly the bandwidth that bounds it; the greedy
-(:mod:`tacos.solvers.greedy_core`) uses the islands found here to let a chunk cross into an
+(:mod:`tacos.solvers.greedy.core`) uses the islands found here to let a chunk cross into an
 island only while no member holds it or has it on the way, and spreads it inside from there.
 
 How islands are found (no tags, names or presets are read):

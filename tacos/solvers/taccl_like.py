@@ -5,7 +5,7 @@ dropped, whose optimum is simply an earliest-arrival (α-β shortest path) tree 
 chunk is routed along such a tree from its holders to its destinations as if it had the network
 to itself; ties between equally short routes are broken by a seeded random choice, so ``seed``
 spreads load the way TACCL's routing MILP is free to.  The resulting overlapping transfers are
-then retimed by :func:`tacos.simulate.simulate`, which serializes transfers sharing a link.
+then retimed by :func:`tacos.check.simulate.simulate`, which serializes transfers sharing a link.
 """
 
 from __future__ import annotations

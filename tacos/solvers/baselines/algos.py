@@ -1,6 +1,6 @@
 """Logical programs of the classic collective algorithms.
 
-Every function returns a list of :class:`~tacos.solvers.baselines_lower.Msg` in dependency
+Every function returns a list of :class:`~tacos.solvers.lowering.program.Msg` in dependency
 order.  All-gather and reduce-scatter style functions take ``members`` (the NPUs, in the order
 the algorithm uses) and ``blocks`` (member -> chunk ids it owns: the chunks it starts with for
 an all-gather, the chunks it must end with for a reduce-scatter).  Whether a transfer copies or

@@ -2,7 +2,7 @@
 halving-doubling, double binary tree and hierarchical multi-rail.
 
 Each solver builds the textbook logical program for the collective (see
-:mod:`tacos.solvers.baselines_algos`), then :class:`~tacos.solvers.baselines_lower.Lowering`
+:mod:`tacos.solvers.baselines.algos`), then :class:`~tacos.solvers.lowering.program.Lowering`
 maps it onto the physical topology (multi-hop store-and-forward routes, cut-through switch
 hops) and times it with link congestion counted.  Reductions are generated directly with
 ``op='reduce'`` transfers (``supports_combining = True``).  Switches are handled natively, so
@@ -264,7 +264,7 @@ class _BaselineSolver(SolverBase):
 class RingSolver(_BaselineSolver):
     """The textbook single ring (one channel) along a Hamiltonian cycle when one exists --
     the seed paper's baseline, not what NCCL runs: NCCL's multi-channel rings are solver
-    ``nccl-ring`` (:mod:`tacos.solvers.nccl_rings`)."""
+    ``nccl-ring`` (:mod:`tacos.solvers.nccl.rings`)."""
 
     name = "ring"
 

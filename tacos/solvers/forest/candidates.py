@@ -35,7 +35,7 @@ SHALLOW_MAX = 32
 reach each other mostly by direct links (:func:`_npu_fabric`)."""
 LINK_TIMED_K = (2,)
 """Tree counts per root the step-timed program over physical links
-(:mod:`~tacos.solvers.forest_timed_links`) is built for where the exact rate's is not."""
+(:mod:`~tacos.solvers.forest.timed_links`) is built for where the exact rate's is not."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Candidate:
 def _npu_fabric(topo: Topology, group: tuple[int, ...]) -> bool:
     """Whether every group NPU has more bandwidth on direct links to NPUs than to switches
     (switch-free boxes, or such boxes joined by NIC switches: MI250, DGX-1, NDv2; not
-    NVSwitch systems, whose trees :mod:`~tacos.solvers.forest_shared` rebuilds)."""
+    NVSwitch systems, whose trees :mod:`~tacos.solvers.forest.shared` rebuilds)."""
     direct: dict[int, float] = defaultdict(float)
     switched: dict[int, float] = defaultdict(float)
     for lk in topo.links:
@@ -87,7 +87,7 @@ def _npu_fabric(topo: Topology, group: tuple[int, ...]) -> bool:
 def _shared(forests: list[Forest], topology: Topology,
             group: tuple[int, ...]) -> list[Forest] | None:
     """The forests with their switch stars rebuilt to share hops across roots
-    (:func:`~tacos.solvers.forest_shared.share_switch_hops`), or None if no phase changes."""
+    (:func:`~tacos.solvers.forest.shared.share_switch_hops`), or None if no phase changes."""
     out, changed = [], False
     for f in forests:
         trees = share_switch_hops(f.trees, group, f.roots, f.rate.k,
@@ -100,7 +100,7 @@ def _shared(forests: list[Forest], topology: Topology,
 def _shallow(forests: list[Forest], group: tuple[int, ...],
              cache: dict[tuple, list[Tree] | None]) -> list[Forest] | None:
     """The forests with depth-bounded trees from an integer program
-    (:func:`~tacos.solvers.forest_shallow.shallow_trees`), or None unless every phase is at the
+    (:func:`~tacos.solvers.forest.shallow.shallow_trees`), or None unless every phase is at the
     exact rate (or has one tree per root and no exact-rate packing was built), and has them
     (``cache`` keeps them per capacities, paths and tree count: a reduction phase on a
     topology with equal capacities both ways reuses the all-gather trees)."""
@@ -128,12 +128,12 @@ def _shallow(forests: list[Forest], group: tuple[int, ...],
 
 def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
            cache: dict[tuple, list[Tree] | None], fixed: bool = False) -> list[Forest] | None:
-    """The forests with step-timed trees (:func:`~tacos.solvers.forest_timed.timed_trees`),
+    """The forests with step-timed trees (:func:`~tacos.solvers.forest.timed.timed_trees`),
     or None unless the group has islands (:func:`~tacos.solvers.islands.find_islands`) and
     every phase is at the exact rate and has them (``cache`` as in :func:`_shallow`: a
     reduction phase with the same capacities both ways reuses them).  Where NIC switches join
     the group, the trees are timed over physical links
-    (:func:`~tacos.solvers.forest_timed_links.timed_link_trees`) at a k of
+    (:func:`~tacos.solvers.forest.timed_links.timed_link_trees`) at a k of
     :data:`LINK_TIMED_K`: when the tree count is ``fixed`` by the user, or when the exact
     rate's k was too large for the ``"auto"`` choice (which comes first)."""
     if all(f.packing == "symmetric" for f in forests):
@@ -183,7 +183,7 @@ def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
 def _rails(forests: list[Forest], topology: Topology,
            group: tuple[int, ...]) -> list[Forest] | None:
     """The forests with two trees per root built for two switch islands joined by rails
-    (:func:`~tacos.solvers.forest_rails.rail_pair_trees`), or None unless every phase has them."""
+    (:func:`~tacos.solvers.forest.rails.rail_pair_trees`), or None unless every phase has them."""
     out = []
     for f in forests:
         trees = rail_pair_trees(group, f.roots, f.rate.k, f.rate.caps, topology.is_switch)
@@ -196,7 +196,7 @@ def _rails(forests: list[Forest], topology: Topology,
 def _nic(forests: list[Forest], topology: Topology,
          group: tuple[int, ...]) -> list[Forest] | None:
     """The forests with trees that merge roots' slices on the NIC rails of three or more
-    switch islands (:func:`~tacos.solvers.forest_nic.nic_merge_trees`, every NIC carrying its
+    switch islands (:func:`~tacos.solvers.forest.nic.nic_merge_trees`, every NIC carrying its
     exact share), or None unless every phase has one tree per root and that layout."""
     out = []
     for f in forests:
@@ -210,7 +210,7 @@ def _nic(forests: list[Forest], topology: Topology,
 def _dims(forests: list[Forest], topology: Topology,
           group: tuple[int, ...]) -> list[Forest] | None:
     """The forests with the dimension-ordered trees of a torus
-    (:func:`~tacos.solvers.forest_torus.dimension_trees`: k = 2d per root, checked against the
+    (:func:`~tacos.solvers.forest.torus.dimension_trees`: k = 2d per root, checked against the
     capacities of the rate they claim), or None unless every phase is rooted at every NPU of a
     switch-free topology and has them."""
     npus = set(group)

@@ -1,7 +1,7 @@
 """An integer max-flow network that changes a little between many max-flow calls.
 
-The tree packer (:mod:`tacos.solvers.forest_pack`) and the switch splitter
-(:mod:`tacos.solvers.forest_split`) ask thousands of max-flow questions on one graph whose
+The tree packer (:mod:`tacos.solvers.forest.pack`) and the switch splitter
+(:mod:`tacos.solvers.forest.split`) ask thousands of max-flow questions on one graph whose
 capacities change between them.  :class:`FlowNetwork` keeps the arcs once and lets callers change
 capacities by arc id; each :meth:`FlowNetwork.max_flow` runs OR-Tools' C++ push-relabel
 (``SimpleMaxFlow``) when it loads, else networkx's preflow-push on the same arcs (the answer is the

@@ -1,8 +1,8 @@
 """In-switch trees for the forest solver: all-reduce through a switch that multicasts and reduces.
 
 Spanning-tree packing counts a tree edge through a switch as one up-port and one down-port
-(:mod:`~tacos.solvers.forest_split`).  A switch that declares ``multicast`` and ``reduce``
-(NVSwitch NVLS, :mod:`tacos.in_switch`) changes what a tree costs: the *star* tree of a root
+(:mod:`~tacos.solvers.forest.split`).  A switch that declares ``multicast`` and ``reduce``
+(NVSwitch NVLS, :mod:`tacos.check.in_switch`) changes what a tree costs: the *star* tree of a root
 through the switch -- every other member one switch hop away -- becomes one in-switch operation,
 a reduce group into the root (each member's up-port carries its contribution once, the root's
 down-port the sum once) or a multicast group out of it (the root's up-port carries each byte
@@ -13,7 +13,7 @@ in-switch optimum, against ``2(N-1)/N · M / B`` for the best plain trees.
 Pipelined in ``S`` slices, slice j's multicast out of the root runs while slice j+1 is reduced
 into it (the multicast holds the root's up-port and the others' down-ports, the reduction the
 others' up-ports and the root's down-port: disjoint), so the pipeline fills once:
-``(S + 1) · (α + M / (S·B))``.  NCCL's NVLS (:mod:`tacos.solvers.nccl_nvls`) reduces shard g into
+``(S + 1) · (α + M / (S·B))``.  NCCL's NVLS (:mod:`tacos.solvers.nccl.nvls`) reduces shard g into
 GPU g instead, so a reduction into g can only overlap g's own multicast and the pipeline fills
 once per GPU (``N`` times); one root fills it once.
 

@@ -6,7 +6,7 @@ sends every root's data to the P − 1 other nodes through the root's own NIC: P
 per GPU and round, each paying the rail route's α (``docs/benchmarks/forest-alpha.md``).
 
 :func:`nic_merge_trees` lets a root's data first reach another GPU g of its node inside its own
-Bruck (binomial) spreading (:mod:`~tacos.solvers.forest_shared`), which it passes anyway, and
+Bruck (binomial) spreading (:mod:`~tacos.solvers.forest.shared`), which it passes anyway, and
 cross to node m + f on rail g.  Which GPU carries which root to which offset f is
 :func:`assign_carriers`: the NICs' shares per offset by the north-west corner rule
 (:func:`nic_loads`: every NIC carries its share and serves one offset, or two where an offset's
@@ -14,7 +14,7 @@ units run out inside its share: ``offsets − 1`` NICs at most, none when the of
 NICs), then the roots' units onto those shares by a min-cost transportation (networkx) that
 prefers carriers near the root in its binomial tree.  The slices of all roots a NIC carries to
 one node at one step travel as ONE transfer (the NIC edges are labelled with one (family,
-step), :func:`~tacos.solvers.forest_pipeline.step_groups`).  The assignment is the same in
+step), :func:`~tacos.solvers.forest.pipeline.step_groups`).  The assignment is the same in
 every node (offsets, not node ids), so NIC g of node n receives from the nodes n − f of the
 offsets g serves: as many transfers per round as it sends.  At the destination the entry GPU
 spreads the slices through the switch as Bruck trees (one family for all the data the NICs
@@ -25,7 +25,7 @@ node with entries spread evenly (every GPU is a root; every GPU's NIC brings the
 every GPU sends and receives through the fast switch once per unit, as the packed stars did, and
 the carrier hop is an edge of the root's own spreading (no extra load); a NIC carries its exact
 share.  With K units per root the capacities are the one-tree packing's scaled by K;
-:func:`~tacos.solvers.forest_pack.check_packing` confirms the trees on them.  (Levelling the
+:func:`~tacos.solvers.forest.pack.check_packing` confirms the trees on them.  (Levelling the
 NICs' bytes against α, so that a NIC serving two offsets carries a little less, was measured
 slower on 4x DGX: ``docs/benchmarks/forest-nic.md``.)
 """

@@ -1,7 +1,7 @@
 """Packing k capacity-respecting out-arborescences per group NPU.
 
 Edmonds' branching theorem (1973) guarantees the packing once every max-flow σ → v reaches N·k
-(:mod:`tacos.solvers.forest_rate`).  The construction is the constructive proof of Lovász (1976)
+(:mod:`tacos.solvers.forest.rate`).  The construction is the constructive proof of Lovász (1976)
 in the form ForestColl's ``BranchingGenerator`` uses (Zhao et al., arXiv 2402.06787): trees are
 grown one at a time by BFS from their root; an arc (x, y) joins tree T with multiplicity
 
@@ -21,7 +21,7 @@ exceed the capacities; both are checked again by :func:`check_packing`.
 
 Written here, not taken from a library: networkx has single arborescences (Edmonds' optimum
 branching) but no packing; the max-flows come from OR-Tools or networkx through
-:class:`~tacos.solvers.forest_flow.FlowNetwork` (the x → s_{T'} arcs go through one hub node so a
+:class:`~tacos.solvers.forest.flow.FlowNetwork` (the x → s_{T'} arcs go through one hub node so a
 test changes three capacities instead of one per tree).
 """
 
@@ -43,9 +43,9 @@ class Tree:
     ``edges`` are (parent, child) in BFS order; ``paths[i]`` is the physical node path of
     ``edges[i]`` (just the two ends without switches).  ``steps``, when set, gives edges that
     may share transfers with other trees' edges a (family, step) label
-    (:mod:`~tacos.solvers.forest_shared`); None elsewhere.  ``order``, when set, gives every
+    (:mod:`~tacos.solvers.forest.shared`); None elsewhere.  ``order``, when set, gives every
     edge the step at which the list schedule should send it within a round (lower first,
-    :mod:`~tacos.solvers.forest_timed`); None: the edge with the tallest subtree below first.
+    :mod:`~tacos.solvers.forest.timed`); None: the edge with the tallest subtree below first.
     """
 
     root: int

@@ -26,10 +26,10 @@ class Forest:
     tests: int
     seconds: dict[str, float] = field(default_factory=dict)
     packing: str = "lovasz"
-    """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest_pack`),
-    ``symmetric`` (:mod:`~tacos.solvers.forest_symmetric`), ``dims`` (the dimension-ordered
-    trees of tori, :mod:`~tacos.solvers.forest_torus`) or ``timed`` (step-timed trees,
-    :mod:`~tacos.solvers.forest_timed`)."""
+    """How the trees were packed: ``lovasz`` (:mod:`~tacos.solvers.forest.pack`),
+    ``symmetric`` (:mod:`~tacos.solvers.forest.symmetric`), ``dims`` (the dimension-ordered
+    trees of tori, :mod:`~tacos.solvers.forest.torus`) or ``timed`` (step-timed trees,
+    :mod:`~tacos.solvers.forest.timed`)."""
 
     def optimal_time(self, data_per_root: float) -> float:
         """Bandwidth-optimal time for ``data_per_root`` bytes from every root (x* · data)."""

@@ -28,8 +28,9 @@ takes every other ready transfer of the same round (other trees crossing the rou
 same transfer, so α is paid once per round and route, at the price of longer pipeline stages;
 the solver tries both.  With ``batch='steps'`` (:func:`step_groups`) slices of different trees
 and rounds that share a hop at the same step go as one transfer: trees built to share hops
-(:mod:`~tacos.solvers.forest_shared`) then pay α once per step and hop instead of once per tree.
-:func:`make_transfer` is the one place that turns a hop into a :class:`~tacos.schedule.Transfer`.
+(:mod:`~tacos.solvers.forest.shared`) then pay α once per step and hop instead of once per tree.
+:func:`make_transfer` is the one place that turns a hop into a
+:class:`~tacos.model.schedule.Transfer`.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def make_transfer(start: float, end: float, src: int, dst: int, route: tuple[int
     """The transfer of one slice over one route (the only place transfers are built): the
     same object as ``Transfer(start, end, src, dst, route, chunks, op)``, without a frozen
     dataclass's per-field ``object.__setattr__`` (as
-    :func:`~tacos.schedule.transfers_from_columns`)."""
+    :func:`~tacos.model.schedule.transfers_from_columns`)."""
     t = _new(Transfer)
     t.__dict__.update(start=start, end=end, src=src, dst=dst, route=route, chunks=chunks, op=op,
                       group=None)

@@ -4,7 +4,7 @@ On two nodes whose GPUs sit on one fast switch each (NVSwitch) and whose GPU i o
 reaches GPU i of the other through a rail (a NIC switch), the exact rate can need two trees per
 root (2x DGX-H100: a GPU should take 1.5 of its 15 shards through its NIC and 13.5 through
 NVSwitch, k = 2).  The packer's trees for k = 2 reach the other node at several GPUs, as partial
-stars that :mod:`~tacos.solvers.forest_shared` cannot rebuild within the exact capacities.
+stars that :mod:`~tacos.solvers.forest.shared` cannot rebuild within the exact capacities.
 
 :func:`rail_pair_trees` builds them directly, for a root r at position i of its node (n GPUs,
 positions taken in NPU order, j = i + n/2):
@@ -17,9 +17,9 @@ positions taken in NPU order, j = i + n/2):
 Per GPU that is 2(n − 1) + (n − 1) + (n − 2) = 4n − 5 tree units through its switch port in
 each direction and 3 through its NIC: 27 and 3 for n = 8, exactly the k = 2 capacities of
 2x DGX-H100.  Every spreading edge carries a (family, step) label as in
-:mod:`~tacos.solvers.forest_shared` (family = depth of the entry), so slices of different roots
+:mod:`~tacos.solvers.forest.shared` (family = depth of the entry), so slices of different roots
 on the same hop and step go as one transfer.  The trees are returned only if
-:func:`~tacos.solvers.forest_pack.check_packing` accepts them on the packing's capacities.
+:func:`~tacos.solvers.forest.pack.check_packing` accepts them on the packing's capacities.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ The smallest feasible U/k is ``x* = max_S |S ∩ group| / B⁺(S)``.
 
 * :func:`link_capacities` merges parallel links and writes bandwidths as small integers (ratios to
   the slowest link, limited to denominators of 1000 so that real systems stay exact).
-* :func:`optimal_rate` takes x* and its binding cut from :func:`tacos.bounds.min_cut_ratio` (the
-  cut bound's own max-flow oracle), makes it exact with Fractions, picks the smallest k with
+* :func:`optimal_rate` takes x* and its binding cut from :func:`tacos.check.bounds.min_cut_ratio`
+  (the cut bound's own max-flow oracle), makes it exact with Fractions, picks the smallest k with
   k·x*·b_e integral for every link (the exact (U, k)), and confirms feasibility with integer
   max-flows; a violated check (float noise) raises x* to the violated cut's ratio and repeats.
 * :func:`fixed_k_rate` is the ``fixed k`` variant: k trees per root and the smallest U such that

@@ -1,6 +1,6 @@
 """Depth-bounded tree packings by constraint programming, for small groups of directly linked NPUs.
 
-The Lovász packer (:mod:`~tacos.solvers.forest_pack`) grows trees greedily: where capacity is
+The Lovász packer (:mod:`~tacos.solvers.forest.pack`) grows trees greedily: where capacity is
 tight on every link (1x MI250: k = 3, 16 GCDs, every xGMI lane is needed at 92%) the last trees
 take long detours (depth 9), and a pipeline pays fill and drain along the deepest tree.
 
@@ -22,7 +22,7 @@ of equal capacity, checked again here); the other roots' trees are the images of
 representative's trees under one automorphism each, and the capacity constraint sums those
 images.  On 1x MI250 the group has order 4 and acts freely (4 orbits of 4 GCDs), so the program
 has 12 trees instead of 48.  The result is checked with
-:func:`~tacos.solvers.forest_pack.check_packing`; any failure returns None.
+:func:`~tacos.solvers.forest.pack.check_packing`; any failure returns None.
 
 OR-Tools is optional (the ``ilp`` extra): without it there is no depth-bounded candidate and
 the solver keeps the other packings (:func:`have_cp_sat`).

@@ -10,12 +10,12 @@ or more per round in all, each paying α (``docs/forest.md`` §6).
 over the same NPUs in a fixed cyclic order: the NPU at distance d from the entry (in that order)
 gets the data from the one at distance d − 2^⌊log₂ d⌋, at step ⌊log₂ d⌋.  Step b's hops are the
 pairs (v, v + 2^b) whatever the entry, so the trees of different roots use the same hops at the
-same step, and :func:`~tacos.solvers.forest_pipeline.emit` (``batch='steps'``) sends the slices
+same step, and :func:`~tacos.solvers.forest.pipeline.emit` (``batch='steps'``) sends the slices
 of one round, step and hop as one transfer: ⌈log₂ n⌉ transfers per NPU and round for each family
 of stars (stars whose entry is at the same depth of its tree), each carrying 1, 2, 4 … trees'
 slices.  Over a whole family the up-port and down-port loads of every NPU are the star's
 (n − 1 per n entries: each NPU sends and receives once per tree), so the rate is unchanged;
-:func:`~tacos.solvers.forest_pack.check_packing` confirms the loads on the packing's
+:func:`~tacos.solvers.forest.pack.check_packing` confirms the loads on the packing's
 capacities before the trees are used.
 """
 

@@ -3,16 +3,16 @@
 For all-gather, reduce-scatter, all-reduce, broadcast and reduce on any topology (switches and
 process groups included):
 
-1. **Rate** (:mod:`~tacos.solvers.forest_rate`): the min-cut optimum x* as an exact rational and
+1. **Rate** (:mod:`~tacos.solvers.forest.rate`): the min-cut optimum x* as an exact rational and
    integer capacities for k trees per root: the exact (U, k), or a fixed k (option ``trees``).
-2. **Switches** (:mod:`~tacos.solvers.forest_split`): edge splitting removes switches (and NPUs
+2. **Switches** (:mod:`~tacos.solvers.forest.split`): edge splitting removes switches (and NPUs
    outside the group) without losing rate; every split arc remembers its physical path.
-3. **Packing** (:mod:`~tacos.solvers.forest_pack`): k capacity-respecting out-arborescences
+3. **Packing** (:mod:`~tacos.solvers.forest.pack`): k capacity-respecting out-arborescences
    per root (Edmonds/Lovász), checked against the capacities; behind scarce cuts (islands) a
    tree enters each island once and spreads inside it first.  Where the grid's translations are
    verified automorphisms (tori, rings), one root's shortest-path trees are translated to every
-   root instead (:mod:`~tacos.solvers.forest_symmetric`), without max-flow tests.
-4. **Pipelining** (:mod:`~tacos.solvers.forest_pipeline`): chunks of every root are spread over
+   root instead (:mod:`~tacos.solvers.forest.symmetric`), without max-flow tests.
+4. **Pipelining** (:mod:`~tacos.solvers.forest.pipeline`): chunks of every root are spread over
    its trees and sent in s rounds; s from α and β (formula in that module), then s is doubled or
    halved while the list schedule's makespan improves, with and without merging a round's slices
    on a route into one transfer and with tapered rounds (:func:`taper`; at most 16 schedules
@@ -20,28 +20,28 @@ process groups included):
    its last phase, on its own chunks).
 
    Where trees reach a switch's NPUs as stars, the same packing is also rebuilt with Bruck
-   (binomial) spreading through the switch (:mod:`~tacos.solvers.forest_shared`): the trees of
+   (binomial) spreading through the switch (:mod:`~tacos.solvers.forest.shared`): the trees of
    all roots then use the same hops at each step, and slices of one step and hop travel as one
    transfer (``batch='steps'``, :data:`STEP_MODES`); both versions are timed.  On two switch
    islands joined by rails with k = 2, two trees per root built for that layout
-   (:mod:`~tacos.solvers.forest_rails`) are timed as well.  On three or more such islands
+   (:mod:`~tacos.solvers.forest.rails`) are timed as well.  On three or more such islands
    joined by one rail switch per GPU position, trees that merge roots' slices on the rails
-   (:mod:`~tacos.solvers.forest_nic`: a root crosses on the rail of a GPU its own spreading
+   (:mod:`~tacos.solvers.forest.nic`: a root crosses on the rail of a GPU its own spreading
    reaches, so each NIC serves few other nodes and sends one transfer per node and round) are
    timed as well (option ``nic``).
 
    On small switch-free groups at the exact rate, k trees per root of bounded depth from a
    constraint program over the topology's automorphism orbits
-   (:mod:`~tacos.solvers.forest_shallow`) are timed as well (option ``shallow``), and so are
+   (:mod:`~tacos.solvers.forest.shallow`) are timed as well (option ``shallow``), and so are
    k trees per root whose edges a time-indexed program assigns to steps, one tree edge per link
-   lane and step (:mod:`~tacos.solvers.forest_timed`, option ``timed``).
+   lane and step (:mod:`~tacos.solvers.forest.timed`, option ``timed``).
 
    On uniform tori and rings, the dimension-ordered trees of the multi-port bucket all-gather
-   (:mod:`~tacos.solvers.forest_torus`: 2d trees per root, every part of a root's data visits
+   (:mod:`~tacos.solvers.forest.torus`: 2d trees per root, every part of a root's data visits
    the dimensions in its own cyclic order, one step-merged transfer per link and step; the
    min-cut optimum on cubic tori) are timed as well (option ``dims``).
 
-5. **In-switch trees** (:mod:`~tacos.solvers.forest_in_switch`): for all-reduce over a group
+5. **In-switch trees** (:mod:`~tacos.solvers.forest.in_switch`): for all-reduce over a group
    attached to one switch that declares ``multicast`` and ``reduce`` (NVLS), the star tree
    through the switch is one in-switch reduction into a root and one multicast out of it; that
    pipelined plan (every byte once up and once down each port) is also built and kept when it is
@@ -51,7 +51,7 @@ Reductions use reversed trees: reduce-scatter and reduce pack trees on the rever
 the dual (copy) schedule is inverted in time and direction (:mod:`tacos.passes.inversion`);
 all-reduce is reduce-scatter then all-gather.  The schedule's collective is the user's refined to
 ``q·K·s`` chunks per NPU (q the user's, K the lcm of the phases' k); ``meta['pipeline']`` says so,
-and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest_pipeline.first_round`).
+and the MSCCL back end lowers one round (:func:`~tacos.solvers.forest.pipeline.first_round`).
 
 Options: ``trees`` (``"auto"``: the exact k when small, and also 1 and 2 trees per root, with
 and without island order up to 32 NPUs, keeping the fastest schedule; ``"exact"``; or a fixed
@@ -122,16 +122,16 @@ MODES: tuple[tuple[bool | str, int], ...] = tuple(
 STEP_MODES: tuple[tuple[bool | str, int], ...] = (
     ("steps", -2), ("steps", -4), ("steps", 0), ("steps", -1), (True, -2), ("steps", -5),
     ("steps", 2), ("steps", -3))
-"""The same for trees that share switch hops (:mod:`~tacos.solvers.forest_shared`): their
+"""The same for trees that share switch hops (:mod:`~tacos.solvers.forest.shared`): their
 slices merge by step (``batch='steps'``); a negative taper depth only ramps down at the end."""
 TIMED_MODES: tuple[tuple[bool | str, int | tuple[int, int]], ...] = (
     (False, -1), (False, (3, 1)), (False, -3), (False, -4), (False, 0), (False, -2))
-"""The same for the step-timed trees (:mod:`~tacos.solvers.forest_timed`): their transfers go
+"""The same for the step-timed trees (:mod:`~tacos.solvers.forest.timed`): their transfers go
 in the program's step order and only the end is tapered, by halving or (depth (3, 1)) with one
 last round of a third of a middle round's slices (1x MI250: 3, 1 at 64 MiB; 16, 16, 8, 4, 2,
 1 at 1 GiB)."""
 DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
-"""The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest_torus`),
+"""The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest.torus`),
 after one round of step-merged transfers (every link busy from the start; one round won on
 every torus measured at 64 MiB and 1 GiB, so only two slicings are timed besides it)."""
 
@@ -147,9 +147,9 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     """Rate, switch splitting and tree packing for one phase.  NPUs outside ``group`` are left
     out unless ``relays='all'``; then they are relays, split off like switches.  ``islands``
     lets trees enter each island (:func:`~tacos.solvers.islands.find_islands`) once and spread
-    inside it (:func:`~tacos.solvers.forest_pack.pack_trees`).  With ``symmetric``, a topology
+    inside it (:func:`~tacos.solvers.forest.pack.pack_trees`).  With ``symmetric``, a topology
     whose translations are verified automorphisms gets one root's trees translated to every
-    root (:mod:`~tacos.solvers.forest_symmetric`) instead."""
+    root (:mod:`~tacos.solvers.forest.symmetric`) instead."""
     clock = time.perf_counter()
     topo = topology if relays == "all" else group_topology(topology, group)
     if reverse:
@@ -207,7 +207,7 @@ def taper(rounds: int, depth: int) -> list[int]:
     and drain quickly while the middle rounds pay α on large transfers.  A negative depth d
     keeps only the halving at the end (``rounds`` rounds of 2^|d| slices, then 2^(|d|-1) … 1):
     for trees whose roots' own data keeps the ports busy while the pipeline fills
-    (:mod:`~tacos.solvers.forest_shared`)."""
+    (:mod:`~tacos.solvers.forest.shared`)."""
     ramp = [1 << i for i in range(abs(depth))]
     up = ramp if depth > 0 else []
     return up + [1 << abs(depth)] * max(1, rounds) + ramp[::-1]

@@ -13,7 +13,7 @@ where ρ_σ counts σ's arcs (k to each root) and X is dangerous if it holds a g
 and either contains w but neither u nor t
 (splitting removes μ from its in-capacity through u → w) or contains u and t but not w (the
 arc w → t it loses).  Each family's minimum is one multi-source/multi-sink max-flow
-(:class:`~tacos.solvers.forest_flow.FlowNetwork`); only when the minimizing set holds no group
+(:class:`~tacos.solvers.forest.flow.FlowNetwork`); only when the minimizing set holds no group
 NPU are the group NPUs tried one by one, as ForestColl does for every pair.  A switch's first,
 proportional splits (see :meth:`_Splitter.split`) are made unchecked and confirmed by one
 feasibility check (N max-flows), which on real switches replaces thousands of pair checks; if

@@ -1,11 +1,11 @@
-"""Step merging for the list schedule (:func:`~tacos.solvers.forest_pipeline.emit` with
+"""Step merging for the list schedule (:func:`~tacos.solvers.forest.pipeline.emit` with
 ``batch='steps'``), built in bulk.
 
 Every (tree, edge, round) -- a *member* -- with the same sender, receiver, route and step forms
 one *group*, sent as one transfer once all its slices are at the sender.  Slice j of a tree
 edge e = (x, y) travels at step ``depth(x) + j``, or, where the tree labels its edges
-(``Tree.steps``, e.g. the binomial stars of :mod:`~tacos.solvers.forest_shared` or the
-dimension-ordered trees of :mod:`~tacos.solvers.forest_torus`), at step (family, b) of round
+(``Tree.steps``, e.g. the binomial stars of :mod:`~tacos.solvers.forest.shared` or the
+dimension-ordered trees of :mod:`~tacos.solvers.forest.torus`), at step (family, b) of round
 j.  Slices arrive by groups of earlier steps, so with depth steps groups never wait on each
 other in a cycle; labelled steps are checked, and if their groups would wait in a cycle the
 depth steps are used instead.

@@ -1,6 +1,6 @@
 """Tree packing by symmetry: one root's trees, translated to every root.
 
-The Lovász construction (:mod:`tacos.solvers.forest_pack`) makes about N² max-flow tests, which
+The Lovász construction (:mod:`tacos.solvers.forest.pack`) makes about N² max-flow tests, which
 is minutes beyond a few hundred NPUs.  Tori, rings and other vertex-transitive machines need
 none of them: if a group Γ of automorphisms of the capacity graph acts *regularly* on the NPUs
 (for every root r exactly one γ_r ∈ Γ maps the first NPU r₀ to r), the trees of root r can be
@@ -23,7 +23,7 @@ tree, of depth the eccentricity of r₀); the choice is a transportation problem
 units, an orbit takes at most its capacity.  One max-flow (scipy) solves it; when the shortest
 arcs do not suffice, arcs inside a BFS layer (from a lower to a higher NPU id, still acyclic) are
 allowed too.  Tree i takes the i-th unit of every NPU; equal trees merge into one with a larger
-multiplicity.  The translated trees are checked by :func:`~tacos.solvers.forest_pack.check_packing`
+multiplicity.  The translated trees are checked by :func:`~tacos.solvers.forest.pack.check_packing`
 like every packing.
 """
 

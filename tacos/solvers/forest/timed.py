@@ -20,17 +20,17 @@ to discover an order, and fill, drain and waits cost 5–20% of the optimal time
 With one round every step is one equal transfer per lane, so the pipeline takes about
 S · (slice time + α): S = 8 on 1x MI250, where every external lane is busy 7 of the 8 steps (7
 is proved infeasible: the last transfers into a package must still cross to its other GCD).
-The list schedule (:func:`~tacos.solvers.forest_pipeline.emit`) sends a round's ready transfers
+The list schedule (:func:`~tacos.solvers.forest.pipeline.emit`) sends a round's ready transfers
 in step order (``Tree.order``), and rounds tapered at the end (2, 1; 16, 16, 8, 4, 2, 1)
 shorten the drain.
 
 The program is built for one root of every orbit of the capacity graph's automorphism group
-(as :mod:`~tacos.solvers.forest_shallow` does: the other roots take the images of their
+(as :mod:`~tacos.solvers.forest.shallow` does: the other roots take the images of their
 representative's trees, and every per-step capacity row sums those images).  S starts at the
 larger of the roots' hop eccentricity and the busiest arc's capacity per lane, and is raised by
 one while the program is proved infeasible or not solved within :data:`FIND_TIME`
 deterministic seconds (CP-SAT on one worker: the same input gives the same trees).  The result
-is checked with :func:`~tacos.solvers.forest_pack.check_packing`.  OR-Tools is optional (the
+is checked with :func:`~tacos.solvers.forest.pack.check_packing`.  OR-Tools is optional (the
 ``ilp`` extra): without it there is no candidate.
 """
 

@@ -1,6 +1,6 @@
 """Step-timed trees over physical links: boxes of directly linked NPUs joined by NIC switches.
 
-:mod:`~tacos.solvers.forest_timed` times tree edges on direct NPU links, one part per lane and
+:mod:`~tacos.solvers.forest.timed` times tree edges on direct NPU links, one part per lane and
 step.  Where the boxes are joined by NIC ports on a switch (2x MI250: 32 GCDs, 50 GB/s xGMI lanes
 inside each box, a 16 GB/s NIC per GCD), a NIC hop is a switch path u → sw → v and is slower.
 :func:`timed_link_trees` builds the same time-indexed program over *physical* links:
@@ -18,7 +18,7 @@ inside each box, a 16 GB/s NIC per GCD), a NIC hop is a switch path u → sw →
   2x MI250's is 83);
 * every tree enters each *tight* island (whose in-capacity is exactly the k entries per outside
   root it needs: 2x MI250's packages, not its boxes) once, as in
-  :mod:`~tacos.solvers.forest_timed`.
+  :mod:`~tacos.solvers.forest.timed`.
 
 The program is built for one root per orbit of the automorphisms of the view's arcs labelled
 with their physical lanes and durations (2x MI250: 8 automorphisms, 4 representatives); each
@@ -99,7 +99,7 @@ def _solve(group: tuple[int, ...], reps: list[int], k: int,
     """The program of the module docstring for the k trees of every root in ``reps``: for each
     (representative, tree) the arc and start step bringing the tree to every other NPU, within
     ``find`` deterministic seconds, then ``improve`` more to move edges to earlier steps (also
-    :mod:`~tacos.solvers.forest_timed`'s program: arcs of one hop and one step)."""
+    :mod:`~tacos.solvers.forest.timed`'s program: arcs of one hop and one step)."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()

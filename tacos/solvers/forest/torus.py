@@ -12,7 +12,7 @@ along the ring the data it received at step t − 1 of that phase (at step 1: ev
 holds from the earlier phases), which belongs to the n_{a_1}·…·n_{a_{φ−1}} roots of the
 sub-torus already traversed.  Every tree edge carries the label (offset, t) with offset = the
 steps of the earlier phases (``Tree.steps``), so step merging
-(:func:`~tacos.solvers.forest_pipeline.step_groups`, ``batch='steps'``) sends all of it as ONE
+(:func:`~tacos.solvers.forest.pipeline.step_groups`, ``batch='steps'``) sends all of it as ONE
 transfer per link and step; labels grow along every tree path, so the groups never wait on each
 other in a cycle.  With one round the whole all-gather is Σ_a (n_a − 1) steps of one transfer
 per link direction.
@@ -28,7 +28,7 @@ trees then claim the rate of the busiest arc (``Rate.slowdown`` > 1) and are one
 the solver times against the others.
 
 **Where it applies** (:func:`dimension_trees`): the group's grid translations are verified
-automorphisms (:func:`~tacos.solvers.forest_symmetric.find_symmetry`: not a mesh, not a torus
+automorphisms (:func:`~tacos.solvers.forest.symmetric.find_symmetry`: not a mesh, not a torus
 with one slower link, no switches on the paths), every NPU's arcs are exactly its 2d grid
 neighbours, of one capacity, and every ring has at least 3 NPUs (on 2, + and − coincide).
 """
@@ -111,7 +111,7 @@ def dimension_trees(sym: Symmetry, caps: dict[Edge, int], x: Fraction, unit_bw: 
                     ) -> tuple[list[Tree], Rate] | None:
     """The 2d dimension-ordered trees of every member (module docstring) and the rate they
     claim: k = 2d, every arc's capacity the busiest arc's load (on a cubic torus N − 1, the
-    optimum).  ``x`` is the optimum x* (:class:`~tacos.solvers.forest_rate.Rate`), ``unit_bw``
+    optimum).  ``x`` is the optimum x* (:class:`~tacos.solvers.forest.rate.Rate`), ``unit_bw``
     the arcs' common integer bandwidth.  None where they do not apply (:func:`applies`)."""
     if not applies(sym, caps):
         return None

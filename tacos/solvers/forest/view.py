@@ -2,7 +2,7 @@
 
 A tree edge between two NPUs joined by a link is a one-link route.  A tree edge that edge
 splitting made out of a path through switches (``x → w … → y``) is the cut-through route along
-that path (:mod:`tacos.routes`): it pays the links' α once, runs at the narrowest link's
+that path (:mod:`tacos.model.routes`): it pays the links' α once, runs at the narrowest link's
 bandwidth and holds one lane of every link it crosses for its whole duration, so transfers of
 different trees that share a switch port take turns on it at the port's full rate.  Splitting
 guarantees that, summed over the whole collective, no port carries more than its bandwidth.

@@ -18,7 +18,7 @@ NPU and keeps the fastest schedule (a larger count must be faster by more than
 
 Everything is deterministic: the same seed gives the same bytes.  The chosen count and the time
 of each count tried are in ``schedule.meta`` (``chunks_per_npu``, ``chunks_tried``).  Only
-standard collectives (``tacos.patterns.build``) can be re-chunked; any other is synthesized as
+standard collectives (``tacos.model.patterns.build``) can be re-chunked; any other is synthesized as
 given.
 """
 

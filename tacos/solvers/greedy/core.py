@@ -9,7 +9,7 @@ chunks ``d`` may relay towards far targets) are matched to the links whose sourc
 
 * ``cap == 1`` (TACOS): most constrained link first, a random chunk each, preferring chunks
   that no later link could carry;
-* ``cap > 1``: :func:`tacos.solvers.merge.split_batches` balances batches over the links.
+* ``cap > 1``: :func:`tacos.solvers.greedy.merge.split_batches` balances batches over the links.
 
 Heterogeneous links: a chunk goes where it arrives first; a free link whose source holds a chunk
 already in flight to ``d`` on a slower transfer may send it again (speculation), and when the

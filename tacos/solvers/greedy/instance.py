@@ -1,13 +1,13 @@
 """The greedy solver's prepared problem: flat arrays and chunk bitsets, built once per solve.
 
-An :class:`Instance` is what every trial of :mod:`tacos.solvers.greedy_core` reads.  It is a
+An :class:`Instance` is what every trial of :mod:`tacos.solvers.greedy.core` reads.  It is a
 plain picklable object (so worker processes get it once) with:
 
 * per *channel* (a way to move chunks from one NPU to another in one transfer): source,
   destination, α, bandwidth, multiplicity, and a cache of transfer durations in integer *ticks*
   (:data:`TICK` seconds; durations are rounded up, so no transfer is ever shorter than its α-β
   time).  On a switch-free topology the channels are the links themselves (channel ``i`` is
-  link ``i``); on the physical model (:func:`tacos.solvers.greedy_ports.build_port_instance`)
+  link ``i``); on the physical model (:func:`tacos.solvers.greedy.ports.build_port_instance`)
   they are direct links and, per NPU pair, the routes through switches, each transfer holding
   one lane of every physical link of its route (``route_links``, ``res_mult``);
 * per NPU: the chunks it holds at the start (``pre``) and must receive (``need``), as Python-int

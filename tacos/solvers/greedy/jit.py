@@ -1,17 +1,17 @@
 """The switch-free greedy trial compiled with numba: same algorithm, same random draws, same bytes.
 
-:func:`tacos.solvers.greedy_core.run_python_trial` is pure Python over big-int bitsets; this
+:func:`tacos.solvers.greedy.core.run_python_trial` is pure Python over big-int bitsets; this
 module runs the same trial over fixed-width bitset arrays (``numpy.uint64`` words, one row per
 NPU) in one compiled function.  It reproduces the pure-Python trial exactly, so a seed gives the
 same schedule whichever path runs:
 
 * the random numbers are those of the trial's :class:`random.Random` (Mersenne Twister,
-  seeded from ``(seed, trial)`` by :func:`tacos.solvers.greedy_core.make_rng`): its state is
+  seeded from ``(seed, trial)`` by :func:`tacos.solvers.greedy.core.make_rng`): its state is
   handed over and :func:`_genrand` continues the same stream, ``random()`` and the
   ``shuffle``'s ``_randbelow`` included;
 * every choice consumes them in the same order (links of a destination in the order they were
   touched, destinations in the order they were touched, slots sorted by ``(chunks, random)``,
-  the same water-filling of :func:`tacos.solvers.merge.split_batches`).
+  the same water-filling of :func:`tacos.solvers.greedy.merge.split_batches`).
 
 It covers every switch-free trial on uniform chunks without relay chunks (speculation
 included): :func:`supported` says when; otherwise, when numba is missing, or when
@@ -115,7 +115,7 @@ def arrays(inst: Instance) -> dict[str, np.ndarray]:
 def run_trial_compiled(inst: Instance, seed: int, trial: int, cap: int, speculate: bool):
     """One trial on the compiled path (:func:`supported` must hold; ``speculate`` as
     :func:`~tacos.solvers.greedy_trial.run_trial` resolves it); the
-    :class:`~tacos.solvers.greedy_core.TrialResult` holds numpy columns."""
+    :class:`~tacos.solvers.greedy.core.TrialResult` holds numpy columns."""
     from tacos.solvers.greedy.core import Stuck, TrialResult, make_rng
 
     rng = make_rng(seed, trial, inst.n_chunks)[0]

@@ -4,7 +4,7 @@ Bitsets are rows of ``uint64`` words (bit ``c`` of a row is bit ``c & 63`` of wo
 The random source continues CPython's Mersenne Twister from the state the pure-Python trial
 starts with, so :func:`random01` equals ``random.Random.random`` and :func:`randbelow` equals
 the ``_randbelow`` that ``random.shuffle`` uses; :func:`pick` and :func:`take` are
-:func:`tacos.solvers.greedy_core.make_rng`'s ``pick`` and ``take`` on rows.
+:func:`tacos.solvers.greedy.core.make_rng`'s ``pick`` and ``take`` on rows.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-TICK = 1e-15  # must equal tacos.solvers.greedy_instance.TICK
+TICK = 1e-15  # must equal tacos.solvers.greedy.instance.TICK
 TICK_LIMIT = 1 << 62
 """Event times at or past this many ticks (about 77 minutes) do not fit the kernel: the trial
 reports it and the pure-Python trial (unbounded integers) runs instead."""
@@ -123,7 +123,7 @@ def first_from(row, r):
 
 @njit(cache=True)
 def pick(row, nb, mt, pos):
-    """``pick(x)`` of :func:`~tacos.solvers.greedy_core.make_rng`: a random set bit (its
+    """``pick(x)`` of :func:`~tacos.solvers.greedy.core.make_rng`: a random set bit (its
     index); ``row`` must be non-empty."""
     r = np.int64(random01(mt, pos) * nb)
     c = first_from(row, r)
@@ -163,7 +163,7 @@ def take(x, q, nb, mt, pos, out):
 
 @njit(cache=True)
 def _duration(alpha, bw, nbytes):
-    """Ticks of a transfer (as :meth:`~tacos.solvers.greedy_instance.Instance.duration`), or
+    """Ticks of a transfer (as :meth:`~tacos.solvers.greedy.instance.Instance.duration`), or
     :data:`TICK_LIMIT` when it does not fit the kernel's 64-bit ticks."""
     x = np.ceil((alpha + nbytes / bw) / TICK - 1e-6)
     if x >= TICK_LIMIT:

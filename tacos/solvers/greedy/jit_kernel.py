@@ -1,8 +1,8 @@
 """numba kernel of the compiled greedy trial (imported only when numba is installed).
 
-One trial of :func:`tacos.solvers.greedy_core.run_python_trial` over bit rows
-(:mod:`tacos.solvers.greedy_jit_bits`), speculation in :mod:`tacos.solvers.greedy_jit_spec`.
-See :mod:`tacos.solvers.greedy_jit`.
+One trial of :func:`tacos.solvers.greedy.core.run_python_trial` over bit rows
+(:mod:`tacos.solvers.greedy.jit_bits`), speculation in :mod:`tacos.solvers.greedy.jit_spec`.
+See :mod:`tacos.solvers.greedy.jit`.
 """
 
 from __future__ import annotations

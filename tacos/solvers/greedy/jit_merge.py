@@ -1,4 +1,5 @@
-"""numba kernel of the greedy's multi-chunk split (:func:`tacos.solvers.merge.split_batches`)."""
+"""numba kernel of the greedy's multi-chunk split
+(:func:`tacos.solvers.greedy.merge.split_batches`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tacos.solvers.greedy.jit_bits import _U0, any_bit, popcount, take
 @njit(cache=True)
 def _split_batches(slot_a, slot_lk, perm, k, cap, size, alpha, bw, nb, mt, pos, chosen, prefix,
                    shared, tmp, excl, counts, per, finish):
-    """:func:`tacos.solvers.merge.split_batches` over the slots ``perm[0..k)``; the chunks of
+    """:func:`tacos.solvers.greedy.merge.split_batches` over the slots ``perm[0..k)``; the chunks of
     slot ``i`` land in ``chosen[i]``."""
     W = shared.shape[0]
     # prefix[i] = OR of avail[0..i)

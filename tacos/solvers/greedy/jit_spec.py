@@ -1,4 +1,4 @@
-"""numba kernels of the compiled greedy trial's speculation (see :mod:`tacos.solvers.greedy_core`).
+"""numba kernels of the compiled greedy trial's speculation (see :mod:`tacos.solvers.greedy.core`).
 
 A free link whose source holds a chunk already in flight to ``d`` on a slower transfer may send
 it again (:func:`_best_resend`); when the slow transfer lands, its now-duplicate chunks are

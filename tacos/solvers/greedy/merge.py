@@ -104,7 +104,7 @@ def merge_caps(inst: Instance, max_merge: int | str | None, trials: int) -> list
     Unlimited batches are never tried: they wreck pipelining.  On the physical model
     (``inst.physical``) the α ratios are those of the channels (routes: ports pay α on each
     hop) and the ladder leans to larger batches (ε = 5% and 2% first, then 4, 2 and 10%), as
-    :func:`tacos.solvers.greedy_ports.channel_caps` keeps them off channels where α does not
+    :func:`tacos.solvers.greedy.ports.channel_caps` keeps them off channels where α does not
     matter.
     """
     max_merge = check_max_merge(max_merge)

@@ -3,7 +3,7 @@
 :func:`build_port_instance` turns a topology with switches into greedy *channels*: every direct
 NPU-to-NPU link is a channel (as on a switch-free topology), and every NPU pair joined through
 switches gets one channel whose transfers take one of the pair's candidate routes
-(:mod:`tacos.routes`; several in a multi-switch fabric, ECMP) -- except routes that leave and
+(:mod:`tacos.model.routes`; several in a multi-switch fabric, ECMP) -- except routes that leave and
 re-enter an island holding both ends (:func:`tacos.solvers.islands.inner_route`).  A transfer
 holds one lane of every physical link of its route for its whole cut-through duration, so a
 GPU behind an NVSwitch sends to one peer at a time at the full port rate, and an uplink carries

@@ -2,7 +2,7 @@
 
 The greedy works on the physical machine model (``native_switches``): a switch port is one link
 that serves any peer of its fabric at full rate, one transfer per lane at a time, and a
-transfer through switches holds every link of its route (:mod:`tacos.solvers.greedy_ports`).
+transfer through switches holds every link of its route (:mod:`tacos.solvers.greedy.ports`).
 It knows the topology's scarce cuts (:mod:`tacos.solvers.islands`): a chunk crosses into an
 island (a node behind its NICs, a leaf behind its uplinks) once and spreads inside from there.
 
@@ -22,7 +22,7 @@ Options (``Problem.options``):
 ``max_merge`` (int, None or ``'auto'``, default ``'auto'``)
     Most chunks one transfer may carry (paying α once).  1 reproduces TACOS's chunk-granular
     behaviour; None means unlimited; ``'auto'`` tries a ladder of caps derived from α and the
-    chunk's wire time (see :func:`tacos.solvers.merge.merge_caps`) and, unless a merged
+    chunk's wire time (see :func:`tacos.solvers.greedy.merge.merge_caps`) and, unless a merged
     schedule already beats every possible chunk-granular one, also the ``max_merge=1`` trials,
     so it is never slower than ``max_merge=1`` with the same seed and trials.
 ``speculate`` (bool, default True)
@@ -33,7 +33,7 @@ Options (``Problem.options``):
     No trial starts after this much time (at least one always runs); the best so far wins.
     Results then depend on machine speed, like any time-limited search.
 ``jit`` (bool, default True)
-    Run the trials the compiled core covers (:mod:`tacos.solvers.greedy_jit`: switch-free,
+    Run the trials the compiled core covers (:mod:`tacos.solvers.greedy.jit`: switch-free,
     uniform chunks, no relays, no speculation) in compiled code; same schedules either way.
     ``TACOS_JIT=0`` in the environment also turns it off; without numba it is off.
 ``model`` (``'physical'`` or ``'unwound'``, default ``'physical'``)
@@ -46,9 +46,10 @@ Options (``Problem.options``):
     island-blind matching (on a switch-free topology: TACOS's greedy as before).
 ``relays`` (``'members'`` or ``'all'``, default ``'members'``) and ``relay_npus``
     Where a chunk may be relayed (stored and forwarded): at the collective's members only, or
-    at any live NPU (:meth:`tacos.collective.Collective.relay_npus`).  :func:`tacos.synthesize`
-    passes ``relay_npus`` (the whole collective's rule) to the two phases of a reduction, so
-    a process group never borrows a non-member's ports or memory unless asked to.
+    at any live NPU (:meth:`tacos.model.collective.Collective.relay_npus`).
+    :func:`tacos.synthesize` passes ``relay_npus`` (the whole collective's rule) to the two
+    phases of a reduction, so a process group never borrows a non-member's ports or memory
+    unless asked to.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def to_schedule(problem: Problem, inst: Instance, res: TrialResult, *,
     ids, each transfer on its physical route: the link itself on a switch-free topology),
     ordered by (start, end, source, destination, channel, route).
 
-    The schedule is column-backed (:class:`~tacos.schedule_columns.TransferColumns`): no
+    The schedule is column-backed (:class:`~tacos.model.columns.TransferColumns`): no
     ``Transfer`` object is built here.  ``release`` empties ``res``'s transfer columns as
     they are used (the caller no longer needs them; at thousands of NPUs they are hundreds of
     MiB).

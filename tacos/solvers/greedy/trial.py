@@ -1,7 +1,7 @@
 """One greedy trial on the engine that fits it: the port engine for instances on physical
-links (:mod:`tacos.solvers.greedy_ports`), the compiled core when it covers the instance and
-pays (:mod:`tacos.solvers.greedy_jit`), else the pure-Python core
-(:mod:`tacos.solvers.greedy_core`).  All three give the same result for the same
+links (:mod:`tacos.solvers.greedy.ports`), the compiled core when it covers the instance and
+pays (:mod:`tacos.solvers.greedy.jit`), else the pure-Python core
+(:mod:`tacos.solvers.greedy.core`).  All three give the same result for the same
 ``(seed, trial, cap)``."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     """Run one randomized trial; deterministic in ``(seed, trial, cap)``.
 
     With ``jit`` (and numba installed, ``TACOS_JIT`` not ``0``) the trials the compiled core
-    covers (:func:`tacos.solvers.greedy_jit.supported`) run there, with the same result, when
-    it pays (:func:`tacos.solvers.greedy_jit.worth_it`)."""
+    covers (:func:`tacos.solvers.greedy.jit.supported`) run there, with the same result, when
+    it pays (:func:`tacos.solvers.greedy.jit.worth_it`)."""
     if inst.physical:
         from tacos.solvers.greedy.ports import run_port_trial
 

@@ -1,4 +1,4 @@
-"""Back ends that solve an :class:`~tacos.solvers.ilp_model.IlpModel`.
+"""Back ends that solve an :class:`~tacos.solvers.ilp.model.IlpModel`.
 
 ``cbc`` (PuLP's bundled CBC), ``highs`` (highspy), ``cpsat`` (OR-Tools CP-SAT) and ``gurobi``
 (gurobipy, optional).  Packages are located with :func:`importlib.util.find_spec` and imported

@@ -18,7 +18,7 @@ from the precondition, and (``prune_late``) a copy at ``v`` is useless after
 ``T - dist(v, nearest destination)``.  ``forward_only`` (time clustering) keeps only moves that
 get strictly closer to some destination.
 
-The model is a plain sparse matrix (:class:`IlpModel`); :mod:`tacos.solvers.ilp_backends`
+The model is a plain sparse matrix (:class:`IlpModel`); :mod:`tacos.solvers.ilp.backends`
 hands it to CBC, HiGHS, CP-SAT or Gurobi.
 """
 
@@ -343,7 +343,7 @@ def transfers_to_sends(transfers: Iterable, steps: Sequence[int], pre: Sequence[
 
 def sends_to_transfers(sends: Iterable[Send], step: float, steps: Sequence[int],
                        topology: Topology, sizes: Sequence[int]) -> list:
-    """Turn TEN sends into :class:`~tacos.schedule.Transfer` objects in seconds.
+    """Turn TEN sends into :class:`~tacos.model.schedule.Transfer` objects in seconds.
 
     A send at step ``t`` starts at ``t·step`` and lasts its real α-β time, which never exceeds
     its ``w`` steps (discretization rounds up), so causality and link exclusivity carry over.

@@ -4,20 +4,20 @@
 fastest link's chunk time / ``discretization_factor``), takes a first complete schedule from the
 greedy synthesizer (or shortest paths), and bisects the horizon ``T`` between a lower bound
 (latency and link throughput in steps) and that schedule's length on the step grid.  Each probe
-solves the TEN ILP of :mod:`tacos.solvers.ilp_model` with the postcondition fixed; the status is
+solves the TEN ILP of :mod:`tacos.solvers.ilp.model` with the postcondition fixed; the status is
 ``"optimal"`` once the smallest feasible ``T`` is proven.
 
 Early termination (seed §V-B): probes may use ``1 - SOFT_SHARE`` of the budget.  When one is
 cut short, the rest goes to the same horizon with the postcondition as objective (early
 arrivals score more), warm-started from the best schedule so far; its incumbent, completed by
-shortest-path recovery (:mod:`tacos.solvers.recovery`) if partial, competes with the other
+shortest-path recovery (:mod:`tacos.solvers.ilp.recovery`) if partial, competes with the other
 schedules and the status is ``"time_limit"``.  ``mode="cluster"`` runs time clustering instead
-(:mod:`tacos.solvers.clustering`, seed §V-C, status ``"feasible"``).  Whatever the mode, the
+(:mod:`tacos.solvers.ilp.clustering`, seed §V-C, status ``"feasible"``).  Whatever the mode, the
 result is the shortest complete schedule found (the greedy one included), replayed by the
 simulator to remove the slack of rounding link times up to whole steps.
 
 Options (``Problem.options``): ``backend`` (``highs``, ``cpsat``, ``cbc``, ``gurobi``; default
-the fastest installed, see :func:`tacos.solvers.ilp_backends.default_backend`), ``time_limit``
+the fastest installed, see :func:`tacos.solvers.ilp.backends.default_backend`), ``time_limit``
 (seconds for the whole solve, default 60), ``seed``, ``threads`` (default 1), ``mode``
 (``exact`` | ``cluster``), ``cluster_steps`` (window length in steps, default twice the slowest
 link), ``window_time_limit`` (cap per clustering window), ``discretization_factor`` (default 1),
@@ -119,7 +119,7 @@ def ten_lower_bound(tp: TenProblem) -> int:
 
 
 def continuous_lower_bound(topology: Topology, collective: Collective) -> float:
-    """Seconds no schedule can beat (``tacos.bounds.lower_bound`` when it is installed)."""
+    """Seconds no schedule can beat (``tacos.check.bounds.lower_bound`` when it is installed)."""
     if importlib.util.find_spec("tacos.check.bounds") is not None:
         try:
             value = importlib.import_module("tacos.check.bounds").lower_bound(topology, collective)
@@ -420,7 +420,7 @@ def _probe_stats(horizon: int, kind: str, res, model, sends: list[Send],
 
 def _retime(topology: Topology, collective: Collective, transfers: list[Transfer]
             ) -> list[Transfer]:
-    """``transfers`` replayed by :func:`tacos.simulate.simulate` (same order per link, no idle
+    """``transfers`` replayed by :func:`tacos.check.simulate.simulate` (same order per link, no idle
     time left by rounding link times up to whole steps); unchanged without the simulator."""
     if importlib.util.find_spec("tacos.check.simulate") is None or not transfers:
         return transfers

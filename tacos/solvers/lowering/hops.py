@@ -1,7 +1,7 @@
 """NPU-level view of a topology for the baseline algorithms: hops, relay chains and ring orders.
 
 Baselines think in logical sends ``u -> v`` between NPUs.  This module says how such a send
-travels physically, on the machine model's routes (:mod:`tacos.routes`, the one owner of
+travels physically, on the machine model's routes (:mod:`tacos.model.routes`, the one owner of
 routing):
 
 * a *hop* is one route between two NPUs: a direct link, or a cut-through path through switches

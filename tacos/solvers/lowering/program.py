@@ -6,9 +6,9 @@ chunks that reached its sender through earlier messages (or that the sender star
 
 Lowering does three things:
 
-1. **Routing** (:mod:`tacos.solvers.baselines_route`): a message between NPUs without a hop
+1. **Routing** (:mod:`tacos.solvers.lowering.hops`): a message between NPUs without a hop
    becomes a chain of hops, store-and-forward at the relay NPUs; a hop through switches is
-   cut-through and holds every physical link of its route (:mod:`tacos.routes`).
+   cut-through and holds every physical link of its route (:mod:`tacos.model.routes`).
 2. **Timing**: messages are placed in program order, each hop at the earliest time its data is
    there and every physical link it needs has a free parallel link for the whole transfer
    (first fit, so later messages may fill earlier gaps).  Congestion is therefore counted.
@@ -151,7 +151,7 @@ class LinkCalendar:
 
 
 class Lowering:
-    """Turns programs into a timed, verified-shape :class:`~tacos.schedule.Schedule`."""
+    """Turns programs into a timed, verified-shape :class:`~tacos.model.schedule.Schedule`."""
 
     def __init__(self, topology: Topology, collective: Collective,
                  graph: NpuGraph | None = None) -> None:
@@ -270,7 +270,7 @@ def _replay(pre: frozenset[int], c: int, rows: list[list], idxs: list[int],
             tol: float) -> dict[tuple[int, int], str]:
     """Decide, for one reduction chunk, each transfer's op (or drop) by replaying in time.
 
-    Events are ordered as :func:`tacos.verify.verify_schedule` orders them (arrivals within
+    Events are ordered as :func:`tacos.check.verify.verify_schedule` orders them (arrivals within
     ``tol`` before sends; ties by start time, then the transfer's sort order), so both see
     simultaneous arrivals in the same order.
     """

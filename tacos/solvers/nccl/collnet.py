@@ -1,7 +1,7 @@
 """NCCL's CollNet (SHARP) all-reduce: in-network reduction in the InfiniBand switches.
 
 What NCCL does (``src/device/all_reduce.h`` ``runCollNetDirect``, the SHARP plugin), and how it
-is reproduced here with in-switch transfer groups (:mod:`tacos.in_switch`):
+is reproduced here with in-switch transfer groups (:mod:`tacos.check.in_switch`):
 
 * **CollNet Direct**: inside each node the GPUs reduce-scatter the buffer with direct NVLink
   sends, so GPU g (the one next to NIC g) holds the node's partial sum of shard g;

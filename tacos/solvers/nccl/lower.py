@@ -5,7 +5,7 @@ in-switch groups in the baseline lowering, and picking NCCL's tunables per messa
   **chunks**.  A baseline that does the same returns a schedule of the user's collective
   *refined* to more chunks per NPU (:func:`refine`: same buffer, same layout, each chunk cut
   into equal consecutive pieces), as the ``forest`` solver does (``refines_chunks``).
-* :class:`GroupLowering` is the baseline lowering (:mod:`tacos.solvers.baselines_lower`) plus
+* :class:`GroupLowering` is the baseline lowering (:mod:`tacos.solvers.lowering.program`) plus
   in-switch operations: :meth:`GroupLowering.multicast` and :meth:`GroupLowering.reduce` place
   one transfer group (``Transfer.group``) through a switch that declares the capability, every
   link of the group held once.
@@ -60,7 +60,7 @@ def buffer_order(collective: Collective) -> list[int]:
 
 def check_standard(collective: Collective, algorithm: str = "the NCCL baselines") -> None:
     """Raise a :class:`~tacos.errors.TacosError` unless ``collective`` has the layout of
-    :func:`tacos.patterns.build` for its kind, group, chunks per NPU and root."""
+    :func:`tacos.model.patterns.build` for its kind, group, chunks per NPU and root."""
     if collective.kind not in STANDARD_COLLECTIVES:
         raise TacosError(f"{algorithm} run standard collectives, not {collective.label()}",
                          hint="declare one standard collective (allgather, allreduce, ...)")
@@ -136,7 +136,7 @@ def steps_of(program: Sequence[Msg], width: int) -> list[list[Msg]]:
 
 
 class GroupLowering(Lowering):
-    """:class:`~tacos.solvers.baselines_lower.Lowering` with in-switch transfer groups."""
+    """:class:`~tacos.solvers.lowering.program.Lowering` with in-switch transfer groups."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -2,7 +2,7 @@
 
 What NCCL does (``src/device/all_reduce.h`` ``runNvls``/``runNvlsTree``, ``all_gather.h``,
 ``reduce_scatter.h``; NVLink SHARP on NVSwitch-3), and how it is reproduced here with in-switch
-transfer groups (``Transfer.group``, :mod:`tacos.in_switch`):
+transfer groups (``Transfer.group``, :mod:`tacos.check.in_switch`):
 
 * **Reduce-scatter** (``multimem.ld_reduce``): GPU g's shard is read from every GPU of the node
   and summed in the switch, and the sum arrives at g once -- a *reduce group* from the other
@@ -28,7 +28,7 @@ Needs, in every node, one switch that every member is attached to and that decla
 ``multicast`` (and ``reduce`` for reduce-scatter and all-reduce) -- an H100 NVSwitch with NVLS.
 NCCL uses NVLS for all-gather and reduce-scatter within one node; here too.  The pipeline depth
 ``S`` is chosen per size like NCCL's tuner would (the fastest of a few, see
-:func:`~tacos.solvers.nccl_lower.pipeline_depths`).
+:func:`~tacos.solvers.nccl.lower.pipeline_depths`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ reproduced here:
 * **Data split.**  Channel c moves the c-th share of every block: the schedule is the
   collective refined to ``C`` chunks per NPU (times the user's chunks), and ring all-gather,
   reduce-scatter and all-reduce run per channel exactly as in
-  :mod:`tacos.solvers.baselines_algos`; broadcast and reduce are pipelined chains from the
+  :mod:`tacos.solvers.baselines.algos`; broadcast and reduce are pipelined chains from the
   root along each ring in ``S`` chunks (NCCL's ring broadcast/reduce).
 * **Per size.**  NCCL's tuner uses fewer channels for small messages; here every channel count
   in ``{1, 2, 4, ..., C_max}`` (and every pipeline depth for rooted ops) is lowered and the
@@ -84,7 +84,7 @@ def _search(nodes: Sequence[int], start: int, succ, rng: random.Random, budget: 
             end: int | None = None, cycle: bool = False, weight=None) -> list[int] | None:
     """A Hamiltonian path over ``nodes`` from ``start`` along ``succ(v)`` -- closing into a
     cycle when ``cycle``, ending at ``end`` when given -- by depth-first search
-    (:func:`~tacos.solvers.baselines_route.hamiltonian_path`): hops with the most spare lanes
+    (:func:`~tacos.solvers.lowering.hops.hamiltonian_path`): hops with the most spare lanes
     first (``weight(v, w)``), then Warnsdorff's rule (fewest onward options), random ties;
     None within ``budget``."""
     n = len(nodes)

@@ -109,12 +109,12 @@ def capable_switch(topology: Topology, members: Sequence[int], need: set[str]) -
 
 
 def find_nodes(topology: Topology, group: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """The group's nodes (:meth:`tacos.topology.Topology.scale_up_nodes`)."""
+    """The group's nodes (:meth:`tacos.model.topology.Topology.scale_up_nodes`)."""
     return topology.scale_up_nodes(group)
 
 
 class NcclGraph(NpuGraph):
-    """:class:`~tacos.solvers.baselines_route.NpuGraph` that keeps NCCL's traffic classes apart:
+    """:class:`~tacos.solvers.lowering.hops.NpuGraph` that keeps NCCL's traffic classes apart:
     two GPUs of one node talk over the node's own links (NVLink, xGMI, NVSwitch), never through
     the network, even where a scale-out switch joins them too (one IB switch for every GCD of an
     MI250 pair of boxes); relay chains between them stay inside the node."""
