@@ -14,7 +14,7 @@ from tacos.errors import TacosError
 
 @pytest.mark.parametrize("module", ["tacos.builders", "tacos.model.units", "tacos.model.patterns",
                                     "tacos.verify_plan", "tacos.importers", "tacos",
-                                    "tacos.msccl.lower"])
+                                    "tacos.msccl.lower", "tacos.emit"])
 def test_doctests(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
