@@ -145,7 +145,12 @@ SOLVERS = tuple(name for name in REGISTERED if name not in ELSEWHERE)
 
 # A solver may refuse a problem only for a reason listed here (message pattern), never silently.
 MAY_REFUSE = {
-    "hierarchical": "needs every link to carry a dimension|not a product of its dimensions",
+    # multi-dimensional topologies only, with equal groups per dimension
+    "hierarchical": "needs every link to carry a dimension|not a product of its dimensions"
+                    "|has groups of different sizes",
+    # works on the switch-unwound view, whose degree-limited switches can leave NPUs of a
+    # multi-node preset (2x MI250, 2x DGX-2) without a path
+    "taccl": r"cannot receive chunk \d+.*\(no path from npu",
     "a2a": "runs all-to-all, not",
     "nccl-tree": "runs all-reduce only",
     "nvls": "NVLS (needs a switch|runs allreduce|allgather runs within one node)",
