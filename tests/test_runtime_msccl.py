@@ -109,3 +109,28 @@ def test_to_json_has_the_contract_keys():
     est = estimate_program(_send_program("LL", 1), _pair(100e9), 4096, hardware="a100")
     assert set(est.to_json()) == {"time", "algbw", "busbw", "model", "bound"}
     assert est.algbw == pytest.approx(4096 / est.time)
+
+
+def test_mscclpp_ring_plan_is_cta_bound_and_scales_linearly():
+    """Microsoft's 4-GPU ring all-gather plan runs one CTA per GPU: at large sizes its time
+    grows with the bytes one CTA moves (3 of 4 chunks at the per-CTA rate)."""
+    from pathlib import Path
+
+    from tacos.frontends.mscclpp_json import load_plan
+
+    from tacos.msccl.verify_mscclpp import verify_mscclpp_file
+    from tacos.runtime import estimate_mscclpp
+
+    path = Path(__file__).parent / "fixtures" / "msccl" / "mscclpp_ring_allgather_4.json"
+    assert verify_mscclpp_file(path).ok
+    plan, problems = load_plan(path)
+    assert not problems
+    topo = Topology(tuple(Npu(i, f"g{i}") for i in range(4)), (),
+                    tuple(Link(i, j, 1e-6, 100e9, tag="nvlink")
+                          for i in range(4) for j in range(4) if i != j), "quad")
+    small = estimate_mscclpp(plan, topo, 1 << 28, hardware="a100")
+    big = estimate_mscclpp(plan, topo, 1 << 30, hardware="a100")
+    chunk = (1 << 30) / 4
+    assert big.bound.startswith("cta")
+    assert big.time - small.time == pytest.approx(3 * (chunk - chunk / 4)
+                                                  / A100.cta_rate["Simple"], rel=1e-6)
