@@ -134,3 +134,24 @@ def test_mscclpp_ring_plan_is_cta_bound_and_scales_linearly():
     assert big.bound.startswith("cta")
     assert big.time - small.time == pytest.approx(3 * (chunk - chunk / 4)
                                                   / A100.cta_rate["Simple"], rel=1e-6)
+
+
+def test_tdl_hardware_statement_and_presets():
+    import tacos
+    from tacos.errors import TacosError
+    from tacos.runtime import hardware_for
+
+    text = 'topology "box"\nhardware "H100"\nnpu a[2]\nlink a[0] <-> a[1] 10GB/s 1us'
+    assert hardware_for(tacos.parse(text).topology).name == "h100"
+    unnamed = 'topology "box"\nnpu a[2]\nlink a[0] <-> a[1] 10GB/s 1us'
+    assert hardware_for(tacos.parse(unnamed).topology).name == "generic"
+    with pytest.raises(TacosError, match="known generations"):
+        tacos.parse('topology "box"\nhardware "b200"\nnpu a[2]')
+    outer = 'topology "two"\nhardware "a100"\nuse dgx_h100_node'
+    assert tacos.parse(outer).topology.hardware == "a100"  # the outermost statement wins
+    from tacos.frontends.tdl_includes import preset_folder
+
+    for preset, gen in (("dgx_a100", "a100"), ("dgx_h100", "h100"), ("ndv2", "v100"),
+                        ("mi250", "mi250")):
+        topo = tacos.load(preset_folder() / f"{preset}.tdl").topology
+        assert hardware_for(topo).name == gen
