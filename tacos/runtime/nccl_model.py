@@ -98,14 +98,18 @@ def nccl_system(topology: Topology, group: Sequence[int] | None, hw: Hardware) -
         for node, nics in zip(sys_.nodes, sys_.nics, strict=True):
             here = set(node)
             line = rate = 0.0
-            for v in nics:
-                for li in topology.out_links[v]:
-                    lk = links[li]
-                    if lk.dst not in here and (topology.is_switch(lk.dst)
-                                               or lk.dst in node_of):
-                        if hw.classify(lk) == "nic" or lk.bandwidth <= sys_.slow:
+            for strict in (True, False):  # NIC-class links; else any link leaving the node
+                for v in nics:
+                    for li in topology.out_links[v]:
+                        lk = links[li]
+                        if lk.dst in here or not (topology.is_switch(lk.dst)
+                                                  or lk.dst in node_of):
+                            continue
+                        if not strict or hw.classify(lk) == "nic" or lk.bandwidth <= sys_.slow:
                             line += lk.bandwidth * lk.multiplicity
                             rate += lk.bandwidth * lk.multiplicity * hw.link_efficiency["nic"]
+                if line > 0:
+                    break
             per_node.append((line, rate))
         nic_line = min(p[0] for p in per_node)
         nic_rate = min(p[1] for p in per_node)
@@ -334,6 +338,9 @@ def estimate_nccl(topology: Topology, collective_kind: str, nbytes: int, *,
     if nbytes <= 0:
         raise TacosError("the message size must be positive")
     s = nccl_system(topology, group, hw)
+    if s.intra_rate <= 0 or (s.nodes > 1 and s.nic_rate <= 0):
+        raise TacosError("the NCCL runtime model finds no link rate for this group "
+                         "(no intra-node links or no NIC between its nodes)")
     if kind == "alltoall":
         return _alltoall(hw, s, nbytes, sweep)
     algo, proto = nccl_choice(hw, s, kind, nbytes, algorithm=algorithm, protocol=protocol)
