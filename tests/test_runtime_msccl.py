@@ -155,3 +155,23 @@ def test_tdl_hardware_statement_and_presets():
                         ("mi250", "mi250")):
         topo = tacos.load(preset_folder() / f"{preset}.tdl").topology
         assert hardware_for(topo).name == gen
+
+
+def test_a_relay_forwards_while_it_receives():
+    """0 -> 1 -> 2 with ``rcs`` on rank 1: cut-through, one hop latency per hop, the bytes
+    once (not store-and-forward's twice)."""
+    npus = tuple(Npu(i, f"g{i}") for i in range(3))
+    links = tuple(Link(a, b, 1e-6, 100e9, tag="nvlink") for a, b in ((0, 1), (1, 0), (1, 2),
+                                                                      (2, 1)))
+    topo = Topology(npus, (), links, "chain")
+    r0 = (Threadblock(0, 1, -1, 0, (Step(0, "s", "i", 0, "o", 0, 1),)),
+          Threadblock(1, -1, -1, 0, (Step(0, "cpy", "i", 0, "o", 0, 1),)))
+    r1 = (Threadblock(0, 2, 0, 0, (Step(0, "rcs", "i", 0, "o", 0, 1),)),)
+    r2 = (Threadblock(0, -1, 1, 0, (Step(0, "r", "i", 0, "o", 0, 1),)),)
+    prog = Program("chain", "Simple", 1, 1, 3, "broadcast", 0, 1, 0, 0,
+                   (Gpu(0, 1, 1, 0, r0), Gpu(1, 1, 1, 0, r1), Gpu(2, 1, 1, 0, r2)))
+    assert verify_program(prog).ok
+    est = estimate_program(prog, topo, MIB, hardware="a100")
+    hop = A100.hop_latency("Simple", "nvlink3")
+    expect = A100.base_latency("Simple") + 2 * hop + MIB / A100.cta_rate["Simple"]
+    assert est.time == pytest.approx(expect, rel=1e-9)

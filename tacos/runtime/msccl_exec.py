@@ -140,7 +140,6 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
     finish = [0.0] * n
     cta = hw.cta_rate[proto]
     out = IterationTiming(0.0)
-    del slots_per_call
     for v in order:
         tx: Tx = model.txs[v]
         step = tx.step
@@ -172,7 +171,7 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
             sync = calls * c.latency
             busy = nbytes / c.rate
             limit = c.bound
-            tail = finish[src] + cin.latency if src is not None else 0.0
+            tail = finish[src] if src is not None else 0.0  # upstream paid its hops
             finish[v] = max(tail + c.latency, start[v] + sync + busy)
             for i in c.links:
                 out.link_load[i] = out.link_load.get(i, 0.0) + nbytes
