@@ -112,6 +112,8 @@ class SweepRow:
     times: dict[str, float] = field(default_factory=dict)
     #: runtime-model time of the MSCCL XML written for this size (None: none written)
     xml_time: float | None = None
+    #: every verified candidate's link-model time (what the solvers optimize)
+    link_times: dict[str, float] = field(default_factory=dict)
 
     @property
     def time(self) -> float:
@@ -296,7 +298,8 @@ def _size_row(shared: tuple, job: tuple[int, Any]) -> SweepRow:
             xml_times[k] = est.time if est is not None else facts["link_times"][k]
     xml = min(xml_times, key=lambda k: (xml_times[k], k)) if xml_times else None
     return SweepRow(size, winner, sched, nccl, best, xml, plans[xml] if xml else None,
-                    dict(times), xml_times.get(xml) if xml else None)
+                    dict(times), xml_times.get(xml) if xml else None,
+                    dict(facts["link_times"]))
 
 
 __all__ = ["Sweep", "SweepRow", "parse_size", "parse_sizes", "sweep"]
