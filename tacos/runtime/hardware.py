@@ -76,6 +76,10 @@ class Hardware:
             raise TacosError(f"unknown protocol {protocol!r}",
                              hint=f"protocols: {', '.join(PROTOCOLS)}") from None
 
+    def cta_reduce_rate(self, protocol: str) -> float:
+        """Per-CTA payload rate (B/s) of a reduction (two inputs combined) in ``protocol``."""
+        return self.cta_rate[protocol] * self.common["cta_reduce_factor"]
+
     def payload(self, protocol: str) -> float:
         """Fraction of the bytes on the wire that is payload (LL 1/2, LL128 120/128)."""
         return {"LL": self.common["ll_payload"], "LL128": self.common["ll128_payload"],

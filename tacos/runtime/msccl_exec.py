@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tacos.errors import TacosError
-from tacos.msccl.program import Program
+from tacos.msccl.program import REDUCING_TYPES, Program
 from tacos.msccl.verify_deps import build_hb
 from tacos.msccl.verify_model import Model, Tx, build_model
 from tacos.runtime.estimate import RuntimeEstimate
@@ -139,6 +139,7 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
     start = [0.0] * n
     finish = [0.0] * n
     cta = hw.cta_rate[proto]
+    cta_reduce = hw.cta_reduce_rate(proto)
     out = IterationTiming(0.0)
     for v in order:
         tx: Tx = model.txs[v]
@@ -152,8 +153,9 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
         if step.cnt == 0 or tx.type == "nop":
             start[v] = finish[v] = ready
             continue
+        own = cta_reduce if tx.type in REDUCING_TYPES else cta
         if tx.type in _LOCAL:
-            busy = nbytes / cta
+            busy = nbytes / own
             start[v], finish[v] = ready, ready + busy
         elif step.sends and tx.type not in _FUSED:  # plain send
             c = conns[model.send_conn(tx)]
@@ -169,7 +171,7 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
             first = start[src] + cin.latency if src is not None else ready
             start[v] = max(ready, first)
             sync = calls * c.latency
-            busy = nbytes / c.rate
+            busy = nbytes / min(c.rate, own)
             limit = c.bound
             tail = finish[src] if src is not None else 0.0  # upstream paid its hops
             finish[v] = max(tail + c.latency, start[v] + sync + busy)
@@ -177,7 +179,7 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
                 out.link_load[i] = out.link_load.get(i, 0.0) + nbytes
         else:  # plain receive (r, rrc)
             start[v] = max(ready, start[src] if src is not None else ready)
-            busy = nbytes / cta
+            busy = nbytes / own
             tail = finish[src] if src is not None else 0.0  # the sender paid the hop latency
             finish[v] = max(tail, start[v] + busy)
         key = tx.key

@@ -90,7 +90,8 @@ def estimate_mscclpp(plan: Plan, topology: Topology, nbytes: int, *,
                                                                default=0)
         nb = size * unit * max(1, len([r for r in op.dst if r.rank != op.rank]) or 1)
         pay = 0.5 if op.name in _PACKET else 1.0
-        rate, why = hw.cta_rate[proto], "cta"
+        rate, why = (hw.cta_reduce_rate(proto) if op.name in _REDUCE else
+                     hw.cta_rate[proto]), "cta"
         if op.name in _SWITCH:
             share = hw.nvls_algbw / max(1, switch_users[op.rank]) if hw.nvls_algbw else rate
             if share < rate:
