@@ -74,7 +74,8 @@ def build_spec(state: State, source: str) -> Spec:
             failed.append(link)
         else:
             links.append(link)
-    topology = Topology(npus, switches, tuple(links), state.name, tuple(failed))
+    topology = Topology(npus, switches, tuple(links), state.name, tuple(failed),
+                        hardware=state.hardware)
     collectives = tuple(_collective(state, decl, topology, i)
                         for i, decl in enumerate(state.collectives))
     for decl, coll in zip(state.collectives, collectives, strict=True):

@@ -75,6 +75,8 @@ class State:
     reshards: list[ReshardDecl] = field(default_factory=list)
     jobs: list[JobDecl] = field(default_factory=list)
     name: str = ""
+    hardware: str = ""
+    hardware_depth: int = -1  # nesting depth of the file that set ``hardware`` (-1: none)
     texts: dict[str, str] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     includes: IncludePolicy | None = None
@@ -128,6 +130,19 @@ class Scope(ReshardStatements, JobStatements):
     def do_topology_stmt(self, t: Tree) -> None:
         if not self.state.name:  # the outermost file names the system
             self.state.name = str(t.children[0])[1:-1]
+
+    def do_hardware_stmt(self, t: Tree) -> None:
+        """``hardware "h100"``: the GPU generation of the runtime model; the outermost file's
+        statement wins over the files it uses."""
+        from tacos.runtime.hardware import generations
+
+        gen = str(t.children[0])[1:-1].lower()
+        if gen not in generations():
+            raise self.error(f"unknown hardware generation {gen!r}", t.children[0],
+                             f"known generations: {', '.join(generations())}")
+        st = self.state
+        if st.hardware_depth < 0 or self.depth <= st.hardware_depth:
+            st.hardware, st.hardware_depth = gen, self.depth
 
     def value(self, node: Any) -> Any:
         if isinstance(node, Token) and node.type == "STRING":

@@ -465,12 +465,15 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     if args.output and fmt in ("xml", "mscclpp") and args.solver in ("auto", "forest"):
         # MSCCL cannot express in-switch groups: pick among the plans it can run
         options.setdefault("in_switch", False)
+    if args.output and fmt == "xml" and args.solver == "auto":
+        options.setdefault("emit", "xml")  # rank by the runtime time of the file written
     schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
                    trials=args.trials, workers=args.workers, cluster=args.cluster,
                    time_limit=args.time_limit, relays=args.relays or "members",
                    progress=reporter, **options)
     with reporter.phase("verifying"):
         verify_schedule(schedule).raise_if_failed()
+    program = runtime = None
     if args.output and fmt == "xml":  # large plans: streamed, never held as one text
         from tacos.msccl.ranks import ranks_comment
         from tacos.msccl.xml_writer import lower_verified, write_xml
@@ -480,7 +483,10 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             write_xml(program, args.output, header=ranks_comment(schedule.collective.group))
     elif args.output:
         with reporter.phase(f"writing {args.output}"):
-            write_output(args.output, _render(schedule, fmt, args))
+            text = _render(schedule, fmt, args)
+            write_output(args.output, text)
+        if fmt == "mscclpp":
+            runtime = _mscclpp_runtime(schedule, spec.topology, text)
     if args.plot:
         from tacos.backends.plot import plot_schedule
 
@@ -490,17 +496,39 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
 
         with reporter.phase("writing Chakra traces"):
             write_traces(schedule, args.chakra)
+    if (args.json or args.report or not args.output) and runtime is None:
+        from tacos.runtime.plans import runtime_of
+
+        with reporter.phase("runtime model"):
+            runtime = runtime_of(schedule, spec.topology, program=program,
+                                 options=_msccl_options(args) if fmt == "xml" else None)
     if args.json:
         from tacos.report import report
 
         with reporter.phase("report"):
-            print(json.dumps(report(schedule, topology=spec.topology), indent=2))
+            print(json.dumps(report(schedule, topology=spec.topology, runtime=runtime),
+                             indent=2))
     elif args.report or not args.output:
         from tacos.report import format_report
 
         with reporter.phase("report"):
-            print(format_report(schedule, topology=spec.topology))
+            print(format_report(schedule, topology=spec.topology, runtime=runtime))
     return 0
+
+
+def _mscclpp_runtime(schedule: Any, topology: Any, text: str) -> Any:
+    """The runtime model's time of the MSCCL++ plan just written."""
+    from tacos.errors import TacosError
+    from tacos.msccl.mscclpp_reader import read_plan_text
+    from tacos.runtime.mscclpp_exec import estimate_mscclpp
+
+    plan, _ = read_plan_text(text)
+    coll = schedule.collective
+    try:
+        est = estimate_mscclpp(plan, topology, coll.size, ranks=coll.group)
+    except TacosError as exc:
+        return None, f"runtime model: {exc.message}"
+    return est, "the MSCCL++ plan written"
 
 
 def _sweep(args: argparse.Namespace) -> int:

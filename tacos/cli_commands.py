@@ -232,11 +232,12 @@ def _verify(args: argparse.Namespace) -> int:
         kind = sniff(text)
     except TacosError as exc:
         raise TacosError(f"{path}: {exc.message}", hint=exc.hint) from None
-    if args.size and (kind != "msccl-xml" or topology is None):
-        raise UsageError("--size times an MSCCL XML plan on --topology",
+    timed = ("msccl-xml", "mscclpp-json")
+    if args.size and (kind not in timed or topology is None):
+        raise UsageError("--size times an MSCCL XML or MSCCL++ plan on --topology",
                          hint="give --topology too, or leave --size out")
-    if args.ranks is not None and (kind != "msccl-xml" or topology is None):
-        raise UsageError("--ranks maps an MSCCL XML plan's ranks to NPUs of --topology",
+    if args.ranks is not None and (kind not in timed or topology is None):
+        raise UsageError("--ranks maps an MSCCL plan's ranks to NPUs of --topology",
                          hint="give --topology too, or leave --ranks out")
     from tacos.progress import TerminalReporter
 
@@ -251,9 +252,12 @@ def _verify(args: argparse.Namespace) -> int:
                                  nbytes=_size(args.size) if args.size else None,
                                  progress=reporter)
     else:
+        from tacos.msccl.ranks import parse_ranks
         from tacos.verify_plan import verify
 
+        ranks = parse_ranks(args.ranks, topology) if args.ranks is not None else None
         with reporter.phase(f"verifying {path}"):
-            report = verify(path, topology=topology)
+            report = verify(path, topology=topology,
+                            nbytes=_size(args.size) if args.size else None, ranks=ranks)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
     return 0 if report.ok else 1

@@ -42,7 +42,7 @@ def json_safe(value: Any) -> Any:
 
 
 def report(schedule: Schedule, *, topology: Topology | None = None,
-           verify: bool = True) -> dict[str, Any]:
+           verify: bool = True, runtime: Any = "auto") -> dict[str, Any]:
     """Facts about ``schedule`` as a JSON-safe dict.
 
     Times are estimates of the α-β model (α + bytes / bandwidth per transfer), not
@@ -54,6 +54,11 @@ def report(schedule: Schedule, *, topology: Topology | None = None,
     when every transfer carries one chunk), and ``model_gap`` = time / the largest bound
     including them.  ``forest`` (from the forest solver's ``meta``) gives its optimal rate, the
     achieved fraction of it, tree and slice counts.  ``verify=False`` skips the verifier.
+
+    ``runtime`` is the runtime model's view of the emitted plan (``docs/runtime-model.md``):
+    an ``(estimate, note)`` pair from :func:`tacos.runtime.plans.runtime_of` (computed here by
+    default; None leaves it out).  It becomes the top-level ``runtime`` object: ``time`` (s),
+    ``algbw``, ``busbw``, ``model``, ``bound``, beside ``link_time`` (the α-β ``time``).
     """
     coll = schedule.collective
     sim = simulate(schedule)
@@ -114,6 +119,14 @@ def report(schedule: Schedule, *, topology: Topology | None = None,
                        for p in forest.get("phases", [])],
             "slices": (schedule.meta.get("pipeline") or {}).get("slices"),
         }
+    if runtime == "auto":
+        from tacos.runtime.plans import runtime_of
+
+        runtime = runtime_of(schedule, topology)
+    if runtime is not None:
+        from tacos.runtime.plans import runtime_json
+
+        out["runtime"] = runtime_json(runtime[0], runtime[1], time)
     if verify:
         rep = verify_schedule(schedule)
         out["verified"] = rep.ok
@@ -126,9 +139,9 @@ def _t(x: float | None) -> str:
 
 
 def format_report(schedule: Schedule, *, topology: Topology | None = None,
-                  verify: bool = True) -> str:
+                  verify: bool = True, runtime: Any = "auto") -> str:
     """The :func:`report` as aligned ``label  value`` lines."""
-    r = report(schedule, topology=topology, verify=verify)
+    r = report(schedule, topology=topology, verify=verify, runtime=runtime)
     c, b, u = r["collective"], r["bound"], r["link_utilization"]
     parts = b["parts"]
     names = {"latency": "hop latency", "ingress_egress": "ingress/egress", "cut": "min-cut",
@@ -142,9 +155,11 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
                        f"{c['chunks']} chunks of {format_size(c['chunk_size'])}"),
         ("topology", f"{r['topology']['name'] or 'unnamed'}: {r['topology']['npus']} NPUs, "
                      f"{r['topology']['links']} links"),
-        ("time", f"{_t(r['time'])} (schedule says {_t(r['schedule_time'])})"),
-        ("algbw", format_bandwidth(r["algbw"]) if r["algbw"] is not None else "n/a"),
-        ("busbw", format_bandwidth(r["busbw"]) if r["busbw"] is not None else "n/a"),
+        ("time", f"{_t(r['time'])} link model (schedule says {_t(r['schedule_time'])})"),
+        ("algbw", (format_bandwidth(r["algbw"]) if r["algbw"] is not None else "n/a")
+                  + " link model"),
+        ("busbw", (format_bandwidth(r["busbw"]) if r["busbw"] is not None else "n/a")
+                  + " link model"),
         ("bound", f"{_t(b['value'])} physical ({b['kind']}): {part_text}"),
         ("gap", (f"{r['gap']:.3f}x" if r["gap"] is not None else "n/a")
                 + " (time / physical bound)"),
@@ -153,8 +168,19 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
         ("links", f"utilization mean {u['mean']:.0%}, max {u['max']:.0%}"
                   + (f" ({u['busiest']})" if u["busiest"] else "")),
     ]
+    rt = r.get("runtime")
+    if rt is not None:
+        if rt["time"] is not None:
+            lines[3:3] = [
+                ("runtime", f"{_t(rt['time'])}, algbw {format_bandwidth(rt['algbw'])}, busbw "
+                            f"{format_bandwidth(rt['busbw'])} ({rt['model']}: {rt['of']})"),
+                ("bounded by", rt["bound"]),
+            ]
+        else:
+            lines.insert(3, ("runtime", f"none: {rt['note']}"))
     if model_text:
-        lines.insert(7, ("model bounds", model_text + (
+        at = next(i for i, (k, _) in enumerate(lines) if k == "gap") + 1
+        lines.insert(at, ("model bounds", model_text + (
             f"; time / largest {r['model_gap']:.3f}x" if r["model_gap"] is not None else "")))
     f = r.get("forest")
     if f:

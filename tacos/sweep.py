@@ -2,7 +2,8 @@
 
 :func:`sweep` synthesizes a collective at every size of a range (``"1KiB:4GiB:x4"``) with the
 ``auto`` portfolio (:mod:`tacos.solvers.auto`) and the NCCL models, and returns a
-:class:`Sweep`: per size the time, algbw and busbw of tacos's plan and of each NCCL model
+:class:`Sweep`: per size the runtime-model time (:mod:`tacos.runtime`), algbw and busbw of
+tacos's plan and of each NCCL algorithm as NCCL runs it
 (nccl-tests conventions: ``algbw = size / time``, ``busbw = algbw ×`` the collective's factor,
 :func:`tacos.simulate.busbw_factor`), and the speedup over the best NCCL model.
 
@@ -108,11 +109,16 @@ class SweepRow:
     xml_plan: str | None
     xml_schedule: Schedule | None
     times: dict[str, float] = field(default_factory=dict)
+    #: runtime-model time of the MSCCL XML written for this size (None: none written)
+    xml_time: float | None = None
+    #: every verified candidate's link-model time (what the solvers optimize)
+    link_times: dict[str, float] = field(default_factory=dict)
 
     @property
     def time(self) -> float:
-        """tacos's collective time (s)."""
-        return self.schedule.makespan
+        """tacos's collective time (s): the runtime model's time of the plan (the link
+        model's when the portfolio could time no plan in the runtime model)."""
+        return self.times.get(self.plan, self.schedule.makespan)
 
     def algbw(self, time: float | None = None) -> float:
         """size / time (B/s), of tacos's plan or of ``time``."""
@@ -160,8 +166,9 @@ class Sweep:
         models = self.models
         head = (f"{'size':>10} {'time(us)':>10} {'algbw':>8} {'busbw':>8}  {'plan':<28}"
                 + "".join(f" {m[:12]:>12}" for m in models) + f" {'speedup':>8}")
-        lines = [f"# {self.kind} on {self.topology.name or 'topology'}: tacos plan vs NCCL "
-                 "models (algbw, busbw in GB/s; NCCL columns: algbw)", head]
+        lines = [f"# {self.kind} on {self.topology.name or 'topology'}: tacos plan vs NCCL, "
+                 "runtime-model times (docs/runtime-model.md; algbw, busbw in GB/s; NCCL "
+                 "columns: algbw)", head]
         for r in self.rows:
             cells = "".join(f" {r.algbw(r.nccl[m]) / 1e9:>12.2f}" if m in r.nccl
                             else f" {'-':>12}" for m in models)
@@ -175,8 +182,9 @@ class Sweep:
             lines.append(f"# geometric-mean speedup over the best NCCL model: {g:.2f}x "
                          f"({len(self.rows)} sizes, {self.seconds:.1f} s)")
         if any(r.xml_plan != r.plan for r in self.rows):
-            lines.append("# * uses in-switch multicast/reduce, which MSCCL XML cannot express: "
-                         "the XML for that size is the fastest plan without it (JSON: -o *.json)")
+            lines.append("# * the XML written for that size is another plan: the fastest in "
+                         "the runtime model as MSCCL XML (NCCL's algorithms run by NCCL, and "
+                         "in-switch plans, have no XML of the same speed)")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -188,7 +196,8 @@ class Sweep:
             "geomean_speedup": self.geomean_speedup(),
             "rows": [{"size": r.size, "plan": r.plan, "time": r.time, "algbw": r.algbw(),
                       "busbw": r.busbw(), "nccl": r.nccl, "nccl_best": r.nccl_best,
-                      "speedup": r.speedup, "xml_plan": r.xml_plan, "candidates": r.times}
+                      "speedup": r.speedup, "xml_plan": r.xml_plan, "xml_time": r.xml_time,
+                      "candidates": r.times}
                      for r in self.rows]})
 
 
@@ -255,14 +264,27 @@ def _size_row(shared: tuple, job: tuple[int, Any]) -> SweepRow:
     size, coll = job
     winner, sched, facts = run_portfolio(topology, coll, candidates=candidates,
                                          nccl_system=nccl_sys, keep_plans=True, **options)
+    from tacos.runtime.plans import runtime_of
+
     plans = facts.pop("plans")
     times = facts["times"]
     nccl = {k: t for k, t in times.items() if k.startswith("nccl-")}
-    best = min(nccl, key=nccl.__getitem__) if nccl else None
-    plain = [k for k in times if not any(t.group is not None for t in plans[k].transfers)]
-    xml = min(plain, key=lambda k: (times[k], k)) if plain else None
+    best = facts.get("nccl_best")
+    if best is not None and facts.get("nccl_time") is not None:
+        nccl[best] = facts["nccl_time"]  # the fastest NCCL algorithm, as NCCL runs it
+    else:
+        best = min(nccl, key=nccl.__getitem__) if nccl else None
+    # the XML written for this size is ranked by what that file does in the runtime model
+    xml_times: dict[str, float] = {}
+    for k in plans:
+        if k in facts["link_times"] and not any(t.group is not None
+                                               for t in plans[k].transfers):
+            est, _ = runtime_of(plans[k], topology, as_xml=True)
+            xml_times[k] = est.time if est is not None else facts["link_times"][k]
+    xml = min(xml_times, key=lambda k: (xml_times[k], k)) if xml_times else None
     return SweepRow(size, winner, sched, nccl, best, xml, plans[xml] if xml else None,
-                    dict(times))
+                    dict(times), xml_times.get(xml) if xml else None,
+                    dict(facts["link_times"]))
 
 
 __all__ = ["Sweep", "SweepRow", "parse_size", "parse_sizes", "sweep"]

@@ -65,11 +65,14 @@ def _read(plan: str | Path) -> tuple[str, str]:
 
 
 def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
-           max_steps: int = 64, strict: bool = True) -> Any:
+           max_steps: int = 64, strict: bool = True, nbytes: int | None = None,
+           ranks: Any = None) -> Any:
     """Verify a schedule or a plan (path or text); returns the report.
 
     ``topology`` (MSCCL XML: also time the plan on it with the α-β model; schedule JSON:
-    check the schedule was made for it), ``max_steps`` and ``strict`` (MSCCL XML: missing
+    check the schedule was made for it; MSCCL++: time it with the runtime model on ``nbytes``,
+    default its ``max_message_size`` or 1 MiB, rank r on NPU ``ranks[r]``), ``max_steps`` and
+    ``strict`` (MSCCL XML: missing
     ``outofplace``/``minBytes``/``maxBytes`` fail as the runtime's loader does unless
     ``strict=False``) are passed on to the format's verifier.
 
@@ -96,15 +99,12 @@ def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
         return verify_xml(text, source=source, topology=topology, max_steps=max_steps,
                           strict=strict)
     if kind == "mscclpp-json":
-        from dataclasses import replace
 
         from tacos.msccl.verify_mscclpp import verify_mscclpp_text
 
         report = verify_mscclpp_text(text, source)
-        if topology is not None:
-            checks = dict(report.checks, timing="not checked: MSCCL++ plans are not timed "
-                          "(no alpha-beta model of puts and semaphores)")
-            report = replace(report, checks=checks)
+        if topology is not None and report.ok:
+            report = _time_mscclpp(report, text, topology, nbytes, ranks)
         return report
     from tacos.check.verify import verify_schedule
     from tacos.frontends.json_schedule import check_against_topology, loads
@@ -116,3 +116,24 @@ def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
             raise VerificationError(f"{source} was not made for this topology: {problems[0]}",
                                     hint=f"{len(problems)} difference(s) in all")
     return verify_schedule(schedule)
+
+
+def _time_mscclpp(report: Any, text: str, topology: Topology, nbytes: int | None,
+                  ranks: Any) -> Any:
+    """``report`` with the runtime model's time of the verified MSCCL++ plan."""
+    from dataclasses import replace
+
+    from tacos.msccl.mscclpp_reader import read_plan_text
+    from tacos.runtime.mscclpp_exec import estimate_mscclpp
+
+    plan, _ = read_plan_text(text)
+    size = nbytes or int(plan.header.get("max_message_size") or 0) or (1 << 20)
+    try:
+        est = estimate_mscclpp(plan, topology, size, ranks=ranks)
+    except TacosError as exc:
+        checks = dict(report.checks, timing=f"failed: {exc.message}")
+        return replace(report, checks=checks)
+    timing = {"model": est.model, "nbytes": size,
+              "runtime": {**est.to_json(), "of": "the plan as the MSCCL++ executor runs it"}}
+    return replace(report, checks=dict(report.checks, timing="passed"), time=est.time,
+                   timing=timing)

@@ -95,6 +95,8 @@ class Topology:
     name: str = ""
     failed_links: tuple[Link, ...] = ()
     span: Span | None = field(default=None, compare=False)
+    #: GPU generation of the runtime model (``hardware "h100"`` in TDL; "" when undeclared)
+    hardware: str = ""
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -259,7 +261,7 @@ class Topology:
     def with_links(self, links: Iterable[Link]) -> Topology:
         """A copy with another link set (used by passes such as switch unwinding)."""
         return Topology(self.npus, self.switches, tuple(links), self.name, self.failed_links,
-                        self.span)
+                        self.span, self.hardware)
 
     def with_capabilities(self, capabilities: dict[str, Iterable[str]]) -> Topology:
         """A copy whose switches named by a pattern (an exact name, or a shell pattern such as
@@ -286,7 +288,7 @@ class Topology:
             for k in hit:
                 switches[k] = replace(switches[k], capabilities=wanted)
         return Topology(self.npus, tuple(switches), self.links, self.name, self.failed_links,
-                        self.span)
+                        self.span, self.hardware)
 
     def reversed(self) -> Topology:
         """The transposed topology: every link flipped (used to synthesize reductions)."""

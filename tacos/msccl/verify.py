@@ -133,7 +133,16 @@ def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
         checks["timing"] = "failed"
         return None, {}
     checks["timing"] = "passed"
-    return res.time, res.as_dict()
+    timing = res.as_dict()
+    from tacos.runtime.msccl_exec import estimate_program
+
+    try:
+        with progress.phase("runtime model"):
+            est = estimate_program(program, topology, res.nbytes, ranks=mapping)
+        timing["runtime"] = {**est.to_json(), "of": "the program as msccl-executor-nccl runs it"}
+    except TacosError as exc:
+        timing["runtime"] = {"time": None, "note": f"runtime model: {exc.message}"}
+    return res.time, timing
 
 
 def _symbolic_names(modes: list[bool]) -> list[str]:

@@ -123,8 +123,20 @@ class MscclReport:
 
             nbytes = self.timing.get("nbytes")
             size = f" for a {format_size(nbytes)} ({nbytes} B) message" if nbytes else ""
-            lines.append(f"time: {format_time(self.time)}{size} (an estimate of the "
-                         f"{self.timing.get('model', 'alpha-beta')} model, not a measurement)")
+            if self.time != (self.timing.get("runtime") or {}).get("time"):
+                lines.append(f"time: {format_time(self.time)}{size} (an estimate of the "
+                             f"{self.timing.get('model', 'alpha-beta')} model, not a "
+                             "measurement)")
+            else:
+                lines.append(f"message: {format_size(nbytes)} ({nbytes} B)" if nbytes else
+                             "message: default size")
+            rt = self.timing.get("runtime") or {}
+            if rt.get("time") is not None:
+                lines.append(f"runtime: {format_time(rt['time'])}, algbw "
+                             f"{rt['algbw'] / 1e9:.2f} GB/s, busbw {rt['busbw'] / 1e9:.2f} GB/s "
+                             f"({rt['model']}; bounded by {rt['bound']})")
+            elif rt.get("note"):
+                lines.append(f"runtime: none ({rt['note']})")
             ranks = self.timing.get("ranks")
             if ranks and list(ranks) != list(range(len(ranks))):
                 lines.append(f"ranks: on NPUs {' '.join(map(str, ranks))} "
@@ -156,4 +168,5 @@ class MscclReport:
             "warnings": [v.as_dict() for v in self.warnings],
             "time": self.time,
             "timing": dict(self.timing),
+            "runtime": self.timing.get("runtime"),
         }

@@ -70,7 +70,8 @@ def _synthesized(topology: Topology, collective: Collective, name: str,
 def run_portfolio(topology: Topology, collective: Collective, *,
                   candidates: tuple[str, ...] | None = None, fuse: bool = True,
                   nccl_system=None, keep_plans: bool = False, greedy_chunks: bool = False,
-                  in_switch: bool = True, **options: Any) -> tuple[str, Schedule, dict[str, Any]]:
+                  in_switch: bool = True, emit: str = "", **options: Any
+                  ) -> tuple[str, Schedule, dict[str, Any]]:
     """Run the portfolio; ``(winner, schedule, facts)`` (see module doc).
 
     ``greedy_chunks``: the greedy candidate picks its own chunks per NPU (``tacosc`` sets it
@@ -79,6 +80,11 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 
     ``in_switch=False`` keeps only plans without in-switch groups (what MSCCL XML can express):
     no fusion, forest without its in-switch star, NCCL's NVLS/CollNet plans skipped.
+
+    ``emit="xml"``: the plan is written as MSCCL XML, so every candidate is ranked by the
+    runtime time of its XML lowering (NCCL's algorithms too); otherwise NCCL's algorithms are
+    timed as NCCL runs them.  NCCL's own choice, as NCCL runs it, is the reference of
+    ``speedup_vs_nccl`` (``facts['ranked_by']`` says which model ranked).
 
     ``nccl_system`` reuses a :class:`~tacos.solvers.nccl_system.System` (sweeps build it once);
     ``keep_plans`` puts every verified plan in ``facts['plans']``.  Raises
@@ -147,32 +153,92 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         except TacosError as exc:
             skipped["nccl"] = exc.message
         seconds["nccl"] = time.perf_counter() - t0
-    times: dict[str, float] = {}
+    link_times: dict[str, float] = {}
     for label, sched in plans.items():
         rep = verify_schedule(sched)
         if rep.ok:
-            times[label] = sched.makespan
+            link_times[label] = sched.makespan
         else:
             skipped[label] = "did not verify: " + rep.violations[0].text()
-    if not times:
+    if not link_times:
         raise TacosError("no candidate of the portfolio gave a verified plan: "
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          hint="name a solver with --solver")
+    times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
+                                               skipped, as_xml=emit == "xml")
     winner = min(times, key=lambda k: (times[k], k))
     facts: dict[str, Any] = {"winner": winner, "times": times, "skipped": skipped,
-                             "seconds": seconds}
+                             "seconds": seconds, "ranked_by": ranked_by,
+                             "link_times": link_times, "runtime": runtime}
     others = [t for k, t in times.items() if k != winner]
     if others:
         facts["runner_up"] = min((k for k in times if k != winner), key=times.__getitem__)
         facts["margin"] = min(others) / times[winner] if times[winner] > 0 else None
-    if nccl_best is not None and (f"nccl-{nccl_best}" in times or nccl_ref is not None):
-        ref = times.get(f"nccl-{nccl_best}", nccl_ref)
-        facts["nccl_best"] = f"nccl-{nccl_best}"
+    ref_label, ref = _nccl_reference(topology, collective, nccl_best, times, nccl_ref,
+                                     ranked_by)
+    if ref_label is not None and ref is not None:
+        facts["nccl_best"] = ref_label
         facts["nccl_time"] = ref
         facts["speedup_vs_nccl"] = ref / times[winner] if times[winner] > 0 else None
     if keep_plans:
         facts["plans"] = {k: plans[k] for k in times}
     return winner, plans[winner], facts
+
+
+def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
+                   link_times: dict[str, float], skipped: dict[str, str], *,
+                   as_xml: bool = False) -> tuple[dict[str, float], dict[str, Any], str]:
+    """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
+    executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
+    no executable form (in-switch groups outside NCCL) leave the ranking, with the reason.
+    When no plan can be timed (a collective the runtime model lacks), the link model ranks.
+    ``as_xml``: every plan, NCCL's included, is timed as the MSCCL XML tacos would write."""
+    from tacos.runtime.plans import runtime_of
+
+    times: dict[str, float] = {}
+    runtime: dict[str, Any] = {}
+    reasons: dict[str, str] = {}
+    for label in link_times:
+        est, note = runtime_of(plans[label], topology, as_xml=as_xml)
+        if est is None:
+            reasons[label] = note
+            continue
+        times[label] = est.time
+        runtime[label] = {**est.to_json(), "of": note}
+    if not times:
+        return dict(link_times), runtime, "link model"
+    for label, why in reasons.items():
+        skipped[label] = f"{why} (link-model time {link_times[label]:.4g} s)"
+    return times, runtime, "runtime model"
+
+
+def _nccl_reference(topology: Topology, collective: Collective, nccl_best: str | None,
+                    times: dict[str, float], nccl_ref: float | None, ranked_by: str
+                    ) -> tuple[str | None, float | None]:
+    """The NCCL time a plan is held to: the fastest of NCCL's own choice (what NCCL runs by
+    default) and every NCCL algorithm among the candidates (what ``NCCL_ALGO`` can force), in
+    the runtime model; else the best NCCL model of the link model."""
+    if nccl_best is None:
+        return None, None
+    if ranked_by == "runtime model":
+        from tacos.runtime.plans import nccl_runtime
+
+        try:
+            est = nccl_runtime(topology, collective.kind, collective.size, collective.group,
+                               None)
+        except TacosError:
+            est = None
+        pool = {k: t for k, t in times.items() if k.startswith("nccl-")}
+        if est is not None:
+            algo = str(est.detail.get("algorithm", nccl_best))
+            label = "nccl-" + {"nvls_tree": "nvls"}.get(algo, algo)
+            pool[label] = min(est.time, pool.get(label, est.time))
+        if pool:
+            label = min(pool, key=lambda k: (pool[k], k))
+            return label, pool[label]
+    if f"nccl-{nccl_best}" in times or nccl_ref is not None:
+        return f"nccl-{nccl_best}", times.get(f"nccl-{nccl_best}", nccl_ref)
+    return None, None
 
 
 def fuse_in_switch_safe(schedule: Schedule) -> Schedule | None:
@@ -217,6 +283,8 @@ class AutoSolver(SolverBase):
                             int_or_text("auto"), default="auto"),
         "in_switch": Option("keep plans with in-switch multicast/reduce groups (false: only "
                             "plans MSCCL XML can express)", boolean, (True, False), True),
+        "emit": Option("the format the plan is written in: 'xml' ranks every candidate by "
+                       "the runtime time of its MSCCL XML lowering", str, ("", "xml"), ""),
         "greedy_chunks": Option("let the greedy candidate choose its chunks per NPU "
                                 "(1, 2, 4, ... kept while it pays)", boolean, (True, False),
                                 False),
@@ -231,10 +299,11 @@ class AutoSolver(SolverBase):
         fuse = bool(opts.pop("fuse", True))
         greedy_chunks = bool(opts.pop("greedy_chunks", False))
         in_switch = bool(opts.pop("in_switch", True))
+        emit = str(opts.pop("emit", "") or "")
         winner, sched, facts = run_portfolio(problem.topology, problem.collective,
                                              candidates=tuple(cands) if cands else None,
                                              fuse=fuse, greedy_chunks=greedy_chunks,
-                                             in_switch=in_switch, **opts)
+                                             in_switch=in_switch, emit=emit, **opts)
         meta = dict(sched.meta)
         meta["auto"] = facts
         meta["algorithm"] = f"{winner} ({meta.get('algorithm', winner)})"

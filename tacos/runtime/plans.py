@@ -1,0 +1,87 @@
+"""The runtime-model time of what tacos emits for a schedule.
+
+A schedule is a link-level plan; what a runtime executes is its lowering.  :func:`runtime_of`
+times that executable form:
+
+* an NCCL baseline (``--solver nccl*``): NCCL itself running the algorithm
+  (:func:`tacos.runtime.nccl_model.estimate_nccl`; ``--solver nccl``: NCCL's own choice);
+* any other plan: its MSCCL XML lowering (the program ``-o plan.xml`` writes, or the default
+  lowering when none is given), timed by the MSCCL executor model;
+* a plan with in-switch groups (NVLS/SHARP multicast or reduce transfers) that is not NCCL's:
+  no runtime format tacos writes can express it, so it has no runtime time -- the reason is
+  returned instead, and callers must not report its link-model time as the emitted file's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tacos.errors import TacosError
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
+from tacos.runtime.estimate import RuntimeEstimate
+
+#: tacos's NCCL solver algorithms -> the runtime model's.
+NCCL_ALGORITHMS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "collnet": "collnet",
+                   "pat": "pat", "p2p": None}
+LINK_ONLY = ("uses in-switch multicast/reduce groups that neither MSCCL XML nor the MSCCL++ "
+             "plans tacos writes can express: it exists only in the link model")
+
+
+def nccl_runtime(topology: Topology, kind: str, nbytes: int, group: Sequence[int],
+                 algorithm: str | None) -> RuntimeEstimate:
+    """NCCL running ``algorithm`` (tacos's name; None: NCCL's own choice) in the model."""
+    from tacos.runtime.hardware import hardware_for
+    from tacos.runtime.nccl_model import estimate_nccl, nccl_system
+
+    algo = NCCL_ALGORITHMS.get(algorithm, algorithm) if algorithm else None
+    if algo == "nvls" and nccl_system(topology, group, hardware_for(topology)).nodes > 1:
+        algo = "nvls_tree"
+    return estimate_nccl(topology, kind, nbytes, group=group, algorithm=algo)
+
+
+def runtime_of(schedule: Schedule, topology: Topology | None = None, *,
+               program: Any = None, options: Any = None, as_xml: bool = False
+               ) -> tuple[RuntimeEstimate | None, str]:
+    """``(estimate, what was timed)`` for ``schedule``, or ``(None, why not)``.
+
+    ``program`` is the MSCCL program already lowered (``-o plan.xml``: that file is what runs,
+    NCCL baselines included), ``options`` the :class:`tacos.msccl.lower.MscclOptions` to lower
+    with otherwise; ``as_xml`` times the MSCCL XML lowering even of an NCCL baseline.
+    ``topology`` defaults to the schedule's.
+    """
+    topo = topology or schedule.topology
+    coll = schedule.collective
+    meta = schedule.meta
+    try:
+        if program is None and not as_xml and ("nccl" in meta or "nccl_models" in meta):
+            algo = None if "nccl_models" in meta else meta.get("nccl")
+            est = nccl_runtime(topo, coll.kind, coll.size, coll.group, algo)
+            return est, "NCCL running " + (f"its {algo}" if algo else "its own choice")
+        if program is None:
+            if any(t.group is not None for t in schedule.transfers):
+                return None, LINK_ONLY
+            from tacos.msccl.lower import lower
+
+            program = lower(schedule, options=options)
+        from tacos.runtime.msccl_exec import estimate_program
+
+        est = estimate_program(program, topo, coll.size, ranks=coll.group)
+        return est, "its MSCCL XML lowering"
+    except TacosError as exc:
+        return None, f"runtime model: {exc.message}"
+
+
+def runtime_json(est: RuntimeEstimate | None, note: str, link_time: float | None = None
+                 ) -> dict[str, Any]:
+    """The ``runtime`` object of a JSON report: ``time`` (s), ``algbw``, ``busbw``, ``model``,
+    ``bound``, what was timed (``of``) and the link-model time beside it (``link_time``)."""
+    if est is None:
+        out: dict[str, Any] = {"time": None, "algbw": None, "busbw": None, "model": None,
+                               "bound": None, "note": note}
+    else:
+        out = {**est.to_json(), "of": note}
+    if link_time is not None:
+        out["link_time"] = link_time
+    return out
