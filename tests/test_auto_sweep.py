@@ -244,7 +244,7 @@ def test_greedy_chunk_search_shares_one_time_limit(monkeypatch):
     when it is spent (it used to give each count the whole limit)."""
     import time
 
-    from tacos.solvers.greedy.solver import chunks as greedy_chunks
+    from tacos.solvers.greedy import chunks as greedy_chunks
 
     real = tacos.synthesize
     limits_seen = []
