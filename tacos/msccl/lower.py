@@ -53,6 +53,8 @@ class MscclOptions:
     takes the operator from the API call).  ``port_order`` makes the program keep the order in
     which the schedule sends one rank's transfers to different peers through a shared port
     (dependencies between their thread blocks, :mod:`tacos.msccl.lower_ports`).
+    ``pair_peers`` also pairs the send and receive peers the fusion matching leaves single into
+    shared tbs (fewer, evenly loaded tbs; :func:`tacos.msccl.lower_channels.plan_tbs`).
     """
 
     name: str = ""
@@ -66,6 +68,7 @@ class MscclOptions:
     max_channels: int = MAX_CHANNELS
     redop: str = "sum"
     port_order: bool = False
+    pair_peers: bool = False
 
     @property
     def out_of_place(self) -> bool:
@@ -151,7 +154,7 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
         plan = built = None  # free the last round's plan before building the next one
         with progress.phase(f"channels and thread blocks (round {round_ + 1})"):
             chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
-            plan = plan_tbs(flow, chan, forbidden)
+            plan = plan_tbs(flow, chan, forbidden, pair=opts.pair_peers)
             long = _long_sequences(plan, opts.max_steps_per_tb)
         if _cut(flow, long, cuts, opts.max_steps_per_tb):
             continue  # cut lanes that certainly overflow before building any step

@@ -1,0 +1,210 @@
+"""Pick, for one message size, the plan and shape whose lowered program runs fastest.
+
+Every candidate schedule is lowered once per ``(instances, port order)``; the protocol only
+changes the program's header, so each lowered program is timed under every protocol.  A
+program that does not fit the runtime's limits (:func:`tacos.msccl.shape.shape_problems`), or
+whose ``nchunksperloop`` does not divide the message, is rejected with its reason.  The time
+comes from an *estimator* ``(program, topology, nbytes) -> seconds``; by default the runtime
+model's :func:`tacos.runtime.estimate_program`.
+
+The lowered programs do not depend on the message size, only on the schedule's transfers and
+their order, so a :class:`ShapeCache` shared over the sizes of a sweep lowers each of them
+once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tacos.errors import TacosError
+from tacos.msccl.lower import MscclOptions, lower
+from tacos.msccl.program import Program
+from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
+from tacos.schedule import Schedule
+from tacos.topology import Topology
+
+Estimator = Callable[[Program, Topology, int], float]
+ELEMENT_BYTES = 4  #: element size assumed when checking that ``nchunksperloop`` divides
+
+
+def runtime_estimator(ranks: Sequence[int] | None = None) -> Estimator:
+    """The runtime model's time of a program (:func:`tacos.runtime.estimate_program`), with
+    rank r on NPU ``ranks[r]``."""
+    try:
+        from tacos.runtime import estimate_program
+    except ImportError as exc:  # pragma: no cover - the runtime model ships with tacos
+        raise TacosError("the runtime model (tacos.runtime) is not available",
+                         hint="pass an estimator") from exc
+    group = list(ranks) if ranks is not None else None
+
+    def estimate(program: Program, topology: Topology, nbytes: int) -> float:
+        return float(estimate_program(program, topology, nbytes, ranks=group).time)
+
+    return estimate
+
+
+@dataclass
+class Candidate:
+    """One plan under one shape: its time (None when rejected) and why it was rejected."""
+
+    plan: str
+    shape: Shape
+    time: float | None
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Choice:
+    """The fastest plan and shape for ``nbytes``, its lowered program and what was compared."""
+
+    plan: str
+    shape: Shape
+    program: Program
+    schedule: Schedule
+    time: float
+    nbytes: int
+    considered: list[Candidate]
+
+    def facts(self) -> dict[str, Any]:
+        """The chosen shape's facts (:func:`tacos.msccl.shape.describe`)."""
+        return describe(self.program, self.nbytes)
+
+    def lines(self) -> list[str]:
+        """Report lines: the chosen shape, what it beat and what was rejected."""
+        f = self.facts()
+        out = [f"msccl shape   {self.plan}: {self.shape.label()} -> {f['nchannels']} channels, "
+               f"{f['tbs_per_gpu']} thread blocks/GPU, {f['nchunksperloop']} chunks per loop, "
+               f"busiest tb {f['max_tb_bytes'] / 1024:.1f} KiB, balance "
+               f"{f['balance']:.2f} (max/mean); runtime model {self.time * 1e6:.2f} us"]
+        timed = sorted((c for c in self.considered if c.time is not None),
+                       key=lambda c: (c.time, c.plan))
+        others = [c for c in timed if (c.plan, c.shape) != (self.plan, self.shape)]
+        best_other = {}
+        for c in others:
+            key = ("proto", c.shape.proto) if c.shape.proto != self.shape.proto else (
+                "instances", c.shape.instances) if c.shape.instances != self.shape.instances \
+                else ("plan", c.plan) if c.plan != self.plan else (
+                    "order", c.shape.port_order, c.shape.paired)
+            best_other.setdefault(key, c)
+        why = [f"{c.plan} {c.shape.label()} {c.time / self.time:.2f}x slower"
+               for c in list(best_other.values())[:4] if c.time]
+        if why:
+            out.append("why           " + "; ".join(why))
+        rejected = [c for c in self.considered if c.time is None]
+        if rejected:
+            out.append(f"rejected      {len(rejected)} shapes, e.g. {rejected[0].plan} "
+                       f"{rejected[0].shape.label()}: {rejected[0].problems[0]}")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {"plan": self.plan, "instances": self.shape.instances, "proto": self.shape.proto,
+                "port_order": self.shape.port_order, "paired": self.shape.paired,
+                "time": self.time, "nbytes": self.nbytes,
+                **self.facts(),
+                "considered": [{"plan": c.plan, "instances": c.shape.instances,
+                                "proto": c.shape.proto, "port_order": c.shape.port_order,
+                                "paired": c.shape.paired, "time": c.time, "problems": c.problems}
+                               for c in self.considered]}
+
+
+class ShapeCache:
+    """Lowered programs per ``(schedule structure, instances, port order)``; failures are
+    remembered as their message."""
+
+    def __init__(self) -> None:
+        self._programs: dict[tuple, Program | str] = {}
+
+    @staticmethod
+    def structure(schedule: Schedule) -> tuple:
+        """What the lowered program depends on: the transfers in time order."""
+        ts = sorted(range(len(schedule.transfers)),
+                    key=lambda i: (schedule.transfers[i].start, schedule.transfers[i].end, i))
+        return (schedule.collective.kind, tuple(schedule.collective.group),
+                tuple((t.src, t.dst, t.chunks, t.op, t.route)
+                      for t in (schedule.transfers[i] for i in ts)))
+
+    def program(self, schedule: Schedule, shape: Shape, base: MscclOptions) -> Program | str:
+        """The lowered program (protocol ``Simple``), or why it could not be lowered."""
+        key = (self.structure(schedule), shape.instances, shape.port_order, shape.paired,
+               base.inplace, base.max_steps_per_tb)
+        got = self._programs.get(key)
+        if got is None:
+            opts = replace(shape, proto="Simple").options(base)
+            try:
+                got = lower(schedule, options=opts)
+            except TacosError as exc:
+                got = str(exc.args[0] if exc.args else exc)
+            self._programs[key] = got
+        return got
+
+
+def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int, *,
+                 base: MscclOptions | None = None, candidates: Sequence[Shape] | None = None,
+                 limits: RuntimeLimits | None = None, estimator: Estimator | None = None,
+                 cache: ShapeCache | None = None) -> Choice:
+    """The plan of ``schedules`` (label -> schedule) and the shape of ``candidates`` (default
+    :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
+    for an ``nbytes`` message.  Ties go to fewer instances, then the plan label.  Raises
+    :class:`~tacos.errors.TacosError` when no combination fits."""
+    if not schedules:
+        raise TacosError("no candidate plan to shape")
+    base = base or MscclOptions()
+    cands = list(candidates) if candidates is not None else shapes()
+    lim = limits or RuntimeLimits(max_steps=base.max_steps_per_tb)
+    cache = cache or ShapeCache()
+    if estimator is None:
+        group = next(iter(schedules.values())).collective.group
+        estimator = runtime_estimator(group)
+    considered: list[Candidate] = []
+    best: tuple | None = None
+    for plan in sorted(schedules):
+        schedule = schedules[plan]
+        for shape in cands:
+            one = cache.program(schedule, replace(shape, instances=1), base)
+            if not isinstance(one, str):  # instances multiply channels and tbs: skip early
+                over = _over_limits(one, shape.instances, lim)
+                if over:
+                    considered.append(Candidate(plan, shape, None, [over]))
+                    continue
+            got = cache.program(schedule, shape, base)
+            if isinstance(got, str):
+                considered.append(Candidate(plan, shape, None, [got]))
+                continue
+            problems = shape_problems(got, lim)
+            total = nbytes // ELEMENT_BYTES  # nbytes is the whole message (§1.1)
+            if total % got.nchunksperloop:
+                problems.append(f"nchunksperloop {got.nchunksperloop} does not divide "
+                                f"{total} elements")
+            if problems:
+                considered.append(Candidate(plan, shape, None, problems))
+                continue
+            program = _with_proto(got, shape.proto)
+            t = estimator(program, topology, nbytes)
+            considered.append(Candidate(plan, shape, t))
+            key = (t, shape.instances, plan, shape.proto, shape.port_order, not shape.paired)
+            if best is None or key < best[0]:
+                best = (key, plan, shape, program)
+    if best is None:
+        first = considered[0]
+        raise TacosError(f"no plan fits the MSCCL limits for {nbytes} bytes "
+                         f"({first.plan} {first.shape.label()}: {first.problems[0]})",
+                         hint="raise --max-steps, or give fewer chunks per NPU")
+    (t, *_), plan, shape, program = best
+    return Choice(plan, shape, program, schedules[plan], t, nbytes, considered)
+
+
+def _over_limits(one: Program, instances: int, lim: RuntimeLimits) -> str:
+    """Why ``instances`` copies of the one-instance program ``one`` cannot fit (or '')."""
+    comm = max((sum(tb.send >= 0 or tb.recv >= 0 for tb in g.tbs) for g in one.gpus), default=0)
+    if one.nchannels * instances > lim.max_channels:
+        return f"{one.nchannels * instances} channels > {lim.max_channels}"
+    if comm * instances > lim.sms:
+        return f"{comm * instances} thread blocks per GPU > {lim.sms} SMs"
+    return ""
+
+
+def _with_proto(program: Program, proto: str) -> Program:
+    return program if program.proto == proto else replace(program, proto=proto)
