@@ -99,7 +99,8 @@ def parse_sizes(text: str | Sequence[int | str]) -> list[int]:
 class SweepRow:
     """One size: tacos's plan (``schedule``, its label ``plan``), every NCCL model's time, and
     the plan written to MSCCL XML for this size (``xml_plan``: the fastest without in-switch
-    operations, None when there is none)."""
+    operations, None when there is none; ``plain``: every candidate's plan without them, for the
+    runtime-shaped windows of :mod:`tacos.sweep_shaped`)."""
 
     size: int
     plan: str
@@ -109,6 +110,7 @@ class SweepRow:
     xml_plan: str | None
     xml_schedule: Schedule | None
     times: dict[str, float] = field(default_factory=dict)
+    plain: dict[str, Schedule] = field(default_factory=dict, repr=False)
 
     @property
     def time(self) -> float:
@@ -193,12 +195,14 @@ class Sweep:
                      for r in self.rows]})
 
     def write_xml(self, folder: str | Path, *, min_bytes: int = 0, max_bytes: int = 0,
-                  proto: str = "Simple", inplace: bool = False) -> list[Path]:
-        """One MSCCL XML per size range into ``folder`` (see module doc); returns the paths."""
+                  proto: str = "Simple", inplace: bool = False,
+                  choices: list | None = None) -> list[Path]:
+        """One MSCCL XML per size range into ``folder`` (see module doc); returns the paths.
+        ``choices``: the runtime-shaped plans of :func:`tacos.sweep_shaped.choose_windows`."""
         from tacos.sweep_xml import write_windows
 
         return write_windows(self, Path(folder), min_bytes=min_bytes, max_bytes=max_bytes,
-                             proto=proto, inplace=inplace)
+                             proto=proto, inplace=inplace, choices=choices)
 
     def plot(self, path: str | Path) -> None:
         """algbw against size for tacos and every NCCL model (log-log) to ``path``."""
@@ -277,7 +281,7 @@ def _size_row(shared: tuple, job: tuple[int, Any]) -> SweepRow:
     plain = [k for k in times if not any(t.group is not None for t in plans[k].transfers)]
     xml = min(plain, key=lambda k: (times[k], k)) if plain else None
     return SweepRow(size, winner, sched, nccl, best, xml, plans[xml] if xml else None,
-                    dict(times))
+                    dict(times), {k: plans[k] for k in plain})
 
 
 __all__ = ["Sweep", "SweepRow", "parse_size", "parse_sizes", "sweep"]

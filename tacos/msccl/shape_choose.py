@@ -20,7 +20,7 @@ from typing import Any
 
 from tacos.errors import TacosError
 from tacos.msccl.lower import MscclOptions, lower
-from tacos.msccl.program import Program
+from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
 from tacos.schedule import Schedule
 from tacos.topology import Topology
@@ -66,6 +66,22 @@ class Choice:
     time: float
     nbytes: int
     considered: list[Candidate]
+
+    def xml(self, *, max_steps: int = DEFAULT_MAX_STEPS, sms: int = DEFAULT_SMS) -> str:
+        """The chosen program's XML, verified first (every rule ``tacosc verify`` applies);
+        raises :class:`~tacos.errors.VerificationError` on a violation."""
+        from tacos.backends.msccl_xml import emit_xml
+        from tacos.errors import VerificationError
+        from tacos.msccl.ranks import ranks_comment
+        from tacos.msccl.verify import verify_program
+
+        report = verify_program(self.program, max_steps=max_steps, sms=sms,
+                                source="<shaped plan>")
+        if not report.ok:
+            raise VerificationError(
+                "the shaped MSCCL program fails verification:\n" + report.text(warnings=False),
+                hint="this is a bug in the lowering; please report it with the schedule")
+        return ranks_comment(self.schedule.collective.group) + emit_xml(self.program)
 
     def facts(self) -> dict[str, Any]:
         """The chosen shape's facts (:func:`tacos.msccl.shape.describe`)."""
