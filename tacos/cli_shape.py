@@ -1,0 +1,96 @@
+"""``tacosc``: runtime-shaped MSCCL output (``--shape auto``), one file or a folder of windows.
+
+The plans are lowered in the shape the runtime model times fastest
+(:mod:`tacos.msccl.shape_choose`): a folder (``-o DIR``) gets one file per size window
+(:mod:`tacos.sweep_shaped`), a single file (``-o plan.xml --shape auto``) the window around
+the collective's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tacos.msccl.lower import MscclOptions
+from tacos.msccl.shape import INSTANCES, PROTOCOLS, shapes
+from tacos.msccl.shape_choose import Choice, choose_shape
+from tacos.schedule import Schedule
+from tacos.topology import Topology
+
+
+def _base(args: argparse.Namespace) -> MscclOptions:
+    return MscclOptions(inplace=args.inplace, outofplace=not args.inplace,
+                        max_steps_per_tb=args.max_steps)
+
+
+def _tried(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The protocols and instance counts ``--proto``/``--instances`` restrict the search to."""
+    protos = (args.proto,) if args.proto else PROTOCOLS
+    instances = (args.instances,) if args.instances else INSTANCES
+    return protos, instances
+
+
+def nccl_time(topology: Topology, kind: str, group: Any) -> Callable[[int], float | None]:
+    """NCCL's modelled time per size without in-switch reduction (what MSCCL XML competes
+    with), from the runtime model; None per size when the model cannot time it."""
+    def at(nbytes: int) -> float | None:
+        try:
+            from tacos.runtime import estimate_nccl
+        except ImportError:
+            return None
+        try:
+            return float(estimate_nccl(topology, kind, nbytes, ranks=list(group),
+                                       in_switch=False).time)
+        except Exception:  # noqa: BLE001 - a missing model is shown as '-'
+            return None
+    return at
+
+
+def shaped_windows(result: Any, out: Path, args: argparse.Namespace, min_bytes: int,
+                   max_bytes: int, progress: Callable[[int, int], None] | None = None
+                   ) -> list[Path]:
+    """Choose every window's plan and shape, print the table (unless ``--json``) and write
+    the folder; returns the paths."""
+    from tacos.sweep_shaped import choose_windows, window_table
+
+    protos, instances = _tried(args)
+    rows = sorted(result.rows, key=lambda r: r.size)
+    choices = choose_windows(result, base=_base(args), protos=protos, instances=instances,
+                             progress=progress)
+    if not args.json:
+        coll = rows[0].schedule.collective
+        print(window_table(rows, choices, nccl_time(result.topology, coll.kind, coll.group)))
+    return result.write_xml(out, min_bytes=min_bytes, max_bytes=max_bytes,
+                            inplace=args.inplace, choices=choices)
+
+
+def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace) -> Choice:
+    """Choose the plan (the solver's or the all-pairs plan) and shape for the collective's
+    size, write it to ``args.output`` with the window around that size (or
+    ``--min-bytes``/``--max-bytes``), and return the choice."""
+    from tacos import patterns
+    from tacos.cli import _size, write_output
+    from tacos.solvers.allpairs import allpairs_schedule
+    from tacos.sweep_shaped import named
+    from tacos.sweep_xml import windows
+
+    coll = schedule.collective
+    nbytes = max(1, int(coll.size))
+    plans: dict[str, Schedule] = {}
+    if not any(t.group is not None for t in schedule.transfers):
+        plans[str(schedule.meta.get("solver") or args.solver or "plan")] = schedule
+    if coll.kind in ("allreduce", "allgather"):
+        plans["allpairs"] = allpairs_schedule(
+            topology, patterns.build(coll.kind, coll.group, size=nbytes, chunks_per_npu=1))
+    protos, instances = _tried(args)
+    choice = choose_shape(plans, topology, nbytes, base=_base(args),
+                          candidates=shapes(protos=protos, instances=instances))
+    lo = _size(args.min_bytes, "--min-bytes", 0)
+    hi = _size(args.max_bytes, "--max-bytes", 0)
+    if not lo and not hi:
+        lo, hi = windows([max(1, nbytes // 4), nbytes, nbytes * 4])[1]
+    name = Path(args.output).stem or "tacos"
+    write_output(args.output, named(choice, name, lo, hi).xml(max_steps=args.max_steps))
+    return choice
