@@ -33,18 +33,23 @@ def _tried(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 
 def nccl_time(topology: Topology, kind: str, group: Any) -> Callable[[int], float | None]:
-    """NCCL's modelled time per size without in-switch reduction (what MSCCL XML competes
-    with), from the runtime model; None per size when the model cannot time it."""
+    """NCCL's modelled best time per size without in-switch reduction (ring or tree: what an
+    MSCCL XML plan competes with), from the runtime model; None when it cannot time it."""
+    from tacos.errors import TacosError
+
     def at(nbytes: int) -> float | None:
         try:
             from tacos.runtime import estimate_nccl
         except ImportError:
             return None
-        try:
-            return float(estimate_nccl(topology, kind, nbytes, ranks=list(group),
-                                       in_switch=False).time)
-        except Exception:  # noqa: BLE001 - a missing model is shown as '-'
-            return None
+        times = []
+        for algo in ("ring", "tree"):
+            try:
+                times.append(float(estimate_nccl(topology, kind, nbytes, group=list(group),
+                                                 algorithm=algo).time))
+            except TacosError:
+                continue
+        return min(times) if times else None
     return at
 
 

@@ -29,6 +29,19 @@ Estimator = Callable[[Program, Topology, int], float]
 ELEMENT_BYTES = 4  #: element size assumed when checking that ``nchunksperloop`` divides
 
 
+def limits_for(topology: Topology, max_steps: int = DEFAULT_MAX_STEPS) -> RuntimeLimits:
+    """The runtime limits on ``topology``'s GPUs: their SM count from the runtime model's
+    hardware data (:func:`tacos.runtime.hardware.hardware_for`), else an A100's."""
+    sms = DEFAULT_SMS
+    try:
+        from tacos.runtime.hardware import hardware_for
+
+        sms = int(hardware_for(topology).sms) or DEFAULT_SMS
+    except (ImportError, TacosError, AttributeError):
+        pass
+    return RuntimeLimits(sms=sms, max_steps=max_steps)
+
+
 def runtime_estimator(ranks: Sequence[int] | None = None) -> Estimator:
     """The runtime model's time of a program (:func:`tacos.runtime.estimate_program`), with
     rank r on NPU ``ranks[r]``."""
@@ -169,7 +182,7 @@ def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int
         raise TacosError("no candidate plan to shape")
     base = base or MscclOptions()
     cands = list(candidates) if candidates is not None else shapes()
-    lim = limits or RuntimeLimits(max_steps=base.max_steps_per_tb)
+    lim = limits or limits_for(topology, base.max_steps_per_tb)
     cache = cache or ShapeCache()
     if estimator is None:
         group = next(iter(schedules.values())).collective.group
