@@ -20,12 +20,13 @@ import datetime as dt
 import time
 from pathlib import Path
 
+from tacos.frontends.msccl_xml import load_xml
+from tacos.runtime import estimate_nccl, estimate_program
+
 from benchmarks.__main__ import machine
 from tacos import load
 from tacos.errors import TacosError
-from tacos.frontends.msccl_xml import load_xml
 from tacos.msccl.lower import MscclOptions
-from tacos.runtime import estimate_nccl, estimate_program
 from tacos.sweep import sweep
 from tacos.sweep_shaped import choose_windows
 from tacos.units import format_size
@@ -93,8 +94,8 @@ def run(quick: bool, fixtures: Path) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| system | coll | size | tacos µs | plan | proto | inst | chan | tbs | NCCL ring/tree µs"
-            " | vs NCCL | NCCL pick µs | Microsoft µs | vs MS |")
+    head = ("| system | coll | size | tacos µs | plan | proto | inst | chan | tbs "
+            "| NCCL ring/tree µs | vs NCCL | NCCL pick µs | Microsoft µs | vs MS |")
     lines = [head, "|" + "---|" * 14]
 
     def f(x, fmt="{:.2f}"):
