@@ -121,7 +121,8 @@ class Choice:
                for c in list(best_other.values())[:4] if c.time]
         if why:
             out.append("why           " + "; ".join(why))
-        rejected = [c for c in self.considered if c.time is None]
+        rejected = [c for c in self.considered
+                    if c.time is None and not c.problems[0].startswith("same program")]
         if rejected:
             out.append(f"rejected      {len(rejected)} shapes, e.g. {rejected[0].plan} "
                        f"{rejected[0].shape.label()}: {rejected[0].problems[0]}")
@@ -154,6 +155,26 @@ class ShapeCache:
         return (schedule.collective.kind, tuple(schedule.collective.group),
                 tuple((t.src, t.dst, t.chunks, t.op, t.route)
                       for t in (schedule.transfers[i] for i in ts)))
+
+    def same_as(self, schedule: Schedule, shape: Shape, base: MscclOptions) -> str | None:
+        """The label of a simpler shape that lowers ``schedule`` to the same program as
+        ``shape`` (kept port order without serialized ports; single peers that the pairing
+        leaves unchanged at one instance), or None."""
+        if shape.port_order:
+            key = ("ports", self.structure(schedule))
+            ordered = self._programs.get(key)
+            if ordered is None:
+                from tacos.msccl.lower_ports import port_order
+
+                ordered = self._programs[key] = port_order(schedule).ordered  # type: ignore
+            if not ordered:
+                return replace(shape, port_order=False).label()
+        if not shape.paired:
+            a = self.program(schedule, Shape(1, "Simple", shape.port_order, True), base)
+            b = self.program(schedule, Shape(1, "Simple", shape.port_order, False), base)
+            if not isinstance(a, str) and a == b:
+                return replace(shape, paired=True).label()
+        return None
 
     def program(self, schedule: Schedule, shape: Shape, base: MscclOptions) -> Program | str:
         """The lowered program (protocol ``Simple``), or why it could not be lowered."""
@@ -192,6 +213,10 @@ def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int
     for plan in sorted(schedules):
         schedule = schedules[plan]
         for shape in cands:
+            same = cache.same_as(schedule, shape, base)
+            if same is not None:  # lowers to the program of a simpler shape: not timed twice
+                considered.append(Candidate(plan, shape, None, [f"same program as {same}"]))
+                continue
             one = cache.program(schedule, replace(shape, instances=1), base)
             if not isinstance(one, str):  # instances multiply channels and tbs: skip early
                 over = _over_limits(one, shape.instances, lim)
@@ -217,7 +242,7 @@ def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int
             if best is None or key < best[0]:
                 best = (key, plan, shape, program)
     if best is None:
-        first = considered[0]
+        first = next(c for c in considered if not c.problems[0].startswith("same program"))
         raise TacosError(f"no plan fits the MSCCL limits for {nbytes} bytes "
                          f"({first.plan} {first.shape.label()}: {first.problems[0]})",
                          hint="raise --max-steps, or give fewer chunks per NPU")
