@@ -202,3 +202,34 @@ def tacos_load_xml(path):
     from tacos.frontends.msccl_xml import load_xml
 
     return load_xml(path)
+
+
+# ------------------------------------------------------------------------------------------
+# rules in the runtime model: LL below the crossover, channels grow with size
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["allreduce", "allgather"])
+def test_runtime_model_picks_ll_small_and_more_channels_large(kind):
+    """On an NVSwitch node the runtime model's best shape is LL for small messages and Simple
+    (or LL128) above the crossover, and the channels (CTAs per connection) grow with the
+    size."""
+    pytest.importorskip("tacos.runtime")
+    topo = node()
+    coll = patterns.build(kind, topo.live_npus, size=1 << 20, chunks_per_npu=1)
+    plans = {"allpairs": allpairs_schedule(topo, coll),
+             "ring": synthesize(topo, coll, solver="nccl-ring")}
+    cache = ShapeCache()
+    base = MscclOptions(inplace=True)
+    picks = {n: choose_shape(plans, topo, n, base=base, cache=cache)
+             for n in (4 << 10, 1 << 30)}
+    small, big = picks[4 << 10], picks[1 << 30]
+    for ch in picks.values():
+        verified(ch.program)
+    assert small.shape.proto == "LL"
+    assert big.shape.proto != "LL"
+    assert big.program.nchannels > small.program.nchannels
+    # the crossover: LL up to some size, then never again
+    sizes = [4 ** k for k in range(5, 16)]
+    protos = [choose_shape(plans, topo, n, base=base, cache=cache).shape.proto for n in sizes]
+    first = next(i for i, p in enumerate(protos) if p != "LL")
+    assert 0 < first and "LL" not in protos[first:]
