@@ -1,0 +1,263 @@
+"""How msccl-executor-nccl runs an MSCCL XML program, as a discrete-event model.
+
+Semantics (``docs/msccl-xml.md`` §1.9-1.10; Azure/msccl-executor-nccl ``msccl_kernel.cu``):
+
+* Each ``<tb>`` is one CTA running its transmissions (the runtime's folding of steps, nops and
+  fused ``re`` chains: :func:`tacos.msccl.verify_model.build_model`) in order.
+* One MSCCL chunk is ``nbytes / nchunksperloop`` bytes.  The kernel loops over it in slices of
+  the protocol's chunk size (Simple: ``MSCCL_CHUNKSTEPS`` = 4 FIFO steps of 512 KiB; LL one
+  32 KiB step; LL128 one 576000 B step); every iteration runs the whole program on one slice
+  of every chunk.  A step of ``cnt`` chunks is ``cnt`` primitive calls of one slice (fewer
+  when slices are small: ``maxAllowedCount``), each paying the protocol's per-hop
+  synchronization latency (NCCL's ``hwLat``).
+* A transfer runs at the smaller of its CTA's rate (per protocol) and its share of every port on
+  its route: a port's effective payload rate (line rate x link-class efficiency x protocol
+  payload) split evenly among the connections of the program that cross it.
+* Sends push into a FIFO (capacity one message, as the verifier proves deadlock-free); a
+  receive ends when the last byte has arrived and its CTA has copied (or reduced) it; fused
+  ``rcs``/``rrs``/``rrcs`` forward while receiving (cut-through after one hop latency);
+  dependencies (``depid``/``deps``) wait for the flag of the tb they name.
+* Iterations are not separated by barriers: the first is timed event by event, each further
+  one adds the busiest resource's work (a CTA's or a port's) -- the pipeline's steady state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tacos.errors import TacosError
+from tacos.msccl.program import Program
+from tacos.msccl.verify_deps import build_hb
+from tacos.msccl.verify_model import Model, Tx, build_model
+from tacos.runtime.estimate import RuntimeEstimate
+from tacos.runtime.hardware import Hardware, resolve
+from tacos.topology import Topology
+
+_FUSED = frozenset({"rcs", "rrs", "rrcs"})
+_LOCAL = frozenset({"cpy", "re"})
+
+
+@dataclass
+class _Conn:
+    """A connection (sending rank, receiving rank, channel) placed on the topology."""
+
+    links: tuple[int, ...]
+    latency: float  # per primitive call (s)
+    rate: float = 0.0  # payload B/s a transfer on it gets (CTA and port share)
+    bound: str = ""
+
+
+@dataclass
+class IterationTiming:
+    """The first iteration's event times and the per-iteration work of every resource."""
+
+    makespan: float
+    tb_busy: dict[tuple[int, int], float] = field(default_factory=dict)
+    tb_sync: dict[tuple[int, int], float] = field(default_factory=dict)
+    #: per tb: what limits its largest transfer ("cta", or "link A->B" for a port share)
+    tb_limit: dict[tuple[int, int], str] = field(default_factory=dict)
+    link_load: dict[int, float] = field(default_factory=dict)
+
+
+def _route(topology: Topology, a: int, b: int, nbytes: float) -> tuple[int, ...]:
+    route = topology.routing.best(a, b, nbytes)
+    if route is None:
+        raise TacosError(f"the topology has no route from {topology.node_name(a)} to "
+                         f"{topology.node_name(b)}, but the program connects them",
+                         hint="time the plan on the topology (and --ranks) it was made for")
+    return tuple(route.links)
+
+
+def _connections(model: Model, topology: Topology, ranks: Sequence[int], hw: Hardware,
+                 proto: str, chunk: float) -> dict[tuple[int, int, int], _Conn]:
+    conns: dict[tuple[int, int, int], _Conn] = {}
+    users: dict[int, int] = {}
+    for key in sorted(model.sender):
+        a, b, _c = key
+        links = _route(topology, ranks[a], ranks[b], chunk)
+        classes = {hw.classify(topology.links[i]) for i in links}
+        cls = "nic" if "nic" in classes else "pcie" if "pcie" in classes else hw.link_class
+        conns[key] = _Conn(links, hw.hop_latency(proto, cls))
+        for i in links:
+            users[i] = users.get(i, 0) + 1
+    cta = hw.cta_rate[proto]
+    pay = hw.payload(proto)
+    for conn in conns.values():
+        best, where = cta, "cta"
+        for i in conn.links:
+            lk = topology.links[i]
+            share = hw.link_rate(lk) * pay * min(lk.multiplicity, users[i]) / users[i]
+            if share < best:
+                best, where = share, f"link {topology.node_name(lk.src)}->" \
+                                     f"{topology.node_name(lk.dst)}"
+        conn.rate, conn.bound = best, where
+    return conns
+
+
+def _order(model: Model, preds: list[list[int]]) -> list[int] | None:
+    n = len(model.txs)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [len(p) for p in preds]
+    for v, ps in enumerate(preds):
+        for u in ps:
+            succs[u].append(v)
+    order = [v for v in range(n) if indeg[v] == 0]
+    i = 0
+    while i < len(order):
+        for w in succs[order[i]]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                order.append(w)
+        i += 1
+    return order if len(order) == n else None
+
+
+def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: Hardware,
+                   proto: str, slice_bytes: float, calls_per_chunk: int) -> IterationTiming:
+    """Event times of one loop iteration on ``slice_bytes`` per MSCCL chunk."""
+    hb = build_hb(model)
+    if not hb.acyclic:
+        raise TacosError("cannot time a program whose happens-before graph has a cycle",
+                         hint="tacosc verify names the cycle")
+    n = len(model.txs)
+    slots_per_call = hw.slots_per_call(proto)
+    match: dict[int, int] = {}  # receive gid -> send gid
+    preds = [list(p) for p in hb.preds]
+    for conn, sends in model.sends.items():
+        recvs = model.recvs.get(conn, [])
+        for k, (s, r) in enumerate(zip(sends, recvs, strict=False)):
+            match[r.gid] = s.gid
+            # NCCL_STEPS slots per connection: the k-th send waits for the receive `depth`
+            # messages back to have drained (at least one message of FIFO, as verified)
+            slots = slots_per_call * max(1, math.ceil(s.step.cnt / calls_per_chunk))
+            depth = max(1, int(hw.common["nccl_steps"]) // slots)
+            if k >= depth:
+                preds[s.gid].append(recvs[k - depth].gid)
+    order = _order(model, preds) or hb.order
+    start = [0.0] * n
+    finish = [0.0] * n
+    cta = hw.cta_rate[proto]
+    out = IterationTiming(0.0)
+    del slots_per_call
+    for v in order:
+        tx: Tx = model.txs[v]
+        step = tx.step
+        nbytes = step.cnt * slice_bytes * max(1, len(tx.steps) if tx.type == "re" else 1)
+        calls = max(1, math.ceil(step.cnt / calls_per_chunk)) if step.cnt else 0
+        src = match.get(v)
+        ready = max((finish[u] for u in preds[v] if u != src), default=0.0)
+        busy = sync = 0.0
+        limit = "cta"
+        if step.cnt == 0 or tx.type == "nop":
+            start[v] = finish[v] = ready
+            continue
+        if tx.type in _LOCAL:
+            busy = nbytes / cta
+            start[v], finish[v] = ready, ready + busy
+        elif step.sends and tx.type not in _FUSED:  # plain send
+            c = conns[model.send_conn(tx)]
+            sync = calls * c.latency
+            busy = nbytes / c.rate
+            limit = c.bound
+            start[v], finish[v] = ready, ready + sync + busy
+            for i in c.links:
+                out.link_load[i] = out.link_load.get(i, 0.0) + nbytes
+        elif tx.type in _FUSED:
+            cin = conns[model.recv_conn(tx)]
+            c = conns[model.send_conn(tx)]
+            first = start[src] + cin.latency if src is not None else ready
+            start[v] = max(ready, first)
+            sync = calls * c.latency
+            busy = nbytes / c.rate
+            limit = c.bound
+            tail = finish[src] + cin.latency if src is not None else 0.0
+            finish[v] = max(tail + c.latency, start[v] + sync + busy)
+            for i in c.links:
+                out.link_load[i] = out.link_load.get(i, 0.0) + nbytes
+        else:  # plain receive (r, rrc)
+            start[v] = max(ready, start[src] if src is not None else ready)
+            busy = nbytes / cta
+            tail = finish[src] if src is not None else 0.0  # the sender paid the hop latency
+            finish[v] = max(tail, start[v] + busy)
+        key = tx.key
+        if limit != "cta" or key not in out.tb_limit:
+            out.tb_limit[key] = limit
+        out.tb_busy[key] = out.tb_busy.get(key, 0.0) + busy
+        out.tb_sync[key] = out.tb_sync.get(key, 0.0) + sync
+    out.makespan = max(finish, default=0.0)
+    return out
+
+
+def _steady(it: IterationTiming, topology: Topology, hw: Hardware, proto: str,
+            scale: float) -> tuple[float, str]:
+    """Work per further iteration (s) of the busiest resource, and its name."""
+    best, name = 0.0, "latency"
+    for key, busy in it.tb_busy.items():
+        sync = it.tb_sync.get(key, 0.0)
+        t = busy * scale + sync
+        if t > best:
+            limit = it.tb_limit.get(key, "cta")
+            if sync > busy * scale:
+                name = f"slices: rank {key[0]} tb {key[1]} (per-call synchronization)"
+            elif limit == "cta":
+                name = f"cta: rank {key[0]} tb {key[1]} at its per-CTA rate"
+            else:
+                name = f"link: {limit[5:]} shared by the CTAs that cross it"
+            best = t
+    pay = hw.payload(proto)
+    for i, load in it.link_load.items():
+        lk = topology.links[i]
+        t = load * scale / (hw.link_rate(lk) * pay * lk.multiplicity)
+        if t > best:
+            best, name = t, f"link: {topology.node_name(lk.src)}->{topology.node_name(lk.dst)}"
+    return best, name
+
+
+def estimate_program(program: Program, topology: Topology, nbytes: int | None = None, *,
+                     ranks: Sequence[int] | None = None, hardware: Hardware | str | None = None
+                     ) -> RuntimeEstimate:
+    """Runtime-model time of an MSCCL XML ``program`` moving ``nbytes`` (the call's total
+    bytes, ``count x typesize x sizeMultiplier``; default: the top of its size window) on
+    ``topology`` (rank r on NPU ``ranks[r]``; by default as :mod:`tacos.msccl.ranks` finds)."""
+    from tacos.msccl.ranks import resolve_ranks
+    from tacos.msccl.timing import default_nbytes
+
+    hw = resolve(topology, hardware)
+    rank_npus, _ = resolve_ranks(topology, program.ngpus, explicit=ranks)
+    nbytes = default_nbytes(program) if nbytes is None else int(nbytes)
+    if nbytes <= 0:
+        raise TacosError("the message size must be positive")
+    proto = program.proto
+    model = build_model(program)
+    chunk = nbytes / program.nchunksperloop
+    per_call = hw.chunk_payload(proto)
+    iters = max(1, math.ceil(chunk / per_call))
+    first = min(chunk, per_call)
+    calls_per_chunk = max(1, min(71, int(per_call // max(first, 1.0))))
+    conns = _connections(model, topology, rank_npus, hw, proto, chunk)
+    it = time_iteration(model, conns, hw, proto, first, calls_per_chunk)
+    base = hw.base_latency(proto)
+    time = base + it.makespan
+    bound = "latency"
+    steady_total = 0.0
+    if iters > 1:
+        full = iters - 1
+        last = chunk - per_call * (iters - 1)
+        step_full, name = _steady(it, topology, hw, proto, 1.0)
+        step_last, _ = _steady(it, topology, hw, proto, last / first)
+        steady_total = step_full * (full - 1) + step_last
+        time += steady_total
+        bound = name
+    if steady_total < it.makespan:
+        one, name = _steady(it, topology, hw, proto, 1.0)
+        sync = max(it.tb_sync.values(), default=0.0)
+        bound = "latency" if base + sync >= one else name
+    sms = max((len(g.tbs) for g in program.gpus), default=0)
+    channels = program.nchannels
+    return RuntimeEstimate.of(
+        time, nbytes, program.coll, program.ngpus, f"msccl-executor/{hw.name}",
+        f"{bound} ({proto}, {sms} CTAs per GPU, {channels} channels, {iters} iterations)",
+        protocol=proto, iterations=iters, ctas=sms, channels=channels,
+        first_iteration=it.makespan, steady=steady_total)
