@@ -27,6 +27,9 @@ from tacos.topology import Topology
 
 Estimator = Callable[[Program, Topology, int], float]
 ELEMENT_BYTES = 4  #: element size assumed when checking that ``nchunksperloop`` divides
+#: A shape within this fraction of the fastest that runs fewer thread blocks wins: the runtime
+#: model is not that precise, and CTAs left idle serve the computation around the collective.
+NEAR = 0.02
 
 
 def limits_for(topology: Topology, max_steps: int = DEFAULT_MAX_STEPS) -> RuntimeLimits:
@@ -197,7 +200,8 @@ def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int
                  cache: ShapeCache | None = None) -> Choice:
     """The plan of ``schedules`` (label -> schedule) and the shape of ``candidates`` (default
     :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
-    for an ``nbytes`` message.  Ties go to fewer instances, then the plan label.  Raises
+    for an ``nbytes`` message; among shapes within :data:`NEAR` (2 %) of the fastest, the one
+    with the fewest thread blocks (then the fastest, then the plan label).  Raises
     :class:`~tacos.errors.TacosError` when no combination fits."""
     if not schedules:
         raise TacosError("no candidate plan to shape")
@@ -209,7 +213,7 @@ def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int
         group = next(iter(schedules.values())).collective.group
         estimator = runtime_estimator(group)
     considered: list[Candidate] = []
-    best: tuple | None = None
+    timed: list[tuple] = []
     for plan in sorted(schedules):
         schedule = schedules[plan]
         for shape in cands:
@@ -238,15 +242,17 @@ def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int
             program = _with_proto(got, shape.proto)
             t = estimator(program, topology, nbytes)
             considered.append(Candidate(plan, shape, t))
-            key = (t, shape.instances, plan, shape.proto, shape.port_order, not shape.paired)
-            if best is None or key < best[0]:
-                best = (key, plan, shape, program)
-    if best is None:
+            timed.append((t, plan, shape, program))
+    if not timed:
         first = next(c for c in considered if not c.problems[0].startswith("same program"))
         raise TacosError(f"no plan fits the MSCCL limits for {nbytes} bytes "
                          f"({first.plan} {first.shape.label()}: {first.problems[0]})",
                          hint="raise --max-steps, or give fewer chunks per NPU")
-    (t, *_), plan, shape, program = best
+    fastest = min(x[0] for x in timed)
+    near = [x for x in timed if x[0] <= fastest * (1 + NEAR)]
+    t, plan, shape, program = min(near, key=lambda x: (
+        x[2].instances * max(len(g.tbs) for g in x[3].gpus), x[0], x[1], x[2].proto,
+        x[2].port_order, not x[2].paired))
     return Choice(plan, shape, program, schedules[plan], t, nbytes, considered)
 
 
