@@ -16,7 +16,7 @@ pytest.importorskip("tacos.runtime")
 
 def test_output_folder_gets_shaped_windows_that_verify_as_a_set(tmp_path, capsys):
     out = tmp_path / "plans"
-    assert main([NODE, "-c", "allreduce", "--sizes", "1KiB:16MiB:x16", "--inplace",
+    assert main([NODE, "-c", "allgather", "--sizes", "1KiB,64MiB", "--inplace",
                  "--workers", "1", "-o", str(out), "-q"]) == 0
     text = capsys.readouterr().out
     assert "runtime-shaped" in text and "MSCCL_ALGO_DIR" in text

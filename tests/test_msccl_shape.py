@@ -232,7 +232,19 @@ def test_runtime_model_picks_ll_small_and_more_channels_large(kind):
     assert small.shape.proto == "LL"
     assert big.shape.proto != "LL"
     assert big.program.nchannels > small.program.nchannels
-    # the crossover: LL up to some size, then never again
+
+
+@pytest.mark.slow  # 11 sizes
+@pytest.mark.parametrize("kind", ["allreduce", "allgather"])
+def test_runtime_model_ll_up_to_one_crossover(kind):
+    """LL up to some size, then never again."""
+    pytest.importorskip("tacos.runtime")
+    topo = node()
+    coll = patterns.build(kind, topo.live_npus, size=1 << 20, chunks_per_npu=1)
+    plans = {"allpairs": allpairs_schedule(topo, coll),
+             "ring": synthesize(topo, coll, solver="nccl-ring")}
+    cache = ShapeCache()
+    base = MscclOptions(inplace=True)
     sizes = [4 ** k for k in range(5, 16)]
     protos = [choose_shape(plans, topo, n, base=base, cache=cache).shape.proto for n in sizes]
     first = next(i for i, p in enumerate(protos) if p != "LL")

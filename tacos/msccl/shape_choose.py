@@ -214,35 +214,45 @@ def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int
         estimator = runtime_estimator(group)
     considered: list[Candidate] = []
     timed: list[tuple] = []
-    for plan in sorted(schedules):
+    seen: dict[tuple[str, Shape], float | None] = {}
+
+    def evaluate(plan: str, shape: Shape) -> float | None:
+        """The shape's time (None: rejected, with the reason in ``considered``)."""
+        if (plan, shape) in seen:
+            return seen[(plan, shape)]
+        seen[(plan, shape)] = None
         schedule = schedules[plan]
-        for shape in cands:
-            same = cache.same_as(schedule, shape, base)
-            if same is not None:  # lowers to the program of a simpler shape: not timed twice
-                considered.append(Candidate(plan, shape, None, [f"same program as {same}"]))
-                continue
-            one = cache.program(schedule, replace(shape, instances=1), base)
-            if not isinstance(one, str):  # instances multiply channels and tbs: skip early
-                over = _over_limits(one, shape.instances, lim)
-                if over:
-                    considered.append(Candidate(plan, shape, None, [over]))
-                    continue
-            got = cache.program(schedule, shape, base)
-            if isinstance(got, str):
-                considered.append(Candidate(plan, shape, None, [got]))
-                continue
-            problems = shape_problems(got, lim)
-            total = nbytes // ELEMENT_BYTES  # nbytes is the whole message (§1.1)
-            if total % got.nchunksperloop:
-                problems.append(f"nchunksperloop {got.nchunksperloop} does not divide "
-                                f"{total} elements")
-            if problems:
-                considered.append(Candidate(plan, shape, None, problems))
-                continue
-            program = _with_proto(got, shape.proto)
-            t = estimator(program, topology, nbytes)
-            considered.append(Candidate(plan, shape, t))
-            timed.append((t, plan, shape, program))
+        same = cache.same_as(schedule, shape, base)
+        if same is not None:  # lowers to the program of a simpler shape: not timed twice
+            considered.append(Candidate(plan, shape, None, [f"same program as {same}"]))
+            return None
+        one = cache.program(schedule, replace(shape, instances=1), base)
+        if not isinstance(one, str):  # instances multiply channels and tbs: skip early
+            over = _over_limits(one, shape.instances, lim)
+            if over:
+                considered.append(Candidate(plan, shape, None, [over]))
+                return None
+        got = cache.program(schedule, shape, base)
+        if isinstance(got, str):
+            considered.append(Candidate(plan, shape, None, [got]))
+            return None
+        problems = shape_problems(got, lim)
+        total = nbytes // ELEMENT_BYTES  # nbytes is the whole message (§1.1)
+        if total % got.nchunksperloop:
+            problems.append(f"nchunksperloop {got.nchunksperloop} does not divide "
+                            f"{total} elements")
+        if problems:
+            considered.append(Candidate(plan, shape, None, problems))
+            return None
+        program = _with_proto(got, shape.proto)
+        t = estimator(program, topology, nbytes)
+        considered.append(Candidate(plan, shape, t))
+        timed.append((t, plan, shape, program))
+        seen[(plan, shape)] = t
+        return t
+
+    for plan in sorted(schedules):
+        _search(plan, cands, evaluate)
     if not timed:
         first = next(c for c in considered if not c.problems[0].startswith("same program"))
         raise TacosError(f"no plan fits the MSCCL limits for {nbytes} bytes "
@@ -251,9 +261,58 @@ def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int
     fastest = min(x[0] for x in timed)
     near = [x for x in timed if x[0] <= fastest * (1 + NEAR)]
     t, plan, shape, program = min(near, key=lambda x: (
-        x[2].instances * max(len(g.tbs) for g in x[3].gpus), x[0], x[1], x[2].proto,
-        x[2].port_order, not x[2].paired))
+        max(len(g.tbs) for g in x[3].gpus), x[0], x[1], x[2].proto, x[2].port_order,
+        not x[2].paired))
     return Choice(plan, shape, program, schedules[plan], t, nbytes, considered)
+
+
+def _search(plan: str, cands: Sequence[Shape],
+            evaluate: Callable[[str, Shape], float | None]) -> None:
+    """Time the shapes of ``cands`` worth timing for ``plan``.
+
+    The time is taken as unimodal in the instance count: per protocol the plain variant (no
+    port order, paired peers, when it is a candidate) climbs from the fewest instances until
+    two more counts in a row bring nothing; the other variants of every protocol within 10 %
+    of the best start at that protocol's best count and move both ways the same way."""
+    groups: dict[tuple[str, bool, bool], list[Shape]] = {}
+    for sh in cands:
+        groups.setdefault((sh.proto, sh.port_order, sh.paired), []).append(sh)
+    for g in groups.values():
+        g.sort(key=lambda sh: sh.instances)
+    plain = [k for k in groups if not k[1] and k[2]] or list(groups)
+    start: dict[str, tuple[float, int]] = {}
+    for key in plain:
+        best = _climb(plan, groups[key], 0, evaluate)
+        if best is not None and (key[0] not in start or best < start[key[0]]):
+            start[key[0]] = best
+    if not start:
+        return
+    fastest = min(t for t, _ in start.values())
+    for key, group in groups.items():
+        if key in plain or key[0] not in start or start[key[0]][0] > 1.1 * fastest:
+            continue
+        at = start[key[0]][1]
+        i = min(range(len(group)), key=lambda j: abs(group[j].instances - at))
+        _climb(plan, group, i, evaluate, both=True)
+
+
+def _climb(plan: str, group: list[Shape], i: int,
+           evaluate: Callable[[str, Shape], float | None], *, both: bool = False
+           ) -> tuple[float, int] | None:
+    """From ``group[i]`` (shapes by instance count), time the counts upwards (and downwards
+    with ``both``) until two in a row are no better; ``(time, instances)`` of the best."""
+    best: tuple[float, int] | None = None
+    for step in ((1, -1) if both else (1,)):
+        j = i if step == 1 else i - 1
+        misses = 0
+        while 0 <= j < len(group) and misses < 2:
+            t = evaluate(plan, group[j])
+            if t is not None and (best is None or t < best[0]):
+                best, misses = (t, group[j].instances), 0
+            else:
+                misses += 1
+            j += step
+    return best
 
 
 def _over_limits(one: Program, instances: int, lim: RuntimeLimits) -> str:
