@@ -89,6 +89,10 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     if coll.kind in ("allreduce", "allgather"):
         plans["allpairs"] = allpairs_schedule(
             topology, patterns.build(coll.kind, coll.group, size=nbytes, chunks_per_npu=1))
+    if coll.kind == "allreduce":
+        from tacos.msccl.allpairs_program import AllPairsAllReduce
+
+        plans["allpairs-staged"] = AllPairsAllReduce(plans["allpairs"].collective)
     protos, instances = _tried(args)
     choice = choose_shape(plans, topology, nbytes, base=_base(args),
                           candidates=shapes(protos=protos, instances=instances))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tacos.errors import TacosError
 from tacos.msccl.lower import MscclOptions
@@ -25,18 +25,23 @@ if TYPE_CHECKING:
     from tacos.sweep import Sweep, SweepRow
 
 ALLPAIRS = "allpairs"
+STAGED = "allpairs-staged"
 
 
-def candidate_plans(row: SweepRow, allpairs: Callable[[], Schedule | None]) -> dict[str,
-                                                                                    Schedule]:
-    """The plans a window chooses from: the row's plans without in-switch operations, and the
-    all-pairs plan when there is one."""
-    out = dict(row.plain)
+def candidate_plans(row: SweepRow, allpairs: Callable[[], Schedule | None]) -> dict[str, Any]:
+    """The plans a window chooses from: the row's plans without in-switch operations, the
+    all-pairs plan when there is one, and for an all-reduce the staged all-pairs program
+    (:mod:`tacos.msccl.allpairs_program`)."""
+    from tacos.msccl.allpairs_program import AllPairsAllReduce
+
+    out: dict[str, Any] = dict(row.plain)
     if not out and row.xml_schedule is not None:
         out[row.xml_plan or "plan"] = row.xml_schedule
     extra = allpairs()
     if extra is not None:
         out[ALLPAIRS] = extra
+        if extra.collective.kind == "allreduce":
+            out[STAGED] = AllPairsAllReduce(extra.collective)
     return out
 
 

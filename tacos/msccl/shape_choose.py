@@ -151,8 +151,11 @@ class ShapeCache:
         self._programs: dict[tuple, Program | str] = {}
 
     @staticmethod
-    def structure(schedule: Schedule) -> tuple:
-        """What the lowered program depends on: the transfers in time order."""
+    def structure(schedule: Schedule | Any) -> tuple:
+        """What the lowered program depends on: the transfers in time order (a program
+        family, e.g. :class:`tacos.msccl.allpairs_program.AllPairsAllReduce`: itself)."""
+        if not isinstance(schedule, Schedule):
+            return ("family", schedule)
         ts = sorted(range(len(schedule.transfers)),
                     key=lambda i: (schedule.transfers[i].start, schedule.transfers[i].end, i))
         return (schedule.collective.kind, tuple(schedule.collective.group),
@@ -163,6 +166,10 @@ class ShapeCache:
         """The label of a simpler shape that lowers ``schedule`` to the same program as
         ``shape`` (kept port order without serialized ports; single peers that the pairing
         leaves unchanged at one instance), or None."""
+        if not isinstance(schedule, Schedule):  # a family: one program per instance count
+            if shape.port_order or not shape.paired:
+                return replace(shape, port_order=False, paired=True).label()
+            return None
         if shape.port_order:
             key = ("ports", self.structure(schedule))
             ordered = self._programs.get(key)
@@ -187,18 +194,20 @@ class ShapeCache:
         if got is None:
             opts = replace(shape, proto="Simple").options(base)
             try:
-                got = lower(schedule, options=opts)
+                got = (lower(schedule, options=opts) if isinstance(schedule, Schedule)
+                       else schedule.lower(replace(shape, proto="Simple"), base))
             except TacosError as exc:
                 got = str(exc.args[0] if exc.args else exc)
             self._programs[key] = got
         return got
 
 
-def choose_shape(schedules: dict[str, Schedule], topology: Topology, nbytes: int, *,
+def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbytes: int, *,
                  base: MscclOptions | None = None, candidates: Sequence[Shape] | None = None,
                  limits: RuntimeLimits | None = None, estimator: Estimator | None = None,
                  cache: ShapeCache | None = None) -> Choice:
-    """The plan of ``schedules`` (label -> schedule) and the shape of ``candidates`` (default
+    """The plan of ``schedules`` (label -> schedule, or a program family with a
+    ``collective`` and ``lower(shape, base) -> Program``) and the shape of ``candidates`` (default
     :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
     for an ``nbytes`` message; among shapes within :data:`NEAR` (2 %) of the fastest, the one
     with the fewest thread blocks (then the fastest, then the plan label).  Raises
