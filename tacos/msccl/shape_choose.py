@@ -29,7 +29,7 @@ Estimator = Callable[[Program, Topology, int], float]
 ELEMENT_BYTES = 4  #: element size assumed when checking that ``nchunksperloop`` divides
 #: A shape within this fraction of the fastest that runs fewer thread blocks wins: the runtime
 #: model is not that precise, and CTAs left idle serve the computation around the collective.
-NEAR = 0.02
+NEAR = 0.005
 
 
 def limits_for(topology: Topology, max_steps: int = DEFAULT_MAX_STEPS) -> RuntimeLimits:
@@ -209,7 +209,7 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     """The plan of ``schedules`` (label -> schedule, or a program family with a
     ``collective`` and ``lower(shape, base) -> Program``) and the shape of ``candidates`` (default
     :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
-    for an ``nbytes`` message; among shapes within :data:`NEAR` (2 %) of the fastest, the one
+    for an ``nbytes`` message; among shapes within :data:`NEAR` (0.5 %) of the fastest, the one
     with the fewest thread blocks (then the fastest, then the plan label).  Raises
     :class:`~tacos.errors.TacosError` when no combination fits."""
     if not schedules:
