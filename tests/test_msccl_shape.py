@@ -292,3 +292,23 @@ def test_runtime_model_ll_up_to_one_crossover(kind):
     protos = [choose_shape(plans, topo, n, base=base, cache=cache).shape.proto for n in sizes]
     first = next(i for i, p in enumerate(protos) if p != "LL")
     assert 0 < first and "LL" not in protos[first:]
+
+
+def test_a_plan_the_estimator_cannot_time_is_rejected_with_its_reason():
+    from tacos.errors import TacosError
+
+    topo = node()
+    coll = patterns.build("allgather", topo.live_npus, size=1 << 20, chunks_per_npu=1)
+    plans = {"allpairs": allpairs_schedule(topo, coll),
+             "ring": synthesize(topo, coll, solver="nccl-ring")}
+
+    def picky(program, topology, nbytes):
+        if program.nchannels == 1 and max(len(g.tbs) for g in program.gpus) > 2:
+            raise TacosError("no route for this connection")
+        return toy_estimator(program, topology, nbytes)
+
+    ch = choose_shape(plans, topo, 4096, base=MscclOptions(inplace=True),
+                      candidates=shapes(instances=(1,)), estimator=picky)
+    verified(ch.program)
+    assert any(c.problems == ["no route for this connection"] for c in ch.considered)
+    assert ch.plan == "ring"

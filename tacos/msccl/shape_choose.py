@@ -254,7 +254,12 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
             considered.append(Candidate(plan, shape, None, problems))
             return None
         program = _with_proto(got, shape.proto)
-        t = estimator(program, topology, nbytes)
+        try:
+            t = estimator(program, topology, nbytes)
+        except TacosError as exc:  # e.g. a connection the topology cannot route
+            considered.append(Candidate(plan, shape, None, [str(exc.args[0] if exc.args
+                                                                else exc)]))
+            return None
         considered.append(Candidate(plan, shape, t))
         timed.append((t, plan, shape, program))
         seen[(plan, shape)] = t
