@@ -44,7 +44,7 @@ def test_one_file_with_shape_auto_gets_the_window_around_its_size(tmp_path, caps
     assert main([NODE, "-c", "allreduce", "--size", "4KiB", "--inplace", "--shape", "auto",
                  "-o", str(out), "--report", "-q"]) == 0
     text = capsys.readouterr().out
-    assert "msccl shape" in text and "why" in text
+    assert "msccl shape" in text and "why" in text and "bound" in text
     prog = load_xml(out)
     assert prog.minBytes <= 4096 <= prog.maxBytes and prog.minBytes > 1024
     assert prog.proto == "LL"

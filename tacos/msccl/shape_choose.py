@@ -82,6 +82,7 @@ class Choice:
     time: float
     nbytes: int
     considered: list[Candidate]
+    bound: str = ""
 
     def xml(self, *, max_steps: int = DEFAULT_MAX_STEPS, sms: int = DEFAULT_SMS) -> str:
         """The chosen program's XML, verified first (every rule ``tacosc verify`` applies);
@@ -110,15 +111,16 @@ class Choice:
                f"{f['tbs_per_gpu']} thread blocks/GPU, {f['nchunksperloop']} chunks per loop, "
                f"busiest tb {f['max_tb_bytes'] / 1024:.1f} KiB, balance "
                f"{f['balance']:.2f} (max/mean); runtime model {self.time * 1e6:.2f} us"]
+        if self.bound:
+            out.append(f"bound         {self.bound}")
         timed = sorted((c for c in self.considered if c.time is not None),
                        key=lambda c: (c.time, c.plan))
         others = [c for c in timed if (c.plan, c.shape) != (self.plan, self.shape)]
         best_other = {}
         for c in others:
-            key = ("proto", c.shape.proto) if c.shape.proto != self.shape.proto else (
-                "instances", c.shape.instances) if c.shape.instances != self.shape.instances \
-                else ("plan", c.plan) if c.plan != self.plan else (
-                    "order", c.shape.port_order, c.shape.paired)
+            key = ("protocol" if c.shape.proto != self.shape.proto
+                   else "instances" if c.shape.instances != self.shape.instances
+                   else "plan" if c.plan != self.plan else "port order or pairing")
             best_other.setdefault(key, c)
         why = [f"{c.plan} {c.shape.label()} {c.time / self.time:.2f}x slower"
                for c in list(best_other.values())[:4] if c.time]
@@ -135,7 +137,7 @@ class Choice:
         """JSON-ready summary."""
         return {"plan": self.plan, "instances": self.shape.instances, "proto": self.shape.proto,
                 "port_order": self.shape.port_order, "paired": self.shape.paired,
-                "time": self.time, "nbytes": self.nbytes,
+                "time": self.time, "nbytes": self.nbytes, "bound": self.bound,
                 **self.facts(),
                 "considered": [{"plan": c.plan, "instances": c.shape.instances,
                                 "proto": c.shape.proto, "port_order": c.shape.port_order,
@@ -218,8 +220,9 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     cands = list(candidates) if candidates is not None else shapes()
     lim = limits or limits_for(topology, base.max_steps_per_tb)
     cache = cache or ShapeCache()
+    group = next(iter(schedules.values())).collective.group
+    model = estimator is None
     if estimator is None:
-        group = next(iter(schedules.values())).collective.group
         estimator = runtime_estimator(group)
     considered: list[Candidate] = []
     timed: list[tuple] = []
@@ -277,7 +280,12 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     t, plan, shape, program = min(near, key=lambda x: (
         max(len(g.tbs) for g in x[3].gpus), x[0], x[1], x[2].proto, x[2].port_order,
         not x[2].paired))
-    return Choice(plan, shape, program, schedules[plan], t, nbytes, considered)
+    bound = ""
+    if model:  # what limits the chosen program in the runtime model, for the report
+        from tacos.runtime import estimate_program
+
+        bound = str(estimate_program(program, topology, nbytes, ranks=list(group)).bound)
+    return Choice(plan, shape, program, schedules[plan], t, nbytes, considered, bound)
 
 
 def _search(plan: str, cands: Sequence[Shape],
