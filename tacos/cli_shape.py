@@ -77,7 +77,7 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     ``--min-bytes``/``--max-bytes``), and return the choice."""
     from tacos import patterns
     from tacos.cli import _size, write_output
-    from tacos.solvers.allpairs import allpairs_schedule
+    from tacos.solvers.allpairs import KINDS, allpairs_schedule
     from tacos.sweep_shaped import named
     from tacos.sweep_xml import windows
 
@@ -86,7 +86,7 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     plans: dict[str, Schedule] = {}
     if not any(t.group is not None for t in schedule.transfers):
         plans[str(schedule.meta.get("solver") or args.solver or "plan")] = schedule
-    if coll.kind in ("allreduce", "allgather"):
+    if coll.kind in KINDS:
         plans["allpairs"] = allpairs_schedule(
             topology, patterns.build(coll.kind, coll.group, size=nbytes, chunks_per_npu=1))
     if coll.kind == "allreduce":

@@ -52,7 +52,7 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
     """Per row of ``result`` (in size order), the fastest plan and shape in the runtime model
     (or ``estimator``); ``protos`` and ``instances`` restrict the shapes tried."""
     from tacos import patterns
-    from tacos.solvers.allpairs import allpairs_schedule
+    from tacos.solvers.allpairs import KINDS, allpairs_schedule
 
     rows = sorted(result.rows, key=lambda r: r.size)
     if not rows:
@@ -67,7 +67,7 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
         # its lowered program does not depend on the size: built once, at the first size
         if "s" not in built:
             built["s"] = None
-            if coll.kind in ("allreduce", "allgather"):
+            if coll.kind in KINDS:
                 c = patterns.build(coll.kind, coll.group, size=rows[0].size,
                                    chunks_per_npu=1)
                 built["s"] = allpairs_schedule(result.topology, c)

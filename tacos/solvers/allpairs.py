@@ -7,7 +7,8 @@ them in LL):
 
 * **two-shot all-reduce**: a direct reduce-scatter (rank v receives everyone's partial of
   block v) followed by a direct all-gather (two steps, the bandwidth-optimal amount of data);
-* **one-shot all-gather**: every rank sends its block to every other rank.
+* **one-shot all-gather**: every rank sends its block to every other rank;
+* **one-shot reduce-scatter**: every rank sends its partial of block v straight to v.
 
 A *one-shot* all-reduce (every rank sends its whole buffer to every peer and reduces what it
 receives) is not built: in the link-level model a transfer carries the sender's value when it
@@ -29,16 +30,18 @@ from tacos.solvers.baselines_lower import Lowering
 from tacos.solvers.baselines_route import NpuGraph
 from tacos.topology import Topology
 
+KINDS = ("allreduce", "allgather", "reducescatter")
+
 
 def allpairs_schedule(topology: Topology, collective: Collective) -> Schedule:
     """The all-pairs plan of ``collective`` timed on ``topology``: two-shot for an all-reduce,
-    one-shot for an all-gather.
+    one-shot for an all-gather or a reduce-scatter.
 
     Raises :class:`~tacos.errors.TacosError` for another collective.
     """
     kind = collective.kind
-    if kind not in ("allreduce", "allgather"):
-        raise TacosError(f"all-pairs plans are built for allreduce and allgather, not {kind}",
+    if kind not in KINDS:
+        raise TacosError(f"all-pairs plans are built for {', '.join(KINDS)}, not {kind}",
                          hint="use --solver direct for other collectives")
     members = [v for v in collective.group if not topology.npus[v].failed]
     graph = NpuGraph(topology, members)
@@ -48,6 +51,11 @@ def allpairs_schedule(topology: Topology, collective: Collective) -> Schedule:
                   for m in members}
         lowering.run(algos.direct_allgather(members, blocks))
         label = "one-shot all-pairs all-gather"
+    elif kind == "reducescatter":
+        blocks = {m: tuple(sorted(c.id for c in collective.chunks if m in c.post))
+                  for m in members}
+        lowering.run(algos.direct_reducescatter(members, blocks))
+        label = "one-shot all-pairs reduce-scatter"
     else:
         k = max(1, collective.chunks_per_npu)
         blocks = {m: tuple(c.id for i, c in enumerate(collective.chunks)
