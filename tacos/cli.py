@@ -35,6 +35,7 @@ from tacos.errors import TacosError, ToolFailure, UsageError
 SUBCOMMANDS = ("info", "verify", "presets", "compile", "solvers", "import", "cost", "explore",
                "allocate")
 
+WINDOW_SIZES = "1KiB:4GiB:x4"  #: the sizes ``-o DIR`` alone writes one window around each
 DESCRIPTION = """\
 tacos synthesizes collective communication algorithms for any topology.
 
@@ -228,18 +229,26 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "mscclpp, MSCCL++ plan) or .xml (MSCCL)")
     p.add_argument("--format", choices=("json", "xml", "mscclpp"),
                    help="output format (default: from the output file's extension)")
-    p.add_argument("--proto", default="Simple", choices=("Simple", "LL", "LL128"),
-                   help="MSCCL protocol (default Simple)")
+    p.add_argument("--proto", choices=("Simple", "LL", "LL128"),
+                   help="MSCCL protocol (default Simple; with --shape auto: the protocols "
+                   "tried, default all)")
     p.add_argument("--inplace", action="store_true", help="MSCCL: emit an in-place plan")
-    p.add_argument("--instances", type=int, default=1,
+    p.add_argument("--instances", type=int,
                    help="MSCCL: channel instances, each chunk split over that many channels "
-                   "(default 1)")
+                   "(default 1; with --shape auto: the count tried, default 1..32)")
+    p.add_argument("--shape", choices=("auto", "fixed"),
+                   help="MSCCL: 'auto' lowers each size window's plan in the shape (instances, "
+                   "protocol, port order, paired peers) and among the plans (the solver's and "
+                   "the all-pairs plan) that the runtime model times fastest, and reports why; "
+                   "'fixed' lowers the solver's plan with --proto and --instances. Default: "
+                   "auto for a folder (-o DIR), fixed for one file")
     p.add_argument("--min-bytes", default="0", help="MSCCL: smallest message size, e.g. 1MiB")
     p.add_argument("--max-bytes", default="0", help="MSCCL: largest (0 = no limit)")
     p.add_argument("--sizes", metavar="FROM:TO:xF", help="sweep message sizes like "
                    "nccl-tests (e.g. 1KiB:4GiB:x4, 1KiB:1MiB:+256KiB, 1MiB,64MiB): prints "
                    "time, algbw and busbw of tacos's plan and of each NCCL model per size; "
-                   "-o DIR writes one MSCCL XML per size range (docs/nccl.md)")
+                   "-o DIR writes one MSCCL XML per size range (docs/nccl.md); -o DIR alone "
+                   f"sweeps {WINDOW_SIZES}")
     p.add_argument("--max-steps", type=int, default=64,
                    help="MSCCL: most steps per threadblock (default 64)")
     p.add_argument("--report", action="store_true",
@@ -422,10 +431,21 @@ def _output_format(args: argparse.Namespace) -> str | None:
     return fmt
 
 
+def _is_folder(output: str | None, fmt: str | None) -> bool:
+    """``-o DIR``: an existing folder, a name ending in a separator, or one without suffix."""
+    if not output or fmt not in (None, "xml"):
+        return False
+    path = Path(output)
+    return path.is_dir() or output.endswith(("/", os.sep)) or (path.suffix == ""
+                                                               and not path.exists())
+
+
 def cmd_compile(argv: Sequence[str]) -> int:
     """``tacosc TOPO.tdl ...``: synthesize, verify, write (outputs are written atomically)."""
     args = _compile_parser().parse_args(argv)
     _check_numbers(args)
+    if not args.sizes and args.collective and _is_folder(args.output, args.format):
+        args.sizes = WINDOW_SIZES  # -o DIR: one plan per size window, 1 KiB to no limit
     if args.sizes:  # -o is a folder of MSCCL XML files, one per size range
         with limits_of(args):
             return _sweep(args)
@@ -473,8 +493,14 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
                    progress=reporter, **options)
     with reporter.phase("verifying"):
         verify_schedule(schedule).raise_if_failed()
-    program = runtime = None
-    if args.output and fmt == "xml":  # large plans: streamed, never held as one text
+    program = runtime = choice = None
+    if args.output and fmt == "xml" and args.shape == "auto":
+        from tacos.cli_shape import shaped_file
+
+        with reporter.phase(f"shaping and writing {args.output}"):
+            choice = shaped_file(schedule, spec.topology, args)
+        program, schedule = choice.program, choice.schedule  # the plan written is reported
+    elif args.output and fmt == "xml":  # large plans: streamed, never held as one text
         from tacos.msccl.ranks import ranks_comment
         from tacos.msccl.xml_writer import lower_verified, write_xml
 
@@ -506,13 +532,17 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         from tacos.report import report
 
         with reporter.phase("report"):
-            print(json.dumps(report(schedule, topology=spec.topology, runtime=runtime),
-                             indent=2))
+            doc = report(schedule, topology=spec.topology, runtime=runtime)
+            if choice is not None:
+                doc["msccl_shape"] = choice.as_dict()
+            print(json.dumps(doc, indent=2))
     elif args.report or not args.output:
         from tacos.report import format_report
 
         with reporter.phase("report"):
             print(format_report(schedule, topology=spec.topology, runtime=runtime))
+            if choice is not None:
+                print("\n".join(choice.lines()))
     return 0
 
 
@@ -580,9 +610,15 @@ def _sweep(args: argparse.Namespace) -> int:
         print(json.dumps(result.as_dict(), indent=2))
     else:
         print(result.table())
-    if out is not None:
+    if out is not None and args.shape != "fixed":
+        from tacos.cli_shape import shaped_windows
+
+        with reporter.phase("shaping the windows", unit="sizes") as phase:
+            paths = shaped_windows(result, out, args, min_bytes, max_bytes, phase.update)
+    elif out is not None:
         paths = write_windows(result, Path(out), min_bytes=min_bytes, max_bytes=max_bytes,
-                              proto=args.proto, inplace=args.inplace)
+                              proto=args.proto or "Simple", inplace=args.inplace)
+    if out is not None:
         if not args.json:
             print(f"# wrote {len(paths)} MSCCL XML file(s) to {out}/ (disjoint minBytes/"
                   f"maxBytes windows): MSCCL_ALGO_DIR={out} or MSCCL_XML_FILES="
@@ -622,12 +658,12 @@ def _msccl_options(args: argparse.Namespace) -> Any:
 
     return msccl_options(
         name=Path(args.output).stem if args.output else "tacos",
-        proto=args.proto,
+        proto=args.proto or "Simple",
         inplace=args.inplace,
         outofplace=not args.inplace,
         min_bytes=_size(args.min_bytes, "--min-bytes", 0),
         max_bytes=_size(args.max_bytes, "--max-bytes", 0),
-        instances=args.instances,
+        instances=args.instances or 1,
         max_steps_per_tb=args.max_steps,
     )
 

@@ -99,7 +99,8 @@ def parse_sizes(text: str | Sequence[int | str]) -> list[int]:
 class SweepRow:
     """One size: tacos's plan (``schedule``, its label ``plan``), every NCCL model's time, and
     the plan written to MSCCL XML for this size (``xml_plan``: the fastest without in-switch
-    operations, None when there is none)."""
+    operations, None when there is none; ``plain``: every candidate's plan without them, for the
+    runtime-shaped windows of :mod:`tacos.sweep_shaped`)."""
 
     size: int
     plan: str
@@ -113,6 +114,8 @@ class SweepRow:
     xml_time: float | None = None
     #: every verified candidate's link-model time (what the solvers optimize)
     link_times: dict[str, float] = field(default_factory=dict)
+    #: every verified plan without in-switch operations (what MSCCL XML can express)
+    plain: dict[str, Schedule] = field(default_factory=dict, repr=False)
 
     @property
     def time(self) -> float:
@@ -284,7 +287,9 @@ def _size_row(shared: tuple, job: tuple[int, Any]) -> SweepRow:
     xml = min(xml_times, key=lambda k: (xml_times[k], k)) if xml_times else None
     return SweepRow(size, winner, sched, nccl, best, xml, plans[xml] if xml else None,
                     dict(times), xml_times.get(xml) if xml else None,
-                    dict(facts["link_times"]))
+                    dict(facts["link_times"]),
+                    {k: s for k, s in plans.items() if not any(t.group is not None
+                                                               for t in s.transfers)})
 
 
 __all__ = ["Sweep", "SweepRow", "parse_size", "parse_sizes", "sweep"]

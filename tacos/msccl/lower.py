@@ -50,7 +50,11 @@ class MscclOptions:
     splits every chunk into that many pieces that travel on separate channels and tbs.
     ``max_steps_per_tb`` is the runtime's ``MSCCL_MAX_NUM_STEPS`` (steps per tb, nops included);
     ``max_channels`` caps ``nchannels``.  ``redop`` is written as a label only (the runtime
-    takes the operator from the API call).
+    takes the operator from the API call).  ``port_order`` makes the program keep the order in
+    which the schedule sends one rank's transfers to different peers through a shared port
+    (dependencies between their thread blocks, :mod:`tacos.msccl.lower_ports`).
+    ``pair_peers`` also pairs the send and receive peers the fusion matching leaves single into
+    shared tbs (fewer, evenly loaded tbs; :func:`tacos.msccl.lower_channels.plan_tbs`).
     """
 
     name: str = ""
@@ -63,6 +67,8 @@ class MscclOptions:
     max_steps_per_tb: int = DEFAULT_MAX_STEPS
     max_channels: int = MAX_CHANNELS
     redop: str = "sum"
+    port_order: bool = False
+    pair_peers: bool = False
 
     @property
     def out_of_place(self) -> bool:
@@ -140,6 +146,7 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
     with progress.phase(f"ordering {len(schedule.transfers)} transfers"):
         flow = build_flow(schedule, layout)
+    ports = _port_slots(schedule, flow) if opts.port_order else None
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
     plan = built = None
@@ -147,12 +154,12 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
         plan = built = None  # free the last round's plan before building the next one
         with progress.phase(f"channels and thread blocks (round {round_ + 1})"):
             chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
-            plan = plan_tbs(flow, chan, forbidden)
+            plan = plan_tbs(flow, chan, forbidden, pair=opts.pair_peers)
             long = _long_sequences(plan, opts.max_steps_per_tb)
         if _cut(flow, long, cuts, opts.max_steps_per_tb):
             continue  # cut lanes that certainly overflow before building any step
         with progress.phase(f"steps and dependencies (round {round_ + 1})"):
-            built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb)
+            built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb, ports=ports)
         if built.unsafe:
             forbidden |= built.unsafe
             continue
@@ -175,6 +182,20 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
                        maxBytes=int(opts.max_bytes), redop=opts.redop if combining else None)
     raise TacosError("could not fit the plan into the MSCCL limits",
                      hint="raise max_steps_per_tb or max_channels")
+
+
+def _port_slots(schedule: Schedule, flow: Flow) -> dict[int, tuple[int, ...]]:
+    """Per run, the pseudo slots of the port lanes its transfer is serialized on."""
+    from tacos.msccl.lower_ports import port_order
+
+    order = port_order(schedule)
+    pieces = flow.layout.instances
+    out = {}
+    for r in flow.runs:
+        slots = order.slots(r.transfer, r.piece, pieces)
+        if slots:
+            out[r.id] = slots
+    return out
 
 
 def _long_sequences(plan: TbPlan, max_steps: int) -> list:

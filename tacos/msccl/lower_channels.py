@@ -119,8 +119,27 @@ def _matching(flow: Flow, edges: tuple) -> dict[int, int]:
     return {xs[x]: ws[w] for x, w in got.items()}
 
 
-def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]]) -> TbPlan:
-    """Pair peers into tbs per rank and channel, then decide which steps fuse."""
+def _pair_rest(matched: dict[int, int], recv: set[int], send: set[int]) -> dict[int, int]:
+    """``matched`` (receive peer -> send peer) with the single peers paired: a receive peer
+    with the same send peer first, the rest in sorted order."""
+    out = dict(matched)
+    rest_r = sorted(recv - set(out))
+    rest_s = set(send) - set(out.values())
+    for x in list(rest_r):
+        if x in rest_s:
+            out[x] = x
+            rest_s.discard(x)
+            rest_r.remove(x)
+    for x, w in zip(rest_r, sorted(rest_s), strict=False):
+        out[x] = w
+    return out
+
+
+def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]], *,
+             pair: bool = False) -> TbPlan:
+    """Pair peers into tbs per rank and channel, then decide which steps fuse.  With ``pair``
+    the peers the matching leaves single are paired too (the same peer first, then in sorted
+    order), so a rank's connections share fewer, evenly loaded tbs."""
     runs = flow.runs
     feeder = feeders(flow)
     weight: dict[tuple[int, int], dict[tuple[int, int], int]] = defaultdict(
@@ -141,6 +160,9 @@ def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]]) -> Tb
     for rank, ch in sorted(set(recv_peers) | set(send_peers)):
         edges = tuple(sorted(weight.get((rank, ch), {}).items()))
         matched_r = _matching(flow, edges) if edges else {}
+        if pair:
+            matched_r = _pair_rest(matched_r, recv_peers.get((rank, ch), set()),
+                                   send_peers.get((rank, ch), set()))
         matched_s = {w: x for x, w in matched_r.items()}
         for x in sorted(recv_peers.get((rank, ch), ())):
             tb_of_recv[(rank, ch, x)] = (ch, matched_r.get(x, -1), x)

@@ -154,8 +154,12 @@ def _dep_order(ref: Ref) -> str:
     return f"({ref[0].rkey}, {ref[1]})"
 
 
-def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int) -> Built:
-    """Build every rank's tbs; see the module docstring."""
+def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int,
+                ports: dict[int, tuple[int, ...]] | None = None) -> Built:
+    """Build every rank's tbs; see the module docstring.  ``ports`` maps a run to the pseudo
+    slots (negative integers, :mod:`tacos.msccl.lower_ports`) its send writes: each send then
+    waits for the previous send of the same port lane in another tb."""
+    ports = ports or {}
     runs = flow.runs
     types, fields, dst_of = _step_fields(flow, plan)
     ngpus = flow.layout.ngpus
@@ -228,7 +232,7 @@ def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int) ->
                 rank = r.src
                 key = send_tb[idx]
                 t, src, dst, cnt, units = "s", (rank, *r.sloc), dst_of[idx], r.cnt, (idx,)
-                reads, writes = _slots(r.sloc, cnt), ()
+                reads, writes = _slots(r.sloc, cnt), ports.get(idx, ())
             else:
                 rank = r.dst
                 key = recv_tb[idx]
@@ -238,6 +242,8 @@ def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int) ->
                 units = (idx, fused[idx]) if idx in fused else (idx,)
                 reads = _slots(src[1:], cnt) if t in ("rrc", "rrs", "rrcs") else ()
                 writes = _slots(dst[1:], cnt) if t != "rrs" else ()
+                if idx in fused and fused[idx] in ports:
+                    writes = (*writes, *ports[fused[idx]])
             tbs = gpus.get(rank)
             if tbs is None:
                 tbs = gpus[rank] = {}

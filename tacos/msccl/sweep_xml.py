@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from tacos.errors import TacosError, UsageError
 
 if TYPE_CHECKING:
+    from tacos.msccl.shape_choose import Choice
     from tacos.sweep import Sweep
 
 
@@ -48,14 +49,19 @@ def windows(sizes: list[int], min_bytes: int = 0, max_bytes: int = 0
 
 
 def write_windows(result: Sweep, folder: Path, *, min_bytes: int = 0, max_bytes: int = 0,
-                  proto: str = "Simple", inplace: bool = False) -> list[Path]:
+                  proto: str = "Simple", inplace: bool = False,
+                  choices: list[Choice] | None = None) -> list[Path]:
     """Write the sweep's plans as MSCCL XML files with disjoint windows into ``folder``
     (created if missing; it must hold no other ``.xml`` file, since the runtime loads them
-    all).  Files are written to a temporary folder first and moved in when all are ready."""
+    all).  Files are written to a temporary folder first and moved in when all are ready.
+    ``choices`` (one per row in size order, :func:`tacos.sweep_shaped.choose_windows`) are
+    written instead of each row's plan lowered with ``proto``."""
     from tacos.msccl.lower import MscclOptions
     from tacos.msccl.xml_writer import schedule_to_xml
 
     rows = sorted(result.rows, key=lambda r: r.size)
+    if choices is not None:
+        return _write_choices(rows, choices, Path(folder), min_bytes, max_bytes, inplace)
     missing = [r.size for r in rows if r.xml_schedule is None]
     if missing:
         raise TacosError(f"no plan without in-switch operations for size {missing[0]}; MSCCL "
@@ -69,20 +75,56 @@ def write_windows(result: Sweep, folder: Path, *, min_bytes: int = 0, max_bytes:
             merged[-1][1] = hi
         else:
             merged.append([lo, hi, body, row])
-    folder = Path(folder)
-    check_folder(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     coll = result.rows[0].schedule.collective
     mode = "inplace" if inplace else "outofplace"
-    staged = Path(tempfile.mkdtemp(prefix=".tacos-", dir=folder))
-    paths: list[Path] = []
-    moved: list[Path] = []
-    try:
+
+    def texts() -> Iterable[tuple[str, str]]:
         for lo, hi, _, row in merged:
             name = f"{coll.kind}-{len(coll.group)}gpus-{mode}-{lo}-{hi or 'max'}"
             opts = replace(base, name=f"tacos {row.xml_plan} {name}"[:200], min_bytes=lo,
                            max_bytes=hi)
-            text = schedule_to_xml(row.xml_schedule, opts)
+            yield name, schedule_to_xml(row.xml_schedule, opts)
+
+    return _write_all(Path(folder), texts())
+
+
+def _write_choices(rows: list, choices: list[Choice], folder: Path, min_bytes: int,
+                   max_bytes: int, inplace: bool) -> list[Path]:
+    """The shaped choices as windows; adjacent windows with the same program are merged."""
+    from tacos.msccl.xml_writer import emit_xml
+    from tacos.sweep_shaped import named
+
+    if len(choices) != len(rows):
+        raise TacosError(f"{len(choices)} shaped plans for {len(rows)} sizes")
+    spans = windows([r.size for r in rows], min_bytes, max_bytes)
+    merged: list[list] = []  # [lo, hi, body, choice]
+    for ch, (lo, hi) in zip(choices, spans, strict=True):
+        body = emit_xml(named(ch, "tacos", 0, 0).program)
+        if merged and merged[-1][2] == body:
+            merged[-1][1] = hi
+        else:
+            merged.append([lo, hi, body, ch])
+    coll = rows[0].schedule.collective
+    mode = "inplace" if inplace else "outofplace"
+
+    def texts() -> Iterable[tuple[str, str]]:
+        for lo, hi, _, ch in merged:
+            name = f"{coll.kind}-{len(coll.group)}gpus-{mode}-{lo}-{hi or 'max'}"
+            label = f"tacos {ch.plan} {ch.shape.proto} x{ch.shape.instances} {name}"[:200]
+            yield name, named(ch, label, lo, hi).xml()
+
+    return _write_all(folder, texts())
+
+
+def _write_all(folder: Path, texts: Iterable[tuple[str, str]]) -> list[Path]:
+    """Write ``(name, text)`` pairs as ``name.xml`` into ``folder``: all files or none."""
+    check_folder(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=".tacos-", dir=folder))
+    paths: list[Path] = []
+    moved: list[Path] = []
+    try:
+        for name, text in texts:
             with open(staged / f"{name}.xml", "w", encoding="utf-8") as fh:
                 fh.write(text)
                 fh.flush()

@@ -1,0 +1,107 @@
+"""``tacosc``: runtime-shaped MSCCL output (``--shape auto``), one file or a folder of windows.
+
+The plans are lowered in the shape the runtime model times fastest
+(:mod:`tacos.msccl.shape_choose`): a folder (``-o DIR``) gets one file per size window
+(:mod:`tacos.sweep_shaped`), a single file (``-o plan.xml --shape auto``) the window around
+the collective's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
+from tacos.msccl.lower import MscclOptions
+from tacos.msccl.shape import INSTANCES, PROTOCOLS, shapes
+from tacos.msccl.shape_choose import Choice, choose_shape
+
+
+def _base(args: argparse.Namespace) -> MscclOptions:
+    return MscclOptions(inplace=args.inplace, outofplace=not args.inplace,
+                        max_steps_per_tb=args.max_steps)
+
+
+def _tried(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The protocols and instance counts ``--proto``/``--instances`` restrict the search to."""
+    protos = (args.proto,) if args.proto else PROTOCOLS
+    instances = (args.instances,) if args.instances else INSTANCES
+    return protos, instances
+
+
+def nccl_time(topology: Topology, kind: str, group: Any) -> Callable[[int], float | None]:
+    """NCCL's modelled best time per size without in-switch reduction (ring or tree: what an
+    MSCCL XML plan competes with), from the runtime model; None when it cannot time it."""
+    from tacos.errors import TacosError
+
+    def at(nbytes: int) -> float | None:
+        try:
+            from tacos.runtime import estimate_nccl
+        except ImportError:
+            return None
+        times = []
+        for algo in ("ring", "tree"):
+            try:
+                times.append(float(estimate_nccl(topology, kind, nbytes, group=list(group),
+                                                 algorithm=algo).time))
+            except TacosError:
+                continue
+        return min(times) if times else None
+    return at
+
+
+def shaped_windows(result: Any, out: Path, args: argparse.Namespace, min_bytes: int,
+                   max_bytes: int, progress: Callable[[int, int], None] | None = None
+                   ) -> list[Path]:
+    """Choose every window's plan and shape, print the table (unless ``--json``) and write
+    the folder; returns the paths."""
+    from tacos.sweep_shaped import choose_windows, window_table
+
+    protos, instances = _tried(args)
+    rows = sorted(result.rows, key=lambda r: r.size)
+    choices = choose_windows(result, base=_base(args), protos=protos, instances=instances,
+                             progress=progress)
+    if not args.json:
+        coll = rows[0].schedule.collective
+        print(window_table(rows, choices, nccl_time(result.topology, coll.kind, coll.group)))
+    from tacos.msccl.sweep_xml import write_windows
+
+    return write_windows(result, Path(out), min_bytes=min_bytes, max_bytes=max_bytes,
+                         inplace=args.inplace, choices=choices)
+
+
+def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace) -> Choice:
+    """Choose the plan (the solver's or the all-pairs plan) and shape for the collective's
+    size, write it to ``args.output`` with the window around that size (or
+    ``--min-bytes``/``--max-bytes``), and return the choice."""
+    from tacos.cli import _size, write_output
+    from tacos.model import patterns
+    from tacos.msccl.sweep_xml import windows
+    from tacos.solvers.allpairs import KINDS, allpairs_schedule
+    from tacos.sweep_shaped import named
+
+    coll = schedule.collective
+    nbytes = max(1, int(coll.size))
+    plans: dict[str, Schedule] = {}
+    if not any(t.group is not None for t in schedule.transfers):
+        plans[str(schedule.meta.get("solver") or args.solver or "plan")] = schedule
+    if coll.kind in KINDS:
+        plans["allpairs"] = allpairs_schedule(
+            topology, patterns.build(coll.kind, coll.group, size=nbytes, chunks_per_npu=1))
+    if coll.kind == "allreduce":
+        from tacos.msccl.allpairs_program import AllPairsAllReduce
+
+        plans["allpairs-staged"] = AllPairsAllReduce(plans["allpairs"].collective)
+    protos, instances = _tried(args)
+    choice = choose_shape(plans, topology, nbytes, base=_base(args),
+                          candidates=shapes(protos=protos, instances=instances))
+    lo = _size(args.min_bytes, "--min-bytes", 0)
+    hi = _size(args.max_bytes, "--max-bytes", 0)
+    if not lo and not hi:
+        lo, hi = windows([max(1, nbytes // 4), nbytes, nbytes * 4])[1]
+    name = Path(args.output).stem or "tacos"
+    write_output(args.output, named(choice, name, lo, hi).xml(max_steps=args.max_steps))
+    return choice

@@ -1,0 +1,351 @@
+"""Pick, for one message size, the plan and shape whose lowered program runs fastest.
+
+Every candidate schedule is lowered once per ``(instances, port order)``; the protocol only
+changes the program's header, so each lowered program is timed under every protocol.  A
+program that does not fit the runtime's limits (:func:`tacos.msccl.shape.shape_problems`), or
+whose ``nchunksperloop`` does not divide the message, is rejected with its reason.  The time
+comes from an *estimator* ``(program, topology, nbytes) -> seconds``; by default the runtime
+model's :func:`tacos.runtime.estimate_program`.
+
+The lowered programs do not depend on the message size, only on the schedule's transfers and
+their order, so a :class:`ShapeCache` shared over the sizes of a sweep lowers each of them
+once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tacos.errors import TacosError
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
+from tacos.msccl.lower import MscclOptions, lower
+from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
+from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
+
+Estimator = Callable[[Program, Topology, int], float]
+ELEMENT_BYTES = 4  #: element size assumed when checking that ``nchunksperloop`` divides
+#: A shape within this fraction of the fastest that runs fewer thread blocks wins: the runtime
+#: model is not that precise, and CTAs left idle serve the computation around the collective.
+NEAR = 0.005
+
+
+def limits_for(topology: Topology, max_steps: int = DEFAULT_MAX_STEPS) -> RuntimeLimits:
+    """The runtime limits on ``topology``'s GPUs: their SM count from the runtime model's
+    hardware data (:func:`tacos.runtime.hardware.hardware_for`), else an A100's."""
+    sms = DEFAULT_SMS
+    try:
+        from tacos.runtime.hardware import hardware_for
+
+        sms = int(hardware_for(topology).sms) or DEFAULT_SMS
+    except (ImportError, TacosError, AttributeError):
+        pass
+    return RuntimeLimits(sms=sms, max_steps=max_steps)
+
+
+def runtime_estimator(ranks: Sequence[int] | None = None) -> Estimator:
+    """The runtime model's time of a program (:func:`tacos.runtime.estimate_program`), with
+    rank r on NPU ``ranks[r]``."""
+    try:
+        from tacos.runtime import estimate_program
+    except ImportError as exc:  # pragma: no cover - the runtime model ships with tacos
+        raise TacosError("the runtime model (tacos.runtime) is not available",
+                         hint="pass an estimator") from exc
+    group = list(ranks) if ranks is not None else None
+
+    def estimate(program: Program, topology: Topology, nbytes: int) -> float:
+        return float(estimate_program(program, topology, nbytes, ranks=group).time)
+
+    return estimate
+
+
+@dataclass
+class Candidate:
+    """One plan under one shape: its time (None when rejected) and why it was rejected."""
+
+    plan: str
+    shape: Shape
+    time: float | None
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Choice:
+    """The fastest plan and shape for ``nbytes``, its lowered program and what was compared."""
+
+    plan: str
+    shape: Shape
+    program: Program
+    schedule: Schedule
+    time: float
+    nbytes: int
+    considered: list[Candidate]
+    bound: str = ""
+
+    def xml(self, *, max_steps: int = DEFAULT_MAX_STEPS, sms: int = DEFAULT_SMS) -> str:
+        """The chosen program's XML, verified first (every rule ``tacosc verify`` applies);
+        raises :class:`~tacos.errors.VerificationError` on a violation."""
+        from tacos.errors import VerificationError
+        from tacos.msccl.ranks import ranks_comment
+        from tacos.msccl.verify import verify_program
+        from tacos.msccl.xml_writer import emit_xml
+
+        report = verify_program(self.program, max_steps=max_steps, sms=sms,
+                                source="<shaped plan>")
+        if not report.ok:
+            raise VerificationError(
+                "the shaped MSCCL program fails verification:\n" + report.text(warnings=False),
+                hint="this is a bug in the lowering; please report it with the schedule")
+        return ranks_comment(self.schedule.collective.group) + emit_xml(self.program)
+
+    def facts(self) -> dict[str, Any]:
+        """The chosen shape's facts (:func:`tacos.msccl.shape.describe`)."""
+        return describe(self.program, self.nbytes)
+
+    def lines(self) -> list[str]:
+        """Report lines: the chosen shape, what it beat and what was rejected."""
+        f = self.facts()
+        out = [f"msccl shape   {self.plan}: {self.shape.label()} -> {f['nchannels']} channels, "
+               f"{f['tbs_per_gpu']} thread blocks/GPU, {f['nchunksperloop']} chunks per loop, "
+               f"busiest tb {f['max_tb_bytes'] / 1024:.1f} KiB, balance "
+               f"{f['balance']:.2f} (max/mean); runtime model {self.time * 1e6:.2f} us"]
+        if self.bound:
+            out.append(f"bound         {self.bound}")
+        timed = sorted((c for c in self.considered if c.time is not None),
+                       key=lambda c: (c.time, c.plan))
+        others = [c for c in timed if (c.plan, c.shape) != (self.plan, self.shape)]
+        best_other = {}
+        for c in others:
+            key = ("protocol" if c.shape.proto != self.shape.proto
+                   else "instances" if c.shape.instances != self.shape.instances
+                   else "plan" if c.plan != self.plan else "port order or pairing")
+            best_other.setdefault(key, c)
+        why = [f"{c.plan} {c.shape.label()} {c.time / self.time:.2f}x slower"
+               for c in list(best_other.values())[:4] if c.time]
+        if why:
+            out.append("why           " + "; ".join(why))
+        rejected = [c for c in self.considered
+                    if c.time is None and not c.problems[0].startswith("same program")]
+        if rejected:
+            out.append(f"rejected      {len(rejected)} shapes, e.g. {rejected[0].plan} "
+                       f"{rejected[0].shape.label()}: {rejected[0].problems[0]}")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {"plan": self.plan, "instances": self.shape.instances, "proto": self.shape.proto,
+                "port_order": self.shape.port_order, "paired": self.shape.paired,
+                "time": self.time, "nbytes": self.nbytes, "bound": self.bound,
+                **self.facts(),
+                "considered": [{"plan": c.plan, "instances": c.shape.instances,
+                                "proto": c.shape.proto, "port_order": c.shape.port_order,
+                                "paired": c.shape.paired, "time": c.time, "problems": c.problems}
+                               for c in self.considered]}
+
+
+class ShapeCache:
+    """Lowered programs per ``(schedule structure, instances, port order)``; failures are
+    remembered as their message."""
+
+    def __init__(self) -> None:
+        self._programs: dict[tuple, Program | str] = {}
+
+    @staticmethod
+    def structure(schedule: Schedule | Any) -> tuple:
+        """What the lowered program depends on: the transfers in time order (a program
+        family, e.g. :class:`tacos.msccl.allpairs_program.AllPairsAllReduce`: itself)."""
+        if not isinstance(schedule, Schedule):
+            return ("family", schedule)
+        ts = sorted(range(len(schedule.transfers)),
+                    key=lambda i: (schedule.transfers[i].start, schedule.transfers[i].end, i))
+        return (schedule.collective.kind, tuple(schedule.collective.group),
+                tuple((t.src, t.dst, t.chunks, t.op, t.route)
+                      for t in (schedule.transfers[i] for i in ts)))
+
+    def same_as(self, schedule: Schedule, shape: Shape, base: MscclOptions) -> str | None:
+        """The label of a simpler shape that lowers ``schedule`` to the same program as
+        ``shape`` (kept port order without serialized ports; single peers that the pairing
+        leaves unchanged at one instance), or None."""
+        if not isinstance(schedule, Schedule):  # a family: one program per instance count
+            if shape.port_order or not shape.paired:
+                return replace(shape, port_order=False, paired=True).label()
+            return None
+        if shape.port_order:
+            key = ("ports", self.structure(schedule))
+            ordered = self._programs.get(key)
+            if ordered is None:
+                from tacos.msccl.lower_ports import port_order
+
+                ordered = self._programs[key] = port_order(schedule).ordered  # type: ignore
+            if not ordered:
+                return replace(shape, port_order=False).label()
+        if not shape.paired:
+            a = self.program(schedule, Shape(1, "Simple", shape.port_order, True), base)
+            b = self.program(schedule, Shape(1, "Simple", shape.port_order, False), base)
+            if not isinstance(a, str) and a == b:
+                return replace(shape, paired=True).label()
+        return None
+
+    def program(self, schedule: Schedule, shape: Shape, base: MscclOptions) -> Program | str:
+        """The lowered program (protocol ``Simple``), or why it could not be lowered."""
+        key = (self.structure(schedule), shape.instances, shape.port_order, shape.paired,
+               base.inplace, base.max_steps_per_tb)
+        got = self._programs.get(key)
+        if got is None:
+            opts = replace(shape, proto="Simple").options(base)
+            try:
+                got = (lower(schedule, options=opts) if isinstance(schedule, Schedule)
+                       else schedule.lower(replace(shape, proto="Simple"), base))
+            except TacosError as exc:
+                got = str(exc.args[0] if exc.args else exc)
+            self._programs[key] = got
+        return got
+
+
+def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbytes: int, *,
+                 base: MscclOptions | None = None, candidates: Sequence[Shape] | None = None,
+                 limits: RuntimeLimits | None = None, estimator: Estimator | None = None,
+                 cache: ShapeCache | None = None) -> Choice:
+    """The plan of ``schedules`` (label -> schedule, or a program family with a
+    ``collective`` and ``lower(shape, base) -> Program``) and the shape of ``candidates`` (default
+    :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
+    for an ``nbytes`` message; among shapes within :data:`NEAR` (0.5 %) of the fastest, the one
+    with the fewest thread blocks (then the fastest, then the plan label).  Raises
+    :class:`~tacos.errors.TacosError` when no combination fits."""
+    if not schedules:
+        raise TacosError("no candidate plan to shape")
+    base = base or MscclOptions()
+    cands = list(candidates) if candidates is not None else shapes()
+    lim = limits or limits_for(topology, base.max_steps_per_tb)
+    cache = cache or ShapeCache()
+    group = next(iter(schedules.values())).collective.group
+    model = estimator is None
+    if estimator is None:
+        estimator = runtime_estimator(group)
+    considered: list[Candidate] = []
+    timed: list[tuple] = []
+    seen: dict[tuple[str, Shape], float | None] = {}
+
+    def evaluate(plan: str, shape: Shape) -> float | None:
+        """The shape's time (None: rejected, with the reason in ``considered``)."""
+        if (plan, shape) in seen:
+            return seen[(plan, shape)]
+        seen[(plan, shape)] = None
+        schedule = schedules[plan]
+        same = cache.same_as(schedule, shape, base)
+        if same is not None:  # lowers to the program of a simpler shape: not timed twice
+            considered.append(Candidate(plan, shape, None, [f"same program as {same}"]))
+            return None
+        one = cache.program(schedule, replace(shape, instances=1), base)
+        if not isinstance(one, str):  # instances multiply channels and tbs: skip early
+            over = _over_limits(one, shape.instances, lim)
+            if over:
+                considered.append(Candidate(plan, shape, None, [over]))
+                return None
+        got = cache.program(schedule, shape, base)
+        if isinstance(got, str):
+            considered.append(Candidate(plan, shape, None, [got]))
+            return None
+        problems = shape_problems(got, lim)
+        total = nbytes // ELEMENT_BYTES  # nbytes is the whole message (§1.1)
+        if total % got.nchunksperloop:
+            problems.append(f"nchunksperloop {got.nchunksperloop} does not divide "
+                            f"{total} elements")
+        if problems:
+            considered.append(Candidate(plan, shape, None, problems))
+            return None
+        program = _with_proto(got, shape.proto)
+        try:
+            t = estimator(program, topology, nbytes)
+        except TacosError as exc:  # e.g. a connection the topology cannot route
+            considered.append(Candidate(plan, shape, None, [str(exc.args[0] if exc.args
+                                                                else exc)]))
+            return None
+        considered.append(Candidate(plan, shape, t))
+        timed.append((t, plan, shape, program))
+        seen[(plan, shape)] = t
+        return t
+
+    for plan in sorted(schedules):
+        _search(plan, cands, evaluate)
+    if not timed:
+        first = next(c for c in considered if not c.problems[0].startswith("same program"))
+        raise TacosError(f"no plan fits the MSCCL limits for {nbytes} bytes "
+                         f"({first.plan} {first.shape.label()}: {first.problems[0]})",
+                         hint="raise --max-steps, or give fewer chunks per NPU")
+    fastest = min(x[0] for x in timed)
+    near = [x for x in timed if x[0] <= fastest * (1 + NEAR)]
+    t, plan, shape, program = min(near, key=lambda x: (
+        max(len(g.tbs) for g in x[3].gpus), x[0], x[1], x[2].proto, x[2].port_order,
+        not x[2].paired))
+    bound = ""
+    if model:  # what limits the chosen program in the runtime model, for the report
+        from tacos.runtime import estimate_program
+
+        bound = str(estimate_program(program, topology, nbytes, ranks=list(group)).bound)
+    return Choice(plan, shape, program, schedules[plan], t, nbytes, considered, bound)
+
+
+def _search(plan: str, cands: Sequence[Shape],
+            evaluate: Callable[[str, Shape], float | None]) -> None:
+    """Time the shapes of ``cands`` worth timing for ``plan``.
+
+    The time is taken as unimodal in the instance count: per protocol the plain variant (no
+    port order, paired peers, when it is a candidate) climbs from the fewest instances until
+    two more counts in a row bring nothing; the other variants of every protocol within 10 %
+    of the best start at that protocol's best count and move both ways the same way."""
+    groups: dict[tuple[str, bool, bool], list[Shape]] = {}
+    for sh in cands:
+        groups.setdefault((sh.proto, sh.port_order, sh.paired), []).append(sh)
+    for g in groups.values():
+        g.sort(key=lambda sh: sh.instances)
+    plain = [k for k in groups if not k[1] and k[2]] or list(groups)
+    start: dict[str, tuple[float, int]] = {}
+    for key in plain:
+        best = _climb(plan, groups[key], 0, evaluate)
+        if best is not None and (key[0] not in start or best < start[key[0]]):
+            start[key[0]] = best
+    if not start:
+        return
+    fastest = min(t for t, _ in start.values())
+    for key, group in groups.items():
+        if key in plain or key[0] not in start or start[key[0]][0] > 1.1 * fastest:
+            continue
+        at = start[key[0]][1]
+        i = min(range(len(group)), key=lambda j: abs(group[j].instances - at))
+        _climb(plan, group, i, evaluate, both=True)
+
+
+def _climb(plan: str, group: list[Shape], i: int,
+           evaluate: Callable[[str, Shape], float | None], *, both: bool = False
+           ) -> tuple[float, int] | None:
+    """From ``group[i]`` (shapes by instance count), time the counts upwards (and downwards
+    with ``both``) until two in a row are no better; ``(time, instances)`` of the best."""
+    best: tuple[float, int] | None = None
+    for step in ((1, -1) if both else (1,)):
+        j = i if step == 1 else i - 1
+        misses = 0
+        while 0 <= j < len(group) and misses < 2:
+            t = evaluate(plan, group[j])
+            if t is not None and (best is None or t < best[0]):
+                best, misses = (t, group[j].instances), 0
+            else:
+                misses += 1
+            j += step
+    return best
+
+
+def _over_limits(one: Program, instances: int, lim: RuntimeLimits) -> str:
+    """Why ``instances`` copies of the one-instance program ``one`` cannot fit (or '')."""
+    comm = max((sum(tb.send >= 0 or tb.recv >= 0 for tb in g.tbs) for g in one.gpus), default=0)
+    if one.nchannels * instances > lim.max_channels:
+        return f"{one.nchannels * instances} channels > {lim.max_channels}"
+    if comm * instances > lim.sms:
+        return f"{comm * instances} thread blocks per GPU > {lim.sms} SMs"
+    return ""
+
+
+def _with_proto(program: Program, proto: str) -> Program:
+    return program if program.proto == proto else replace(program, proto=proto)
