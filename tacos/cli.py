@@ -499,7 +499,11 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
 
         with reporter.phase(f"shaping and writing {args.output}"):
             choice = shaped_file(schedule, spec.topology, args)
-        program, schedule = choice.program, choice.schedule  # the plan written is reported
+        from tacos.model.schedule import Schedule
+
+        program = choice.program  # the runtime time reported is the written program's
+        if isinstance(choice.schedule, Schedule):
+            schedule = choice.schedule
     elif args.output and fmt == "xml":  # large plans: streamed, never held as one text
         from tacos.msccl.ranks import ranks_comment
         from tacos.msccl.xml_writer import lower_verified, write_xml
