@@ -228,20 +228,20 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "mscclpp, MSCCL++ plan) or .xml (MSCCL)")
     p.add_argument("--format", choices=("json", "xml", "mscclpp"),
                    help="output format (default: from the output file's extension)")
-    p.add_argument("--proto", default="Simple", choices=("Simple", "LL", "LL128"),
+    p.add_argument("--proto", choices=("Simple", "LL", "LL128"),
                    help="MSCCL protocol (default Simple)")
     p.add_argument("--inplace", action="store_true", help="MSCCL: emit an in-place plan")
-    p.add_argument("--instances", type=int, default=1,
+    p.add_argument("--instances", type=int,
                    help="MSCCL: channel instances, each chunk split over that many channels "
-                   "(default 1)")
-    p.add_argument("--min-bytes", default="0", help="MSCCL: smallest message size, e.g. 1MiB")
-    p.add_argument("--max-bytes", default="0", help="MSCCL: largest (0 = no limit)")
+                   "(default 1, at most 32)")
+    p.add_argument("--min-bytes", help="MSCCL: smallest message size, e.g. 1MiB (default 0)")
+    p.add_argument("--max-bytes", help="MSCCL: largest (default 0 = no limit)")
     p.add_argument("--sizes", metavar="FROM:TO:xF", help="sweep message sizes like "
                    "nccl-tests (e.g. 1KiB:4GiB:x4, 1KiB:1MiB:+256KiB, 1MiB,64MiB): prints "
                    "time, algbw and busbw of tacos's plan and of each NCCL model per size; "
                    "-o DIR writes one MSCCL XML per size range (docs/nccl.md)")
-    p.add_argument("--max-steps", type=int, default=64,
-                   help="MSCCL: most steps per threadblock (default 64)")
+    p.add_argument("--max-steps", type=int,
+                   help="MSCCL: most steps per threadblock (default 64, 2 to 1024)")
     p.add_argument("--report", action="store_true",
                    help="print collective time, algbw, lower bound and gap")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -424,12 +424,17 @@ def _output_format(args: argparse.Namespace) -> str | None:
 
 def cmd_compile(argv: Sequence[str]) -> int:
     """``tacosc TOPO.tdl ...``: synthesize, verify, write (outputs are written atomically)."""
+    from tacos import cli_flags
+
     args = _compile_parser().parse_args(argv)
     _check_numbers(args)
+    cli_flags.check_common(args)
     if args.sizes:  # -o is a folder of MSCCL XML files, one per size range
+        cli_flags.check_msccl(args, None)
         with limits_of(args):
             return _sweep(args)
     fmt = _output_format(args)
+    cli_flags.check_msccl(args, fmt)
     _check_outputs(args)  # fail now, not after a long synthesis
     with limits_of(args):
         return _compile(args, fmt)
@@ -510,8 +515,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
     if not args.collective:
         raise UsageError("--sizes needs --collective", hint="e.g. --collective allreduce")
-    min_bytes = _size(args.min_bytes, "--min-bytes", 0)
-    max_bytes = _size(args.max_bytes, "--max-bytes", 0)
+    min_bytes = _size(args.min_bytes or "0", "--min-bytes", 0)
+    max_bytes = _size(args.max_bytes or "0", "--max-bytes", 0)
     out = Path(args.output) if args.output else None
     if out is not None and (out.suffix.lower() in (".xml", ".json") or out.is_file()):
         raise UsageError(f"with --sizes, -o names a folder for one MSCCL XML per size range, "
@@ -534,6 +539,9 @@ def _sweep(args: argparse.Namespace) -> int:
     args.solver = args.solver or "auto"
     chosen = argparse.Namespace(**{**vars(args), "size": None})
     coll = _choose_collective(spec, chosen)
+    if args.solver == "auto" and (args.option or args.backend or args.mode or args.max_merge):
+        raise UsageError("solver options do not apply to a --sizes sweep with --solver auto",
+                         hint="name the solver they belong to with --solver")
     options = _solver_options(args) if args.solver != "auto" else {}
     # no count given: the greedy picks its own per size (tacos.sweep.sweep decides)
     free = getattr(chosen, "auto_chunks", False) and args.solver in ("auto", "greedy")
@@ -553,7 +561,7 @@ def _sweep(args: argparse.Namespace) -> int:
         print(result.table())
     if out is not None:
         paths = result.write_xml(out, min_bytes=min_bytes, max_bytes=max_bytes,
-                                 proto=args.proto, inplace=args.inplace)
+                                 proto=args.proto or "Simple", inplace=args.inplace)
         if not args.json:
             print(f"# wrote {len(paths)} MSCCL XML file(s) to {out}/ (disjoint minBytes/"
                   f"maxBytes windows): MSCCL_ALGO_DIR={out} or MSCCL_XML_FILES="
@@ -587,18 +595,11 @@ def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:
 
 
 def _msccl_options(args: argparse.Namespace) -> Any:
+    from tacos.cli_flags import msccl_values
     from tacos.msccl.lower import msccl_options
 
-    return msccl_options(
-        name=Path(args.output).stem if args.output else "tacos",
-        proto=args.proto,
-        inplace=args.inplace,
-        outofplace=not args.inplace,
-        min_bytes=_size(args.min_bytes, "--min-bytes", 0),
-        max_bytes=_size(args.max_bytes, "--max-bytes", 0),
-        instances=args.instances,
-        max_steps_per_tb=args.max_steps,
-    )
+    return msccl_options(name=Path(args.output).stem if args.output else "tacos",
+                         **msccl_values(args))
 
 
 def run(argv: Sequence[str]) -> int:

@@ -17,6 +17,7 @@ from tacos.units import format_bandwidth, format_size, format_time
 from tacos.verify import verify_schedule
 
 SOLVER_KEYS = ("solver", "seed", "trials", "trials_run", "status", "synthesis_time",
+               "auto_seconds",
                "best_trial",
                "max_merge", "backend", "algorithm")
 

@@ -30,7 +30,7 @@ from typing import Any
 from tacos.collective import Collective
 from tacos.errors import ClusterError, TacosError
 from tacos.schedule import Schedule
-from tacos.solvers.options import Option, boolean, int_or_text
+from tacos.solvers.options import MAX_MERGE, Option, boolean, int_or_text
 from tacos.solvers.registry import SOLVERS, Problem, SolveResult
 from tacos.topology import Topology
 from tacos.verify import verify_schedule
@@ -216,7 +216,7 @@ class AutoSolver:
         "fuse": Option("also try every synthesized plan with in-switch multicast/reduce "
                        "groups where switches declare them", boolean, (True, False), True),
         "max_merge": Option("greedy: most chunks one transfer may carry",
-                            int_or_text("auto"), default="auto"),
+                            int_or_text("auto"), default="auto", range=(1, MAX_MERGE)),
         "in_switch": Option("keep plans with in-switch multicast/reduce groups (false: only "
                             "plans MSCCL XML can express)", boolean, (True, False), True),
         "greedy_chunks": Option("let the greedy candidate choose its chunks per NPU "
@@ -238,6 +238,7 @@ class AutoSolver:
                                              fuse=fuse, greedy_chunks=greedy_chunks,
                                              in_switch=in_switch, **opts)
         meta = dict(sched.meta)
+        meta["auto_seconds"] = facts.pop("seconds", {})  # wall clock: report only, not output
         meta["auto"] = facts
         meta["algorithm"] = f"{winner} ({meta.get('algorithm', winner)})"
         out = Schedule(sched.topology, sched.collective, sched.transfers, meta)

@@ -1,0 +1,166 @@
+"""Same seed, same bytes: every example and every registered solver, each run twice per seed.
+
+For each example file of ``examples/`` (its declared collective, else an all-reduce of the
+default size) and each solver of :data:`tacos.solvers.registry.SOLVERS`, the schedule is
+synthesized twice with each of two seeds (``workers=1``) and written as a JSON schedule; the two
+runs of one seed must give identical bytes.  A solver that refuses the problem must refuse it
+with the same message both times.  The ILP is time-bounded by nature (a search cut off by the
+clock is not reproducible), so it and ``taccl`` run only on groups of up to ``--ilp-npus``
+NPUs, where they finish long before their time limit.
+
+Usage::
+
+    nice python -m benchmarks.check_determinism [--seeds 0 1] [--only ring8,mesh4x4]
+        [--solvers greedy,forest] [--out docs/benchmarks/determinism.md]
+
+Exit 1 when any pair differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TIME_BOUNDED = ("ilp", "taccl")
+
+
+@dataclass
+class Outcome:
+    """One (example, solver, seed): the digest of each run's bytes, or its error message."""
+
+    example: str
+    solver: str
+    seed: int
+    first: str
+    second: str
+    seconds: float
+
+    @property
+    def same(self) -> bool:
+        """Both runs gave the same bytes (or the same refusal)."""
+        return self.first == self.second
+
+
+def problem(path: Path):
+    """(topology, collective) of an example: its declared collective, else an all-reduce."""
+    import tacos
+    from tacos.patterns import build
+
+    spec = tacos.load(str(path))
+    if spec.collective is not None:
+        return spec.topology, spec.collective
+    return spec.topology, build("allreduce", spec.topology.live_npus, size=1 << 20)
+
+
+def run_once(topology, collective, solver: str, seed: int) -> str:
+    """The JSON schedule's SHA-256, or ``'refused: <message>'``."""
+    from tacos.backends.json_schedule import dumps
+    from tacos.errors import TacosError
+    from tacos.synthesize import synthesize
+
+    try:
+        schedule = synthesize(topology, collective, solver=solver, seed=seed, workers=1)
+        schedule.verify().raise_if_failed()
+        return hashlib.sha256(dumps(schedule).encode()).hexdigest()
+    except TacosError as exc:
+        return f"refused: {exc.message}"
+
+
+def check(topology, collective, solver: str, seed: int, example: str = "") -> Outcome:
+    """Synthesize twice with ``seed`` and compare."""
+    t0 = time.perf_counter()
+    first = run_once(topology, collective, solver, seed)
+    second = run_once(topology, collective, solver, seed)
+    return Outcome(example, solver, seed, first, second, time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the check over the examples and solvers asked for; print (and write) a table."""
+    from tacos.solvers.registry import SOLVERS
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs=2, default=(0, 1))
+    ap.add_argument("--only", help="example names (comma separated, without .tdl)")
+    ap.add_argument("--solvers", help="solver names (comma separated)")
+    ap.add_argument("--ilp-npus", type=int, default=8)
+    ap.add_argument("--out", help="also write the results as Markdown here")
+    args = ap.parse_args(argv)
+    names = args.only.split(",") if args.only else None
+    solvers = args.solvers.split(",") if args.solvers else list(SOLVERS)
+    rows: list[Outcome] = []
+    for path in sorted(EXAMPLES.glob("*.tdl")):
+        if names and path.stem not in names:
+            continue
+        try:
+            topology, collective = problem(path)
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            print(f"{path.stem}: not loaded ({exc})", file=sys.stderr)
+            continue
+        for solver in solvers:
+            if solver in TIME_BOUNDED and len(collective.group) > args.ilp_npus:
+                continue
+            for seed in args.seeds:
+                out = check(topology, collective, solver, seed, path.stem)
+                rows.append(out)
+                state = "same" if out.same else "DIFFERENT"
+                print(f"{path.stem:22} {solver:13} seed {seed}: {state} "
+                      f"({'refused' if out.first.startswith('refused') else 'plan'}, "
+                      f"{out.seconds:.1f} s)", flush=True)
+    bad = [r for r in rows if not r.same]
+    plans = sum(1 for r in rows if not r.first.startswith("refused"))
+    print(f"{len(rows)} (example, solver, seed) pairs: {plans} plans, "
+          f"{len(rows) - plans} refusals, {len(bad)} different")
+    if args.out:
+        _write(Path(args.out), rows, args, argv)
+    return 1 if bad else 0
+
+
+def _write(path: Path, rows: list[Outcome], args: argparse.Namespace,
+           argv: list[str] | None) -> None:
+    from benchmarks.__main__ import machine
+
+    bad = [r for r in rows if not r.same]
+    plans = sum(1 for r in rows if not r.first.startswith("refused"))
+    seeds_differ = sum(
+        1 for a in rows for b in rows
+        if a.example == b.example and a.solver == b.solver and a.seed < b.seed
+        and not a.first.startswith("refused") and a.first != b.first)
+    lines = [
+        "# Same seed, same bytes",
+        "",
+        "Every example of `examples/` (its declared collective, else an all-reduce of 1 MiB) "
+        "and every registered solver, synthesized twice per seed with `workers=1`; the JSON "
+        "schedules of the two runs of one seed are compared byte for byte (a refusal must "
+        "give the same message twice). The ILP and `taccl` (clock-bounded searches) run on "
+        f"groups of up to {args.ilp_npus} NPUs only.",
+        "",
+        "Command:",
+        "",
+        "```",
+        "nice python -m benchmarks.check_determinism " + " ".join(argv or sys.argv[1:]),
+        "```",
+        "",
+        f"Machine: {machine()} (2-core shared VM). Date: {dt.date.today().isoformat()}.",
+        "",
+        f"Result: {len(rows)} (example, solver, seed) cases, {plans} plans and "
+        f"{len(rows) - plans} refusals; **{len(bad)} differ** between two runs of one seed. "
+        f"{seeds_differ} (example, solver) pairs give different plans for the two seeds.",
+        "",
+        "| example | solver | seed | outcome | same bytes | seconds (both runs) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        kind = "refused" if r.first.startswith("refused") else f"plan {r.first[:12]}"
+        lines.append(f"| {r.example} | {r.solver} | {r.seed} | {kind} | "
+                     f"{'yes' if r.same else '**no**'} | {r.seconds:.1f} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
