@@ -364,6 +364,12 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
     try:
         return patterns.build(kind, group, size=size, chunks_per_npu=chunks, root=root)
     except TacosError as exc:
+        from tacos.limits import LimitError
+
+        if isinstance(exc, LimitError):  # at the file's statement that makes it too big
+            from tacos.limit_spans import locate_group
+
+            raise locate_group(exc, topo, group) from None
         raise UsageError(exc.message, hint=exc.hint) from None
 
 

@@ -18,6 +18,8 @@ from tacos import limits
 from tacos.errors import InputFileError, Span
 
 _BLOCK = 1 << 20
+BOM = "\ufeff"
+"""The byte-order mark some editors put at the start of UTF-8 text; accepted and dropped."""
 STDIN = "-"
 """The path that reads standard input (where a command says it does)."""
 
@@ -102,11 +104,17 @@ def position(data: bytes | str, offset: int) -> tuple[int, int]:
     return line, offset - start + 1
 
 
+def strip_bom(text: str) -> str:
+    """``text`` without a leading UTF-8 byte-order mark."""
+    return text[1:] if text.startswith(BOM) else text
+
+
 def decode_text(data: bytes, source: str, what: str, empty_hint: str | None = None) -> str:
     """``data`` as UTF-8 text, or a located :class:`InputFileError` (never echoing the bytes).
 
     Refused: NUL bytes (position of the first), undecodable bytes (position of the first) and
-    text that is empty or only white space (line 1).
+    text that is empty or only white space (line 1).  A leading UTF-8 byte-order mark (what
+    Windows editors write) is dropped.
     """
     nul = data.find(b"\x00")
     if nul >= 0:
@@ -121,6 +129,7 @@ def decode_text(data: bytes, source: str, what: str, empty_hint: str | None = No
         raise InputFileError(f"{source} is not UTF-8 text (byte {exc.start} cannot be "
                              "decoded)", span=Span(source, line, col),
                              hint="save the file as UTF-8") from None
+    text = strip_bom(text)
     if not text.strip():
         raise InputFileError(f"{source} is empty", span=Span(source, 1, 1),
                              hint=empty_hint or f"a {what} is not empty")

@@ -127,6 +127,21 @@ def _check_common(seed: Any, trials: Any, workers: Any, time_limit: Any) -> None
                          f"{time_limit!r}")
 
 
+def check_request(topology: Topology, collective: Collective, *, solver: str = "auto",
+                  seed: Any = 0, trials: Any = None, workers: Any = None,
+                  time_limit: Any = None, **solver_options: Any) -> None:
+    """The checks :func:`solve` makes before any work (options, their ranges, limits), for
+    callers that do work of their own first (a bound, a chunk search)."""
+    solver_options.pop("cluster", None)
+    solver_options.pop("progress", None)
+    solver_options.pop("relays", None)
+    check_options(solver, solver_class(solver), solver_options)
+    _check_common(seed, trials, workers, time_limit)
+    check_topology(topology)
+    if isinstance(collective, Collective):
+        limits.check_problem(topology, collective)
+
+
 def check_cluster(cluster: Any) -> None:
     """Raise a :class:`~tacos.errors.UsageError` unless ``cluster`` is None, a
     ``distributed.Client`` or the address of a Dask scheduler that answers (connecting now,
