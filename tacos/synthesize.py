@@ -132,9 +132,8 @@ def check_request(topology: Topology, collective: Collective, *, solver: str = "
                   time_limit: Any = None, **solver_options: Any) -> None:
     """The checks :func:`solve` makes before any work (options, their ranges, limits), for
     callers that do work of their own first (a bound, a chunk search)."""
-    solver_options.pop("cluster", None)
-    solver_options.pop("progress", None)
-    solver_options.pop("relays", None)
+    for key in ("cluster", "progress", "relays", "bound"):  # checked where they are used
+        solver_options.pop(key, None)
     check_options(solver, solver_class(solver), solver_options)
     _check_common(seed, trials, workers, time_limit)
     check_topology(topology)
