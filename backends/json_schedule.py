@@ -26,7 +26,7 @@ from tacos.schedule_columns import BLOCK, TransferColumns
 from tacos.topology import Link, Topology
 
 SCHEMA_ID = "tacos.schedule/2"
-VOLATILE_META = frozenset({"synthesis_time", "auto_seconds"})  # differs run to run: left out for reproducibility
+VOLATILE_META = frozenset({"synthesis_time", "auto_seconds"})  # wall clock: left out of output
 
 
 def _float(x: float, where: str) -> float:

@@ -61,6 +61,7 @@ def problem(path: Path):
 def run_once(topology, collective, solver: str, seed: int) -> str:
     """The JSON schedule's SHA-256, or ``'refused: <message>'``."""
     from tacos.backends.json_schedule import dumps
+
     from tacos.errors import TacosError
     from tacos.synthesize import synthesize
 
