@@ -260,10 +260,10 @@ def test_a_tdl_link_to_another_kind_of_file_is_not_quoted(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("text, args, where", [
     ("ring a[200] 100GB/s 1us\n", ["-c", "allgather", "--limit", "deliveries=10000"], "1:6"),
-    ("npu a[20000]\nswitch s attach a[*] 100GB/s 1us\n", ["-c", "broadcast", "--root", "0"],
-     "2:8"),
-    ("npu a[20000]\nswitch s attach a[*] 100GB/s 1us\n",
-     ["-c", "broadcast", "--root", "0", "--solver", "greedy", "-O", "model=unwound"], "2:8"),
+    ("npu a[300]\nswitch s attach a[*] 100GB/s 1us\n",
+     ["-c", "broadcast", "--root", "0", "--limit", "links=10000"], "2:8"),
+    ("npu a[300]\nswitch s attach a[*] 100GB/s 1us\n", ["-c", "broadcast", "--root", "0",
+     "--solver", "greedy", "-O", "model=unwound", "--limit", "links=10000"], "2:8"),
 ])
 def test_limit_errors_name_the_file_position(text: str, args: list[str], where: str,
                                              tmp_path: Path,
