@@ -71,3 +71,6 @@ def test_auto_keeps_wall_clock_out_of_the_output_but_in_memory() -> None:
     assert set(schedule.meta["auto_seconds"]) >= {"greedy"}  # the timings are kept for reports
     text = dumps(schedule)
     assert "auto_seconds" not in text and "synthesis_time" not in text
+    from tacos.report import report
+
+    assert report(schedule)["solver"]["auto_seconds"] == schedule.meta["auto_seconds"]
