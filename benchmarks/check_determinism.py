@@ -11,8 +11,11 @@ NPUs, where they finish long before their time limit.
 Usage::
 
     nice python -m benchmarks.check_determinism [--seeds 0 1] [--only ring8,mesh4x4]
-        [--solvers greedy,forest] [--out docs/benchmarks/determinism.md]
+        [--solvers greedy,forest] [--jsonl results.jsonl] [--out docs/benchmarks/determinism.md]
+    python -m benchmarks.check_determinism --merge a.jsonl b.jsonl --out determinism.md
 
+Examples run smallest first (by NPU count).  ``--jsonl`` appends each case as it finishes, so
+several processes (disjoint ``--only`` sets) can share the work and ``--merge`` joins them.
 Exit 1 when any pair differs.
 """
 
@@ -21,9 +24,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -91,24 +95,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solvers", help="solver names (comma separated)")
     ap.add_argument("--ilp-npus", type=int, default=8)
     ap.add_argument("--out", help="also write the results as Markdown here")
+    ap.add_argument("--jsonl", help="append each case here as it finishes")
+    ap.add_argument("--merge", nargs="+", help="only write --out from these --jsonl files")
     args = ap.parse_args(argv)
+    if args.merge:
+        rows = [Outcome(**json.loads(line)) for f in args.merge
+                for line in Path(f).read_text().splitlines() if line.strip()]
+        if args.out:
+            _write(Path(args.out), rows, args, argv)
+        return 1 if any(not r.same for r in rows) else 0
     names = args.only.split(",") if args.only else None
     solvers = args.solvers.split(",") if args.solvers else list(SOLVERS)
     rows: list[Outcome] = []
+    loaded = []
     for path in sorted(EXAMPLES.glob("*.tdl")):
         if names and path.stem not in names:
             continue
         try:
-            topology, collective = problem(path)
+            loaded.append((path, *problem(path)))
         except Exception as exc:  # noqa: BLE001 - reported, not fatal
             print(f"{path.stem}: not loaded ({exc})", file=sys.stderr)
-            continue
+    loaded.sort(key=lambda item: (item[1].n_npus, item[0].stem))
+    for path, topology, collective in loaded:
         for solver in solvers:
             if solver in TIME_BOUNDED and len(collective.group) > args.ilp_npus:
                 continue
             for seed in args.seeds:
                 out = check(topology, collective, solver, seed, path.stem)
                 rows.append(out)
+                if args.jsonl:
+                    with open(args.jsonl, "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(asdict(out)) + "\n")
                 state = "same" if out.same else "DIFFERENT"
                 print(f"{path.stem:22} {solver:13} seed {seed}: {state} "
                       f"({'refused' if out.first.startswith('refused') else 'plan'}, "
