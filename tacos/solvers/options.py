@@ -162,8 +162,13 @@ def range_text(opt: Option) -> str:
 
 def check_range(key: str, opt: Option, value: Any, where: str = "") -> None:
     """Raise :class:`~tacos.errors.UsageError` when ``value`` is a number outside ``opt``'s
-    documented range, or not a whole number for an integer option (text values such as
-    ``'auto'`` and None are left to the option's own reader)."""
+    documented range, or not a whole number for an integer option (a text is read with the
+    option's reader first; words such as ``'auto'`` and None are left to the option)."""
+    if isinstance(value, str) and opt.range is not None and opt.type is not None:
+        try:
+            value = opt.type(value)  # '-1' given through the API is still -1
+        except (TypeError, ValueError):
+            return  # not a number: the option's own reader says why
     if opt.range is None or value is None or isinstance(value, str):
         return
     lo, hi = opt.range
