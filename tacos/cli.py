@@ -454,6 +454,10 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     reporter = TerminalReporter(enabled=not args.quiet and not args.json)
     with reporter.phase(f"loading {args.topology}"):
         spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
+    if args.objective is not None and (args.collective is not None
+                                       or not getattr(spec, "jobs", ())):
+        raise UsageError("--objective applies to the joint plan of a file's jobs, not here",
+                         hint="drop --objective (or plan the file's jobs: no --collective)")
     if args.collective is None and (getattr(spec, "jobs", ()) or getattr(spec, "reshards", ())):
         args.solver_given = args.solver is not None
         args.solver = args.solver or "multicast"

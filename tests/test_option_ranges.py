@@ -94,6 +94,7 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     (["--sizes", "1KiB:4KiB:x2", "--instances", "2"], "plans", "--instances does not apply"),
     (["--sizes", "1KiB:4KiB:x2", "--proto", "LL"], None, "without -o DIR"),
     (["--sizes", "1KiB:4KiB:x2", "-O", "trees=2"], None, "--sizes sweep with --solver auto"),
+    (["--objective", "fairness"], "x.json", "--objective applies to the joint plan"),
 ])
 def test_compile_flags_fail_fast_for_every_format(extra: list[str], out: str | None,
                                                   phrase: str, tmp_path: Path,
