@@ -97,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="also write the results as Markdown here")
     ap.add_argument("--jsonl", help="append each case here as it finishes")
     ap.add_argument("--merge", nargs="+", help="only write --out from these --jsonl files")
+    ap.add_argument("--command", action="append", default=[],
+                    help="with --merge: a command that produced the files (for the page)")
     args = ap.parse_args(argv)
+    _COMMANDS[:] = args.command
     if args.merge:
         rows = [Outcome(**json.loads(line)) for f in args.merge
                 for line in Path(f).read_text().splitlines() if line.strip()]
@@ -141,43 +144,77 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write(path: Path, rows: list[Outcome], args: argparse.Namespace,
            argv: list[str] | None) -> None:
+    """The results as Markdown: totals, then one row per example and one per solver."""
     from benchmarks.__main__ import machine
 
+    def refused(r: Outcome) -> bool:
+        return r.first.startswith("refused")
+
     bad = [r for r in rows if not r.same]
-    plans = sum(1 for r in rows if not r.first.startswith("refused"))
-    seeds_differ = sum(
-        1 for a in rows for b in rows
-        if a.example == b.example and a.solver == b.solver and a.seed < b.seed
-        and not a.first.startswith("refused") and a.first != b.first)
+    plans = sum(1 for r in rows if not refused(r))
+    examples = sorted({r.example for r in rows}, key=lambda e: [r.example for r in rows].index(e))
+    solvers = sorted({r.solver for r in rows}, key=lambda s: [r.solver for r in rows].index(s))
     lines = [
         "# Same seed, same bytes",
         "",
-        "Every example of `examples/` (its declared collective, else an all-reduce of 1 MiB) "
-        "and every registered solver, synthesized twice per seed with `workers=1`; the JSON "
-        "schedules of the two runs of one seed are compared byte for byte (a refusal must "
-        "give the same message twice). The ILP and `taccl` (clock-bounded searches) run on "
-        f"groups of up to {args.ilp_npus} NPUs only.",
+        f"Every example of `examples/` ({len(examples)}: its declared collective, else an "
+        f"all-reduce of 1 MiB) and every registered solver ({len(solvers)}), synthesized twice "
+        "per seed at seeds "
+        + " and ".join(str(s) for s in sorted({r.seed for r in rows}))
+        + " with `workers=1`; the JSON schedules of the two runs of one seed are compared byte "
+        "for byte (SHA-256), and a refusal must give the same message twice. The ILP and "
+        "`taccl` (searches bounded by the clock) run on groups of up to "
+        f"{args.ilp_npus} NPUs only.",
         "",
-        "Command:",
+        "Command (two processes sharing the examples, then the merge that wrote this page):",
         "",
         "```",
-        "nice python -m benchmarks.check_determinism " + " ".join(argv or sys.argv[1:]),
+        *(_COMMANDS or ["nice python -m benchmarks.check_determinism "
+                        + " ".join(argv or sys.argv[1:])]),
         "```",
         "",
-        f"Machine: {machine()} (2-core shared VM). Date: {dt.date.today().isoformat()}.",
+        f"Machine: {machine()} (2-core shared VM, other jobs running). "
+        f"Date: {dt.date.today().isoformat()}.",
         "",
         f"Result: {len(rows)} (example, solver, seed) cases, {plans} plans and "
-        f"{len(rows) - plans} refusals; **{len(bad)} differ** between two runs of one seed. "
-        f"{seeds_differ} (example, solver) pairs give different plans for the two seeds.",
+        f"{len(rows) - plans} refusals (the solver does not serve that collective or "
+        f"topology); **{len(bad)} differ** between two runs with one seed."
+        + _unserved(rows, solvers),
         "",
-        "| example | solver | seed | outcome | same bytes | seconds (both runs) |",
+        "| example | cases | plans | refusals | differing | seconds (all runs) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for r in rows:
-        kind = "refused" if r.first.startswith("refused") else f"plan {r.first[:12]}"
-        lines.append(f"| {r.example} | {r.solver} | {r.seed} | {kind} | "
-                     f"{'yes' if r.same else '**no**'} | {r.seconds:.1f} |")
+    for e in examples:
+        mine = [r for r in rows if r.example == e]
+        lines.append(f"| {e} | {len(mine)} | {sum(not refused(r) for r in mine)} | "
+                     f"{sum(refused(r) for r in mine)} | {sum(not r.same for r in mine)} | "
+                     f"{sum(r.seconds for r in mine):.1f} |")
+    lines += ["", "| solver | cases | plans | differing | median seconds per pair of runs |",
+              "| --- | --- | --- | --- | --- |"]
+    for s in solvers:
+        mine = [r for r in rows if r.solver == s]
+        secs = sorted(r.seconds for r in mine)
+        lines.append(f"| {s} | {len(mine)} | {sum(not refused(r) for r in mine)} | "
+                     f"{sum(not r.same for r in mine)} | {secs[len(secs) // 2]:.2f} |")
+    if bad:
+        lines += ["", "Differing cases:", ""]
+        lines += [f"- {r.example}, {r.solver}, seed {r.seed}" for r in bad]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _unserved(rows: list[Outcome], solvers: list[str]) -> str:
+    """A sentence naming the solvers that gave no plan on any example, if any."""
+    none = [s for s in solvers
+            if all(r.first.startswith("refused") for r in rows if r.solver == s)]
+    if not none:
+        return ""
+    return (f" {', '.join(none)} serve none of these problems (an all-to-all; switches with "
+            "in-network multicast/reduce for an all-reduce): `tests/test_determinism.py` runs "
+            "every solver twice on a problem it serves.")
+
+
+_COMMANDS: list[str] = []
+"""The commands that produced merged results (set by ``--command`` for the page)."""
 
 
 if __name__ == "__main__":
