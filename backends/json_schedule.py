@@ -5,7 +5,7 @@ physical topology (NPUs, switches with their capabilities, links), the collectiv
 chunk's pre/postcondition, the transfers with their routes, the collective time and a lower
 bound.  Output is deterministic: the same schedule always gives
 the same bytes (floats are written with ``repr``, so they read back exactly), and facts that vary
-from run to run (``synthesis_time``) are left out of ``meta``.
+from run to run (``synthesis_time``, the portfolio's ``auto_seconds``) are left out of ``meta``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tacos.model.transfer import OPS
 from tacos.nogc import paused_gc
 
 SCHEMA_ID = "tacos.schedule/2"
-VOLATILE_META = frozenset({"synthesis_time"})  # differs run to run: left out for reproducibility
+VOLATILE_META = frozenset({"synthesis_time", "auto_seconds"})  # wall clock: left out of output
 
 
 def _float(x: float, where: str) -> float:

@@ -19,13 +19,14 @@ def read_text(source: str | Path, what: str) -> tuple[str, str]:
     as is with the name ``<what>``."""
     if isinstance(source, str) and ("\n" in source or source.lstrip().startswith(("{", "<"))):
         return source, f"<{what}>"
+    from tacos.inputs import check_regular, strip_bom
+
     p = Path(source)
-    if not p.is_file():
-        raise InputFileError(f"{p}: no such file", hint=f"give the path of the {what}")
+    check_regular(p, what, hint=f"give the path of the {what}")
     if p.stat().st_size > MAX_IMPORT_BYTES:
         raise InputFileError(f"{p} is larger than {MAX_IMPORT_BYTES} bytes; not a {what}?")
     try:
-        return p.read_text(encoding="utf-8"), str(p)
+        return strip_bom(p.read_text(encoding="utf-8")), str(p)
     except UnicodeDecodeError as exc:
         raise InputFileError(f"{p} is not UTF-8 text (byte {exc.start})") from None
 

@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tacos.frontends.json_schedule_fields import check_derived
+
 from tacos.check.tables import TIME_EPS
 from tacos.declared import differences
 from tacos.errors import Span, TacosError
@@ -362,7 +364,9 @@ def _loads(text: str, source: str) -> Schedule:
     r.get(top, "chunk_size", "$", "int?")
     r.get(top, "bound", "$", "obj?")
     meta = r.get(top, "meta", "$", "obj")
-    return Schedule(topology, collective, transfers, dict(meta))
+    schedule = Schedule(topology, collective, transfers, dict(meta))
+    check_derived(top, schedule, source)  # chunk_size, bound, meta.lower_bound/gap
+    return schedule
 
 
 def load(path: str | Path) -> Schedule:

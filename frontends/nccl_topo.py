@@ -34,6 +34,8 @@ from tacos.frontends.import_util import error_at, fabric_lines, quantity, read_t
 from tacos.errors import TacosError
 
 GPU_CLASS, NIC_CLASSES, NVSWITCH_CLASS = "0x03", ("0x0207", "0x0200"), "0x0680"
+MAX_NVLINKS = 64
+"""Most NVLinks one ``<nvlink count=...>`` may declare (an H100 has 18)."""
 
 
 @dataclass
@@ -65,6 +67,8 @@ def parse_topo(text: str, name: str = "<NCCL topology>") -> NcclTopo:
     devices: list[Device] = []
     nvswitches: set[str] = set()
     seen_system = False
+    bus_lines: dict[str, int] = {}  # GPU/NIC/NVSwitch bus id -> line of its <pci>: unique
+    dev_lines: dict[int, int] = {}  # gpu dev -> line: CUDA indices are unique
 
     def start(tag: str, attrs: dict[str, str]) -> None:
         nonlocal seen_system
@@ -81,6 +85,14 @@ def parse_topo(text: str, name: str = "<NCCL topology>") -> NcclTopo:
             if not busid:
                 raise error_at(name, text, line, parser.CurrentColumnNumber + 1,
                                "<pci> without a busid")
+            device = cls.startswith((GPU_CLASS, *NIC_CLASSES, NVSWITCH_CLASS))
+            if device and busid in bus_lines:
+                raise error_at(name, text, line, parser.CurrentColumnNumber + 1,
+                               f"bus id {busid} appears twice (first on line "
+                               f"{bus_lines[busid]})", hint="every PCI device has its own "
+                               "bus id; the file was edited or merged from two machines")
+            if device:
+                bus_lines[busid] = line
             path = tuple(f"{t}:{a.get('numaid', a.get('busid', ''))}" for t, a, _l in stack[:-1]
                          if t in ("cpu", "pci"))
             if cls.startswith(GPU_CLASS):
@@ -96,13 +108,28 @@ def parse_topo(text: str, name: str = "<NCCL topology>") -> NcclTopo:
                 except ValueError:
                     raise error_at(name, text, line, parser.CurrentColumnNumber + 1,
                                    f"gpu dev={attrs['dev']!r} is not an integer") from None
+                if devices[-1].dev in dev_lines:
+                    raise error_at(name, text, line, parser.CurrentColumnNumber + 1,
+                                   f"gpu dev={devices[-1].dev} appears twice (first on line "
+                                   f"{dev_lines[devices[-1].dev]})",
+                                   hint="every GPU has its own CUDA index")
+                dev_lines[devices[-1].dev] = line
         elif tag == "nvlink" and devices:
+            col = parser.CurrentColumnNumber + 1
             try:
-                devices[-1].nvlinks.append((attrs.get("target", "").lower(),
-                                            int(attrs.get("count", "1"))))
+                count = int(attrs.get("count", "1"))
             except ValueError:
-                raise error_at(name, text, line, parser.CurrentColumnNumber + 1,
+                raise error_at(name, text, line, col,
                                f"nvlink count={attrs.get('count')!r} is not an integer") from None
+            if not 1 <= count <= MAX_NVLINKS:
+                raise error_at(name, text, line, col, f"nvlink count={count} is out of range "
+                               f"(1 to {MAX_NVLINKS})")
+            target = attrs.get("target", "").lower()
+            if target == devices[-1].busid:
+                raise error_at(name, text, line, col, f"an nvlink from GPU {target} to itself",
+                               hint="an <nvlink> target is another GPU's (or an NVSwitch's) "
+                               "bus id")
+            devices[-1].nvlinks.append((target, count))
         elif tag == "net" and devices and "speed" in attrs:
             try:
                 devices[-1].speed_mbps = float(attrs["speed"])

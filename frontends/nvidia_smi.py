@@ -74,6 +74,9 @@ def parse_matrix(text: str, name: str = "<nvidia-smi topo -m>") -> SmiMatrix:
     for w in words:
         if w in ("CPU", "NUMA", "Affinity", "GPU") or w.startswith(STOP_WORDS):
             break
+        if w in columns:
+            raise error_at(name, text, head + 1, _col_of(lines[head], w, 0),
+                           f"column {w} appears twice in the header", width=len(w))
         columns.append(w)
     matrix = SmiMatrix(columns)
     for i in range(head + 1, len(lines)):
@@ -86,6 +89,8 @@ def parse_matrix(text: str, name: str = "<nvidia-smi topo -m>") -> SmiMatrix:
             break
         cells = ln.split()
         dev = cells[0]
+        if dev in matrix.rows:
+            raise error_at(name, text, i + 1, 1, f"a second row for {dev}", width=len(dev))
         if dev not in columns:
             raise error_at(name, text, i + 1, 1, f"row {dev!r} is not one of the columns "
                            f"({', '.join(columns)})", width=len(dev))

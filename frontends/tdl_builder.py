@@ -590,7 +590,9 @@ class Scope(ReshardStatements, JobStatements):
                     raise self.error("a root is a single NPU", o)
                 decl.root = roots[0]
             elif o.data == "group_opt":
-                decl.group = self.refs(o.children[0])
+                from tacos.frontends.tdl_groups import distinct_refs
+
+                decl.group = distinct_refs(self, o.children[0])
             elif o.data == "size_opt":
                 decl.size = self.size(o.children[0])
                 decl.size_span = self.span(o)

@@ -8,7 +8,8 @@ wherever it is found, it must
   text without a file), the preset folder, or an extra folder given by the user
   (``tacosc --include-dir DIR``, ``tacos.load(..., include_dirs=[DIR])``); symbolic links are
   followed before this check;
-* be named ``*.tdl`` (so an error in it never shows a line of some other kind of file);
+* be named ``*.tdl``, and so must the file a symbolic link leads to (so an error in it never
+  shows a line of some other kind of file);
 * be a regular file (not a device, pipe or socket), read with the TDL size cap applied while
   reading.
 """
@@ -71,7 +72,10 @@ class IncludePolicy:
             return candidates[0], "not found"
         if given.suffix.lower() != ".tdl":
             return found, "not a .tdl file"
-        if not self.allows(found.resolve()):
+        real = found.resolve()
+        if real.suffix.lower() != ".tdl":  # a link named *.tdl to some other kind of file
+            return found, "a link to a file that is not a .tdl file"
+        if not self.allows(real):
             return found, "outside the folders files may be used from"
         return found, None
 

@@ -56,7 +56,9 @@ class JobStatements:
         body = []
         for item in t.children[1:]:
             if item.data == "group_opt":
-                decl.group = self.refs(item.children[0])
+                from tacos.frontends.tdl_groups import distinct_refs
+
+                decl.group = distinct_refs(self, item.children[0])
                 if any(k < 0 for k in decl.group):
                     raise self.error("a job's group holds NPUs, not switches", item)
             elif item.data == "priority_opt":

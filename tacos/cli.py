@@ -235,22 +235,22 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--inplace", action="store_true", help="MSCCL: emit an in-place plan")
     p.add_argument("--instances", type=int,
                    help="MSCCL: channel instances, each chunk split over that many channels "
-                   "(default 1; with --shape auto: the count tried, default 1..32)")
+                   "(default 1, at most 32; with --shape auto: the count tried, default 1..32)")
     p.add_argument("--shape", choices=("auto", "fixed"),
                    help="MSCCL: 'auto' lowers each size window's plan in the shape (instances, "
                    "protocol, port order, paired peers) and among the plans (the solver's and "
                    "the all-pairs plan) that the runtime model times fastest, and reports why; "
                    "'fixed' lowers the solver's plan with --proto and --instances. Default: "
                    "auto for a folder (-o DIR), fixed for one file")
-    p.add_argument("--min-bytes", default="0", help="MSCCL: smallest message size, e.g. 1MiB")
-    p.add_argument("--max-bytes", default="0", help="MSCCL: largest (0 = no limit)")
+    p.add_argument("--min-bytes", help="MSCCL: smallest message size, e.g. 1MiB (default 0)")
+    p.add_argument("--max-bytes", help="MSCCL: largest (default 0 = no limit)")
     p.add_argument("--sizes", metavar="FROM:TO:xF", help="sweep message sizes like "
                    "nccl-tests (e.g. 1KiB:4GiB:x4, 1KiB:1MiB:+256KiB, 1MiB,64MiB): prints "
                    "time, algbw and busbw of tacos's plan and of each NCCL model per size; "
                    "-o DIR writes one MSCCL XML per size range (docs/nccl.md); -o DIR alone "
                    f"sweeps {WINDOW_SIZES}")
-    p.add_argument("--max-steps", type=int, default=64,
-                   help="MSCCL: most steps per threadblock (default 64)")
+    p.add_argument("--max-steps", type=int,
+                   help="MSCCL: most steps per threadblock (default 64, 2 to 1024)")
     p.add_argument("--report", action="store_true",
                    help="print collective time, algbw, lower bound and gap")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -373,6 +373,12 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
     try:
         return patterns.build(kind, group, size=size, chunks_per_npu=chunks, root=root)
     except TacosError as exc:
+        from tacos.limits import LimitError
+
+        if isinstance(exc, LimitError):  # at the file's statement that makes it too big
+            from tacos.model.limit_spans import locate_group
+
+            raise locate_group(exc, topo, group) from None
         raise UsageError(exc.message, hint=exc.hint) from None
 
 
@@ -442,14 +448,19 @@ def _is_folder(output: str | None, fmt: str | None) -> bool:
 
 def cmd_compile(argv: Sequence[str]) -> int:
     """``tacosc TOPO.tdl ...``: synthesize, verify, write (outputs are written atomically)."""
+    from tacos import cli_flags
+
     args = _compile_parser().parse_args(argv)
     _check_numbers(args)
+    cli_flags.check_common(args)
     if not args.sizes and args.collective and _is_folder(args.output, args.format):
         args.sizes = WINDOW_SIZES  # -o DIR: one plan per size window, 1 KiB to no limit
     if args.sizes:  # -o is a folder of MSCCL XML files, one per size range
+        cli_flags.check_msccl(args, None)
         with limits_of(args):
             return _sweep(args)
     fmt = _output_format(args)
+    cli_flags.check_msccl(args, fmt)
     _check_outputs(args)  # fail now, not after a long synthesis
     with limits_of(args):
         return _compile(args, fmt)
@@ -464,6 +475,10 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     reporter = TerminalReporter(enabled=not args.quiet and not args.json)
     with reporter.phase(f"loading {args.topology}"):
         spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
+    if args.objective is not None and (args.collective is not None
+                                       or not getattr(spec, "jobs", ())):
+        raise UsageError("--objective applies to the joint plan of a file's jobs, not here",
+                         hint="drop --objective (or plan the file's jobs: no --collective)")
     if args.collective is None and (getattr(spec, "jobs", ()) or getattr(spec, "reshards", ())):
         args.solver_given = args.solver is not None
         args.solver = args.solver or "multicast"
@@ -573,8 +588,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
     if not args.collective:
         raise UsageError("--sizes needs --collective", hint="e.g. --collective allreduce")
-    min_bytes = _size(args.min_bytes, "--min-bytes", 0)
-    max_bytes = _size(args.max_bytes, "--max-bytes", 0)
+    min_bytes = _size(args.min_bytes or "0", "--min-bytes", 0)
+    max_bytes = _size(args.max_bytes or "0", "--max-bytes", 0)
     out = Path(args.output) if args.output else None
     if out is not None and (out.suffix.lower() in (".xml", ".json") or out.is_file()):
         raise UsageError(f"with --sizes, -o names a folder for one MSCCL XML per size range, "
@@ -597,6 +612,9 @@ def _sweep(args: argparse.Namespace) -> int:
     args.solver = args.solver or "auto"
     chosen = argparse.Namespace(**{**vars(args), "size": None})
     coll = _choose_collective(spec, chosen)
+    if args.solver == "auto" and (args.option or args.backend or args.mode or args.max_merge):
+        raise UsageError("solver options do not apply to a --sizes sweep with --solver auto",
+                         hint="name the solver they belong to with --solver")
     options = _solver_options(args) if args.solver != "auto" else {}
     # no count given: the greedy picks its own per size (tacos.sweep.sweep decides)
     free = getattr(chosen, "auto_chunks", False) and args.solver in ("auto", "greedy")
@@ -658,18 +676,11 @@ def _render(schedule: Any, fmt: str, args: argparse.Namespace) -> str:
 
 
 def _msccl_options(args: argparse.Namespace) -> Any:
+    from tacos.cli_flags import msccl_values
     from tacos.msccl.lower import msccl_options
 
-    return msccl_options(
-        name=Path(args.output).stem if args.output else "tacos",
-        proto=args.proto or "Simple",
-        inplace=args.inplace,
-        outofplace=not args.inplace,
-        min_bytes=_size(args.min_bytes, "--min-bytes", 0),
-        max_bytes=_size(args.max_bytes, "--max-bytes", 0),
-        instances=args.instances or 1,
-        max_steps_per_tb=args.max_steps,
-    )
+    return msccl_options(name=Path(args.output).stem if args.output else "tacos",
+                         **msccl_values(args))
 
 
 def run(argv: Sequence[str]) -> int:

@@ -87,7 +87,7 @@ def cmd_presets(argv: Sequence[str]) -> int:
 
 def cmd_solvers(argv: Sequence[str]) -> int:
     """``tacosc solvers``: every solver and the options it accepts."""
-    from tacos.solvers.options import COMMON_OPTIONS, describe
+    from tacos.solvers.options import COMMON_OPTIONS, describe, range_text
     from tacos.solvers.registry import SOLVERS
 
     p = argparse.ArgumentParser(prog="tacosc solvers", description="List the solvers and "
@@ -103,10 +103,12 @@ def cmd_solvers(argv: Sequence[str]) -> int:
             table[name] = {"available": False, "reason": exc.message}
             continue
         table[name] = {"available": True, "options": {
-            k: {"doc": o.doc, "default": o.default, "choices": list(o.choices)}
+            k: {"doc": o.doc, "default": o.default, "choices": list(o.choices),
+                "range": list(o.range) if o.range else None}
             for k, o in opts.items() if k not in COMMON_OPTIONS}}
     if args.json:
-        print(json.dumps({"common": {k: o.doc for k, o in COMMON_OPTIONS.items()},
+        print(json.dumps({"common": {k: o.doc + (f" (range {range_text(o)})" if o.range
+                                                 else "") for k, o in COMMON_OPTIONS.items()},
                           "solvers": table}, indent=2, default=str))
         return 0
     print("common options: " + ", ".join(COMMON_OPTIONS))
@@ -115,7 +117,8 @@ def cmd_solvers(argv: Sequence[str]) -> int:
         if info["available"] and not info["options"]:
             print("    (only the common options)")
         for k, o in info.get("options", {}).items():
-            print(textwrap.fill(f"{k}: {o['doc']}", width=88, initial_indent="    ",
+            where = f" (range {o['range'][0]:,g} to {o['range'][1]:,g})" if o["range"] else ""
+            print(textwrap.fill(f"{k}: {o['doc']}{where}", width=88, initial_indent="    ",
                                 subsequent_indent="        "))
     return 0
 
@@ -143,6 +146,9 @@ def cmd_import(argv: Sequence[str]) -> int:
     p.add_argument("-o", "--output", help="write the TDL here (default: stdout)")
     p.add_argument("--json", action="store_true", help="print a summary as JSON")
     args = p.parse_args(argv)
+    from tacos.cli_flags import check_ranges
+
+    check_ranges(args, {"nodes": (1, 100_000)})
     options = {k: v for k, v in (("node", args.node), ("nvlink_matrix", args.nvlink_matrix),
                                  ("nodes", args.nodes), ("nic", args.nic),
                                  ("nic_alpha", args.nic_alpha), ("nvlink", args.nvlink),
@@ -205,7 +211,10 @@ def _verify_folder(folder: Path, args: Any) -> int:
 def cmd_verify(argv: Sequence[str]) -> int:
     """``tacosc verify``: MSCCL XML, MSCCL++ JSON or a tacos JSON schedule."""
 
+    from tacos.cli_flags import MAX_STEPS, check_ranges
+
     args = _verify_parser().parse_args(argv)
+    check_ranges(args, {"max_steps": (2, MAX_STEPS)})
     with limits_of(args):
         return _verify(args)
 

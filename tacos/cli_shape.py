@@ -21,8 +21,10 @@ from tacos.msccl.shape_choose import Choice, choose_shape
 
 
 def _base(args: argparse.Namespace) -> MscclOptions:
+    from tacos.cli_flags import msccl_values
+
     return MscclOptions(inplace=args.inplace, outofplace=not args.inplace,
-                        max_steps_per_tb=args.max_steps)
+                        max_steps_per_tb=msccl_values(args)["max_steps_per_tb"])
 
 
 def _tried(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[int, ...]]:

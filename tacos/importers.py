@@ -111,6 +111,8 @@ def load_any(path: str | Path, params: dict[str, Any] | None = None, *,
     importer)."""
     from tacos.frontends.tdl import load_tdl
 
+    if str(path) == "-" and not isinstance(path, Path):  # standard input, asked for explicitly
+        return _load_stdin(params, include_dirs, options)
     fmt = sniff_format(_peek(path)) if Path(path).is_file() else None
     if fmt is None:
         if options:
@@ -122,3 +124,17 @@ def load_any(path: str | Path, params: dict[str, Any] | None = None, *,
         raise TacosError(f"{path} is {fmt}, not TDL: TDL parameters do not apply",
                          hint=f"convert it with  tacosc import {fmt} {path} -o system.tdl")
     return import_spec(path, fmt, **options)
+
+
+def _load_stdin(params: dict[str, Any] | None, include_dirs: Iterable[str | Path] | None,
+                options: dict[str, Any]) -> Spec:
+    """:func:`load_any` of standard input (``-``): read once, capped like a TDL file."""
+    from tacos.frontends.tdl import parse_tdl
+    from tacos.inputs import decode_text, read_capped
+
+    text = decode_text(read_capped("-", limit="tdl_bytes", what="TDL file"), "<stdin>",
+                       "TDL file")
+    fmt = sniff_format(text)
+    if fmt is None:
+        return parse_tdl(text, "<stdin>", params, include_dirs)
+    return import_spec(text, fmt, **options)

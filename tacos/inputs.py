@@ -1,53 +1,79 @@
 """Reading input files with a size cap applied while reading, and locating whole-file errors.
 
 A size taken from ``stat`` says nothing about devices and pipes (``/dev/zero`` reports 0
-bytes), so the cap is enforced on the bytes actually read.  Included files must be regular
-files (:func:`read_capped` with ``regular_only``): a device, named pipe or socket could block or
-stream forever.  Errors about a whole file (not text, not UTF-8, empty) carry a position: the
-first offending byte, or line 1.
+bytes), so the cap is enforced on the bytes actually read.  Every path read must name a regular
+file (:func:`check_regular`, before it is opened): a device, named pipe or socket could block or
+stream forever; standard input is read only when asked for explicitly, as ``-``.  Errors about
+a whole file (not text, not UTF-8, empty) carry a position: the first offending byte, or line 1.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 from tacos import limits
 from tacos.errors import InputFileError, Span
 
 _BLOCK = 1 << 20
+BOM = "\ufeff"
+"""The byte-order mark some editors put at the start of UTF-8 text; accepted and dropped."""
+STDIN = "-"
+"""The path that reads standard input (where a command says it does)."""
 
 
-def read_capped(path: str | Path, *, limit: str, what: str,
-                regular_only: bool = False) -> bytes:
-    """The bytes of ``path``, refusing more than ``limits.current().<limit>`` bytes.
-
-    ``what`` names the kind of file in messages (``"TDL file"``).  With ``regular_only``,
-    anything but a regular file is refused before it is opened.
-    """
+def check_regular(path: str | Path, what: str, hint: str = "check the path") -> os.stat_result:
+    """``path``'s status if it is a regular file (symlinks followed), else an
+    :class:`~tacos.errors.InputFileError` saying what it is instead; nothing is opened."""
     p = Path(path)
-    cap = getattr(limits.current(), limit)
     try:
         info = p.stat()
     except FileNotFoundError:
-        raise InputFileError(f"{p}: no such file", hint="check the path") from None
+        raise InputFileError(f"{p}: no such file", hint=hint) from None
     except OSError as exc:
         raise InputFileError(f"{p}: cannot read ({exc.strerror or exc})") from None
     if stat.S_ISDIR(info.st_mode):
         raise InputFileError(f"{p} is a directory, not a {what}")
-    if regular_only and not stat.S_ISREG(info.st_mode):
-        raise InputFileError(f"{p} is not a regular file (a device, pipe or socket)",
-                             hint=f"a {what} must be an ordinary file")
-    if stat.S_ISREG(info.st_mode) and info.st_size > cap:
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a named pipe" if stat.S_ISFIFO(info.st_mode) else
+                "a socket" if stat.S_ISSOCK(info.st_mode) else "a device")
+        raise InputFileError(f"{p} is {kind}, not a regular file",
+                             hint="give an ordinary file (or - for standard input, where a "
+                             f"command reads its {what} from it)")
+    return info
+
+
+def read_capped(path: str | Path, *, limit: str, what: str,
+                regular_only: bool = True) -> bytes:
+    """The bytes of ``path``, refusing more than ``limits.current().<limit>`` bytes.
+
+    ``what`` names the kind of file in messages (``"TDL file"``).  Anything but a regular file
+    is refused before it is opened (:func:`check_regular`; ``regular_only`` is kept for old
+    callers and has no effect); ``path == "-"`` reads standard input, capped the same way.
+    """
+    cap = getattr(limits.current(), limit)
+    if str(path) == STDIN and not isinstance(path, Path):
+        return _read_fd(sys.stdin.buffer.fileno(), Path("<stdin>"), cap, limit, what)
+    p = Path(path)
+    info = check_regular(p, what)
+    if info.st_size > cap:
         raise _too_big(p, info.st_size, cap, limit, what)
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise InputFileError(f"{p}: cannot read ({exc.strerror or exc})") from None
     try:
-        if regular_only and not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced meanwhile
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced meanwhile
             raise InputFileError(f"{p} is not a regular file")
+        return _read_fd(fd, p, cap, limit, what)
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, p: Path, cap: int, limit: str, what: str) -> bytes:
+    try:
         parts: list[bytes] = []
         total = 0
         while True:
@@ -60,8 +86,6 @@ def read_capped(path: str | Path, *, limit: str, what: str,
                 raise _too_big(p, None, cap, limit, what)
     except OSError as exc:
         raise InputFileError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    finally:
-        os.close(fd)
     return b"".join(parts)
 
 
@@ -80,11 +104,17 @@ def position(data: bytes | str, offset: int) -> tuple[int, int]:
     return line, offset - start + 1
 
 
+def strip_bom(text: str) -> str:
+    """``text`` without a leading UTF-8 byte-order mark."""
+    return text[1:] if text.startswith(BOM) else text
+
+
 def decode_text(data: bytes, source: str, what: str, empty_hint: str | None = None) -> str:
     """``data`` as UTF-8 text, or a located :class:`InputFileError` (never echoing the bytes).
 
     Refused: NUL bytes (position of the first), undecodable bytes (position of the first) and
-    text that is empty or only white space (line 1).
+    text that is empty or only white space (line 1).  A leading UTF-8 byte-order mark (what
+    Windows editors write) is dropped.
     """
     nul = data.find(b"\x00")
     if nul >= 0:
@@ -99,6 +129,7 @@ def decode_text(data: bytes, source: str, what: str, empty_hint: str | None = No
         raise InputFileError(f"{source} is not UTF-8 text (byte {exc.start} cannot be "
                              "decoded)", span=Span(source, line, col),
                              hint="save the file as UTF-8") from None
+    text = strip_bom(text)
     if not text.strip():
         raise InputFileError(f"{source} is empty", span=Span(source, 1, 1),
                              hint=empty_hint or f"a {what} is not empty")

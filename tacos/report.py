@@ -17,6 +17,7 @@ from tacos.model.topology import Topology
 from tacos.model.units import format_bandwidth, format_size, format_time
 
 SOLVER_KEYS = ("solver", "seed", "trials", "trials_run", "status", "synthesis_time",
+               "auto_seconds",
                "best_trial",
                "max_merge", "backend", "algorithm")
 

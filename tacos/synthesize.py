@@ -112,15 +112,33 @@ def solve(topology: Topology, collective: Collective, *, solver: str = "auto",
 
 def _check_common(seed: Any, trials: Any, workers: Any, time_limit: Any) -> None:
     """Raise a :class:`~tacos.errors.UsageError` for a common option of the wrong kind."""
-    for key, value, low in (("seed", seed, 0), ("trials", trials, 1), ("workers", workers, 1)):
+    from tacos.solvers.options import COMMON_OPTIONS, range_text
+
+    for key, value in (("seed", seed), ("trials", trials), ("workers", workers)):
         if value is None and key != "seed":
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise UsageError(f"{key} must be an integer >= {low}, not {value!r}")
+        lo, hi = COMMON_OPTIONS[key].range or (0, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise UsageError(f"{key} must be an integer from {range_text(COMMON_OPTIONS[key])},"
+                             f" not {value!r}")
     if time_limit is not None and (isinstance(time_limit, bool)
                                    or limits.check_number("time_limit", time_limit)):
         raise UsageError(f"time_limit must be a positive number of seconds, not "
                          f"{time_limit!r}")
+
+
+def check_request(topology: Topology, collective: Collective, *, solver: str = "auto",
+                  seed: Any = 0, trials: Any = None, workers: Any = None,
+                  time_limit: Any = None, **solver_options: Any) -> None:
+    """The checks :func:`solve` makes before any work (options, their ranges, limits), for
+    callers that do work of their own first (a bound, a chunk search)."""
+    for key in ("cluster", "progress", "relays", "bound"):  # checked where they are used
+        solver_options.pop(key, None)
+    check_options(solver, solver_class(solver), solver_options)
+    _check_common(seed, trials, workers, time_limit)
+    check_topology(topology)
+    if isinstance(collective, Collective):
+        limits.check_problem(topology, collective)
 
 
 def check_cluster(cluster: Any) -> None:

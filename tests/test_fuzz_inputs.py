@@ -1,6 +1,7 @@
 """Property: any TDL text, MSCCL XML or JSON schedule, extreme numbers included, makes tacosc
 exit 0 or fail with a clear, located error, never an internal error, within bounded time and
-memory.
+memory; any value of any numeric option of any solver (``-O NAME=VALUE``) is accepted exactly
+when it lies in the option's documented range, and refused at once otherwise.
 
 The default run checks a few dozen derandomized examples per format; ``pytest -m slow`` runs
 many more with fresh randomness.
@@ -219,6 +220,52 @@ def check_json(edits: list[tuple[int, str, bool]]) -> None:
                 rf"{re.escape(str(path))}:\d+:\d+: error: ", out) or "violation" in out, out
 
 
+def numeric_options() -> list[tuple[str, str]]:
+    """(solver, option) for every numeric option every registered solver declares, and the
+    common numeric options once (with the greedy)."""
+    from tacos.solvers.options import COMMON_OPTIONS, describe
+    from tacos.solvers.registry import SOLVERS
+
+    out = []
+    for solver in SOLVERS:
+        for key, opt in describe(solver).items():
+            if key in COMMON_OPTIONS and solver != "greedy":
+                continue
+            if opt.type in (int, float) or getattr(opt.type, "__name__", "").startswith("int"):
+                out.append((solver, key))
+    return out
+
+
+OPTION_VALUES = st.one_of(NUMBERS, st.sampled_from(["auto", "exact", "none", "-0", "1.0", "",
+                                                    "nan", "inf", "-inf", "0x10", "2**70"]))
+
+
+def check_option(solver: str, key: str, text: str) -> None:
+    """``-O key=text`` for a numeric option of ``solver``: refused fast with the option named,
+    or accepted exactly when its number is inside the documented range."""
+    from tacos.errors import UsageError
+    from tacos.solvers.options import COMMON_OPTIONS, describe, read_cli_value
+
+    opt = describe(solver)[key]
+    lo, hi = opt.range  # every numeric option documents one
+    try:
+        value = read_cli_value(solver, key, text)
+    except UsageError as exc:
+        assert key in exc.message, exc.message
+        if key not in COMMON_OPTIONS:  # the whole command fails as fast, before any work
+            with tempfile.TemporaryDirectory() as tmp:
+                topo = Path(tmp) / "ring.tdl"
+                topo.write_text("ring r[4] 10GB/s 1us\n")
+                code, out = run_cli([str(topo), "-c", "allgather", "-q", "--solver", solver,
+                                     "-O", f"{key}={text}", "-o", str(Path(tmp) / "p.json")])
+                assert code in (1, 2) and key in out and not (Path(tmp) / "p.json").exists()
+        return
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        assert lo <= value <= hi, (solver, key, text, value)
+    else:  # a word the option takes ('auto', 'exact', None)
+        assert value is None or isinstance(value, str), (solver, key, text, value)
+
+
 FAST = settings(max_examples=25, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SLOW = settings(max_examples=600, deadline=None,
@@ -227,6 +274,7 @@ SLOW = settings(max_examples=600, deadline=None,
 TDL_CASES = given(TDL)
 XML_CASES = given(st.lists(XML_EDIT, min_size=1, max_size=4),
                   st.one_of(st.none(), st.integers(0, 200)))
+OPTION_CASES = given(OPTION_VALUES)
 JSON_CASES = given(st.lists(st.tuples(st.integers(0, 10**6), JSON_VALUES, st.booleans()),
                             min_size=1, max_size=3))
 
@@ -268,3 +316,23 @@ def test_any_xml_many(edits: list[tuple[str, str, int]], drop: int | None) -> No
 @JSON_CASES
 def test_any_json_many(edits: list[tuple[int, str, bool]]) -> None:
     check_json(edits)
+
+
+def test_every_solver_with_numeric_options_is_covered() -> None:
+    covered = {s for s, _ in numeric_options()}
+    assert {"forest", "greedy", "ilp", "multicast", "auto"} <= covered
+
+
+@pytest.mark.parametrize("solver, key", numeric_options())
+@settings(FAST, max_examples=12)
+@OPTION_CASES
+def test_any_solver_option(solver: str, key: str, text: str) -> None:
+    check_option(solver, key, text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("solver, key", numeric_options())
+@SLOW
+@OPTION_CASES
+def test_any_solver_option_many(solver: str, key: str, text: str) -> None:
+    check_option(solver, key, text)

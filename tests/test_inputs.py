@@ -81,13 +81,15 @@ def test_verify_refuses_named_pipes_without_blocking(tmp_path: Path,
         assert time.perf_counter() - t0 < 3
 
 
-def test_size_cap_is_applied_while_reading(tmp_path: Path) -> None:
-    """A top-level file that is a stream (st_size 0) is cut off at the cap, not read whole."""
-    fifo = tmp_path / "stream.tdl"
-    os.mkfifo(fifo)
+def test_size_cap_is_applied_while_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Standard input (``-``, a stream without a size) is cut off at the cap, not read whole."""
+    import io
+    import sys
+
+    read_end, write_end = os.pipe()
 
     def feed() -> None:
-        with open(fifo, "wb") as w:
+        with open(write_end, "wb") as w:
             try:
                 for _ in range(64):
                     w.write(b"# padding padding padding padding\n" * 4096)
@@ -96,8 +98,10 @@ def test_size_cap_is_applied_while_reading(tmp_path: Path) -> None:
 
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
-    with limits.raised(tdl_bytes=1 << 20):
-        err = load_error(fifo)
+    with open(read_end, "rb", buffering=0) as stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(stdin)))
+        with limits.raised(tdl_bytes=1 << 20):
+            err = load_error("-")
     assert isinstance(err, InputFileError) and "more than 1,048,576 bytes" in err.message
     writer.join(timeout=5)
 

@@ -62,8 +62,11 @@ def _run(argv: Sequence[str], parser: Callable[[], argparse.ArgumentParser],
          run: Callable[[argparse.Namespace], int]) -> int:
     """Parse ``argv`` and run the command under its ``--limit`` options (docs/tdl.md)."""
     from tacos.cli import limits_of
+    from tacos.cli_flags import check_common, check_ranges
 
     args = parser().parse_args(argv)
+    check_common(args)  # --seed
+    check_ranges(args, {"confirm": (0, 100), "chunks": (1, 1_000_000)})
     with limits_of(args):
         return run(args)
 
@@ -299,6 +302,9 @@ def _explore(args: argparse.Namespace) -> int:
     from tacos.cost.axonn import GPT_MODELS, transformer_layers
     from tacos.cost.explore import explore
 
+    if args.model != "custom" and (args.layers or args.hidden):
+        raise UsageError(f"--layers and --hidden describe a custom model, not {args.model}",
+                         hint="pass --model custom, or drop them")
     if args.model == "custom":
         if not args.layers or not args.hidden:
             raise UsageError("a custom model needs --layers and --hidden")

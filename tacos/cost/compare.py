@@ -62,8 +62,15 @@ class Comparison:
 def make_collective(topology: Topology, kind: str, size: int, groups: Sequence[Sequence[int]],
                     root: int | None = None, chunks: int = 1) -> Collective:
     """The collective (multi-tenant for several concurrent groups) a model describes."""
-    parts = [build(kind, list(g), size=size, chunks_per_npu=chunks, root=r)
-             for g, r in zip(groups, roots_of(groups, root), strict=True)]
+    from tacos.limits import LimitError
+    from tacos.model.limit_spans import locate_group
+
+    parts = []
+    for g, r in zip(groups, roots_of(groups, root), strict=True):
+        try:
+            parts.append(build(kind, list(g), size=size, chunks_per_npu=chunks, root=r))
+        except LimitError as exc:  # at the file's statement that makes the group that big
+            raise locate_group(exc, topology, list(g)) from None
     return combine(parts)
 
 

@@ -98,4 +98,10 @@ def machine(graph: NpuGraph, members: Sequence[int] | None = None) -> Machine:
         inter = max(inter, out)
     if len(parts) == 1:
         inter = beta_intra
+    if not beta_intra > 0 or not inter > 0:
+        from tacos.errors import TacosError
+
+        raise TacosError(f"{topo.name or 'the topology'}: its NPUs are not linked to each "
+                         "other, so there is no bandwidth to model",
+                         hint="add links (or a switch) between the NPUs")
     return Machine(parts, beta_intra, inter)

@@ -142,7 +142,16 @@ def unwound_link_count(topology: Topology) -> int:
 
 def check_problem(topology: Topology, collective: Collective) -> None:
     """The limits synthesis needs to hold before it starts work (the API's entry check; link
-    values are checked by :func:`tacos.model.validate.check_topology`)."""
-    check_collective(collective)
-    limits.check("links", unwound_link_count(topology), "switch unwinding would create too many "
-          "links (a fully unwound switch of n ports gives n(n-1))")
+    values are checked by :func:`tacos.model.validate.check_topology`); errors are located
+    at the statement responsible (:mod:`tacos.model.limit_spans`)."""
+    from tacos.model.limit_spans import locate_group, locate_links
+
+    try:
+        check_collective(collective)
+    except limits.LimitError as exc:
+        raise locate_group(exc, topology, collective.group, collective) from None
+    try:
+        limits.check("links", unwound_link_count(topology), "switch unwinding would create "
+                     "too many links (a fully unwound switch of n ports gives n(n-1))")
+    except limits.LimitError as exc:
+        raise locate_links(exc, topology) from None

@@ -88,10 +88,11 @@ class MscclOptions:
             raise TacosError("min_bytes and max_bytes must be >= 0 (max_bytes=0: unlimited)")
         if self.max_bytes and self.max_bytes < self.min_bytes:
             raise TacosError(f"max_bytes={self.max_bytes} is below min_bytes={self.min_bytes}")
-        if self.instances < 1:
-            raise TacosError(f"instances must be >= 1, not {self.instances}")
-        if self.max_steps_per_tb < 2:
-            raise TacosError(f"max_steps_per_tb must be >= 2, not {self.max_steps_per_tb}")
+        if not 1 <= self.instances <= MAX_CHANNELS:  # each instance takes a channel
+            raise TacosError(f"instances must be in 1..{MAX_CHANNELS}, not {self.instances}")
+        if not 2 <= self.max_steps_per_tb <= 1024:
+            raise TacosError(f"max_steps_per_tb must be in 2..1024, not "
+                             f"{self.max_steps_per_tb}")
         if not 1 <= self.max_channels <= MAX_CHANNELS:
             raise TacosError(f"max_channels must be in 1..{MAX_CHANNELS}, "
                              f"not {self.max_channels}")

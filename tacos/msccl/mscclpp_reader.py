@@ -106,9 +106,12 @@ def read_plan_text(text: str, source: str = "<plan>") -> tuple[Plan, list[Violat
 
 def load_plan(path: str | Path) -> tuple[Plan, list[Violation]]:
     """Read a plan file (missing or unreadable files raise :class:`InputFileError`)."""
+    from tacos.inputs import check_regular, strip_bom
+
     p = Path(path)
+    check_regular(p, "MSCCL++ plan")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = strip_bom(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{p}: cannot read ({exc})") from None
     return read_plan_text(text, str(p))

@@ -32,7 +32,7 @@ from tacos.errors import ClusterError, TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
-from tacos.solvers.options import Option, boolean, int_or_text
+from tacos.solvers.options import MAX_MERGE, Option, boolean, int_or_text
 from tacos.solvers.registry import SOLVERS, Capabilities, Problem, SolverBase, SolveResult
 
 SYNTHESIZERS = ("greedy", "forest", "hierarchical", "a2a")
@@ -280,7 +280,7 @@ class AutoSolver(SolverBase):
         "fuse": Option("also try every synthesized plan with in-switch multicast/reduce "
                        "groups where switches declare them", boolean, (True, False), True),
         "max_merge": Option("greedy: most chunks one transfer may carry",
-                            int_or_text("auto"), default="auto"),
+                            int_or_text("auto"), default="auto", range=(1, MAX_MERGE)),
         "in_switch": Option("keep plans with in-switch multicast/reduce groups (false: only "
                             "plans MSCCL XML can express)", boolean, (True, False), True),
         "emit": Option("the format the plan is written in: 'xml' ranks every candidate by "
@@ -305,6 +305,7 @@ class AutoSolver(SolverBase):
                                              fuse=fuse, greedy_chunks=greedy_chunks,
                                              in_switch=in_switch, emit=emit, **opts)
         meta = dict(sched.meta)
+        meta["auto_seconds"] = facts.pop("seconds", {})  # wall clock: report only, not output
         meta["auto"] = facts
         meta["algorithm"] = f"{winner} ({meta.get('algorithm', winner)})"
         out = Schedule(sched.topology, sched.collective, sched.transfers, meta)

@@ -279,7 +279,7 @@ class MulticastSolver(SolverBase):
     capabilities = Capabilities(native_switches=True)
     options = {
         "trees": Option("distribution trees per class of chunks (default: the better of 4 "
-                        "and 16)", int),
+                        "and 16)", int, range=(1, 1024)),
         "tenant_priority": Option("tenant -> number: when tenants compete for a link, larger "
                                   "ones go first (API only)"),
     }

@@ -29,12 +29,15 @@ from tacos.errors import UsageError
 @dataclass(frozen=True)
 class Option:
     """One solver option: ``doc`` (one line), ``type`` (reads a command-line text), allowed
-    ``choices`` (empty: any) and the ``default`` (for the documentation)."""
+    ``choices`` (empty: any), the ``default`` (for the documentation) and, for a numeric
+    option, its documented ``range`` (lowest, highest; both included), checked before any work
+    (:func:`check_range`)."""
 
     doc: str
     type: Callable[[str], Any] | None = None
     choices: tuple[Any, ...] = ()
     default: Any = None
+    range: tuple[float, float] | None = None
 
 
 def int_or_text(*texts: str) -> Callable[[str], Any]:
@@ -61,13 +64,22 @@ def boolean(value: str) -> bool:
     raise ValueError(f"{value!r} is not true/false")
 
 
+MAX_SEED = 2**63 - 1
+MAX_MERGE = 1_000_000  # chunks one transfer may carry: at most the default chunk limit
+MAX_TRIALS = 100_000
+MAX_WORKERS = 1024
+
 COMMON_OPTIONS: dict[str, Option] = {
-    "seed": Option("random seed: the same seed gives the same schedule", int, default=0),
-    "trials": Option("randomized trials (greedy, and the ILP's starting schedule)", int),
-    "workers": Option("processes running trials in parallel (default: all cores)", int),
+    "seed": Option("random seed: the same seed gives the same schedule", int, default=0,
+                   range=(0, MAX_SEED)),
+    "trials": Option("randomized trials (greedy, and the ILP's starting schedule)", int,
+                     range=(1, MAX_TRIALS)),
+    "workers": Option("processes running trials in parallel (default: all cores)", int,
+                      range=(1, MAX_WORKERS)),
     "cluster": Option("address of a Dask scheduler (tcp://HOST:8786) whose workers run the "
                       "trials and sweep sizes instead of local processes", str),
-    "time_limit": Option("seconds the solver may spend (ILP; default 60)", float),
+    "time_limit": Option("seconds the solver may spend (ILP; default 60)", float,
+                         range=(1e-3, 1e6)),
     "progress": Option("callback (done, total) after each unit of work, or a "
                        "tacos.progress.Reporter"),
     "relays": Option("relay data only through the group's NPUs ('members', default) or "
@@ -123,6 +135,7 @@ def check_options(solver: str, solver_class: type, options: dict[str, Any]) -> N
             if opt.choices and value not in opt.choices:
                 raise UsageError(f"solver {solver!r}: option {key}={value!r} is not one of "
                                  f"{', '.join(map(repr, opt.choices))}")
+            check_range(key, opt, value, f"solver {solver!r}: option ")
             continue
         owners = _owners(key)
         if owners:
@@ -136,6 +149,38 @@ def check_options(solver: str, solver_class: type, options: dict[str, Any]) -> N
         raise UsageError(f"solver {solver!r} has no option {key!r}",
                          hint=(f"did you mean {close[0]!r}? " if close else "")
                          + f"its options: {listing}; common: {', '.join(COMMON_OPTIONS)}")
+
+
+def range_text(opt: Option) -> str:
+    """``opt``'s documented range in words (``'1 to 64'``), or ``''`` when it has none."""
+    if opt.range is None:
+        return ""
+    lo, hi = opt.range
+    return f"{lo:,g} to {hi:,g}" if isinstance(lo, float) or isinstance(hi, float) \
+        else f"{lo:,} to {hi:,}"
+
+
+def check_range(key: str, opt: Option, value: Any, where: str = "") -> None:
+    """Raise :class:`~tacos.errors.UsageError` when ``value`` is a number outside ``opt``'s
+    documented range, or not a whole number for an integer option (a text is read with the
+    option's reader first; words such as ``'auto'`` and None are left to the option)."""
+    if isinstance(value, str) and opt.range is not None and opt.type is not None:
+        try:
+            value = opt.type(value)  # '-1' given through the API is still -1
+        except (TypeError, ValueError):
+            return  # not a number: the option's own reader says why
+    if opt.range is None or value is None or isinstance(value, str):
+        return
+    lo, hi = opt.range
+    whole = opt.type is int or getattr(opt.type, "__name__", "").startswith("int")
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            whole and not isinstance(value, int)):
+        kind = "a whole number" if whole else "a number"
+        raise UsageError(f"{where}{key}={value!r} is not {kind}",
+                         hint=f"{key}: {opt.doc} (range {range_text(opt)})")
+    if not lo <= value <= hi:  # NaN fails too
+        raise UsageError(f"{where}{key}={value!r} is out of range ({range_text(opt)})",
+                         hint=f"{key}: {opt.doc}")
 
 
 def describe(solver: str) -> dict[str, Option]:
@@ -156,10 +201,12 @@ def read_cli_value(solver: str, key: str, text: str) -> Any:
     if reader is None:
         return text
     try:
-        return reader(text)
+        value = reader(text)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--option {key}={text}: {exc}",
                          hint=f"{key}: {opts[key].doc}") from None
+    check_range(key, opts[key], value, "-O ")
+    return value
 
 
 def _class(solver: str) -> type:

@@ -103,6 +103,10 @@ PHASES: dict[str, tuple[tuple[str, bool, str], ...]] = {
     "allreduce": (("reduce", True, "group"), ("copy", False, "group")),
 }
 MAX_TRANSFERS = 300_000
+MAX_TREES = 64
+"""Most trees per root ``trees=K`` may ask for (its documented range is 1 to this)."""
+MAX_SLICES = 100_000
+"""Most slices per chunk ``slices=N`` may ask for."""
 MAX_TREE_CHANNELS = 8
 TB_BUDGET = 64
 INTERLEAVE_MAX = 128
@@ -294,11 +298,11 @@ class ForestSolver(SolverBase):
     options = {
         "trees": Option("trees per root: 'auto' (the exact k when small, also 1 and 2, keeping "
                         "the fastest schedule), 'exact', or a fixed k",
-                        int_or_text("auto", "exact"), default="auto"),
+                        int_or_text("auto", "exact"), default="auto", range=(1, MAX_TREES)),
         "slices": Option("slices per chunk: 'auto' (searched) or a number",
-                         int_or_text("auto"), default="auto"),
+                         int_or_text("auto"), default="auto", range=(1, MAX_SLICES)),
         "max_transfers": Option("most transfers a schedule may have (caps the slices)", int,
-                                default=MAX_TRANSFERS),
+                                default=MAX_TRANSFERS, range=(1, 100 * MAX_TRANSFERS)),
         "share": Option("also try the trees with their switch stars rebuilt as binomial trees "
                         "that share hops across roots (Bruck), keeping the faster",
                         boolean, (True, False), True),

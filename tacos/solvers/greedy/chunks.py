@@ -86,8 +86,9 @@ def synthesize_chunked(topology: Topology, collective: Collective, *, solver: st
     collective is ``collective`` re-chunked (its ``chunks_per_npu`` says how).
     """
     from tacos.check.bounds import lower_bound
-    from tacos.synthesize import synthesize
+    from tacos.synthesize import check_request, synthesize
 
+    check_request(topology, collective, solver=solver, **options)  # before the bound's cuts
     counts = chunk_counts(collective)
     if len(counts) <= 1:
         return synthesize(topology, collective, solver=solver, **options)

@@ -74,7 +74,7 @@ from tacos.solvers.greedy.merge import UNLIMITED, merge_caps, unmerged_lower_bou
 from tacos.solvers.greedy.ports import build_port_instance
 from tacos.solvers.greedy.trial import run_trial
 from tacos.solvers.islands import find_islands
-from tacos.solvers.options import Option, boolean, int_or_text
+from tacos.solvers.options import MAX_MERGE, Option, boolean, int_or_text
 from tacos.solvers.registry import Capabilities, Problem, SolverBase, SolveResult
 
 DEFAULT_TRIALS = 16
@@ -109,7 +109,7 @@ class GreedySolver(SolverBase):
     options = {
         "max_merge": Option("most chunks one transfer may carry: an integer, 'auto' (try a "
                             "ladder of caps, never slower than 1) or None (unlimited)",
-                            int_or_text("auto"), default="auto"),
+                            int_or_text("auto"), default="auto", range=(1, MAX_MERGE)),
         "speculate": Option("allow resending a chunk already in flight on a slower transfer",
                             boolean, (True, False), True),
         "model": Option("'physical' (switch ports shared in time, islands behind scarce cuts) "

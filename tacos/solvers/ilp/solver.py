@@ -60,7 +60,7 @@ from tacos.solvers.ilp.model import (
 )
 from tacos.solvers.ilp.problem import TenProblem
 from tacos.solvers.ilp.recovery import complete_schedule
-from tacos.solvers.options import Option, boolean, int_or_text
+from tacos.solvers.options import MAX_MERGE, Option, boolean, int_or_text
 from tacos.solvers.registry import Problem, SolverBase, SolveResult
 
 RESERVE = 0.15  # fraction of the time limit kept for recovery, replay and bookkeeping
@@ -232,17 +232,20 @@ class IlpSolver(SolverBase):
                           "installed)", str, ("highs", "cpsat", "cbc", "gurobi", None)),
         "mode": Option("'exact' (horizon bisection, early termination) or 'cluster' (time "
                        "clustering, seed paper V-C)", str, ("exact", "cluster"), "exact"),
-        "threads": Option("solver threads", int, default=1),
+        "threads": Option("solver threads", int, default=1, range=(1, 256)),
         "cluster_steps": Option("time-clustering window length in steps (default: twice "
-                                "the slowest link)", int),
-        "window_time_limit": Option("cap in seconds per clustering window", float),
-        "discretization_factor": Option("steps per fastest-link chunk time", int, default=1),
+                                "the slowest link)", int, range=(1, 100_000)),
+        "window_time_limit": Option("cap in seconds per clustering window", float,
+                                    range=(1e-3, 1e6)),
+        "discretization_factor": Option("steps per fastest-link chunk time", int, default=1,
+                                        range=(1, 1000)),
         "upper_bound": Option("first schedule: 'greedy' or 'shortest_path'", str,
                               ("greedy", "shortest_path"), "greedy"),
         "cluster_first": Option("exact mode: tighten the upper bound by time clustering "
                                 "first: 'auto', true or false", _tri_state, default="auto"),
         "max_merge": Option("chunks per transfer of the greedy starting schedule "
-                            "(see greedy)", int_or_text("auto"), default="auto"),
+                            "(see greedy)", int_or_text("auto"), default="auto",
+                            range=(1, MAX_MERGE)),
     }
 
     def solve(self, problem: Problem) -> SolveResult:
