@@ -138,7 +138,7 @@ def check_request(topology: Topology, collective: Collective, *, solver: str = "
     _check_common(seed, trials, workers, time_limit)
     check_topology(topology)
     if isinstance(collective, Collective):
-        limits.check_problem(topology, collective)
+        check_problem(topology, collective)
 
 
 def check_cluster(cluster: Any) -> None:
