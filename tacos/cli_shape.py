@@ -79,7 +79,7 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     """Choose the plan (the solver's or the all-pairs plan) and shape for the collective's
     size, write it to ``args.output`` with the window around that size (or
     ``--min-bytes``/``--max-bytes``), and return the choice."""
-    from tacos.cli import _size, write_output
+    from tacos.cli import write_output
     from tacos.model import patterns
     from tacos.msccl.sweep_xml import windows
     from tacos.solvers.allpairs import KINDS, allpairs_schedule
@@ -100,10 +100,13 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     protos, instances = _tried(args)
     choice = choose_shape(plans, topology, nbytes, base=_base(args),
                           candidates=shapes(protos=protos, instances=instances))
-    lo = _size(args.min_bytes, "--min-bytes", 0)
-    hi = _size(args.max_bytes, "--max-bytes", 0)
+    from tacos.cli_flags import msccl_values
+
+    values = msccl_values(args)
+    lo, hi = values["min_bytes"], values["max_bytes"]
     if not lo and not hi:
         lo, hi = windows([max(1, nbytes // 4), nbytes, nbytes * 4])[1]
     name = Path(args.output).stem or "tacos"
-    write_output(args.output, named(choice, name, lo, hi).xml(max_steps=args.max_steps))
+    write_output(args.output, named(choice, name, lo, hi).xml(
+        max_steps=values["max_steps_per_tb"]))
     return choice
