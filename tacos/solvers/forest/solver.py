@@ -82,6 +82,7 @@ from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
 from tacos.passes.inversion import assemble, plan_inversion
+from tacos.solvers.forest.bound import cannot_win, load_bound, rate_floor
 from tacos.solvers.forest.candidates import ONCE, PER_PACKING, Context, candidates
 from tacos.solvers.forest.in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest.pack import Tree, check_packing, pack_trees
@@ -358,10 +359,10 @@ class ForestSolver(SolverBase):
         found: list[tuple[Schedule, list[Forest], dict, bool]] = []
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
-        packings = []
         deep: dict[tuple, list[Tree] | None] = {}  # shallow packings (_shallow)
         stepped: dict[tuple, list[Tree] | None] = {}  # step-timed packings (_timed)
         fixed = trees_opt != "auto"
+        bases: list[tuple[list[Forest], bool, Context]] = []
         for choice, order in choices:
             forests = []
             for phase, reverse, who in PHASES[coll.kind]:
@@ -369,25 +370,55 @@ class ForestSolver(SolverBase):
                 forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
                                            opts.get("relays", "members"), order,
                                            opts.get("packing", "auto") == "auto"))
+            bases.append((forests, order, Context(forests, topo, group, order, fixed, stepped,
+                                                  deep)))
+        # one root's data in the last phase (the one the slice search times)
+        data = coll.size / len(group) if len(bases[0][0][-1].roots) > 1 else coll.size
+        quick = tuple(c for c in PER_PACKING if not c.costly)
+        costly = tuple(c for c in PER_PACKING if c.costly)
+        packings = []
+        for forests, order, ctx in bases:  # the trees and the quick rebuilds of them first
             packings.append((forests, order))
-            ctx = Context(forests, topo, group, order, fixed, stepped, deep)
-            packings += [(built, order) for built in candidates(PER_PACKING, ctx, opts)]
+            packings += [(built, order) for built in candidates(quick, ctx, opts)]
         if packings:  # from the first packing only (tori: the multi-port bucket all-gather)
             ctx = Context(packings[0][0], topo, group, packings[0][1], fixed, stepped, deep)
             packings += [(built, ctx.order) for built in candidates(ONCE, ctx, opts)]
-        choices = packings
-        for forests, order in packings:
+        # the integer programs last, the lowest rate floor first, each only if trees at its
+        # tree count could still beat the best schedule timed by then (forest/bound.py)
+        later = sorted(((f, o, c) for f, o, c in bases
+                        if any(cand.costly and opts.get(cand.option, True) and cand.gate(c)
+                               for cand in costly)),
+                       key=lambda b: rate_floor(b[0][-1], data))
+        total = len(packings) + len(later)
+        skipped = [0]  # packings not timed: their load bound reaches the best time
+
+        def time_one(forests: list[Forest], order: bool) -> None:
             sig = _signature(forests)
             if sig in seen:  # another tree count packed the same trees: same schedules
-                continue
+                return
             seen.add(sig)
+            best_now = min((f[0].makespan for f in found), default=None)
+            if cannot_win(load_bound(forests[-1], data, view), best_now):
+                skipped[0] += 1
+                return
             # screen each tree count with a few schedules, then search the best one fully
             # (each screening gets its share of the transfer budget; the winner gets the rest)
-            budget = SCREEN_TRIALS if len(choices) > 1 else MAX_SLICE_TRIALS
-            share = SOLVE_TRANSFERS * (len(found) + 1) // (len(choices) + 1)
+            budget = SCREEN_TRIALS if total > 1 else MAX_SLICE_TRIALS
+            share = SOLVE_TRANSFERS * (len(found) + 1) // (total + 1)
             best, tried = self._pipeline(coll, view, forests, opts, budget, spent,
-                                         limit=share if len(choices) > 1 else SOLVE_TRANSFERS)
+                                         limit=share if total > 1 else SOLVE_TRANSFERS)
             found.append((best, forests, tried, order))
+
+        for forests, order in packings:
+            time_one(forests, order)
+        for forests, order, ctx in later:
+            floor = rate_floor(forests[-1], data)
+
+            def worth(_: Any, floor: float = floor) -> bool:
+                return not cannot_win(floor, min((f[0].makespan for f in found), default=None))
+
+            for built in candidates(costly, ctx, opts, worth):
+                time_one(built, order)
         best, forests, tried, _ = min(found, key=lambda f: f[0].makespan)
         if len(found) > 1:
             best, tried = self._pipeline(coll, view, forests, opts, MAX_SLICE_TRIALS, spent,
@@ -425,7 +456,8 @@ class ForestSolver(SolverBase):
                                "shared": _is_shared(fs), "packing": fs[0].packing,
                                "makespan": b.makespan,
                                "schedules": len(t)}
-                              for b, fs, t, order in found], **facts},
+                              for b, fs, t, order in found],
+                    "skipped_by_bound": skipped[0], **facts},
             synthesis_time=time.perf_counter() - clock)
         stats = {"trees": best.meta["forest"]["trees"],
                  "seconds": [dict(f.seconds) for f in forests]}
