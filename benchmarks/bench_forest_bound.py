@@ -15,6 +15,7 @@ Usage::
     python -m benchmarks.bench_forest_bound                            # forest rows, this tree
     python -m benchmarks.bench_forest_bound --before /tmp/tacos-before
     python -m benchmarks.bench_forest_bound --auto --nodes 8,32       # default solver, k DGX-A100
+    python -m benchmarks.bench_forest_bound --sweep                   # both sizes in one process
 """
 
 from __future__ import annotations
@@ -45,39 +46,43 @@ from tacos.model import patterns
 from tacos.synthesize import solve
 
 preset, nodes, kind, solver = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[5]
-size = int(sys.argv[4])
 topo = tacos.parse(f"use {preset}(nodes={nodes})", source="bench").topology
 npus = topo.live_npus
-coll = patterns.build(kind, npus, size=size - size % len(npus))
 def cpu_now():  # this process and its finished children (the greedy's worker processes)
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
-c0 = cpu_now()
-res = solve(topo, coll, solver=solver, bound=False)
-cpu = cpu_now() - c0
-s = res.schedule
-makespan = simulate(s).schedule.makespan
-forest = s.meta.get("forest")
-optimal = forest["optimal_time"] if forest else cut_bound(topo, coll)
-print(json.dumps({"cpu": cpu, "fraction": optimal / makespan if optimal else None,
-                  "makespan_us": makespan * 1e6, "solver": s.meta.get("solver", solver),
-                  "verified": verify_schedule(s).ok}))
+for size in map(int, sys.argv[4].split(",")):  # one process: a sweep over the sizes
+    coll = patterns.build(kind, npus, size=size - size % len(npus))
+    c0 = cpu_now()
+    res = solve(topo, coll, solver=solver, bound=False)
+    cpu = cpu_now() - c0
+    s = res.schedule
+    makespan = simulate(s).schedule.makespan
+    forest = s.meta.get("forest")
+    optimal = forest["optimal_time"] if forest else cut_bound(topo, coll)
+    print(json.dumps({"cpu": cpu, "fraction": optimal / makespan if optimal else None,
+                      "makespan_us": makespan * 1e6, "solver": s.meta.get("solver", solver),
+                      "verified": verify_schedule(s).ok}), flush=True)
 """
 
 
-def run(cwd: str, preset: str, nodes: int, kind: str, size: int, solver: str,
-        timeout: float) -> dict:
-    """One row in a child process; ``{"error": ...}`` when it fails or runs out of time."""
-    cmd = [sys.executable, "-c", CHILD, preset, str(nodes), kind, str(size), solver]
+def run(cwd: str, preset: str, nodes: int, kind: str, sizes: list[int], solver: str,
+        timeout: float) -> list[dict]:
+    """The rows of ``sizes`` in one child process, one after the other; ``{"error": ...}``
+    for the rows it did not finish."""
+    cmd = [sys.executable, "-c", CHILD, preset, str(nodes), kind, ",".join(map(str, sizes)),
+           solver]
     try:
         out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                              check=False)
-    except subprocess.TimeoutExpired:
-        return {"error": f"> {timeout:.0f} s wall"}
-    if out.returncode != 0:
-        lines = out.stderr.strip().splitlines()
-        return {"error": lines[-1] if lines else "failed"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired as exc:
+        done = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        rows = [json.loads(x) for x in done.strip().splitlines() if x.startswith("{")]
+        return rows + [{"error": f"> {timeout:.0f} s wall"}] * (len(sizes) - len(rows))
+    rows = [json.loads(x) for x in out.stdout.strip().splitlines() if x.startswith("{")]
+    lines = out.stderr.strip().splitlines()
+    error = {"error": lines[-1] if lines else "failed"}
+    return rows + [error] * (len(sizes) - len(rows))
 
 
 def cell(r: dict) -> str:
@@ -99,7 +104,9 @@ def main() -> None:
                     help="the default solver on --nodes DGX-A100 nodes instead of the systems")
     ap.add_argument("--nodes", default="8,32")
     ap.add_argument("--before", help="directory holding the reference version's tacos/")
-    ap.add_argument("--timeout", type=float, default=300.0, help="wall seconds per run")
+    ap.add_argument("--timeout", type=float, default=300.0, help="wall seconds per process")
+    ap.add_argument("--sweep", action="store_true",
+                    help="all sizes of a row in one process (a size sweep), not one each")
     args = ap.parse_args()
     if args.auto:
         rows = [(f"{k}x DGX-A100", ("dgx_a100", int(k))) for k in args.nodes.split(",")]
@@ -116,14 +123,18 @@ def main() -> None:
     print("|---" * (head.count("|") + 2) + "|", flush=True)
     for name, (preset, nodes) in rows:
         for kind in args.kinds.split(","):
-            for size in args.sizes.split(","):
-                line = f"| {name} | {kind} | {size} |"
-                if args.before:
-                    line += " " + cell(run(args.before, preset, nodes, kind, SIZES[size],
-                                           solver, args.timeout)) + " |"
-                after = run(here, preset, nodes, kind, SIZES[size], solver, args.timeout)
-                print(line + " " + cell(after) + " |", flush=True)
-
+            labels = args.sizes.split(",")
+            groups = [labels] if args.sweep else [[x] for x in labels]
+            for group in groups:
+                sizes = [SIZES[x] for x in group]
+                before = (run(args.before, preset, nodes, kind, sizes, solver, args.timeout)
+                          if args.before else None)
+                after = run(here, preset, nodes, kind, sizes, solver, args.timeout)
+                for i, size in enumerate(group):
+                    line = f"| {name} | {kind} | {size}{' (sweep)' if args.sweep else ''} |"
+                    if before is not None:
+                        line += " " + cell(before[i]) + " |"
+                    print(line + " " + cell(after[i]) + " |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -88,3 +88,51 @@ def test_solver_reports_what_the_bound_skipped():
     # every packing timed could beat the best one timed before it
     times = [t["makespan"] for t in forest["tried"]]
     assert sched.makespan <= min(times) * (1 + 1e-9)
+
+
+def test_a_sweep_packs_once_and_gives_the_cold_schedules():
+    from tacos.solvers.forest import memo
+    from tacos.solvers.forest import solver as forest_solver
+
+    topo = TOPOS["mesh"]()
+    group = tuple(topo.live_npus)
+    sizes = (len(group) * 2**16, len(group) * 2**22)
+    cold = []
+    for size in sizes:
+        memo.clear()
+        cold.append(tacos.emit(tacos.synthesize(topo, build("allgather", group, size=size),
+                                                solver="forest"), "json"))
+    memo.clear()
+    calls: list[object] = []
+    real = forest_solver.plan_forest
+
+    def counting(*args, **kwargs):
+        calls.append(args[5])  # the tree count
+        return real(*args, **kwargs)
+
+    forest_solver.plan_forest = counting
+    try:
+        warm, packed = [], []
+        for size in sizes:
+            warm.append(tacos.emit(tacos.synthesize(topo, build("allgather", group, size=size),
+                                                    solver="forest"), "json"))
+            packed.append(len(calls))
+    finally:
+        forest_solver.plan_forest = real
+        memo.clear()
+    assert warm == cold  # the same bytes as solving each size alone
+    assert packed[0] > 0 and packed[1] == packed[0]  # the second size packed nothing
+
+
+def test_the_memo_keeps_the_most_recent_shapes():
+    from tacos.solvers.forest import memo
+
+    memo.clear()
+    shapes = [ring(n, bandwidth=GB, latency=US) for n in range(3, 4 + memo.MAX_SHAPES)]
+    first = memo.shape_caches(shapes[0], (0, 1, 2), "allgather", None, ())
+    first["plans"]["x"] = 1
+    assert memo.shape_caches(shapes[0], (0, 1, 2), "allgather", None, ()) is first
+    for t in shapes[1:]:
+        memo.shape_caches(t, tuple(t.live_npus), "allgather", None, ())
+    assert memo.shape_caches(shapes[0], (0, 1, 2), "allgather", None, ())["plans"] == {}
+    memo.clear()

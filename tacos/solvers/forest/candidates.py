@@ -270,6 +270,13 @@ def candidates(table: tuple[Candidate, ...], ctx: Context, options: dict[str, An
     when its option is on, its gate holds and, with ``instead_of``, that one built nothing).
     A ``costly`` candidate is asked only when ``worth(candidate)`` holds (the caller's bound:
     whether trees like these could still beat the best schedule timed so far)."""
+    return [f for _, f in named_candidates(table, ctx, options, worth)]
+
+
+def named_candidates(table: tuple[Candidate, ...], ctx: Context, options: dict[str, Any],
+                     worth: Callable[[Candidate], bool] | None = None
+                     ) -> list[tuple[str, list[Forest]]]:
+    """:func:`candidates` with the name of the candidate that built each packing."""
     built: dict[str, list[Forest] | None] = {}
     for cand in table:
         if cand.instead_of is not None and built.get(cand.instead_of) is not None:
@@ -278,4 +285,4 @@ def candidates(table: tuple[Candidate, ...], ctx: Context, options: dict[str, An
             continue
         if options.get(cand.option, True) and cand.gate(ctx):
             built[cand.name] = cand.build(ctx)
-    return [f for f in built.values() if f is not None]
+    return [(name, f) for name, f in built.items() if f is not None]
