@@ -71,6 +71,9 @@ class Candidate:
     tuned_on: tuple[str, ...]
     """Systems the rules were measured on (``docs/forest.md``)."""
     instead_of: str | None = None
+    costly: bool = False
+    """An integer program (seconds, not milliseconds): asked only when the packing it starts
+    from could still win (:func:`candidates`' ``worth``)."""
 
 
 def _npu_fabric(topo: Topology, group: tuple[int, ...]) -> bool:
@@ -241,10 +244,10 @@ def _dims(forests: list[Forest], topology: Topology,
 PER_PACKING: tuple[Candidate, ...] = (
     Candidate("timed", "timed",
               lambda c: _timed(c.forests, c.topology, c.group, c.stepped, c.fixed),
-              lambda c: c.small, ("1x MI250", "2x MI250", "2x NDv2")),
+              lambda c: c.small, ("1x MI250", "2x MI250", "2x NDv2"), costly=True),
     # step-timed trees win on MI250 in a fraction of the depth-bounded program's time
     Candidate("shallow", "shallow", lambda c: _shallow(c.forests, c.group, c.deep),
-              lambda c: c.small, ("1x MI250", "2x MI250"), instead_of="timed"),
+              lambda c: c.small, ("1x MI250", "2x MI250"), instead_of="timed", costly=True),
     # the same trees with Bruck spreading on switches
     Candidate("shared", "share", lambda c: _shared(c.forests, c.topology, c.group),
               lambda c: True, ("DGX-A100", "2x DGX-A100", "DGX-H100")),
@@ -261,14 +264,25 @@ ONCE: tuple[Candidate, ...] = (
 )
 
 
-def candidates(table: tuple[Candidate, ...], ctx: Context,
-               options: dict[str, Any]) -> list[list[Forest]]:
+def candidates(table: tuple[Candidate, ...], ctx: Context, options: dict[str, Any],
+               worth: Callable[[Candidate], bool] | None = None) -> list[list[Forest]]:
     """The packings the candidates of ``table`` build for ``ctx``, in table order (each asked
-    when its option is on, its gate holds and, with ``instead_of``, that one built nothing)."""
+    when its option is on, its gate holds and, with ``instead_of``, that one built nothing).
+    A ``costly`` candidate is asked only when ``worth(candidate)`` holds (the caller's bound:
+    whether trees like these could still beat the best schedule timed so far)."""
+    return [f for _, f in named_candidates(table, ctx, options, worth)]
+
+
+def named_candidates(table: tuple[Candidate, ...], ctx: Context, options: dict[str, Any],
+                     worth: Callable[[Candidate], bool] | None = None
+                     ) -> list[tuple[str, list[Forest]]]:
+    """:func:`candidates` with the name of the candidate that built each packing."""
     built: dict[str, list[Forest] | None] = {}
     for cand in table:
         if cand.instead_of is not None and built.get(cand.instead_of) is not None:
             continue
+        if cand.costly and worth is not None and not worth(cand):
+            continue
         if options.get(cand.option, True) and cand.gate(ctx):
             built[cand.name] = cand.build(ctx)
-    return [f for f in built.values() if f is not None]
+    return [(name, f) for name, f in built.items() if f is not None]

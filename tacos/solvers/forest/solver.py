@@ -82,8 +82,10 @@ from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
 from tacos.passes.inversion import assemble, plan_inversion
-from tacos.solvers.forest.candidates import ONCE, PER_PACKING, Context, candidates
+from tacos.solvers.forest.bound import cannot_win, load_bound, rate_floor
+from tacos.solvers.forest.candidates import ONCE, PER_PACKING, Context, named_candidates
 from tacos.solvers.forest.in_switch import in_switch_allreduce, star_optimum
+from tacos.solvers.forest.memo import shape_caches
 from tacos.solvers.forest.pack import Tree, check_packing, pack_trees
 from tacos.solvers.forest.packing import Forest, group_topology
 from tacos.solvers.forest.pipeline import emit, slice_count
@@ -362,37 +364,78 @@ class ForestSolver(SolverBase):
         found: list[tuple[Schedule, list[Forest], dict, bool]] = []
         seen: set[tuple] = set()
         spent = [0]  # transfers timed so far (SOLVE_TRANSFERS)
-        packings = []
-        deep: dict[tuple, list[Tree] | None] = {}  # shallow packings (_shallow)
-        stepped: dict[tuple, list[Tree] | None] = {}  # step-timed packings (_timed)
+        # packings depend on the shape, not the size: a sweep packs once (forest/memo.py)
+        relays, symmetric = opts.get("relays", "members"), opts.get("packing", "auto") == "auto"
+        memo = shape_caches(topo, group, coll.kind, coll.root, (trees_opt, relays, symmetric))
+        deep: dict[tuple, list[Tree] | None] = memo["deep"]  # shallow packings (_shallow)
+        stepped: dict[tuple, list[Tree] | None] = memo["stepped"]  # step-timed (_timed)
         fixed = trees_opt != "auto"
+        bases: list[tuple[list[Forest], bool, Context]] = []
         for choice, order in choices:
-            forests = []
-            for phase, reverse, who in PHASES[coll.kind]:
-                roots = group if who == "group" else (int(coll.root),)
-                forests.append(plan_forest(topo, group, roots, phase, reverse, choice,
-                                           opts.get("relays", "members"), order,
-                                           opts.get("packing", "auto") == "auto"))
-            packings.append((forests, order))
-            ctx = Context(forests, topo, group, order, fixed, stepped, deep)
-            packings += [(built, order) for built in candidates(PER_PACKING, ctx, opts)]
+            forests = memo["plans"].get((choice, order))
+            if forests is None:
+                forests = memo["plans"][choice, order] = [
+                    plan_forest(topo, group, group if who == "group" else (int(coll.root),),
+                                phase, reverse, choice, relays, order, symmetric)
+                    for phase, reverse, who in PHASES[coll.kind]]
+            bases.append((forests, order, Context(forests, topo, group, order, fixed, stepped,
+                                                  deep)))
+        # one root's data in the last phase (the one the slice search times)
+        data = coll.size / len(group) if len(bases[0][0][-1].roots) > 1 else coll.size
+        quick = tuple(c for c in PER_PACKING if not c.costly)
+        costly = tuple(c for c in PER_PACKING if c.costly)
+        # where each packing stood in the table order (base, then its candidates; then ONCE):
+        # equal makespans go to the earlier one, whatever order they are timed in
+        slot = {c.name: i + 1 for i, c in enumerate(PER_PACKING)}
+        packings: list[tuple[list[Forest], bool, tuple[int, int]]] = []
+        for i, (forests, order, ctx) in enumerate(bases):  # the trees and quick rebuilds first
+            packings.append((forests, order, (i, 0)))
+            packings += [(built, order, (i, slot[name]))
+                         for name, built in named_candidates(quick, ctx, opts)]
         if packings:  # from the first packing only (tori: the multi-port bucket all-gather)
             ctx = Context(packings[0][0], topo, group, packings[0][1], fixed, stepped, deep)
-            packings += [(built, ctx.order) for built in candidates(ONCE, ctx, opts)]
-        choices = packings
-        for forests, order in packings:
+            packings += [(built, ctx.order, (len(bases), j)) for j, (_, built) in
+                         enumerate(named_candidates(ONCE, ctx, opts))]
+        # the integer programs last, the lowest rate floor first, each only if trees at its
+        # tree count could still beat the best schedule timed by then (forest/bound.py)
+        later = sorted(((i, f, o, c) for i, (f, o, c) in enumerate(bases)
+                        if any(opts.get(cand.option, True) and cand.gate(c)
+                               for cand in costly)),
+                       key=lambda b: rate_floor(b[1][-1], data))
+        total = len(packings) + len(later)
+        skipped = [0]  # packings not timed: their load bound reaches the best time
+        ranks: list[tuple[int, int]] = []  # table position of every entry of found
+
+        def time_one(forests: list[Forest], order: bool, rank: tuple[int, int]) -> None:
             sig = _signature(forests)
             if sig in seen:  # another tree count packed the same trees: same schedules
-                continue
+                return
             seen.add(sig)
+            best_now = min((f[0].makespan for f in found), default=None)
+            if cannot_win(load_bound(forests[-1], data, view), best_now):
+                skipped[0] += 1
+                return
             # screen each tree count with a few schedules, then search the best one fully
             # (each screening gets its share of the transfer budget; the winner gets the rest)
-            budget = SCREEN_TRIALS if len(choices) > 1 else MAX_SLICE_TRIALS
-            share = SOLVE_TRANSFERS * (len(found) + 1) // (len(choices) + 1)
+            budget = SCREEN_TRIALS if total > 1 else MAX_SLICE_TRIALS
+            share = SOLVE_TRANSFERS * (len(found) + 1) // (total + 1)
             best, tried = self._pipeline(coll, view, forests, opts, budget, spent,
-                                         limit=share if len(choices) > 1 else SOLVE_TRANSFERS)
+                                         limit=share if total > 1 else SOLVE_TRANSFERS)
             found.append((best, forests, tried, order))
-        best, forests, tried, _ = min(found, key=lambda f: f[0].makespan)
+            ranks.append(rank)
+
+        for forests, order, rank in packings:
+            time_one(forests, order, rank)
+        for i, forests, order, ctx in later:
+            floor = rate_floor(forests[-1], data)
+
+            def worth(_: Any, floor: float = floor) -> bool:
+                return not cannot_win(floor, min((f[0].makespan for f in found), default=None))
+
+            for name, built in named_candidates(costly, ctx, opts, worth):
+                time_one(built, order, (i, slot[name]))
+        pick = min(range(len(found)), key=lambda j: (found[j][0].makespan, ranks[j]))
+        best, forests, tried, _ = found[pick]
         if len(found) > 1:
             best, tried = self._pipeline(coll, view, forests, opts, MAX_SLICE_TRIALS, spent,
                                          tried, SOLVE_TRANSFERS)
@@ -429,7 +472,8 @@ class ForestSolver(SolverBase):
                                "shared": _is_shared(fs), "packing": fs[0].packing,
                                "makespan": b.makespan,
                                "schedules": len(t)}
-                              for b, fs, t, order in found], **facts},
+                              for b, fs, t, order in found],
+                    "skipped_by_bound": skipped[0], **facts},
             synthesis_time=time.perf_counter() - clock)
         stats = {"trees": best.meta["forest"]["trees"],
                  "seconds": [dict(f.seconds) for f in forests]}
