@@ -226,8 +226,8 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="any other option of the solver, e.g. -O cluster_steps=8 "
                    "(repeatable; names as in the Python API)")
     p.add_argument("-o", "--output", help="output file: .json (schedule or, with --format "
-                   "mscclpp, MSCCL++ plan) or .xml (MSCCL)")
-    p.add_argument("--format", choices=("json", "xml", "mscclpp"),
+                   "mscclpp, MSCCL++ plan), .xml (MSCCL) or .csv (NCCL tuner rules)")
+    p.add_argument("--format", choices=("json", "xml", "mscclpp", "nccl-tuner"),
                    help="output format (default: from the output file's extension)")
     p.add_argument("--proto", choices=("Simple", "LL", "LL128"),
                    help="MSCCL protocol (default Simple; with --shape auto: the protocols "
@@ -419,13 +419,13 @@ def _output_format(args: argparse.Namespace) -> str | None:
         return fmt
     suffix = Path(args.output).suffix.lower()
     if fmt is None:
-        fmt = {".json": "json", ".xml": "xml"}.get(suffix)
+        fmt = {".json": "json", ".xml": "xml", ".csv": "nccl-tuner"}.get(suffix)
         if fmt is None:
             raise UsageError(f"cannot tell the format of {args.output!r}",
-                             hint="name it .json or .xml, or pass --format")
-    want = {"json": ".json", "xml": ".xml", "mscclpp": ".json"}[fmt]
+                             hint="name it .json, .xml or .csv, or pass --format")
+    want = {"json": ".json", "xml": ".xml", "mscclpp": ".json", "nccl-tuner": ".csv"}[fmt]
     if suffix != want:
-        raise UsageError(f"--format {fmt} writes {'JSON' if want == '.json' else 'XML'}, but "
+        raise UsageError(f"--format {fmt} writes {want[1:].upper()}, but "
                          f"{args.output!r} ends in {suffix or 'no extension'}",
                          hint=f"name the output *{want}")
     return fmt
@@ -476,6 +476,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         return compile_reshards(spec, args, fmt, reporter)
     args.solver = args.solver or "auto"
     collective = _choose_collective(spec, args)
+    if fmt == "nccl-tuner":
+        return _write_tuner(spec, collective, args)
     options = _solver_options(args)
     run = synthesize
     if getattr(args, "auto_chunks", False) and args.solver == "greedy":
@@ -517,6 +519,11 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             write_output(args.output, text)
         if fmt == "mscclpp":
             runtime = _mscclpp_runtime(schedule, spec.topology, text)
+    if args.output and not args.json:
+        from tacos.recipes import recipe
+
+        print(recipe(fmt or "json", args.output, nranks=len(schedule.collective.group),
+                     kind=schedule.collective.kind), file=sys.stderr)
     if args.plot:
         from tacos.backends.plot import plot_schedule
 
@@ -547,6 +554,23 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             print(format_report(schedule, topology=spec.topology, runtime=runtime))
             if choice is not None:
                 print("\n".join(choice.lines()))
+    return 0
+
+
+def _write_tuner(spec: Any, collective: Any, args: argparse.Namespace) -> int:
+    """``--format nccl-tuner``: NCCL's best algorithm/protocol/channels per size window
+    (:mod:`tacos.runtime.tuner_csv`), no synthesis."""
+    from tacos.recipes import recipe
+    from tacos.runtime.tuner_csv import tuner_csv
+
+    text = tuner_csv(spec.topology, [collective.kind], collective.group,
+                     source=Path(args.topology).name)
+    if not args.output:
+        print(text, end="")
+        return 0
+    write_output(args.output, text)
+    if not args.json:
+        print(recipe("nccl-tuner", args.output), file=sys.stderr)
     return 0
 
 
@@ -624,9 +648,11 @@ def _sweep(args: argparse.Namespace) -> int:
                               proto=args.proto or "Simple", inplace=args.inplace)
     if out is not None:
         if not args.json:
+            from tacos.recipes import recipe
+
             print(f"# wrote {len(paths)} MSCCL XML file(s) to {out}/ (disjoint minBytes/"
-                  f"maxBytes windows): MSCCL_ALGO_DIR={out} or MSCCL_XML_FILES="
-                  + ":".join(str(p) for p in paths))
+                  "maxBytes windows)")
+            print(recipe("xml-dir", out, nranks=len(coll.group), kind=coll.kind))
     if args.plot:
         from tacos.backends.plot_sweep import plot_sweep
 
