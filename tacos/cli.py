@@ -288,7 +288,9 @@ def _verify_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", help="TDL file: also time an XML plan on it (an alpha-beta "
                    "model estimate for the --size message) or check that a JSON schedule was "
                    "made for it")
-    p.add_argument("--size", help="XML with --topology: the message size to time (default: "
+    p.add_argument("--size", help="MSCCL XML or MSCCL++ plan: fail it when the runtime "
+                   "would skip or refuse it at this message size (chunks that do not divide "
+                   "it, outside its window); with --topology also the size to time (default: "
                    "the plan's maxBytes, else 1MiB)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set a TDL parameter of --topology (repeatable)")

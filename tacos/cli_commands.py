@@ -233,9 +233,9 @@ def _verify(args: argparse.Namespace) -> int:
     except TacosError as exc:
         raise TacosError(f"{path}: {exc.message}", hint=exc.hint) from None
     timed = ("msccl-xml", "mscclpp-json")
-    if args.size and (kind not in timed or topology is None):
-        raise UsageError("--size times an MSCCL XML or MSCCL++ plan on --topology",
-                         hint="give --topology too, or leave --size out")
+    if args.size and kind not in timed:
+        raise UsageError("--size checks (and with --topology times) an MSCCL XML or MSCCL++ "
+                         "plan", hint="leave --size out for a tacos schedule")
     if args.ranks is not None and (kind not in timed or topology is None):
         raise UsageError("--ranks maps an MSCCL plan's ranks to NPUs of --topology",
                          hint="give --topology too, or leave --ranks out")
