@@ -210,6 +210,17 @@ def cmd_verify(argv: Sequence[str]) -> int:
         return _verify(args)
 
 
+def _declared_group(path: Path, topology: Any, groups: list) -> Any:
+    """An MSCCL++ plan's ranks as the topology file's declared group of its size, if any."""
+    from tacos.msccl.ranks import resolve_ranks
+
+    try:
+        ngpus = len(json.loads(path.read_text(encoding="utf-8")).get("gpus", []))
+        return resolve_ranks(topology, ngpus, declared=groups)[0]
+    except (ValueError, AttributeError, TacosError):
+        return None  # the verifier reports the broken plan
+
+
 def _verify(args: argparse.Namespace) -> int:
     from tacos.verify_plan import sniff
 
@@ -256,6 +267,8 @@ def _verify(args: argparse.Namespace) -> int:
         from tacos.verify_plan import verify
 
         ranks = parse_ranks(args.ranks, topology) if args.ranks is not None else None
+        if ranks is None and topology is not None and kind == "mscclpp-json" and groups:
+            ranks = _declared_group(path, topology, groups)
         with reporter.phase(f"verifying {path}"):
             report = verify(path, topology=topology,
                             nbytes=_size(args.size) if args.size else None, ranks=ranks)

@@ -167,7 +167,8 @@ def _time_mscclpp(report: Any, text: str, topology: Topology, nbytes: int | None
     from tacos.runtime.mscclpp_exec import estimate_mscclpp
 
     plan, _ = read_plan_text(text)
-    size = nbytes or int(plan.header.get("max_message_size") or 0) or (1 << 20)
+    top = int(plan.header.get("max_message_size") or 0)
+    size = nbytes or (top if 0 < top < 2**63 else 0) or (1 << 20)  # 2^64-1: no limit
     try:
         est = estimate_mscclpp(plan, topology, size, ranks=ranks)
     except TacosError as exc:

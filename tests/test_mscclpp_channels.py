@@ -142,3 +142,22 @@ def test_every_preset_plan_loads_with_possible_channels(preset, kind):
     assert loader_problems(doc) == []
     report = verify(text, topology=topo)
     assert report.ok, report.text()
+
+
+def test_process_group_plan_uses_its_own_rank_numbering():
+    topo = _topology(TWO_NODES)
+    group = (0, 1, 8, 9)  # ranks 0, 1 on node 0; ranks 2, 3 on node 1
+    coll = tacos.collective("allreduce", group, size="1MiB")
+    text = emit_mscclpp_json(tacos.synthesize(topo, coll, solver="greedy", workers=1))
+    doc = json.loads(text)
+    assert len(doc["gpus"]) == 4
+    kinds = {(g["id"], p): ch["channel_type"] for g in doc["gpus"] for ch in g["channels"]
+             for p in ch.get("connected_to", [])}
+    for (a, b), kind in kinds.items():
+        assert kind == ("memory" if a // 2 == b // 2 else "port"), (a, b, kind)
+    assert loader_problems(doc) == []
+    assert verify(text, topology=topo, ranks=list(group)).ok
+    wrong = verify(text, topology=topo, ranks=[0, 1, 2, 3])  # all on node 0: ports are fine
+    assert wrong.ok
+    crossing = verify(text, topology=topo, ranks=[0, 8, 1, 9])  # memory pairs now cross
+    assert not crossing.ok and any(v.rule == "channels" for v in crossing.violations)
