@@ -232,7 +232,12 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--proto", choices=("Simple", "LL", "LL128"),
                    help="MSCCL protocol (default Simple; with --shape auto: the protocols "
                    "tried, default all)")
-    p.add_argument("--inplace", action="store_true", help="MSCCL: emit an in-place plan")
+    p.add_argument("--inplace", action="store_true", default=None,
+                   help="MSCCL/MSCCL++: emit an in-place plan (the default for all-reduce, "
+                   "all-gather and reduce-scatter, as PyTorch calls them)")
+    p.add_argument("--out-of-place", dest="inplace", action="store_false", default=None,
+                   help="MSCCL/MSCCL++: emit an out-of-place plan (the default for the other "
+                   "collectives)")
     p.add_argument("--instances", type=int,
                    help="MSCCL: channel instances, each chunk split over that many channels "
                    "(default 1; with --shape auto: the count tried, default 1..32)")
@@ -478,6 +483,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         return compile_reshards(spec, args, fmt, reporter)
     args.solver = args.solver or "auto"
     collective = _choose_collective(spec, args)
+    args.inplace = in_place(args.inplace, collective.kind)
     if fmt == "nccl-tuner":
         return _write_tuner(spec, collective, args)
     options = _solver_options(args)
@@ -591,6 +597,19 @@ def _mscclpp_runtime(schedule: Any, topology: Any, text: str) -> Any:
     return est, "the MSCCL++ plan written"
 
 
+#: Collectives PyTorch calls in place (``all_reduce``, ``all_gather_into_tensor`` and
+#: ``reduce_scatter_tensor`` on views of one buffer, as FSDP does): their plans are in place
+#: unless ``--out-of-place``.
+IN_PLACE_KINDS = frozenset({"allreduce", "allgather", "reducescatter"})
+
+
+def in_place(flag: bool | None, kind: str | None) -> bool:
+    """``--inplace`` / ``--out-of-place`` when given, else in place for :data:`IN_PLACE_KINDS`."""
+    if flag is not None:
+        return bool(flag)
+    return kind in IN_PLACE_KINDS
+
+
 def _sweep(args: argparse.Namespace) -> int:
     """``tacosc TOPO --collective C --sizes ...``: a nccl-tests-like sweep (docs/nccl.md)."""
     from tacos.importers import load_any
@@ -612,7 +631,8 @@ def _sweep(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes)
     if out is not None:
         windows(sizes, min_bytes, max_bytes)
-        check_folder(out)
+        check_folder(out, mode="inplace" if in_place(args.inplace, args.collective)
+                     else "outofplace")
     if args.plot:
         from tacos.backends.plot import check_plot_path
 
@@ -623,6 +643,7 @@ def _sweep(args: argparse.Namespace) -> int:
     args.solver = args.solver or "auto"
     chosen = argparse.Namespace(**{**vars(args), "size": None})
     coll = _choose_collective(spec, chosen)
+    args.inplace = in_place(args.inplace, coll.kind)
     options = _solver_options(args) if args.solver != "auto" else {}
     # no count given: the greedy picks its own per size (tacos.sweep.sweep decides)
     free = getattr(chosen, "auto_chunks", False) and args.solver in ("auto", "greedy")
@@ -647,7 +668,7 @@ def _sweep(args: argparse.Namespace) -> int:
             paths = shaped_windows(result, out, args, min_bytes, max_bytes, phase.update)
     elif out is not None:
         paths = write_windows(result, Path(out), min_bytes=min_bytes, max_bytes=max_bytes,
-                              proto=args.proto or "Simple", inplace=args.inplace)
+                              proto=args.proto or "Simple", inplace=bool(args.inplace))
     if out is not None:
         if not args.json:
             from tacos.recipes import recipe
@@ -691,7 +712,7 @@ def _msccl_options(args: argparse.Namespace) -> Any:
     return msccl_options(
         name=Path(args.output).stem if args.output else "tacos",
         proto=args.proto or "Simple",
-        inplace=args.inplace,
+        inplace=bool(args.inplace),
         outofplace=not args.inplace,
         min_bytes=_size(args.min_bytes, "--min-bytes", 0),
         max_bytes=_size(args.max_bytes, "--max-bytes", 0),
