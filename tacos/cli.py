@@ -229,6 +229,9 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "mscclpp, MSCCL++ plan), .xml (MSCCL) or .csv (NCCL tuner rules)")
     p.add_argument("--format", choices=("json", "xml", "mscclpp", "nccl-tuner"),
                    help="output format (default: from the output file's extension)")
+    p.add_argument("--nvls", action="store_true",
+                   help="--format mscclpp, all-reduce: write the in-switch (NVLS) plan with a "
+                   "switch channel (needs a switch declared 'with multicast, reduce')")
     p.add_argument("--proto", choices=("Simple", "LL", "LL128"),
                    help="MSCCL protocol (default Simple; with --shape auto: the protocols "
                    "tried, default all)")
@@ -486,6 +489,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     args.inplace = in_place(args.inplace, collective.kind)
     if fmt == "nccl-tuner":
         return _write_tuner(spec, collective, args)
+    if args.nvls:
+        return _write_nvls(spec, collective, args, fmt)
     options = _solver_options(args)
     run = synthesize
     if getattr(args, "auto_chunks", False) and args.solver == "greedy":
@@ -562,6 +567,27 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             print(format_report(schedule, topology=spec.topology, runtime=runtime))
             if choice is not None:
                 print("\n".join(choice.lines()))
+    return 0
+
+
+def _write_nvls(spec: Any, collective: Any, args: argparse.Namespace, fmt: str | None) -> int:
+    """``--nvls``: the NVLS all-reduce MSCCL++ plan (:mod:`tacos.msccl.mscclpp_nvls`)."""
+    from tacos.msccl.mscclpp_nvls import nvls_allreduce_json
+    from tacos.recipes import recipe
+    from tacos.verify_plan import verify
+
+    if fmt != "mscclpp" or not args.output or collective.kind != "allreduce":
+        raise UsageError("--nvls writes an all-reduce MSCCL++ plan",
+                         hint="add -c allreduce --format mscclpp -o plan.json")
+    text = nvls_allreduce_json(spec.topology, list(collective.group),
+                               name=Path(args.output).stem,
+                               min_bytes=_size(args.min_bytes, "--min-bytes", 0),
+                               max_bytes=_size(args.max_bytes, "--max-bytes", 0) or 2**64 - 1)
+    verify(text, topology=spec.topology, ranks=list(collective.group)).raise_if_failed()
+    write_output(args.output, text)
+    if not args.json:
+        print(recipe("mscclpp", args.output, nranks=len(collective.group),
+                     kind="allreduce"), file=sys.stderr)
     return 0
 
 
