@@ -595,10 +595,14 @@ def _write_tuner(spec: Any, collective: Any, args: argparse.Namespace) -> int:
     """``--format nccl-tuner``: NCCL's best algorithm/protocol/channels per size window
     (:mod:`tacos.runtime.tuner_csv`), no synthesis."""
     from tacos.recipes import recipe
-    from tacos.runtime.tuner_csv import tuner_csv
+    from tacos.runtime.tuner_csv import COLLECTIVES, tuner_csv
 
-    text = tuner_csv(spec.topology, [collective.kind], collective.group,
-                     source=Path(args.topology).name)
+    if collective.kind not in COLLECTIVES:
+        raise UsageError(f"NCCL's tuner plugin has no {collective.kind!r}",
+                         hint=f"it tunes {', '.join(COLLECTIVES)}")
+    # every collective the plugin tunes: a call no rule matches is forced to ring/simple
+    kinds = [collective.kind] + [k for k in COLLECTIVES if k != collective.kind]
+    text = tuner_csv(spec.topology, kinds, collective.group, source=Path(args.topology).name)
     if not args.output:
         print(text, end="")
         return 0

@@ -85,4 +85,6 @@ def test_cli_writes_the_csv_and_prints_the_recipe(tmp_path, capsys):
     assert f"NCCL_TUNER_CONFIG_FILE={out.resolve()}" in err
     assert "NCCL_TUNER_PLUGIN=" in err
     rows = parse_tuner_csv(out.read_text())
-    assert rows and {r.collective for r in rows} == {"allreduce"}
+    assert rows[0].collective == "allreduce"
+    assert {r.collective for r in rows} == {"allreduce", "allgather", "reducescatter",
+                                            "broadcast", "reduce"}

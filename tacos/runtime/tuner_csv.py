@@ -14,7 +14,8 @@ reduce-scatter's input), which is tacos' collective size.  The plugin is loaded 
 (``docs/running.md``).
 
 Rows are written for this topology's node and rank counts, so the file only steers
-communicators of that shape.
+communicators of that shape.  The plugin forces ring/simple on a call no rule matches, so
+``tacosc --format nccl-tuner`` writes rules for every collective it tunes, over all sizes.
 """
 
 from __future__ import annotations
