@@ -537,6 +537,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
 
         print(recipe(fmt or "json", args.output, nranks=len(schedule.collective.group),
                      kind=schedule.collective.kind), file=sys.stderr)
+        for line in _unused_at_own_size(args.output, fmt, schedule.collective.size):
+            print(f"warning: {line}", file=sys.stderr)
     if args.plot:
         from tacos.backends.plot import plot_schedule
 
@@ -568,6 +570,22 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             if choice is not None:
                 print("\n".join(choice.lines()))
     return 0
+
+
+def _unused_at_own_size(path: str, fmt: str | None, nbytes: int) -> list[str]:
+    """Why the runtime would skip (MSCCL XML) or refuse (MSCCL++) the plan just written at
+    the very size it was made for; empty when it runs there."""
+    if fmt == "xml":
+        from tacos.msccl.size_fit import xml_size_problems
+        from tacos.msccl.xml_reader import load_xml
+
+        return [v.message for v in xml_size_problems(load_xml(path), nbytes)
+                if v.severity == "error"]
+    if fmt == "mscclpp":
+        from tacos.msccl.mscclpp_loader import size_problems
+
+        return size_problems(json.loads(Path(path).read_text(encoding="utf-8")), nbytes)
+    return []
 
 
 def _write_nvls(spec: Any, collective: Any, args: argparse.Namespace, fmt: str | None) -> int:

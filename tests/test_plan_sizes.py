@@ -62,3 +62,15 @@ def test_cli_verify_size_without_topology(tmp_path, dgx1_xml, capsys):
     assert main(["verify", str(path), "--size", "64MiB"]) == 1
     assert "nchunksperloop" in capsys.readouterr().out
     assert main(["verify", str(path), "--size", str(_chunks(dgx1_xml) * 4096)]) == 0
+
+
+def test_compile_warns_when_the_plan_would_be_skipped_at_its_own_size(tmp_path, capsys):
+    bad, good = tmp_path / "bad.xml", tmp_path / "good.xml"
+    dgx1 = str(PRESETS / "dgx1.tdl")
+    assert main([dgx1, "-c", "allgather", "--chunks", "3", "--size", "64MiB",
+                 "--solver", "greedy", "-o", str(bad)]) == 0
+    assert "skips the plan" in capsys.readouterr().err
+    assert main([dgx1, "-c", "allgather", "--chunks", "2", "--size", "64MiB",
+                 "--solver", "greedy", "-o", str(good)]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err and "MSCCL_ALGO_DIR=" in err
