@@ -598,7 +598,7 @@ def _write_nvls(spec: Any, collective: Any, args: argparse.Namespace, fmt: str |
         raise UsageError("--nvls writes an all-reduce MSCCL++ plan",
                          hint="add -c allreduce --format mscclpp -o plan.json")
     text = nvls_allreduce_json(spec.topology, list(collective.group),
-                               name=Path(args.output).stem,
+                               name=Path(args.output).stem, nbytes=collective.size,
                                min_bytes=_size(args.min_bytes, "--min-bytes", 0),
                                max_bytes=_size(args.max_bytes, "--max-bytes", 0) or 2**64 - 1)
     verify(text, topology=spec.topology, ranks=list(collective.group)).raise_if_failed()

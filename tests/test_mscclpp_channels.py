@@ -161,3 +161,29 @@ def test_process_group_plan_uses_its_own_rank_numbering():
     assert wrong.ok
     crossing = verify(text, topology=topo, ranks=[0, 8, 1, 9])  # memory pairs now cross
     assert not crossing.ok and any(v.rule == "channels" for v in crossing.violations)
+
+
+@pytest.mark.parametrize("threadblocks", [2, 4, 16])
+def test_nvls_plan_over_several_thread_blocks_verifies(threadblocks):
+    doc = nvls_allreduce_plan(8, threadblocks=threadblocks)
+    assert loader_problems(doc) == []
+    assert len(doc["gpus"][0]["threadblocks"]) == threadblocks
+    report = verify(json.dumps(doc), topology=_topology(ONE_H100), nbytes=64 << 20)
+    assert report.ok and report.checks["races"] == "passed", report.text()
+    glres = next(op for op in doc["gpus"][0]["threadblocks"][1]["ops"] if op["name"] == "glres")
+    glres["src_buff"][0]["index"] = glres["dst_buff"][0]["index"] = 0  # tb 0's chunk again
+    assert not verify(json.dumps(doc)).ok
+
+
+def test_nvls_thread_blocks_are_the_runtime_models_choice():
+    from tacos.msccl.mscclpp_nvls import TB_CHOICES, best_threadblocks
+    from tacos.msccl.mscclpp_reader import read_plan
+    from tacos.runtime.mscclpp_exec import estimate_mscclpp
+
+    topo = _topology(ONE_H100)
+    chosen = best_threadblocks(topo, list(range(8)), 64 << 20)
+    times = {t: estimate_mscclpp(read_plan(nvls_allreduce_plan(8, threadblocks=t))[0], topo,
+                                 64 << 20).time for t in TB_CHOICES}
+    assert times[chosen] == min(times.values())
+    doc = json.loads(nvls_allreduce_json(topo, nbytes=64 << 20))
+    assert len(doc["gpus"][0]["threadblocks"]) == chosen
