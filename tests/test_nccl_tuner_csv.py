@@ -27,8 +27,11 @@ def _first_match(rows, kind: str, nbytes: int):
     return next(r for r in rows if r.collective == kind and r.min_bytes <= nbytes <= r.max_bytes)
 
 
-@pytest.mark.parametrize("preset", ["dgx_h100_node()", "dgx_h100(nodes=2)", "dgx1()",
-                                    "dgx_a100(nodes=2)", "mi250_node()"])
+@pytest.mark.parametrize("preset", [
+    "dgx1()", "dgx2_node()", "dgx2(nodes=2)", "dgx_a100_node()", "dgx_a100(nodes=2)",
+    "dgx_h100_node()", "dgx_h100(nodes=2)", "mi250_node()", "mi250(nodes=2)", "ndv2()",
+    "ndv2(nodes=2)", "ndv4()", "ndv4(nodes=2)", "p3_8xlarge_node()", "p3_8xlarge(nodes=2)",
+    "tpu_v4()"])
 def test_rules_parse_cover_all_sizes_and_agree_with_the_model(preset):
     topo = tacos.parse(f"use {preset}\n").topology
     kinds = ["allreduce", "allgather", "reducescatter"]
