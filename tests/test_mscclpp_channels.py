@@ -132,7 +132,8 @@ def test_verify_size_fails_a_plan_the_executor_would_refuse():
 @pytest.mark.parametrize("preset", ["dgx1", "dgx2_node", "dgx_a100_node", "dgx_h100_node",
                                     "mi250_node", "p3_8xlarge_node", "ndv2", "ndv4",
                                     "dgx_a100(nodes=2)", "dgx_h100(nodes=2)", "dgx2(nodes=2)",
-                                    "mi250(nodes=2)"])
+                                    "mi250(nodes=2)", "ndv2(nodes=2)", "ndv4(nodes=2)",
+                                    "p3_8xlarge(nodes=2)"])
 @pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce", "alltoall"])
 def test_every_preset_plan_loads_with_possible_channels(preset, kind):
     name = preset if "(" in preset else f"{preset}()"
