@@ -226,13 +226,21 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="any other option of the solver, e.g. -O cluster_steps=8 "
                    "(repeatable; names as in the Python API)")
     p.add_argument("-o", "--output", help="output file: .json (schedule or, with --format "
-                   "mscclpp, MSCCL++ plan) or .xml (MSCCL)")
-    p.add_argument("--format", choices=("json", "xml", "mscclpp"),
+                   "mscclpp, MSCCL++ plan), .xml (MSCCL) or .csv (NCCL tuner rules)")
+    p.add_argument("--format", choices=("json", "xml", "mscclpp", "nccl-tuner"),
                    help="output format (default: from the output file's extension)")
+    p.add_argument("--nvls", action="store_true",
+                   help="--format mscclpp, all-reduce: write the in-switch (NVLS) plan with a "
+                   "switch channel (needs a switch declared 'with multicast, reduce')")
     p.add_argument("--proto", choices=("Simple", "LL", "LL128"),
                    help="MSCCL protocol (default Simple; with --shape auto: the protocols "
                    "tried, default all)")
-    p.add_argument("--inplace", action="store_true", help="MSCCL: emit an in-place plan")
+    p.add_argument("--inplace", action="store_true", default=None,
+                   help="MSCCL/MSCCL++: emit an in-place plan (the default for all-reduce, "
+                   "all-gather and reduce-scatter, as PyTorch calls them)")
+    p.add_argument("--out-of-place", dest="inplace", action="store_false", default=None,
+                   help="MSCCL/MSCCL++: emit an out-of-place plan (the default for the other "
+                   "collectives)")
     p.add_argument("--instances", type=int,
                    help="MSCCL: channel instances, each chunk split over that many channels "
                    "(default 1, at most 32; with --shape auto: the count tried, default 1..32)")
@@ -288,7 +296,9 @@ def _verify_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", help="TDL file: also time an XML plan on it (an alpha-beta "
                    "model estimate for the --size message) or check that a JSON schedule was "
                    "made for it")
-    p.add_argument("--size", help="XML with --topology: the message size to time (default: "
+    p.add_argument("--size", help="MSCCL XML or MSCCL++ plan: fail it when the runtime "
+                   "would skip or refuse it at this message size (chunks that do not divide "
+                   "it, outside its window); with --topology also the size to time (default: "
                    "the plan's maxBytes, else 1MiB)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="set a TDL parameter of --topology (repeatable)")
@@ -425,13 +435,13 @@ def _output_format(args: argparse.Namespace) -> str | None:
         return fmt
     suffix = Path(args.output).suffix.lower()
     if fmt is None:
-        fmt = {".json": "json", ".xml": "xml"}.get(suffix)
+        fmt = {".json": "json", ".xml": "xml", ".csv": "nccl-tuner"}.get(suffix)
         if fmt is None:
             raise UsageError(f"cannot tell the format of {args.output!r}",
-                             hint="name it .json or .xml, or pass --format")
-    want = {"json": ".json", "xml": ".xml", "mscclpp": ".json"}[fmt]
+                             hint="name it .json, .xml or .csv, or pass --format")
+    want = {"json": ".json", "xml": ".xml", "mscclpp": ".json", "nccl-tuner": ".csv"}[fmt]
     if suffix != want:
-        raise UsageError(f"--format {fmt} writes {'JSON' if want == '.json' else 'XML'}, but "
+        raise UsageError(f"--format {fmt} writes {want[1:].upper()}, but "
                          f"{args.output!r} ends in {suffix or 'no extension'}",
                          hint=f"name the output *{want}")
     return fmt
@@ -491,6 +501,11 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         return compile_reshards(spec, args, fmt, reporter)
     args.solver = args.solver or "auto"
     collective = _choose_collective(spec, args)
+    args.inplace = in_place(args.inplace, collective.kind)
+    if fmt == "nccl-tuner":
+        return _write_tuner(spec, collective, args)
+    if args.nvls:
+        return _write_nvls(spec, collective, args, fmt)
     options = _solver_options(args)
     run = synthesize
     if getattr(args, "auto_chunks", False) and args.solver == "greedy":
@@ -532,6 +547,13 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             write_output(args.output, text)
         if fmt == "mscclpp":
             runtime = _mscclpp_runtime(schedule, spec.topology, text)
+    if args.output and not args.json:
+        from tacos.recipes import recipe
+
+        print(recipe(fmt or "json", args.output, nranks=len(schedule.collective.group),
+                     kind=schedule.collective.kind), file=sys.stderr)
+        for line in _unused_at_own_size(args.output, fmt, schedule.collective.size):
+            print(f"warning: {line}", file=sys.stderr)
     if args.plot:
         from tacos.backends.plot import plot_schedule
 
@@ -565,6 +587,64 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     return 0
 
 
+def _unused_at_own_size(path: str, fmt: str | None, nbytes: int) -> list[str]:
+    """Why the runtime would skip (MSCCL XML) or refuse (MSCCL++) the plan just written at
+    the very size it was made for; empty when it runs there."""
+    if fmt == "xml":
+        from tacos.msccl.size_fit import xml_size_problems
+        from tacos.msccl.xml_reader import load_xml
+
+        return [v.message for v in xml_size_problems(load_xml(path), nbytes)
+                if v.severity == "error"]
+    if fmt == "mscclpp":
+        from tacos.msccl.mscclpp_loader import size_problems
+
+        return size_problems(json.loads(Path(path).read_text(encoding="utf-8")), nbytes)
+    return []
+
+
+def _write_nvls(spec: Any, collective: Any, args: argparse.Namespace, fmt: str | None) -> int:
+    """``--nvls``: the NVLS all-reduce MSCCL++ plan (:mod:`tacos.msccl.mscclpp_nvls`)."""
+    from tacos.msccl.mscclpp_nvls import nvls_allreduce_json
+    from tacos.recipes import recipe
+    from tacos.verify_plan import verify
+
+    if fmt != "mscclpp" or not args.output or collective.kind != "allreduce":
+        raise UsageError("--nvls writes an all-reduce MSCCL++ plan",
+                         hint="add -c allreduce --format mscclpp -o plan.json")
+    text = nvls_allreduce_json(spec.topology, list(collective.group),
+                               name=Path(args.output).stem, nbytes=collective.size,
+                               min_bytes=_size(args.min_bytes, "--min-bytes", 0),
+                               max_bytes=_size(args.max_bytes, "--max-bytes", 0) or 2**64 - 1)
+    verify(text, topology=spec.topology, ranks=list(collective.group)).raise_if_failed()
+    write_output(args.output, text)
+    if not args.json:
+        print(recipe("mscclpp", args.output, nranks=len(collective.group),
+                     kind="allreduce"), file=sys.stderr)
+    return 0
+
+
+def _write_tuner(spec: Any, collective: Any, args: argparse.Namespace) -> int:
+    """``--format nccl-tuner``: NCCL's best algorithm/protocol/channels per size window
+    (:mod:`tacos.runtime.tuner_csv`), no synthesis."""
+    from tacos.recipes import recipe
+    from tacos.runtime.tuner_csv import COLLECTIVES, tuner_csv
+
+    if collective.kind not in COLLECTIVES:
+        raise UsageError(f"NCCL's tuner plugin has no {collective.kind!r}",
+                         hint=f"it tunes {', '.join(COLLECTIVES)}")
+    # every collective the plugin tunes: a call no rule matches is forced to ring/simple
+    kinds = [collective.kind] + [k for k in COLLECTIVES if k != collective.kind]
+    text = tuner_csv(spec.topology, kinds, collective.group, source=Path(args.topology).name)
+    if not args.output:
+        print(text, end="")
+        return 0
+    write_output(args.output, text)
+    if not args.json:
+        print(recipe("nccl-tuner", args.output), file=sys.stderr)
+    return 0
+
+
 def _mscclpp_runtime(schedule: Any, topology: Any, text: str) -> Any:
     """The runtime model's time of the MSCCL++ plan just written."""
     from tacos.errors import TacosError
@@ -578,6 +658,19 @@ def _mscclpp_runtime(schedule: Any, topology: Any, text: str) -> Any:
     except TacosError as exc:
         return None, f"runtime model: {exc.message}"
     return est, "the MSCCL++ plan written"
+
+
+#: Collectives PyTorch calls in place (``all_reduce``, ``all_gather_into_tensor`` and
+#: ``reduce_scatter_tensor`` on views of one buffer, as FSDP does): their plans are in place
+#: unless ``--out-of-place``.
+IN_PLACE_KINDS = frozenset({"allreduce", "allgather", "reducescatter"})
+
+
+def in_place(flag: bool | None, kind: str | None) -> bool:
+    """``--inplace`` / ``--out-of-place`` when given, else in place for :data:`IN_PLACE_KINDS`."""
+    if flag is not None:
+        return bool(flag)
+    return kind in IN_PLACE_KINDS
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -601,7 +694,8 @@ def _sweep(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes)
     if out is not None:
         windows(sizes, min_bytes, max_bytes)
-        check_folder(out)
+        check_folder(out, mode="inplace" if in_place(args.inplace, args.collective)
+                     else "outofplace")
     if args.plot:
         from tacos.backends.plot import check_plot_path
 
@@ -615,6 +709,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.solver == "auto" and (args.option or args.backend or args.mode or args.max_merge):
         raise UsageError("solver options do not apply to a --sizes sweep with --solver auto",
                          hint="name the solver they belong to with --solver")
+    args.inplace = in_place(args.inplace, coll.kind)
     options = _solver_options(args) if args.solver != "auto" else {}
     # no count given: the greedy picks its own per size (tacos.sweep.sweep decides)
     free = getattr(chosen, "auto_chunks", False) and args.solver in ("auto", "greedy")
@@ -639,12 +734,14 @@ def _sweep(args: argparse.Namespace) -> int:
             paths = shaped_windows(result, out, args, min_bytes, max_bytes, phase.update)
     elif out is not None:
         paths = write_windows(result, Path(out), min_bytes=min_bytes, max_bytes=max_bytes,
-                              proto=args.proto or "Simple", inplace=args.inplace)
+                              proto=args.proto or "Simple", inplace=bool(args.inplace))
     if out is not None:
         if not args.json:
+            from tacos.recipes import recipe
+
             print(f"# wrote {len(paths)} MSCCL XML file(s) to {out}/ (disjoint minBytes/"
-                  f"maxBytes windows): MSCCL_ALGO_DIR={out} or MSCCL_XML_FILES="
-                  + ":".join(str(p) for p in paths))
+                  "maxBytes windows)")
+            print(recipe("xml-dir", out, nranks=len(coll.group), kind=coll.kind))
     if args.plot:
         from tacos.backends.plot_sweep import plot_sweep
 

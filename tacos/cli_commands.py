@@ -219,6 +219,17 @@ def cmd_verify(argv: Sequence[str]) -> int:
         return _verify(args)
 
 
+def _declared_group(path: Path, topology: Any, groups: list) -> Any:
+    """An MSCCL++ plan's ranks as the topology file's declared group of its size, if any."""
+    from tacos.msccl.ranks import resolve_ranks
+
+    try:
+        ngpus = len(json.loads(path.read_text(encoding="utf-8")).get("gpus", []))
+        return resolve_ranks(topology, ngpus, declared=groups)[0]
+    except (ValueError, AttributeError, TacosError):
+        return None  # the verifier reports the broken plan
+
+
 def _verify(args: argparse.Namespace) -> int:
     from tacos.verify_plan import sniff
 
@@ -242,9 +253,9 @@ def _verify(args: argparse.Namespace) -> int:
     except TacosError as exc:
         raise TacosError(f"{path}: {exc.message}", hint=exc.hint) from None
     timed = ("msccl-xml", "mscclpp-json")
-    if args.size and (kind not in timed or topology is None):
-        raise UsageError("--size times an MSCCL XML or MSCCL++ plan on --topology",
-                         hint="give --topology too, or leave --size out")
+    if args.size and kind not in timed:
+        raise UsageError("--size checks (and with --topology times) an MSCCL XML or MSCCL++ "
+                         "plan", hint="leave --size out for a tacos schedule")
     if args.ranks is not None and (kind not in timed or topology is None):
         raise UsageError("--ranks maps an MSCCL plan's ranks to NPUs of --topology",
                          hint="give --topology too, or leave --ranks out")
@@ -265,6 +276,8 @@ def _verify(args: argparse.Namespace) -> int:
         from tacos.verify_plan import verify
 
         ranks = parse_ranks(args.ranks, topology) if args.ranks is not None else None
+        if ranks is None and topology is not None and kind == "mscclpp-json" and groups:
+            ranks = _declared_group(path, topology, groups)
         with reporter.phase(f"verifying {path}"):
             report = verify(path, topology=topology,
                             nbytes=_size(args.size) if args.size else None, ranks=ranks)

@@ -57,7 +57,14 @@ def check_common(args: argparse.Namespace) -> None:
 
 def given_msccl_flags(args: argparse.Namespace) -> list[str]:
     """The MSCCL-only flags given on the command line."""
-    return [flag for key, flag in MSCCL_FLAGS if getattr(args, key, None) not in (None, False)]
+    given = []
+    for key, flag in MSCCL_FLAGS:
+        value = getattr(args, key, None)
+        if key == "inplace" and value is False:  # --out-of-place (unset is None)
+            given.append("--out-of-place")
+        elif value not in (None, False):
+            given.append(flag)
+    return given
 
 
 def check_msccl(args: argparse.Namespace, fmt: str | None) -> None:
@@ -110,7 +117,7 @@ def msccl_values(args: argparse.Namespace) -> dict[str, object]:
         raise UsageError(f"--min-bytes {args.min_bytes} is above --max-bytes {args.max_bytes}",
                          hint="the runtime picks the plan for sizes from --min-bytes to "
                          "--max-bytes (0: no upper limit)")
-    values: dict[str, object] = dict(proto=args.proto or "Simple", inplace=args.inplace,
+    values: dict[str, object] = dict(proto=args.proto or "Simple", inplace=bool(args.inplace),
                                      outofplace=not args.inplace, min_bytes=low,
                                      max_bytes=high, instances=instances,
                                      max_steps_per_tb=steps)

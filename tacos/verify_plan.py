@@ -103,6 +103,10 @@ def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
         from tacos.msccl.verify_mscclpp import verify_mscclpp_text
 
         report = verify_mscclpp_text(text, source)
+        if topology is not None:
+            report = _check_mscclpp_channels(report, text, topology, ranks)
+        if nbytes is not None:
+            report = _check_mscclpp_size(report, text, nbytes)
         if topology is not None and report.ok:
             report = _time_mscclpp(report, text, topology, nbytes, ranks)
         return report
@@ -118,6 +122,42 @@ def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
     return verify_schedule(schedule)
 
 
+def _check_mscclpp_channels(report: Any, text: str, topology: Topology, ranks: Any) -> Any:
+    """``report`` with the plan's channels checked against ``topology``
+    (:func:`tacos.msccl.mscclpp_channels.channel_type_violations`)."""
+    import json
+    from dataclasses import replace
+
+    from tacos.msccl.mscclpp_channels import channel_type_violations
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return report  # the structure pass has said so
+    found = channel_type_violations(doc, topology, ranks)
+    checks = dict(report.checks, channels="failed" if found else "passed")
+    return replace(report, violations=report.violations + tuple(found), checks=checks)
+
+
+def _check_mscclpp_size(report: Any, text: str, nbytes: int) -> Any:
+    """``report`` with MSCCL++'s loader checks at message size ``nbytes``
+    (:func:`tacos.msccl.mscclpp_loader.size_problems`): a plan the executor refuses there."""
+    import json
+    from dataclasses import replace
+
+    from tacos.msccl.mscclpp_loader import size_problems
+    from tacos.msccl.verify_report import Violation
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return report
+    found = [Violation("size", msg, hint="compile for this size, or use a plan whose chunks "
+                       "divide it") for msg in size_problems(doc, nbytes)]
+    checks = dict(report.checks, size="failed" if found else "passed")
+    return replace(report, violations=report.violations + tuple(found), checks=checks)
+
+
 def _time_mscclpp(report: Any, text: str, topology: Topology, nbytes: int | None,
                   ranks: Any) -> Any:
     """``report`` with the runtime model's time of the verified MSCCL++ plan."""
@@ -127,7 +167,8 @@ def _time_mscclpp(report: Any, text: str, topology: Topology, nbytes: int | None
     from tacos.runtime.mscclpp_exec import estimate_mscclpp
 
     plan, _ = read_plan_text(text)
-    size = nbytes or int(plan.header.get("max_message_size") or 0) or (1 << 20)
+    top = int(plan.header.get("max_message_size") or 0)
+    size = nbytes or (top if 0 < top < 2**63 else 0) or (1 << 20)  # 2^64-1: no limit
     try:
         est = estimate_mscclpp(plan, topology, size, ranks=ranks)
     except TacosError as exc:

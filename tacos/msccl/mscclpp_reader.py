@@ -19,9 +19,9 @@ from tacos.msccl.verify_report import Violation
 
 OPS_MODELLED = frozenset({"nop", "put", "get", "copy", "re", "signal", "wait", "rlxsignal",
                           "rlxwait", "flush", "pws", "pwsf", "sem_acquire", "sem_release",
-                          "barrier", "rre", "rres", "res"})
+                          "barrier", "rre", "rres", "res", "glres"})
 OPS_KNOWN = OPS_MODELLED | {"ppkt", "rppkt", "cpkt", "upkt", "repkt", "recpkt", "respkt",
-                            "recspkt", "glres", "gstore", "gstorepkt", "pipeline"}
+                            "recspkt", "gstore", "gstorepkt", "pipeline"}
 BUFFERS = ("i", "o", "s")
 MAX_OPERATIONS = 64
 
@@ -132,6 +132,7 @@ def read_plan(doc: Any) -> tuple[Plan, list[Violation]]:
     plan.ngpus = len(gpus)
     channels: dict[int, dict[str, list[int]]] = {}
     remotes: dict[int, list[tuple[int, str]]] = {}
+    switches: dict[int, list[tuple[str, list[int]]]] = {}
     for g, gpu in enumerate(gpus):
         path = f"gpus[{g}]"
         if r.get(gpu, "id", int, path, rank=g) not in (g, None):
@@ -139,8 +140,19 @@ def read_plan(doc: Any) -> tuple[Plan, list[Violation]]:
         plan.chunks[g] = {b: r.get(gpu, f"{name}_chunks", int, path, rank=g) or 0
                           for b, name in (("i", "input"), ("o", "output"), ("s", "scratch"))}
         flat: dict[str, list[int]] = {}
+        switches[g] = []
         for c, ch in enumerate(r.get(gpu, "channels", list, path, rank=g) or []):
             ctype = r.get(ch, "channel_type", str, f"{path}.channels[{c}]", rank=g)
+            if ctype == "switch":
+                for grp in ch.get("rank_groups", []) or []:
+                    ranks = grp.get("ranks", []) if isinstance(grp, dict) else []
+                    if ch.get("buffer_type") not in BUFFERS or not all(
+                            isinstance(x, int) and 0 <= x < len(gpus) for x in ranks):
+                        r.bad(f"{path}.channels[{c}]", "a switch channel needs buffer_type "
+                              "i, o or s and rank_groups of ranks of the plan", rank=g)
+                        ranks = []
+                    switches[g].append((ch.get("buffer_type"), list(ranks)))
+                continue
             peers = ch.get("connected_to", []) if isinstance(ch, dict) else []
             if not isinstance(peers, list) or not all(isinstance(x, int) and 0 <= x < len(gpus)
                                                       and x != g for x in peers):
@@ -162,13 +174,14 @@ def read_plan(doc: Any) -> tuple[Plan, list[Violation]]:
                               for s in (gpu.get("semaphores", []) or [])]
     for g, gpu in enumerate(gpus):
         for t, tb in enumerate(r.get(gpu, "threadblocks", list, f"gpus[{g}]", rank=g) or []):
-            _read_tb(r, plan, g, t, tb, channels, remotes)
+            _read_tb(r, plan, g, t, tb, channels, remotes, switches[g])
     return plan, r.errors
 
 
 def _read_tb(r: _Reader, plan: Plan, g: int, t: int, tb: Any,
              channels: dict[int, dict[str, list[int]]],
-             remotes: dict[int, list[tuple[int, str]]]) -> None:
+             remotes: dict[int, list[tuple[int, str]]],
+             switches: list[tuple[str, list[int]]] = ()) -> None:
     path = f"gpus[{g}].threadblocks[{t}]"
     if r.get(tb, "id", int, path, rank=g, tb=t) not in (t, None):
         r.bad(f"{path}.id", f"must equal its position {t}", rank=g, tb=t)
@@ -198,6 +211,11 @@ def _read_tb(r: _Reader, plan: Plan, g: int, t: int, tb: Any,
         ctype = raw.get("channel_type", "memory")
         for side, refs in (("src", raw.get("src_buff", [])), ("dst", raw.get("dst_buff", []))):
             for j, ref in enumerate(refs or []):
+                if isinstance(ref, dict) and "switch_channel_id" in ref:
+                    getattr(op, side).extend(_switch_refs(
+                        r, ref, f"{opath}.{side}_buff[{j}]", g, t, k,
+                        local_ch.get("switch", []), switches))
+                    continue
                 got = _ref(r, ref, f"{opath}.{side}_buff[{j}]", g, t, k, ctype, local_buf,
                            remotes[g])
                 if got is not None:
@@ -219,6 +237,20 @@ def _read_tb(r: _Reader, plan: Plan, g: int, t: int, tb: Any,
             op.barrier = (int(raw.get("barrier_id", 0)), int(raw.get("num_threadblocks", 0)))
         out.append(op)
     plan.tbs[(g, t)] = out
+
+
+def _switch_refs(r: _Reader, ref: dict, path: str, g: int, t: int, k: int, local: list[int],
+                 switches: list[tuple[str, list[int]]]) -> list[Ref]:
+    """A switch (NVLS multimem) reference: the same chunks of every rank of the group."""
+    sid, index, size = ref.get("switch_channel_id"), ref.get("index"), ref.get("size")
+    if not isinstance(sid, int) or not 0 <= sid < len(local) \
+            or not 0 <= local[sid] < len(switches) or not isinstance(index, int) \
+            or not isinstance(size, int) or index < 0 or size < 1:
+        r.bad(path, f"switch channel {sid!r} is not a switch channel of this thread block "
+              "(or index/size are not integers)", rank=g, tb=t, step=k)
+        return []
+    buf, ranks = switches[local[sid]]
+    return [Ref(rank, buf, index, size) for rank in ranks]
 
 
 def _ref(r: _Reader, ref: Any, path: str, g: int, t: int, k: int, ctype: str,

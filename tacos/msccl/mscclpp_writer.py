@@ -34,6 +34,7 @@ from typing import Any
 
 from tacos.errors import TacosError, VerificationError
 from tacos.model.schedule import Schedule
+from tacos.msccl.mscclpp_channels import peer_channel_type
 from tacos.msccl.program import Program, chunk_geometry, inplace_alias
 
 __all__ = ["MAX_OPERATIONS", "emit_mscclpp_json", "program_to_mscclpp"]
@@ -111,8 +112,18 @@ def _phys(program: Program, rank: int, buf: str, off: int) -> tuple[str, int]:
     return buf, off
 
 
-def program_to_mscclpp(program: Program, *, name: str | None = None) -> dict[str, Any]:
-    """The MSCCL++ execution plan (as a JSON-ready dict) equivalent to ``program``."""
+def program_to_mscclpp(program: Program, *, name: str | None = None,
+                       nodes: list[int] | None = None) -> dict[str, Any]:
+    """The MSCCL++ execution plan (as a JSON-ready dict) equivalent to ``program``.
+
+    ``nodes[r]`` is rank r's node: peers on one node talk over memory channels, peers on
+    different nodes over port channels (proxy + NIC).  Without ``nodes`` every channel is a
+    memory channel (one node).
+    """
+
+    def kind(a: int, b: int) -> str:
+        return peer_channel_type(nodes, a, b)
+
     gpus = {g.id: g for g in program.gpus}
     tbs = {(g.id, tb.id): tb for g in program.gpus for tb in g.tbs}
     after, bit_of = _hb_after(program)
@@ -160,12 +171,13 @@ def program_to_mscclpp(program: Program, *, name: str | None = None) -> dict[str
             if peer not in first_use[rank]:
                 first_use[rank].append(peer)
     chan_index: dict[tuple[int, tuple[int, int, int]], int] = {}
-    connected: dict[int, list[int]] = defaultdict(list)
+    connected: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for rank in sorted(gpus):
         for peer in first_use[rank]:
+            peers = connected[rank][kind(rank, peer)]
             for c in sorted(c for c in conns if set(c[:2]) == {rank, peer}):
-                chan_index[(rank, c)] = len(connected[rank])
-                connected[rank].append(peer)
+                chan_index[(rank, c)] = len(peers)
+                peers.append(peer)
     remote: dict[int, list[tuple[int, str]]] = defaultdict(list)
     semaphores: dict[tuple[int, StepRef, StepRef], int] = {}
     sem_count: dict[int, int] = defaultdict(int)
@@ -182,7 +194,7 @@ def program_to_mscclpp(program: Program, *, name: str | None = None) -> dict[str
     for g in program.gpus:
         tb_out = []
         for tb in g.tbs:
-            ctx = _TbCtx(g.id, chan_index, remote)
+            ctx = _TbCtx(g.id, chan_index, remote, kind)
             ops: list[dict[str, Any]] = []
             pending: list[int] = []
             for i, st in enumerate(tb.steps):
@@ -213,11 +225,10 @@ def program_to_mscclpp(program: Program, *, name: str | None = None) -> dict[str
             tb_out.append({
                 "id": tb.id,
                 "ops": ops,
-                "channels": ([{"channel_type": "memory", "channel_ids": ctx.channels}]
-                             if ctx.channels else []),
-                "remote_buffer_refs": ([{"access_channel_type": "memory",
-                                         "remote_buffer_ids": ctx.buffers}]
-                                        if ctx.buffers else []),
+                "channels": [{"channel_type": t, "channel_ids": ids}
+                             for t, ids in sorted(ctx.channels.items())],
+                "remote_buffer_refs": [{"access_channel_type": t, "remote_buffer_ids": ids}
+                                       for t, ids in sorted(ctx.buffers.items())],
             })
         i_chunks, o_chunks = chunk_geometry(program.coll, program.ngpus, program.nchunksperloop)
         out_gpus.append({
@@ -226,9 +237,9 @@ def program_to_mscclpp(program: Program, *, name: str | None = None) -> dict[str
             "output_chunks": o_chunks,
             "scratch_chunks": staging[g.id],
             "threadblocks": tb_out,
-            "channels": ([{"channel_type": "memory", "connected_to": connected[g.id]}]
-                         if connected[g.id] else []),
-            "remote_buffers": [{"rank": r, "type": t, "access_channel_types": ["memory"]}
+            "channels": [{"channel_type": t, "connected_to": peers}
+                         for t, peers in sorted(connected[g.id].items())],
+            "remote_buffers": [{"rank": r, "type": t, "access_channel_types": [kind(g.id, r)]}
                                for r, t in remote[g.id]],
             "semaphores": [{"init_value": 0} for _ in range(sem_count[g.id])],
         })
@@ -250,27 +261,32 @@ def program_to_mscclpp(program: Program, *, name: str | None = None) -> dict[str
 class _TbCtx:
     """Per-tb tables: GPU-level channel and remote-buffer ids in tb-local order."""
 
-    def __init__(self, rank: int, chan_index, remote) -> None:
+    def __init__(self, rank: int, chan_index, remote, kind) -> None:
         self.rank = rank
         self.chan_index = chan_index
         self.remote = remote
-        self.channels: list[int] = []
-        self.buffers: list[int] = []
+        self.kind = kind
+        self.channels: dict[str, list[int]] = defaultdict(list)
+        self.buffers: dict[str, list[int]] = defaultdict(list)
 
-    def channel(self, conn: tuple[int, int, int]) -> int:
+    def channel(self, conn: tuple[int, int, int]) -> tuple[int, str]:
+        """The tb-local index of the connection's channel, and the channel's type."""
         gid = self.chan_index[(self.rank, conn)]
-        if gid not in self.channels:
-            self.channels.append(gid)
-        return self.channels.index(gid)
+        ctype = self.kind(conn[0], conn[1])
+        ids = self.channels[ctype]
+        if gid not in ids:
+            ids.append(gid)
+        return ids.index(gid), ctype
 
     def buffer(self, peer: int, buf: str) -> int:
         table = self.remote[self.rank]
         if (peer, buf) not in table:
             table.append((peer, buf))
         gid = table.index((peer, buf))
-        if gid not in self.buffers:
-            self.buffers.append(gid)
-        return self.buffers.index(gid)
+        ids = self.buffers[self.kind(self.rank, peer)]
+        if gid not in ids:
+            ids.append(gid)
+        return ids.index(gid)
 
 
 def _loc(buf: str, off: int, cnt: int) -> dict[str, Any]:
@@ -291,7 +307,8 @@ def _step_ops(ctx: _TbCtx, st, rank: int, ref: StepRef, landing, staged, in_msg,
     if st.receives:
         conn = in_msg[(rank, ref)]
         land = landing[(rank, ref)]
-        ops.append({"name": "wait", "channel_ids": [ctx.channel(conn)], "channel_type": "memory"})
+        cid, ctype = ctx.channel(conn)
+        ops.append({"name": "wait", "channel_ids": [cid], "channel_type": ctype})
         ops.append({"name": "nop"})
         if st.type in ("rrc", "rrs", "rrcs"):
             into = land if st.type == "rrs" else dst
@@ -308,13 +325,16 @@ def _step_ops(ctx: _TbCtx, st, rank: int, ref: StepRef, landing, staged, in_msg,
     if st.sends:
         conn, peer, receiver = out_msg[(rank, ref)]
         land = landing[receiver]
-        ops.append({"name": "put", "src_buff": [_loc(*out_from, st.cnt)],
-                    "dst_buff": [{"buffer_id": ctx.buffer(peer, land[0]), "index": land[1],
-                                  "size": st.cnt}],
-                    "channel_type": "memory"})
+        cid, ctype = ctx.channel(conn)
+        put: dict[str, Any] = {"name": "put", "src_buff": [_loc(*out_from, st.cnt)],
+                               "dst_buff": [{"buffer_id": ctx.buffer(peer, land[0]),
+                                             "index": land[1], "size": st.cnt}],
+                               "channel_type": ctype}
+        if ctype == "port":  # a port put is issued by the proxy through the channel
+            put["channel_ids"] = [cid]
+        ops.append(put)
         ops.append({"name": "nop"})
-        ops.append({"name": "signal", "channel_ids": [ctx.channel(conn)],
-                    "channel_type": "memory"})
+        ops.append({"name": "signal", "channel_ids": [cid], "channel_type": ctype})
     return ops
 
 
@@ -322,7 +342,9 @@ def emit_mscclpp_json(plan: Schedule | Program, *, options=None, name: str | Non
                       indent: int | None = 2) -> str:
     """MSCCL++ JSON text for a schedule (lowered and verified here) or an MSCCL program.
 
-    A schedule is lowered with :func:`tacos.msccl.lower.lower` (``options``; its step limit is
+    A schedule's ranks talk over memory channels inside a node and port channels across nodes
+    (:mod:`tacos.msccl.mscclpp_channels`).  A schedule is lowered with
+    :func:`tacos.msccl.lower.lower` (``options``; its step limit is
     lowered step by step from 16 until every tb fits in the executor's 64 operations) and the
     program is verified with :func:`tacos.msccl.verify.verify_program` first.  A program is
     converted as is.  Output is deterministic (sorted nothing, fixed key order).
@@ -330,6 +352,9 @@ def emit_mscclpp_json(plan: Schedule | Program, *, options=None, name: str | Non
     if isinstance(plan, Program):
         return json.dumps(program_to_mscclpp(plan, name=name), indent=indent) + "\n"
     from tacos.msccl.lower import MscclOptions, lower
+    from tacos.msccl.mscclpp_channels import node_of_ranks
+
+    nodes = node_of_ranks(plan.topology, plan.collective.group)
     from tacos.msccl.verify import verify_program
 
     base = options or MscclOptions()
@@ -343,7 +368,8 @@ def emit_mscclpp_json(plan: Schedule | Program, *, options=None, name: str | Non
             raise VerificationError("the lowered program fails verification:\n"
                                     + report.text(warnings=False))
         try:
-            return json.dumps(program_to_mscclpp(program, name=name), indent=indent) + "\n"
+            return json.dumps(program_to_mscclpp(program, name=name, nodes=nodes),
+                              indent=indent) + "\n"
         except TacosError as exc:
             if "operations" not in exc.message:
                 raise

@@ -85,7 +85,7 @@ def write_windows(result: Sweep, folder: Path, *, min_bytes: int = 0, max_bytes:
                            max_bytes=hi)
             yield name, schedule_to_xml(row.xml_schedule, opts)
 
-    return _write_all(Path(folder), texts())
+    return _write_all(Path(folder), texts(), mode)
 
 
 def _write_choices(rows: list, choices: list[Choice], folder: Path, min_bytes: int,
@@ -113,12 +113,13 @@ def _write_choices(rows: list, choices: list[Choice], folder: Path, min_bytes: i
             label = f"tacos {ch.plan} {ch.shape.proto} x{ch.shape.instances} {name}"[:200]
             yield name, named(ch, label, lo, hi).xml()
 
-    return _write_all(folder, texts())
+    return _write_all(folder, texts(), mode)
 
 
-def _write_all(folder: Path, texts: Iterable[tuple[str, str]]) -> list[Path]:
+def _write_all(folder: Path, texts: Iterable[tuple[str, str]],
+               mode: str | None = None) -> list[Path]:
     """Write ``(name, text)`` pairs as ``name.xml`` into ``folder``: all files or none."""
-    check_folder(folder)
+    check_folder(folder, mode=mode)
     folder.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=".tacos-", dir=folder))
     paths: list[Path] = []
@@ -145,21 +146,40 @@ def _write_all(folder: Path, texts: Iterable[tuple[str, str]]) -> list[Path]:
     return paths
 
 
-def check_folder(folder: str | Path) -> None:
+def check_folder(folder: str | Path, *, mode: str | None = None) -> None:
     """Raise a :class:`TacosError` now if a sweep cannot be written into ``folder`` later: it
-    must be a folder (or not exist yet, under a writable one) and hold no ``.xml`` file."""
+    must be a folder (or not exist yet, under a writable one) and hold no ``.xml`` file - but
+    for ``mode`` ``'inplace'`` (``'outofplace'``) files that only serve the other kind of call,
+    which the runtime keeps apart (a folder may hold both sets)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} is a file; the sweep writes a folder of XML files")
-    if folder.is_dir() and any(folder.glob("*.xml")):
-        raise UsageError(f"{folder} already holds XML files, and the runtime loads every file "
-                         "in its folder", hint="write the sweep into an empty folder")
+    clash = [f for f in sorted(folder.glob("*.xml")) if not _other_mode(f, mode)] \
+        if folder.is_dir() else []
+    if clash:
+        raise UsageError(f"{folder} already holds XML files ({clash[0].name}"
+                         + (f", also {mode}" if mode else "") + "), and the runtime loads every "
+                         "file in its folder", hint="write the sweep into an empty folder, or "
+                         "one holding only the other (in-place / out-of-place) set")
     existing = folder
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write {folder}: {existing} is not a writable folder",
                          hint="write the sweep somewhere else")
+
+
+def _other_mode(path: Path, mode: str | None) -> bool:
+    """True when the XML file at ``path`` serves only the other kind of call than ``mode``."""
+    if mode not in ("inplace", "outofplace"):
+        return False
+    from tacos.msccl.xml_reader import load_xml
+
+    try:
+        p = load_xml(path)
+    except TacosError:
+        return False
+    return not (p.inplace if mode == "inplace" else p.outofplace)
 
 
 def check_set(paths: Iterable[str | Path]) -> list[str]:

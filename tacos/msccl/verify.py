@@ -225,6 +225,12 @@ def _report(source: str, program: Program | None, parse: ParseOutcome | None, *,
                                     progress=as_reporter(progress))
     else:
         checks["structure"] = "skipped: the file has missing or unreadable values"
+    if nbytes is not None and program is not None:
+        from tacos.msccl.size_fit import xml_size_problems
+
+        sized = xml_size_problems(program, nbytes)
+        found += sized
+        checks["size"] = "failed" if any(v.severity == "error" for v in sized) else "passed"
     errors = tuple(v for v in found if v.severity == "error")
     warnings = tuple(v for v in found if v.severity != "error")
     return MscclReport(source, errors, warnings, summarize(program) if program else {},

@@ -20,8 +20,10 @@ for it to mean anything):
    add labels, and the final outputs are compared with the collective's postcondition (each
    contribution exactly once), in-place aliasing applied when the plan is in-place.
 
-LL packet operations, NVLS (switch channel) operations and ``pipeline`` are not modelled: a
-plan using them is reported as not verified (an error), never as correct.
+NVLS ``glres`` (switch channel multimem load-reduce-store) reads the chunks of every rank of
+the switch channel's group and writes the sum back to all of them.  LL packet operations, other
+switch operations and ``pipeline`` are not modelled: a plan using them is reported as not
+verified (an error), never as correct.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from tacos.msccl.verify_symbolic import (
     label,
 )
 
-DATA_OPS = frozenset({"put", "get", "copy", "re", "rre", "res", "rres"})
+DATA_OPS = frozenset({"put", "get", "copy", "re", "rre", "res", "rres", "glres"})
 PUBLISH = frozenset({"signal", "sem_release"})
 GUARD = frozenset({"wait", "sem_acquire"})
 LIMIT = 10

@@ -1,0 +1,76 @@
+"""A plan is used where it claims to be: ``verify --size`` fails an MSCCL XML plan the runtime
+would skip at that size (chunks per loop that do not divide the message, outside its window)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tacos
+from tacos.cli import main
+from tacos.msccl.lower import MscclOptions
+from tacos.msccl.verify import verify_xml
+from tacos.msccl.xml_reader import load_xml
+from tacos.msccl.xml_writer import schedule_to_xml
+
+PRESETS = Path(tacos.__file__).parent / "presets"
+
+
+@pytest.fixture(scope="module")
+def dgx1_xml():
+    topo = tacos.parse("use dgx1()\n").topology
+    coll = tacos.collective("allgather", range(8), size="48MiB", chunks_per_npu=3)
+    schedule = tacos.synthesize(topo, coll, solver="greedy", workers=1)
+    return schedule_to_xml(schedule, MscclOptions(max_bytes=1 << 30))
+
+
+def _chunks(text: str) -> int:
+    import re
+
+    return int(re.search(r'nchunksperloop="(\d+)"', text).group(1))
+
+
+def test_size_that_does_not_divide_the_chunks_fails_saying_why(dgx1_xml):
+    chunks = _chunks(dgx1_xml)
+    assert chunks % 3 == 0  # 3 chunks per NPU: 2^k bytes never divide
+    report = verify_xml(dgx1_xml, nbytes=64 << 20)
+    assert not report.ok and report.checks["size"] == "failed"
+    msg = next(v.message for v in report.violations if v.rule == "size")
+    assert f"{chunks} chunks per loop" in msg and "skips the plan" in msg
+
+
+def test_size_that_divides_passes_and_window_is_checked(dgx1_xml):
+    chunks = _chunks(dgx1_xml)
+    good = chunks * 4 * 1024  # a multiple of chunks x 4-byte elements
+    report = verify_xml(dgx1_xml, nbytes=good)
+    assert report.ok, report.text()
+    assert report.checks["size"] == "passed" and not report.warnings
+    half = chunks * 2 * 1023  # divides for 2-byte elements, not for 4-byte ones
+    if (half // 4) % chunks:
+        sized = verify_xml(dgx1_xml, nbytes=half)
+        assert sized.ok and any(w.rule == "size" for w in sized.warnings)
+    over = verify_xml(dgx1_xml, nbytes=chunks * 4 << 30)
+    assert not over.ok and any("outside the plan's window" in v.message
+                               for v in over.violations)
+
+
+def test_cli_verify_size_without_topology(tmp_path, dgx1_xml, capsys):
+    path = tmp_path / "ag.xml"
+    path.write_text(dgx1_xml)
+    assert load_xml(path).nchunksperloop == _chunks(dgx1_xml)
+    assert main(["verify", str(path), "--size", "64MiB"]) == 1
+    assert "nchunksperloop" in capsys.readouterr().out
+    assert main(["verify", str(path), "--size", str(_chunks(dgx1_xml) * 4096)]) == 0
+
+
+def test_compile_warns_when_the_plan_would_be_skipped_at_its_own_size(tmp_path, capsys):
+    bad, good = tmp_path / "bad.xml", tmp_path / "good.xml"
+    dgx1 = str(PRESETS / "dgx1.tdl")
+    assert main([dgx1, "-c", "allgather", "--chunks", "3", "--size", "64MiB",
+                 "--solver", "greedy", "-o", str(bad)]) == 0
+    assert "skips the plan" in capsys.readouterr().err
+    assert main([dgx1, "-c", "allgather", "--chunks", "2", "--size", "64MiB",
+                 "--solver", "greedy", "-o", str(good)]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err and "MSCCL_ALGO_DIR=" in err
