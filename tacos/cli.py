@@ -580,7 +580,9 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             doc = report(schedule, topology=spec.topology, runtime=runtime)
             if choice is not None:
                 doc["msccl_shape"] = choice.as_dict()
-            print(json.dumps(doc, indent=2))
+            from tacos.report_schema import envelope
+
+            print(json.dumps(envelope("compile", doc, doc.get("verified", True)), indent=2))
     elif args.report or not args.output:
         from tacos.report import format_report
 
@@ -660,7 +662,9 @@ def _sweep(args: argparse.Namespace) -> int:
                        candidates=cands,
                        progress=phase.update, seed=args.seed, **options)
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        from tacos.report_schema import envelope
+
+        print(json.dumps(envelope("sweep", result.as_dict(), True), indent=2))
     else:
         print(result.table())
     if out is not None and args.shape != "fixed":

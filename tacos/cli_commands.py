@@ -198,8 +198,11 @@ def _verify_folder(folder: Path, args: Any) -> int:
     problems = check_set(files)
     ok = all(r.ok for _, r in results) and not problems
     if args.json:
-        print(json.dumps({"files": {str(f): r.as_dict() for f, r in results},
-                          "set_problems": problems, "ok": ok}, indent=2))
+        from tacos.report_schema import envelope
+
+        files = [{**r.as_dict(), "source": str(f), "format": "msccl-xml"} for f, r in results]
+        print(json.dumps(envelope("verify-folder", {"files": files, "set_problems": problems},
+                                  ok), indent=2))
     else:
         for f, r in results:
             print(f"{f.name}: " + ("verified" if r.ok else r.text()))
@@ -215,8 +218,13 @@ def cmd_verify(argv: Sequence[str]) -> int:
 
     args = _verify_parser().parse_args(argv)
     check_ranges(args, {"max_steps": (2, MAX_STEPS)})
-    with limits_of(args):
-        return _verify(args)
+    try:
+        with limits_of(args):
+            return _verify(args)
+    except TacosError as exc:  # exit 1 is kept for a plan that breaks a rule
+        if exc.exit_code == 1:
+            exc.exit_code = 2  # a missing, unreadable or malformed input
+        raise
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -268,5 +276,11 @@ def _verify(args: argparse.Namespace) -> int:
         with reporter.phase(f"verifying {path}"):
             report = verify(path, topology=topology,
                             nbytes=_size(args.size) if args.size else None, ranks=ranks)
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
+    if args.json:
+        from tacos.report_schema import envelope
+
+        doc = {"source": str(path), "format": kind, **report.as_dict()}
+        print(json.dumps(envelope("verify", doc, report.ok), indent=2))
+    else:
+        print(report.text())
     return 0 if report.ok else 1

@@ -104,10 +104,10 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     start = time.perf_counter()
     limit = options.get("time_limit")
     for name in wanted:
-        if name == "nccl" or name not in SYNTHESIZERS and name not in SOLVERS:
+        if name == "nccl":
             continue
         if name not in SOLVERS:
-            skipped[name] = "not in this build"
+            skipped[name] = "not in this build" if name in SYNTHESIZERS else "no such solver"
             continue
         n = len(collective.group)
         if name == "forest" and candidates is None and n > FOREST_MAX_GROUP:

@@ -1,0 +1,169 @@
+"""Everyday use, round two: one line after a compile, -o -, flags on the file's collective,
+verify's exit codes and units, one versioned JSON schema for every report, nccl-tests-shaped
+sweep tables, the design's packages as core dependencies."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tacos.cli import main
+from tacos.report_schema import SCHEMA_ID, envelope, report_schema
+
+ROOT = Path(__file__).parent.parent
+RING8 = str(ROOT / "examples" / "ring8.tdl")
+FIXTURES = Path(__file__).parent / "fixtures" / "msccl"
+
+
+def _valid(doc: dict) -> dict:
+    jsonschema.validate(doc, report_schema())
+    assert doc["schema"] == SCHEMA_ID
+    return doc
+
+
+def test_the_design_packages_are_core_dependencies() -> None:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=\[ ]", d)[0].lower() for d in deps}
+    assert {"pulp", "ortools", "highspy"} <= names
+
+
+def test_a_compile_prints_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "p.xml"
+    assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "-o", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith(f"wrote {out}: allgather 16 MiB on 8 NPUs")
+    assert "(runtime model)" in line and "NCCL's modelled best (nccl-" in line
+    assert line.endswith(", verified") and out.is_file()
+    assert main(["verify", str(out)]) == 0
+
+
+def test_dash_o_writes_the_plan_to_standard_output(capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "--shape", "fixed",
+                 "-o", "-"]) == 0
+    cap = capsys.readouterr()
+    assert cap.out.lstrip().startswith(("<!--", "<algo")) and "</algo>" in cap.out
+    assert cap.err.startswith("wrote standard output: allgather")
+    plan = tmp_path / "from_stdout.xml"
+    plan.write_text(cap.out)
+    assert main(["verify", str(plan)]) == 0  # what went to stdout is a valid plan
+    capsys.readouterr()
+    assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "--format", "json",
+                 "-o", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["collective"]["kind"] == "allgather"
+
+
+def test_size_chunks_root_apply_to_the_collective_the_file_declares(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "--size", "1MiB",
+                 "--chunks", "2", "--json"]) == 0
+    doc = _valid(json.loads(capsys.readouterr().out))
+    assert doc["kind"] == "compile" and doc["ok"]
+    assert doc["collective"]["kind"] == "allgather"  # the file's, not repeated
+    assert doc["collective"]["size"] == 1 << 20 and doc["collective"]["chunks_per_npu"] == 2
+
+
+def test_auto_reports_its_verdict_and_skipped_candidates_in_json(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([RING8, "-q", "--size", "1MiB", "--trials", "1", "--json",
+                 "-O", "candidates=greedy,a2a,nosuch,nccl"]) == 0
+    doc = _valid(json.loads(capsys.readouterr().out))
+    auto = doc["auto"]
+    assert auto["winner"] in auto["times"] and "won" in auto["verdict"]
+    assert {"candidate": "nosuch", "reason": "no such solver"} in auto["skipped"]
+    assert any(s["candidate"] == "a2a" and "all-to-all" in s["reason"]
+               for s in auto["skipped"])
+    assert main([RING8, "-q", "--size", "1MiB", "--trials", "1", "--report",
+                 "-O", "candidates=greedy,a2a,nosuch,nccl"]) == 0
+    assert re.search(r"^skipped +nosuch: no such solver$", capsys.readouterr().out, re.M)
+
+
+def test_verify_exit_codes_for_ci(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.xml"
+    assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "--shape", "fixed",
+                 "-o", str(good)]) == 0
+    assert main(["verify", str(good)]) == 0
+    text = good.read_text()
+    bad = tmp_path / "bad.xml"  # a receive whose send is gone: the plan breaks a rule
+    bad.write_text(re.sub(r'<step s="0" type="s"[^>]*/>', "", text, count=1))
+    assert bad.read_text() != text
+    assert main(["verify", str(bad)]) == 1
+    assert main(["verify", str(tmp_path / "missing.xml")]) == 2
+    broken = tmp_path / "broken.xml"
+    broken.write_bytes(b"\x00\x01 not a plan of any kind")  # unreadable as any plan format
+    assert main(["verify", str(broken)]) == 2
+    assert main(["verify", str(good), "--topology", str(tmp_path / "none.tdl")]) == 2
+    capsys.readouterr()
+    assert main(["verify", str(bad), "--json"]) == 1
+    doc = _valid(json.loads(capsys.readouterr().out))
+    assert doc["kind"] == "verify" and not doc["ok"] and doc["format"] == "msccl-xml"
+
+
+def test_verify_prints_user_units_and_times_the_plans_own_window(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fixture = FIXTURES / "executor_ndv4_ap2ll.xml"
+    if not fixture.is_file():
+        fixture = Path("/work/shared/fixtures/msccl/executor_ndv4_ap2ll.xml")
+    assert main(["verify", str(fixture)]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "18446744073709551615" not in out
+    assert "sizes 512 B to 40 KiB" in out
+
+
+def test_no_limit_window_is_printed_as_such(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    plan = tmp_path / "p.xml"
+    assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "--shape", "fixed",
+                 "-o", str(plan)]) == 0
+    text = re.sub(r'maxBytes="\d+"', 'maxBytes="9223372036854775807"', plan.read_text())
+    plan.write_text(text)
+    capsys.readouterr()
+    assert main(["verify", str(plan), "--topology", RING8]) == 0
+    out = capsys.readouterr().out
+    assert "to no limit" in out and "18446744073709551615" not in out and "None" not in out
+    assert "16 EiB" not in out and "1 MiB" in out  # timed at a size the window holds
+
+
+def test_verify_folder_and_schedule_json_share_the_schema(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sched = tmp_path / "s.json"
+    assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "-o", str(sched)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(sched), "--json"]) == 0
+    doc = _valid(json.loads(capsys.readouterr().out))
+    assert doc["format"] == "schedule-json" and doc["ok"]
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "--shape", "fixed",
+                 "-o", str(folder / "a.xml")]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(folder), "--json"]) == 0
+    doc = _valid(json.loads(capsys.readouterr().out))
+    assert doc["kind"] == "verify-folder" and doc["files"][0]["format"] == "msccl-xml"
+    with pytest.raises(jsonschema.ValidationError):  # the schema does reject a wrong shape
+        jsonschema.validate(envelope("verify-folder", {"files": {}}, True), report_schema())
+
+
+def test_sweep_table_has_nccl_tests_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([RING8, "-q", "-c", "allgather", "--sizes", "1KiB,1MiB", "--solver",
+                 "greedy", "--trials", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(line for line in out if "count" in line)
+    for word in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw",
+                 "speedup"):
+        assert word in head
+    assert any("out-of-place" in line and "in-place" in line for line in out)
+    rows = [line.split() for line in out if not line.startswith("#")]
+    assert [r[:4] for r in rows] == [["1024", "32", "float", "none"],
+                                     ["1048576", "32768", "float", "none"]]
+    assert main([RING8, "-q", "-c", "allgather", "--sizes", "1KiB", "--solver", "greedy",
+                 "--trials", "1", "--json"]) == 0
+    doc = _valid(json.loads(capsys.readouterr().out))
+    assert doc["rows"][0]["size"] == 1024 and doc["rows"][0]["count"] == 32
