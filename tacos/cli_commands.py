@@ -182,17 +182,14 @@ def _verify_folder(folder: Path, args: Any) -> int:
 
     files = sorted(folder.glob("*.xml"))
     if not files:
-        raise TacosError(f"{folder}: no .xml file to verify")
+        raise _input_error(TacosError(f"{folder}: no .xml file to verify"))
     odd = [f for f in files if not f.is_file()]
     if odd:  # a pipe or device would block the read (and the runtime's load of the folder)
-        raise TacosError(f"{odd[0]}: not a regular file",
-                         hint="the folder should hold only the MSCCL XML files of one set")
-    topology = None
-    if args.topology:
-        from tacos.importers import load_any
-
-        topology = load_any(args.topology, _params(args.param),
-                            include_dirs=args.include_dir).topology
+        raise _input_error(TacosError(
+            f"{odd[0]}: not a regular file",
+            hint="the folder should hold only the MSCCL XML files of one set"))
+    spec = _verify_topology(args)
+    topology = spec.topology if spec is not None else None
     results = [(f, verify_xml_file(f, topology=topology, max_steps=args.max_steps,
                                    strict=args.strict)) for f in files]
     problems = check_set(files)
@@ -218,13 +215,28 @@ def cmd_verify(argv: Sequence[str]) -> int:
 
     args = _verify_parser().parse_args(argv)
     check_ranges(args, {"max_steps": (2, MAX_STEPS)})
+    with limits_of(args):
+        return _verify(args)
+
+
+def _input_error(exc: TacosError) -> TacosError:
+    """``exc`` with exit code 2: ``verify`` keeps 1 for a plan that breaks a rule, so CI can
+    tell it from a missing or unreadable input."""
+    if exc.exit_code == 1:
+        exc.exit_code = 2
+    return exc
+
+
+def _verify_topology(args: argparse.Namespace) -> Any:
+    """The ``--topology`` spec, None without one; its errors are input errors (exit 2)."""
+    if not args.topology:
+        return None
+    from tacos.importers import load_any
+
     try:
-        with limits_of(args):
-            return _verify(args)
-    except TacosError as exc:  # exit 1 is kept for a plan that breaks a rule
-        if exc.exit_code == 1:
-            exc.exit_code = 2  # a missing, unreadable or malformed input
-        raise
+        return load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
+    except TacosError as exc:
+        raise _input_error(exc) from None
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -234,21 +246,22 @@ def _verify(args: argparse.Namespace) -> int:
     if path.is_dir():
         return _verify_folder(path, args)
     if not path.is_file():
-        raise TacosError(f"{path}: " + ("not a regular file" if path.exists() else
-                                        "no such file"))
+        raise _input_error(TacosError(f"{path}: " + ("not a regular file" if path.exists()
+                                                     else "no such file")))
     topology, groups = None, []
-    if args.topology:
-        from tacos.importers import load_any
-
-        spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
+    spec = _verify_topology(args)
+    if spec is not None:
         topology = spec.topology
         groups = [c.group for c in spec.collectives]
-    with open(path, "rb") as fh:  # a regular file (checked above); its format from its head
-        text = fh.read(1 << 16).decode("utf-8", "replace")
+    try:
+        with open(path, "rb") as fh:  # a regular file (checked above); format from its head
+            text = fh.read(1 << 16).decode("utf-8", "replace")
+    except OSError as exc:
+        raise _input_error(TacosError(f"{path}: cannot read it ({exc.strerror})")) from None
     try:
         kind = sniff(text)
     except TacosError as exc:
-        raise TacosError(f"{path}: {exc.message}", hint=exc.hint) from None
+        raise _input_error(TacosError(f"{path}: {exc.message}", hint=exc.hint)) from None
     timed = ("msccl-xml", "mscclpp-json")
     if args.size and (kind not in timed or topology is None):
         raise UsageError("--size times an MSCCL XML or MSCCL++ plan on --topology",
