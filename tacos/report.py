@@ -236,7 +236,10 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
         from tacos.solvers.auto import describe
 
         lines.append(("plan", describe(auto)))
+        by_reason: dict[str, list[str]] = {}
         for item in skipped_list(auto):
-            lines.append(("skipped", f"{item['candidate']}: {item['reason']}"))
+            by_reason.setdefault(item["reason"], []).append(item["candidate"])
+        for reason, names in by_reason.items():
+            lines.append(("skipped", f"{', '.join(names)}: {reason}"))
     width = max(len(k) for k, _ in lines)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)

@@ -167,3 +167,55 @@ def test_sweep_table_has_nccl_tests_columns(capsys: pytest.CaptureFixture[str]) 
                  "--trials", "1", "--json"]) == 0
     doc = _valid(json.loads(capsys.readouterr().out))
     assert doc["rows"][0]["size"] == 1024 and doc["rows"][0]["count"] == 32
+
+
+def test_preset_loader_and_npu_names() -> None:
+    import tacos
+    from tacos.errors import UsageError
+
+    topo = tacos.preset("dgx_a100", nodes=2).topology
+    assert topo.n_npus == 16
+    npu = topo.npu("node[1].gpu[3]")
+    assert topo.npus[npu].name == "node[1].gpu[3]"
+    with pytest.raises(UsageError, match="node\\[1\\].gpu\\[7\\]"):
+        topo.npu("node[1].gpu[9]")
+    with pytest.raises(UsageError, match="did you mean 'dgx_a100'"):
+        tacos.preset("dgx_a10")
+    with pytest.raises(UsageError):
+        tacos.preset("dgx_a100", nodez=2)
+
+
+def test_out_of_range_npu_ids_are_input_errors() -> None:
+    import tacos
+    from tacos import builders
+    from tacos.errors import UsageError
+
+    topo = builders.ring(4, bandwidth=1e9)
+    coll = tacos.collective("allgather", [0, 1, 2, 7], size=4096)
+    for solver in ("greedy", "auto"):
+        with pytest.raises(UsageError, match="NPU id 7 .* 4 NPUs"):
+            tacos.synthesize(topo, coll, solver=solver)
+
+
+def test_auto_skips_synthesizers_nccl_beats_by_their_bound() -> None:
+    """composition.tdl: NCCL's ring, in the runtime model, is under the physical bound that
+    every synthesized plan's runtime time obeys, so no synthesizer runs; each one, named,
+    is indeed slower."""
+    import tacos
+    from tacos.check.bounds import lower_bound
+    from tacos.solvers.auto import run_portfolio
+    from tacos.solvers.auto_prune import unbeatable_reference
+
+    spec = tacos.load(str(ROOT / "examples" / "composition.tdl"))
+    topo, coll = spec.topology, spec.collective
+    ref = unbeatable_reference(topo, coll)
+    assert ref is not None and ref.time <= ref.bound
+    assert ref.bound == lower_bound(topo, coll).bandwidth
+    winner, plan, facts = run_portfolio(topo, coll, trials=1)
+    assert winner.startswith("nccl-") and tacos.verify(plan).ok
+    assert {"greedy", "forest"} <= set(facts["skipped"])
+    assert "cannot win" in facts["skipped"]["greedy"]
+    assert facts["times"][winner] <= ref.time
+    # the bound holds: the greedy, run anyway, is no faster than it in the runtime model
+    _, _, named = run_portfolio(topo, coll, candidates=("greedy",), trials=1)
+    assert named["times"]["greedy"] >= ref.bound
