@@ -219,3 +219,17 @@ def test_auto_skips_synthesizers_nccl_beats_by_their_bound() -> None:
     # the bound holds: the greedy, run anyway, is no faster than it in the runtime model
     _, _, named = run_portfolio(topo, coll, candidates=("greedy",), trials=1)
     assert named["times"]["greedy"] >= ref.bound
+
+
+def test_info_imports_only_what_it_needs() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom tacos.cli import main\n"
+            f"assert main(['info', {str(ROOT / 'examples' / 'reshard_p3.tdl')!r}]) == 0\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('networkx', 'numba',"
+            " 'ortools', 'pulp', 'highspy') or m in ('tacos.reshard.plan', 'tacos.check.bounds'))"
+            "\nprint('HEAVY', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "npus:" in out and out.strip().endswith("HEAVY []"), out
