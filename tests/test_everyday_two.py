@@ -233,3 +233,19 @@ def test_info_imports_only_what_it_needs() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert "npus:" in out and out.strip().endswith("HEAVY []"), out
+
+
+def test_nccl_ring_search_runs_once_per_system() -> None:
+    import tacos
+    from tacos.solvers.nccl import rings
+    from tacos.solvers.nccl.system import system
+
+    topo = tacos.preset("dgx1").topology
+    sys_ = system(topo, topo.live_npus)
+    members = sys_.nodes[0]
+    first = rings.intra_rings(sys_, members)
+    assert first == rings._intra_rings(system(topo, topo.live_npus), members)  # same rings
+    first[0].reverse()  # callers get copies: the cache is not changed through them
+    again = rings.intra_rings(sys_, members)
+    assert again == rings._intra_rings(sys_, members) and again[0] != first[0]
+    assert len(sys_.__dict__["_intra_rings"]) == 1
