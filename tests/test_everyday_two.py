@@ -249,3 +249,17 @@ def test_nccl_ring_search_runs_once_per_system() -> None:
     again = rings.intra_rings(sys_, members)
     assert again == rings._intra_rings(sys_, members) and again[0] != first[0]
     assert len(sys_.__dict__["_intra_rings"]) == 1
+
+
+def test_the_jobs_command_prints_its_comparison(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    tdl = tmp_path / "jobs.tdl"
+    tdl.write_text('fattree h[8] leaves=2 spines=2 down 50GB/s 1us up 25GB/s 1us\n'
+                   'job "big" group h[0], h[4] priority 1 { collective allreduce size 8MiB }\n'
+                   'job "small" group h[1], h[5] { collective allgather size 2MiB }\n')
+    out = tmp_path / "plan.json"
+    assert main([str(tdl), "-q", "--objective", "priority", "-o", str(out)]) == 0  # no --report
+    text = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'plan.big.json'}" in text
+    assert "objective: priority" in text and "ecmp" in text  # the comparison with ECMP
+    assert main(["verify", str(tmp_path / "plan.big.json"), "--topology", str(tdl)]) == 0
