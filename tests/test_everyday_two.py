@@ -263,3 +263,18 @@ def test_the_jobs_command_prints_its_comparison(tmp_path: Path,
     assert f"wrote {tmp_path / 'plan.big.json'}" in text
     assert "objective: priority" in text and "ecmp" in text  # the comparison with ECMP
     assert main(["verify", str(tmp_path / "plan.big.json"), "--topology", str(tdl)]) == 0
+
+
+def test_allocate_names_its_objective_and_where_synthesis_disagrees() -> None:
+    from tacos.cost.cli import disagreement, fastest_synthesized
+
+    rows = [{"name": "optimum", "synthesized": 388.8e-6}, {"name": "grid best",
+            "synthesized": 331.3e-6}, {"name": "EqualBW", "synthesized": 298.6e-6},
+            {"name": "MessageBW", "synthesized": None}]
+    assert fastest_synthesized(rows) == "EqualBW"
+    line = disagreement(rows, "hierarchical", "greedy")
+    assert "of the hierarchical model's time" in line and "DISAGREE: 'EqualBW'" in line
+    assert "298.6 us against 388.8 us" in line.replace("µ", "u")
+    rows[0]["synthesized"] = 1e-6
+    assert "agree" in disagreement(rows, "hierarchical", "greedy")
+    assert "no synthesis" in disagreement([], "hierarchical", "greedy")
