@@ -278,3 +278,20 @@ def test_allocate_names_its_objective_and_where_synthesis_disagrees() -> None:
     rows[0]["synthesized"] = 1e-6
     assert "agree" in disagreement(rows, "hierarchical", "greedy")
     assert "no synthesis" in disagreement([], "hierarchical", "greedy")
+
+
+def test_cost_handles_hierarchical_systems_declared_by_presets(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import tacos
+    from tacos.cost.node_dims import with_node_dims
+
+    topo = tacos.preset("dgx_a100", nodes=2).topology
+    dimmed = with_node_dims(topo)
+    assert {lk.dim for lk in dimmed.links} == {0, 1}
+    assert with_node_dims(dimmed) is dimmed  # declared dimensions are kept
+    assert main(["cost", str(ROOT / "examples" / "dgx_a100_2node.tdl"), "-c", "allreduce",
+                 "--size", "64MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "needs every link to carry a dimension" not in out
+    row = next(line for line in out.splitlines() if line.startswith("hierarchical "))
+    assert row.count("hierarchical") == 2 and "ms" in row + "us"  # model and its baseline

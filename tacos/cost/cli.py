@@ -154,10 +154,11 @@ def cmd_cost(argv: Sequence[str]) -> int:
 def _cost(args: argparse.Namespace) -> int:
     from tacos.cost.compare import compare
     from tacos.cost.models import MODELS
+    from tacos.cost.node_dims import with_node_dims
     from tacos.model.collective import ROOTED_COLLECTIVES
 
     spec = _load(args)
-    topo = spec.topology
+    topo = with_node_dims(spec.topology)  # presets' nodes and rails become dimensions
     groups = _groups(topo, args)
     root = None
     if args.collective in ROOTED_COLLECTIVES:
