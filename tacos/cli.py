@@ -545,7 +545,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         from tacos.msccl.ranks import ranks_comment
         from tacos.msccl.xml_writer import iter_xml, lower_verified, write_xml
 
-        program = lower_verified(schedule, _msccl_options(args), progress=reporter)
+        with reporter.phase("lowering to MSCCL XML and verifying it"):
+            program = lower_verified(schedule, _msccl_options(args), progress=reporter)
         header = ranks_comment(schedule.collective.group)
         with reporter.phase(f"writing {args.output}"):
             if args.output == "-":

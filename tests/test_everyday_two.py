@@ -295,3 +295,22 @@ def test_cost_handles_hierarchical_systems_declared_by_presets(
     assert "needs every link to carry a dimension" not in out
     row = next(line for line in out.splitlines() if line.startswith("hierarchical "))
     assert row.count("hierarchical") == 2 and "ms" in row + "us"  # model and its baseline
+
+
+def test_progress_in_a_pipe_is_one_line_per_phase() -> None:
+    import io
+
+    from tacos.progress import TerminalReporter
+
+    stream = io.StringIO()  # not a terminal
+    rep = TerminalReporter(stream=stream)
+    with rep.phase("synthesizing"):
+        with rep.phase("a part of it"):
+            pass
+    with rep.phase("verifying"):
+        pass
+    assert stream.getvalue() == "tacosc: synthesizing ...\ntacosc: verifying ...\n"
+    quiet = io.StringIO()
+    with TerminalReporter(enabled=False, stream=quiet).phase("x"):
+        pass
+    assert quiet.getvalue() == ""
