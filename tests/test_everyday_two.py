@@ -314,3 +314,34 @@ def test_progress_in_a_pipe_is_one_line_per_phase() -> None:
     with TerminalReporter(enabled=False, stream=quiet).phase("x"):
         pass
     assert quiet.getvalue() == ""
+
+
+def test_pictures_can_be_read_back(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    from tacos.backends.plot import chunk_sources, plot_schedule
+    from tacos.backends.plot_sweep import plot_sweep
+
+    import tacos
+    from tacos.sweep import sweep
+
+    spec = tacos.load(RING8)
+    coll = tacos.collective("allgather", spec.topology.live_npus, size="64KiB",
+                            chunks_per_npu=4)
+    sched = tacos.synthesize(spec.topology, coll, solver="greedy", trials=1)
+    assert tacos.verify(sched).ok
+    sources = chunk_sources(sched)
+    assert len(sources) == 32 and len(set(sources.values())) == 8  # 32 chunks, 8 colours
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in the SVG
+        svg = plot_schedule(sched, tmp_path / "s.svg").path.read_text()
+        res = sweep(spec.topology, "allgather", "1KiB,1MiB", candidates=("greedy", "nccl"),
+                    trials=1, workers=1)
+        assert all(tacos.verify(r.schedule).ok for r in res.rows)
+        sweep_svg = plot_sweep(res, tmp_path / "w.svg").read_text()
+    algorithm = str(sched.meta.get("algorithm") or sched.meta.get("solver"))
+    assert f"by {algorithm}" in svg
+    for npu in spec.topology.npus:
+        assert f"from {npu.name}" in svg
+    assert "speedup vs best NCCL model" in sweep_svg and "tacos (auto)" in sweep_svg
+    for model in res.models:
+        assert model in sweep_svg
