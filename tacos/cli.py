@@ -164,6 +164,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
     """Every file the command will write can be written: checked before any work."""
     from tacos.atomic import check_writable
 
+    if args.output == "-" and (args.report or args.json):
+        raise UsageError("-o - writes the plan to standard output; --report and --json "
+                         "would print into it", hint="write the plan to a file, or drop "
+                         "--report/--json")
     if args.output and args.output != "-":
         check_writable(args.output)
     if args.plot:

@@ -58,6 +58,8 @@ def test_dash_o_writes_the_plan_to_standard_output(capsys: pytest.CaptureFixture
     assert main([RING8, "-q", "--solver", "greedy", "--trials", "1", "--format", "json",
                  "-o", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["collective"]["kind"] == "allgather"
+    assert main([RING8, "-q", "-o", "-", "--report"]) == 2  # would mix into the plan
+    assert "standard output" in capsys.readouterr().err
 
 
 def test_size_chunks_root_apply_to_the_collective_the_file_declares(
