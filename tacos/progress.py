@@ -76,9 +76,9 @@ class _RichPhase(Phase):
 class TerminalReporter(Reporter):
     """rich progress bars on stderr, one line per phase, when stderr is a terminal (and
     ``enabled``); a phase that ends within ``quiet_below`` seconds leaves no line behind.
-    When stderr is a pipe or file (and ``enabled``), one plain line as each phase starts
-    (``tacosc: verifying ...``; phases inside a phase print none; no clock, so logs of the
-    same run are the same bytes)."""
+    When stderr is a pipe or file (and ``enabled``), one plain line for each of the command's
+    phases that runs longer than ``quiet_below`` (``tacosc: synthesizing (auto) ...``, printed
+    then; phases inside a phase print none; no clock in the text)."""
 
     def __init__(self, enabled: bool = True, stream: Any = None,
                  quiet_below: float = 1.0) -> None:
@@ -92,13 +92,16 @@ class TerminalReporter(Reporter):
     def phase(self, name: str, total: int | None = None, unit: str = "") -> Iterator[Phase]:
         depth = getattr(self, "_depth", 0)
         if not self.enabled or depth > 0:  # a phase inside a phase shows as its parent
+            timer = None
             if self.pipe and depth == 0:  # the command's own phases, not their parts
-                print(f"tacosc: {name} ...", file=self.stream, flush=True)
+                timer = self._pipe_line(name)
             self._depth = depth + 1
             try:
                 yield Phase()
             finally:
                 self._depth = depth
+                if timer is not None:
+                    timer.cancel()
             return
         self._depth = 1
         try:
@@ -106,6 +109,23 @@ class TerminalReporter(Reporter):
                 yield phase
         finally:
             self._depth = 0
+
+    def _pipe_line(self, name: str) -> Any:
+        """Print ``tacosc: NAME ...`` once the phase has run ``quiet_below`` seconds (at once
+        when that is 0): a long phase says what it does, a quick one (or an input error)
+        leaves nothing before the command's own output.  Returns the timer to cancel."""
+        def say() -> None:
+            print(f"tacosc: {name} ...", file=self.stream, flush=True)
+
+        if self.quiet_below <= 0:
+            say()
+            return None
+        import threading
+
+        timer = threading.Timer(self.quiet_below, say)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     @contextmanager
     def _bar(self, name: str, total: int | None, unit: str) -> Iterator[Phase]:

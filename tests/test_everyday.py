@@ -229,10 +229,10 @@ def test_progress_bars_only_on_a_terminal(ring_schedule: tacos.Schedule) -> None
         def isatty(self) -> bool:
             return True
 
-    quiet = io.StringIO()  # a pipe: one plain line per phase, no bar
+    quiet = io.StringIO()  # a pipe: no bar, and a quick phase leaves no line
     with TerminalReporter(stream=quiet).phase("x", total=2) as ph:
         ph.update(1, 2)
-    assert quiet.getvalue() == "tacosc: x ...\n"
+    assert quiet.getvalue() == ""
     loud = Tty()
     rep = TerminalReporter(stream=loud, quiet_below=0.0)
     topo = builders.ring(4, bandwidth=1e9)

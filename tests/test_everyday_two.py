@@ -304,8 +304,8 @@ def test_progress_in_a_pipe_is_one_line_per_phase() -> None:
 
     from tacos.progress import TerminalReporter
 
-    stream = io.StringIO()  # not a terminal
-    rep = TerminalReporter(stream=stream)
+    stream = io.StringIO()  # not a terminal; every phase counts as long
+    rep = TerminalReporter(stream=stream, quiet_below=0.0)
     with rep.phase("synthesizing"):
         with rep.phase("a part of it"):
             pass
@@ -313,9 +313,20 @@ def test_progress_in_a_pipe_is_one_line_per_phase() -> None:
         pass
     assert stream.getvalue() == "tacosc: synthesizing ...\ntacosc: verifying ...\n"
     quiet = io.StringIO()
-    with TerminalReporter(enabled=False, stream=quiet).phase("x"):
+    with TerminalReporter(enabled=False, stream=quiet, quiet_below=0.0).phase("x"):
         pass
     assert quiet.getvalue() == ""
+    slow = io.StringIO()  # the line comes while a long phase still runs
+    with TerminalReporter(stream=slow, quiet_below=0.05).phase("a long one"):
+        import time
+
+        deadline = time.monotonic() + 5
+        while not slow.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert slow.getvalue() == "tacosc: a long one ...\n"
+    with TerminalReporter(stream=slow, quiet_below=30).phase("a quick one"):
+        pass
+    assert "quick" not in slow.getvalue()
 
 
 def test_pictures_can_be_read_back(tmp_path: Path) -> None:
