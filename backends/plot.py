@@ -1,7 +1,8 @@
 """Schedule pictures: a per-link Gantt timeline and link utilization (matplotlib, Agg).
 
 :func:`plot_schedule` draws one row per link that carries at least one transfer: on the left
-every transfer as a bar over its ``[start, end]`` (colour = chunk, hatched = reduce), on the
+every transfer as a bar over its ``[start, end]`` (colour = the chunk's source NPU, with a
+legend; hatched = reduce), on the
 right the link's utilization (busy time / collective time / multiplicity).  matplotlib is
 imported lazily; without it a :class:`~tacos.errors.TacosError` says how to install it.
 
@@ -89,6 +90,12 @@ def link_utilization(schedule: Schedule) -> dict[int, float]:
     return out
 
 
+def chunk_sources(schedule: Schedule) -> dict[int, int]:
+    """Chunk id -> the NPU it starts on (the lowest of its precondition): what the schedule
+    plot colours by, so a reader can tell whose data each bar carries."""
+    return {c.id: min(c.pre) if c.pre else -1 for c in schedule.collective.chunks}
+
+
 def plot_schedule(schedule: Schedule, path: str | Path, *, title: str | None = None,
                   max_rows: int | None = 80, dpi: int = 120) -> PlotInfo:
     """Draw ``schedule`` to ``path`` (PNG, SVG or PDF by suffix) and say what was drawn.
@@ -113,6 +120,10 @@ def plot_schedule(schedule: Schedule, path: str | Path, *, title: str | None = N
         1, 2, figsize=(12, height), sharey=True,
         gridspec_kw={"width_ratios": [4, 1], "wspace": 0.04})
     cmap = plt.get_cmap("tab20")
+    coll = schedule.collective
+    source = chunk_sources(schedule)
+    groups = sorted(set(source.values()))
+    colour = {g: cmap(k % 20) for k, g in enumerate(groups)}
     for row, li in enumerate(shown):
         y = n_rows - 1 - row
         for op in ("copy", "reduce"):
@@ -121,7 +132,7 @@ def plot_schedule(schedule: Schedule, path: str | Path, *, title: str | None = N
                 continue
             ax.broken_barh([(t.start / scale, (t.end - t.start) / scale) for t in items],
                            (y - 0.4, 0.8),
-                           facecolors=[cmap(t.chunks[0] % 20) for t in items],
+                           facecolors=[colour[source[t.chunks[0]]] for t in items],
                            edgecolor="black", linewidth=0.3,
                            hatch="///" if op == "reduce" else None)
         ax_u.barh(y, util[li] * 100, color="tab:blue", height=0.7)
@@ -134,13 +145,23 @@ def plot_schedule(schedule: Schedule, path: str | Path, *, title: str | None = N
     ax_u.set_xlim(0, 100)
     ax_u.set_xlabel("utilization (%)")
     ax_u.grid(axis="x", linestyle=":", linewidth=0.5)
-    coll = schedule.collective
-    head = title or (f"{coll.label()} on {schedule.topology.name or 'topology'}: "
-                     f"{span / scale:.4g} {unit}, {len(schedule.transfers)} transfers")
+    algorithm = schedule.meta.get("algorithm") or schedule.meta.get("solver")
+    head = title or (f"{coll.label()} on {schedule.topology.name or 'topology'}"
+                     + (f" by {algorithm}" if algorithm else "")
+                     + f": {span / scale:.4g} {unit}, {len(schedule.transfers)} transfers")
     if len(shown) < len(used):
         head += f" (busiest {len(shown)} of {len(used)} links)"
     fig.suptitle(head, fontsize=10)
-    fig.text(0.01, 0.005, "colour = chunk, hatched = reduce", fontsize=7)
+    from matplotlib.patches import Patch
+
+    legend = [f"from {schedule.topology.node_name(g)}" if g >= 0 else "no source"
+              for g in groups[:20]]
+    if len(groups) > 20:
+        legend[-1] = f"from {len(groups) - 19} more sources (colours repeat)"
+    ax.legend([Patch(facecolor=colour[g], edgecolor="black", linewidth=0.3)
+               for g in groups[:20]], legend, title="chunk's source NPU; hatched = reduce",
+              fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.33, 1.0),
+              borderaxespad=0)
     path.parent.mkdir(parents=True, exist_ok=True)
     fmt = path.suffix.lower().lstrip(".") or "png"
     try:

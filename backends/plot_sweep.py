@@ -39,13 +39,18 @@ def plot_sweep(result: Sweep, path: Path) -> Path:
     ax.set_xlabel("message size (nccl-tests convention)")
     ax.set_ylabel("algbw (GB/s)")
     speed = [(r.size, r.speedup) for r in rows if r.speedup]
+    handles, labels = ax.get_legend_handles_labels()
     if speed:
         ax2 = ax.twinx()
         ax2.plot(*zip(*speed, strict=True), color="grey", linestyle=":", linewidth=1,
-                 label="speedup vs best NCCL model")
+                 label="speedup vs best NCCL model (right axis)")
         ax2.set_ylabel("speedup over the best NCCL model", color="grey")
         ax2.set_ylim(bottom=0)
-    ax.legend(fontsize=7, loc="upper left")
+        more, more_labels = ax2.get_legend_handles_labels()
+        handles, labels = handles + more, labels + more_labels
+    # one legend for both axes, outside the plot: no line crosses it
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.12, 1.0),
+              borderaxespad=0)
     name = result.topology.name or "topology"
     ax.set_title(f"{result.kind} on {name}: tacos vs NCCL models", fontsize=10)
     path = Path(path)

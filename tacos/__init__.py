@@ -107,6 +107,31 @@ def load(path: str | Path, params: dict[str, Any] | None = None, *,
     return load_any(path, params, include_dirs=include_dirs, **import_options)
 
 
+def preset(name: str, **params: Any) -> Spec:
+    """Load the shipped preset ``name`` (``tacos presets`` lists them) with its ``param``
+    values overridden by ``params``: ``tacos.preset("dgx_a100", nodes=2).topology``.
+    An unknown name or parameter is a :class:`~tacos.errors.UsageError`."""
+    import difflib
+
+    from tacos.errors import UsageError
+    from tacos.frontends.tdl_includes import preset_folder
+
+    folder = preset_folder()
+    path = folder / f"{name}.tdl"
+    if not path.is_file():
+        names = sorted(p.stem for p in folder.glob("*.tdl"))
+        close = difflib.get_close_matches(name, names, n=1)
+        raise UsageError(f"no preset called {name!r}",
+                         hint=f"did you mean {close[0]!r}?" if close else
+                         f"one of {', '.join(names)}")
+    try:
+        return load(path, dict(params))
+    except UsageError:
+        raise
+    except TacosError as exc:  # the shipped file is sound: the parameters given are not
+        raise UsageError(f"preset {name}: {exc.message}", hint=exc.hint) from None
+
+
 def parse(text: str, source: str = "<string>", params: dict[str, Any] | None = None, *,
           include_dirs: Iterable[str | Path] | None = None) -> Spec:
     """Parse TDL text (``use "path"`` is relative to the working directory)."""

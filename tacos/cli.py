@@ -164,7 +164,11 @@ def _check_outputs(args: argparse.Namespace) -> None:
     """Every file the command will write can be written: checked before any work."""
     from tacos.atomic import check_writable
 
-    if args.output:
+    if args.output == "-" and (args.report or args.json):
+        raise UsageError("-o - writes the plan to standard output; --report and --json "
+                         "would print into it", hint="write the plan to a file, or drop "
+                         "--report/--json")
+    if args.output and args.output != "-":
         check_writable(args.output)
     if args.plot:
         from tacos.backends.plot import check_plot_path
@@ -346,10 +350,13 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
         if spec.collective is None:
             raise UsageError(f"{args.topology} declares no collective",
                              hint="pass --collective allreduce (or another collective)")
-        if args.size or args.root or args.chunks:
-            raise UsageError("--size, --chunks and --root go with --collective",
-                             hint="e.g. --collective allreduce --size 64MiB")
-        return spec.collective
+        if not (args.size or args.root or args.chunks):
+            return spec.collective
+        if spec.collective.kind not in STANDARD_COLLECTIVES:
+            raise UsageError(f"--size, --chunks and --root do not apply to the file's "
+                             f"{spec.collective.kind} collective",
+                             hint="name a standard one, e.g. --collective allreduce")
+        return _rebuilt(spec.collective, args, topo)  # the file's, with the flags given
     for c in spec.collectives:
         if c.name == args.collective and c.kind != args.collective:
             return c
@@ -389,6 +396,23 @@ def _choose_collective(spec: Any, args: argparse.Namespace) -> Any:
             from tacos.model.limit_spans import locate_group
 
             raise locate_group(exc, topo, group) from None
+        raise UsageError(exc.message, hint=exc.hint) from None
+
+
+def _rebuilt(declared: Any, args: argparse.Namespace, topo: Any) -> Any:
+    """The file's own collective (its kind, group and, unless given, size, chunks and root)
+    with the ``--size``, ``--chunks`` and ``--root`` the command line gives."""
+    from tacos.model import patterns
+
+    root = _root(args, topo) if args.root is not None else declared.root
+    chunks = _chunks(args, declared)
+    args.auto_chunks = chunks == "auto"
+    chunks = 1 if chunks == "auto" else chunks
+    size = _size(args.size) if args.size else declared.size
+    try:
+        return patterns.build(declared.kind, declared.group, size=size, chunks_per_npu=chunks,
+                              root=root)
+    except TacosError as exc:
         raise UsageError(exc.message, hint=exc.hint) from None
 
 
@@ -433,6 +457,8 @@ def _output_format(args: argparse.Namespace) -> str | None:
     fmt = args.format
     if not args.output:
         return fmt
+    if args.output == "-":  # standard output: MSCCL XML unless --format says otherwise
+        return fmt or "xml"
     suffix = Path(args.output).suffix.lower()
     if fmt is None:
         fmt = {".json": "json", ".xml": "xml", ".csv": "nccl-tuner"}.get(suffix)
@@ -449,7 +475,7 @@ def _output_format(args: argparse.Namespace) -> str | None:
 
 def _is_folder(output: str | None, fmt: str | None) -> bool:
     """``-o DIR``: an existing folder, a name ending in a separator, or one without suffix."""
-    if not output or fmt not in (None, "xml"):
+    if not output or output == "-" or fmt not in (None, "xml"):
         return False
     path = Path(output)
     return path.is_dir() or output.endswith(("/", os.sep)) or (path.suffix == ""
@@ -536,11 +562,16 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             schedule = choice.schedule
     elif args.output and fmt == "xml":  # large plans: streamed, never held as one text
         from tacos.msccl.ranks import ranks_comment
-        from tacos.msccl.xml_writer import lower_verified, write_xml
+        from tacos.msccl.xml_writer import iter_xml, lower_verified, write_xml
 
-        program = lower_verified(schedule, _msccl_options(args), progress=reporter)
+        with reporter.phase("lowering to MSCCL XML and verifying it"):
+            program = lower_verified(schedule, _msccl_options(args), progress=reporter)
+        header = ranks_comment(schedule.collective.group)
         with reporter.phase(f"writing {args.output}"):
-            write_xml(program, args.output, header=ranks_comment(schedule.collective.group))
+            if args.output == "-":
+                write_output("-", header + "".join(iter_xml(program)))
+            else:
+                write_xml(program, args.output, header=header)
     elif args.output:
         with reporter.phase(f"writing {args.output}"):
             text = _render(schedule, fmt, args)
@@ -563,7 +594,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
 
         with reporter.phase("writing Chakra traces"):
             write_traces(schedule, args.chakra)
-    if (args.json or args.report or not args.output) and runtime is None:
+    if runtime is None:
         from tacos.runtime.plans import runtime_of
 
         with reporter.phase("runtime model"):
@@ -576,7 +607,9 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             doc = report(schedule, topology=spec.topology, runtime=runtime)
             if choice is not None:
                 doc["msccl_shape"] = choice.as_dict()
-            print(json.dumps(doc, indent=2))
+            from tacos.report_schema import envelope
+
+            print(json.dumps(envelope("compile", doc, doc.get("verified", True)), indent=2))
     elif args.report or not args.output:
         from tacos.report import format_report
 
@@ -584,6 +617,11 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             print(format_report(schedule, topology=spec.topology, runtime=runtime))
             if choice is not None:
                 print("\n".join(choice.lines()))
+    else:  # -o alone: one line says what was written
+        from tacos.compile_line import compile_line
+
+        print(compile_line(schedule, spec.topology, args.output, runtime),
+              file=sys.stderr if args.output == "-" else sys.stdout)
     return 0
 
 
@@ -724,7 +762,9 @@ def _sweep(args: argparse.Namespace) -> int:
                        candidates=cands,
                        progress=phase.update, seed=args.seed, **options)
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        from tacos.report_schema import envelope
+
+        print(json.dumps(envelope("sweep", result.as_dict(), True), indent=2))
     else:
         print(result.table())
     if out is not None and args.shape != "fixed":
@@ -752,6 +792,10 @@ def _sweep(args: argparse.Namespace) -> int:
 def write_output(path: str | Path, data: str) -> None:
     """Write ``data`` to ``path`` atomically (:mod:`tacos.atomic`): the previous file or the
     whole new one, never a part; a user error (not a traceback) when that fails."""
+    if str(path) == "-":  # standard output
+        sys.stdout.write(data if data.endswith("\n") else data + "\n")
+        sys.stdout.flush()
+        return
     from tacos.atomic import write_text
 
     write_text(path, data)
@@ -776,7 +820,8 @@ def _msccl_options(args: argparse.Namespace) -> Any:
     from tacos.cli_flags import msccl_values
     from tacos.msccl.lower import msccl_options
 
-    return msccl_options(name=Path(args.output).stem if args.output else "tacos",
+    return msccl_options(name=Path(args.output).stem if args.output not in (None, "", "-")
+                         else "tacos",
                          **msccl_values(args))
 
 

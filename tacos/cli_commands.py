@@ -182,24 +182,24 @@ def _verify_folder(folder: Path, args: Any) -> int:
 
     files = sorted(folder.glob("*.xml"))
     if not files:
-        raise TacosError(f"{folder}: no .xml file to verify")
+        raise _input_error(TacosError(f"{folder}: no .xml file to verify"))
     odd = [f for f in files if not f.is_file()]
     if odd:  # a pipe or device would block the read (and the runtime's load of the folder)
-        raise TacosError(f"{odd[0]}: not a regular file",
-                         hint="the folder should hold only the MSCCL XML files of one set")
-    topology = None
-    if args.topology:
-        from tacos.importers import load_any
-
-        topology = load_any(args.topology, _params(args.param),
-                            include_dirs=args.include_dir).topology
+        raise _input_error(TacosError(
+            f"{odd[0]}: not a regular file",
+            hint="the folder should hold only the MSCCL XML files of one set"))
+    spec = _verify_topology(args)
+    topology = spec.topology if spec is not None else None
     results = [(f, verify_xml_file(f, topology=topology, max_steps=args.max_steps,
                                    strict=args.strict)) for f in files]
     problems = check_set(files)
     ok = all(r.ok for _, r in results) and not problems
     if args.json:
-        print(json.dumps({"files": {str(f): r.as_dict() for f, r in results},
-                          "set_problems": problems, "ok": ok}, indent=2))
+        from tacos.report_schema import envelope
+
+        files = [{**r.as_dict(), "source": str(f), "format": "msccl-xml"} for f, r in results]
+        print(json.dumps(envelope("verify-folder", {"files": files, "set_problems": problems},
+                                  ok), indent=2))
     else:
         for f, r in results:
             print(f"{f.name}: " + ("verified" if r.ok else r.text()))
@@ -230,6 +230,26 @@ def _declared_group(path: Path, topology: Any, groups: list) -> Any:
         return None  # the verifier reports the broken plan
 
 
+def _input_error(exc: TacosError) -> TacosError:
+    """``exc`` with exit code 2: ``verify`` keeps 1 for a plan that breaks a rule, so CI can
+    tell it from a missing or unreadable input."""
+    if exc.exit_code == 1:
+        exc.exit_code = 2
+    return exc
+
+
+def _verify_topology(args: argparse.Namespace) -> Any:
+    """The ``--topology`` spec, None without one; its errors are input errors (exit 2)."""
+    if not args.topology:
+        return None
+    from tacos.importers import load_any
+
+    try:
+        return load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
+    except TacosError as exc:
+        raise _input_error(exc) from None
+
+
 def _verify(args: argparse.Namespace) -> int:
     from tacos.verify_plan import sniff
 
@@ -237,21 +257,22 @@ def _verify(args: argparse.Namespace) -> int:
     if path.is_dir():
         return _verify_folder(path, args)
     if not path.is_file():
-        raise TacosError(f"{path}: " + ("not a regular file" if path.exists() else
-                                        "no such file"))
+        raise _input_error(TacosError(f"{path}: " + ("not a regular file" if path.exists()
+                                                     else "no such file")))
     topology, groups = None, []
-    if args.topology:
-        from tacos.importers import load_any
-
-        spec = load_any(args.topology, _params(args.param), include_dirs=args.include_dir)
+    spec = _verify_topology(args)
+    if spec is not None:
         topology = spec.topology
         groups = [c.group for c in spec.collectives]
-    with open(path, "rb") as fh:  # a regular file (checked above); its format from its head
-        text = fh.read(1 << 16).decode("utf-8", "replace")
+    try:
+        with open(path, "rb") as fh:  # a regular file (checked above); format from its head
+            text = fh.read(1 << 16).decode("utf-8", "replace")
+    except OSError as exc:
+        raise _input_error(TacosError(f"{path}: cannot read it ({exc.strerror})")) from None
     try:
         kind = sniff(text)
     except TacosError as exc:
-        raise TacosError(f"{path}: {exc.message}", hint=exc.hint) from None
+        raise _input_error(TacosError(f"{path}: {exc.message}", hint=exc.hint)) from None
     timed = ("msccl-xml", "mscclpp-json")
     if args.size and kind not in timed:
         raise UsageError("--size checks (and with --topology times) an MSCCL XML or MSCCL++ "
@@ -281,5 +302,11 @@ def _verify(args: argparse.Namespace) -> int:
         with reporter.phase(f"verifying {path}"):
             report = verify(path, topology=topology,
                             nbytes=_size(args.size) if args.size else None, ranks=ranks)
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text())
+    if args.json:
+        from tacos.report_schema import envelope
+
+        doc = {"source": str(path), "format": kind, **report.as_dict()}
+        print(json.dumps(envelope("verify", doc, report.ok), indent=2))
+    else:
+        print(report.text())
     return 0 if report.ok else 1

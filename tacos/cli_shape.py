@@ -106,7 +106,7 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     lo, hi = values["min_bytes"], values["max_bytes"]
     if not lo and not hi:
         lo, hi = windows([max(1, nbytes // 4), nbytes, nbytes * 4])[1]
-    name = Path(args.output).stem or "tacos"
+    name = "tacos" if args.output == "-" else (Path(args.output).stem or "tacos")
     write_output(args.output, named(choice, name, lo, hi).xml(
         max_steps=values["max_steps_per_tb"]))
     return choice

@@ -74,21 +74,62 @@ class _RichPhase(Phase):
 
 
 class TerminalReporter(Reporter):
-    """rich progress bars on stderr, one line per phase, shown only when stderr is a
-    terminal (and ``enabled``); a phase that ends within ``quiet_below`` seconds leaves no
-    line behind."""
+    """rich progress bars on stderr, one line per phase, when stderr is a terminal (and
+    ``enabled``); a phase that ends within ``quiet_below`` seconds leaves no line behind.
+    When stderr is a pipe or file (and ``enabled``), one plain line for each of the command's
+    phases that runs longer than ``quiet_below`` (``tacosc: synthesizing (auto) ...``, printed
+    then; phases inside a phase print none; no clock in the text)."""
 
     def __init__(self, enabled: bool = True, stream: Any = None,
                  quiet_below: float = 1.0) -> None:
         self.stream = stream or sys.stderr
-        self.enabled = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = enabled and tty
+        self.pipe = enabled and not tty
         self.quiet_below = quiet_below
 
     @contextmanager
     def phase(self, name: str, total: int | None = None, unit: str = "") -> Iterator[Phase]:
-        if not self.enabled:
-            yield Phase()
+        depth = getattr(self, "_depth", 0)
+        if not self.enabled or depth > 0:  # a phase inside a phase shows as its parent
+            timer = None
+            if self.pipe and depth == 0:  # the command's own phases, not their parts
+                timer = self._pipe_line(name)
+            self._depth = depth + 1
+            try:
+                yield Phase()
+            finally:
+                self._depth = depth
+                if timer is not None:
+                    timer.cancel()
             return
+        self._depth = 1
+        try:
+            with self._bar(name, total, unit) as phase:
+                yield phase
+        finally:
+            self._depth = 0
+
+    def _pipe_line(self, name: str) -> Any:
+        """Print ``tacosc: NAME ...`` once the phase has run ``quiet_below`` seconds (at once
+        when that is 0): a long phase says what it does, a quick one (or an input error)
+        leaves nothing before the command's own output.  Returns the timer to cancel."""
+        def say() -> None:
+            print(f"tacosc: {name} ...", file=self.stream, flush=True)
+
+        if self.quiet_below <= 0:
+            say()
+            return None
+        import threading
+
+        timer = threading.Timer(self.quiet_below, say)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    @contextmanager
+    def _bar(self, name: str, total: int | None, unit: str) -> Iterator[Phase]:
+        """A rich progress bar for one phase on the terminal."""
         from rich.console import Console
         from rich.progress import (
             BarColumn,

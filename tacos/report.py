@@ -128,11 +128,33 @@ def report(schedule: Schedule, *, topology: Topology | None = None,
         from tacos.runtime.plans import runtime_json
 
         out["runtime"] = runtime_json(runtime[0], runtime[1], time)
+    auto = schedule.meta.get("auto")
+    if isinstance(auto, dict) and auto.get("winner"):
+        out["auto"] = auto_json(auto)
     if verify:
         rep = verify_schedule(schedule)
         out["verified"] = rep.ok
         out["violations"] = len(rep.violations) + rep.omitted
     return json_safe(out)
+
+
+def auto_json(facts: dict[str, Any]) -> dict[str, Any]:
+    """The ``auto`` portfolio's verdict (``meta['auto']``) as the report prints it: the
+    winner, NCCL's modelled best and the speedup over it, every candidate's time (s) and the
+    candidates skipped, as ``[{candidate, reason}]``."""
+    from tacos.solvers.auto import describe
+
+    keys = ("winner", "ranked_by", "nccl_best", "nccl_time", "speedup_vs_nccl", "runner_up",
+            "margin", "times")
+    out = {k: facts[k] for k in keys if k in facts}
+    out["skipped"] = skipped_list(facts)
+    out["verdict"] = describe(facts)
+    return out
+
+
+def skipped_list(facts: dict[str, Any]) -> list[dict[str, str]]:
+    """``facts['skipped']`` (candidate -> reason) as ``[{candidate, reason}]``, sorted."""
+    return [{"candidate": k, "reason": v} for k, v in sorted(facts.get("skipped", {}).items())]
 
 
 def _t(x: float | None) -> str:
@@ -214,5 +236,10 @@ def format_report(schedule: Schedule, *, topology: Topology | None = None,
         from tacos.solvers.auto import describe
 
         lines.append(("plan", describe(auto)))
+        by_reason: dict[str, list[str]] = {}
+        for item in skipped_list(auto):
+            by_reason.setdefault(item["reason"], []).append(item["candidate"])
+        for reason, names in by_reason.items():
+            lines.append(("skipped", f"{', '.join(names)}: {reason}"))
     width = max(len(k) for k, _ in lines)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)

@@ -30,7 +30,7 @@ from tacos.errors import UsageError
 from tacos.model import patterns
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
-from tacos.model.units import format_size, parse_quantity
+from tacos.model.units import parse_quantity
 
 SIZES_HINT = ("give FROM:TO:xFACTOR (e.g. 1KiB:4GiB:x4), FROM:TO:+STEP, or a list "
               "(1MiB,64MiB)")
@@ -93,6 +93,17 @@ def parse_sizes(text: str | Sequence[int | str]) -> list[int]:
         raise UsageError(f"--sizes gives more than {MAX_SIZES} sizes", hint="use a larger "
                          "factor or step")
     return sizes
+
+
+REDUCING = ("allreduce", "reducescatter", "reduce")
+PER_RANK = ("allgather", "reducescatter", "alltoall", "scatter", "gather")
+
+
+def nccl_tests_count(kind: str, size: int, npus: int, elem: int = 4) -> int:
+    """The ``count`` column of nccl-tests for a ``size``-byte collective of ``elem``-byte
+    elements: per rank for the collectives that split the buffer by rank, else the whole."""
+    count = size // elem
+    return count // npus if kind in PER_RANK and npus else count
 
 
 @dataclass
@@ -164,26 +175,39 @@ class Sweep:
         return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
     def table(self) -> str:
-        """nccl-tests-style text: size, tacos time/algbw/busbw and plan, each NCCL model's
-        algbw, and the speedup over the best NCCL model."""
+        """nccl-tests-shaped text: size (B), count (elements), type, redop, root, then the
+        out-of-place and in-place time (us), algbw and busbw (GB/s) of tacos's plan, the plan,
+        each NCCL model's algbw, and the speedup over the best NCCL model."""
         models = self.models
-        head = (f"{'size':>10} {'time(us)':>10} {'algbw':>8} {'busbw':>8}  {'plan':<28}"
-                + "".join(f" {m[:12]:>12}" for m in models) + f" {'speedup':>8}")
+        elem, type_name = 4, "float"
+        redop = "sum" if self.kind in REDUCING else "none"
+        grp = (f"{'out-of-place':>30} {'in-place':>29}")
+        head = (f"#{'size':>11} {'count':>13} {'type':>6} {'redop':>6} {'root':>5} "
+                f"{'time':>9} {'algbw':>7} {'busbw':>7}  {'time':>9} {'algbw':>7} "
+                f"{'busbw':>7}  {'plan':<28}" + "".join(f" {m[:12]:>12}" for m in models)
+                + f" {'speedup':>8}")
+        units = (f"#{'(B)':>11} {'(elements)':>13} {'':>6} {'':>6} {'':>5} "
+                 f"{'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7}  {'(us)':>9} {'(GB/s)':>7} "
+                 f"{'(GB/s)':>7}")
         lines = [f"# {self.kind} on {self.topology.name or 'topology'}: tacos plan vs NCCL, "
-                 "runtime-model times (docs/runtime-model.md; algbw, busbw in GB/s; NCCL "
-                 "columns: algbw)", head]
+                 "runtime-model times (docs/runtime-model.md); NCCL columns: algbw (GB/s); "
+                 "in-place runs the same plan (the model times both alike)",
+                 f"#{'':>50}{grp}", head, units]
         for r in self.rows:
+            coll = r.schedule.collective
+            count = nccl_tests_count(self.kind, r.size, len(coll.group), elem)
+            root = coll.root if coll.root is not None else -1
             cells = "".join(f" {r.algbw(r.nccl[m]) / 1e9:>12.2f}" if m in r.nccl
                             else f" {'-':>12}" for m in models)
             sp = f"{r.speedup:.2f}x" if r.speedup else "-"
             plan = r.plan + ("" if r.xml_plan == r.plan else " *")
-            lines.append(f"{format_size(r.size):>10} {r.time * 1e6:>10.2f} "
-                         f"{r.algbw() / 1e9:>8.2f} {r.busbw() / 1e9:>8.2f}  {plan:<28}"
-                         f"{cells} {sp:>8}")
+            timed = (f"{r.time * 1e6:>9.2f} {r.algbw() / 1e9:>7.2f} {r.busbw() / 1e9:>7.2f}")
+            lines.append(f" {r.size:>11} {count:>13} {type_name:>6} {redop:>6} {root:>5} "
+                         f"{timed}  {timed}  {plan:<28}{cells} {sp:>8}")
         g = self.geomean_speedup()
         if g:
             lines.append(f"# geometric-mean speedup over the best NCCL model: {g:.2f}x "
-                         f"({len(self.rows)} sizes, {self.seconds:.1f} s)")
+                         f"({len(self.rows)} sizes)")
         if any(r.xml_plan != r.plan for r in self.rows):
             lines.append("# * the XML written for that size is another plan: the fastest in "
                          "the runtime model as MSCCL XML (NCCL's algorithms run by NCCL, and "
@@ -197,7 +221,10 @@ class Sweep:
         return json_safe({
             "collective": self.kind, "topology": self.topology.name, "seconds": self.seconds,
             "geomean_speedup": self.geomean_speedup(),
-            "rows": [{"size": r.size, "plan": r.plan, "time": r.time, "algbw": r.algbw(),
+            "rows": [{"size": r.size, "count": nccl_tests_count(
+                          self.kind, r.size, len(r.schedule.collective.group)),
+                      "type": "float", "redop": "sum" if self.kind in REDUCING else "none",
+                      "plan": r.plan, "time": r.time, "algbw": r.algbw(),
                       "busbw": r.busbw(), "nccl": r.nccl, "nccl_best": r.nccl_best,
                       "speedup": r.speedup, "xml_plan": r.xml_plan, "xml_time": r.xml_time,
                       "candidates": r.times}

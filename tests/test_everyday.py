@@ -222,14 +222,14 @@ def test_presets_show_whole_descriptions_and_parameters(
     assert "parameters: nodes = 1, nic = 25GB/s, nic_alpha = 2us" in " ".join(out.split())
 
 
-def test_progress_only_on_a_terminal(ring_schedule: tacos.Schedule) -> None:
+def test_progress_bars_only_on_a_terminal(ring_schedule: tacos.Schedule) -> None:
     from tacos.progress import TerminalReporter
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
 
-    quiet = io.StringIO()
+    quiet = io.StringIO()  # a pipe: no bar, and a quick phase leaves no line
     with TerminalReporter(stream=quiet).phase("x", total=2) as ph:
         ph.update(1, 2)
     assert quiet.getvalue() == ""

@@ -51,8 +51,8 @@ def test_tdl_numbers(text: str, phrase: str) -> None:
     (["-c", "allgather", "--solver", "ilp", "--time-limit", "0"], "--time-limit"),
     (["-c", "allgather", "--solver", "ilp", "--time-limit", "nan"], "finite"),
     (["-c", "allgather", "--solver", "ilp", "--time-limit", "inf"], "finite"),
-    (["--size", "4MiB"], "go with --collective"),
-    (["--chunks", "4"], "go with --collective"),
+    (["--size", "1e400"], "not a finite size"),  # applies to the file's collective
+    (["--chunks", "100000000"], "(chunks)"),
     (["-c", "allgather", "--chunks", "100000000"], "(chunks)"),
     (["-c", "allgather", "--param", "x=nan"], "--param x"),
 ])

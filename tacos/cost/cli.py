@@ -154,10 +154,11 @@ def cmd_cost(argv: Sequence[str]) -> int:
 def _cost(args: argparse.Namespace) -> int:
     from tacos.cost.compare import compare
     from tacos.cost.models import MODELS
+    from tacos.cost.node_dims import with_node_dims
     from tacos.model.collective import ROOTED_COLLECTIVES
 
     spec = _load(args)
-    topo = spec.topology
+    topo = with_node_dims(spec.topology)  # presets' nodes and rails become dimensions
     groups = _groups(topo, args)
     root = None
     if args.collective in ROOTED_COLLECTIVES:
@@ -469,7 +470,8 @@ def _allocate(args: argparse.Namespace) -> int:
                      "best": None if alloc.grid_best is None else list(alloc.grid_best),
                      "value": alloc.grid_time},
             "splits": {k: {"bandwidth": list(v), "model": values[k]} for k, v in splits.items()},
-            "confirmed": confirmed}), indent=2))
+            "confirmed": confirmed, "synthesized_best": fastest_synthesized(confirmed)}),
+            indent=2))
         return 0
     dims = ", ".join(f"d{k}" for k in alloc.dims)
     print(f"workload: {'; '.join(o.label() for o in ops)} "
@@ -487,6 +489,28 @@ def _allocate(args: argparse.Namespace) -> int:
                      _t(row.get("baseline")), _t(row.get("synthesized"))])
     print(_table(["split", f"GB/s ({dims})", "model", "baseline (sim)",
                   f"{args.solver} (sim)"], rows))
+    print(disagreement(confirmed, args.model, args.solver))
     if alloc.cost is not None:
         print(f"cost of the optimum: ${alloc.cost:,.2f} per NPU")
     return 0
+
+
+def fastest_synthesized(confirmed: list[dict]) -> str | None:
+    """The split whose synthesized plans were fastest in the confirmation (None: none ran)."""
+    timed = [r for r in confirmed if r.get("synthesized") is not None]
+    return min(timed, key=lambda r: r["synthesized"])["name"] if timed else None
+
+
+def disagreement(confirmed: list[dict], model: str, solver: str) -> str:
+    """One line: what "optimum" optimizes, and whether the synthesized plans agree."""
+    head = f"optimum: of the {model} model's time (the 'model' column)"
+    best = fastest_synthesized(confirmed)
+    rows = {r["name"]: r for r in confirmed}
+    if best is None:
+        return head + "; no synthesis confirmed it"
+    if best == "optimum":
+        return head + f"; the {solver} plans agree: it is also their fastest split"
+    opt = rows.get("optimum", {}).get("synthesized")
+    return (head + f"; the {solver} plans DISAGREE: '{best}' is their fastest split ("
+            + _t(rows[best]["synthesized"])
+            + (f" against {_t(opt)} for the optimum)" if opt is not None else ")"))

@@ -118,6 +118,25 @@ class Topology:
         """True when ``node`` is a switch id."""
         return node >= len(self.npus)
 
+    def npu(self, name: str) -> int:
+        """The id of the NPU called ``name`` (``"node[1].gpu[3]"``); a
+        :class:`~tacos.errors.UsageError` naming the closest names when there is none."""
+        ids = self._npu_ids
+        if name in ids:
+            return ids[name]
+        import difflib
+
+        from tacos.errors import UsageError
+
+        close = difflib.get_close_matches(str(name), list(ids), n=3)
+        raise UsageError(f"no NPU called {name!r} in {self.name or 'the topology'}",
+                         hint=f"did you mean {', '.join(close)}?" if close else
+                         f"names look like {self.npus[0].name!r}" if self.npus else None)
+
+    @cached_property
+    def _npu_ids(self) -> dict[str, int]:
+        return {n.name: n.id for n in self.npus}
+
     def node_name(self, node: int) -> str:
         """The declared name of an NPU or switch id."""
         if node < len(self.npus):

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 
 from tacos import limits
-from tacos.errors import TacosError
+from tacos.errors import TacosError, UsageError
 from tacos.model.collective import Collective
 from tacos.model.topology import UNWIND_POLICIES, Link, Topology, fabrics
 
@@ -140,12 +140,24 @@ def unwound_link_count(topology: Topology) -> int:
     return total
 
 
+def check_group_ids(topology: Topology, collective: Collective) -> None:
+    """Every NPU id of the collective's group is an NPU of ``topology``: a
+    :class:`~tacos.errors.UsageError` (an input error) naming the first that is not."""
+    n = topology.n_npus
+    for v in collective.group:
+        if not 0 <= v < n:
+            raise UsageError(f"NPU id {v!r} of the collective's group is not an NPU of the "
+                             f"topology (it has {n} NPUs, ids 0 to {n - 1})",
+                             hint="check the group, or look ids up with Topology.npu(name)")
+
+
 def check_problem(topology: Topology, collective: Collective) -> None:
     """The limits synthesis needs to hold before it starts work (the API's entry check; link
     values are checked by :func:`tacos.model.validate.check_topology`); errors are located
     at the statement responsible (:mod:`tacos.model.limit_spans`)."""
     from tacos.model.limit_spans import locate_group, locate_links
 
+    check_group_ids(topology, collective)
     try:
         check_collective(collective)
     except limits.LimitError as exc:

@@ -64,7 +64,7 @@ class TimingResult:
 
 def default_nbytes(program: Program) -> int:
     """The message size timed by default: the top of the size window."""
-    if program.maxBytes:
+    if program.maxBytes and program.maxBytes < 1 << 62:  # not the "no limit" 2^64 - 1
         return program.maxBytes
     return max(program.minBytes or 0, DEFAULT_NBYTES)
 

@@ -14,6 +14,19 @@ from typing import Any
 
 SEVERITIES = ("error", "warning")
 
+NO_LIMIT = 1 << 62
+"""A ``maxBytes`` at or above this is the runtime's "no limit" (msccl-tools writes 2^64 - 1)."""
+
+
+def size_window(lo: int | None, hi: int | None) -> str:
+    """An MSCCL size window in user units: ``1 KiB to 4 MiB``, ``64 MiB to no limit``."""
+    from tacos.model.units import format_size
+
+    low = format_size(int(lo)) if lo else "0 B"
+    high = ("no limit" if not hi or int(hi) >= NO_LIMIT else
+            format_size(int(hi)) if int(hi) > 0 else f"{hi} B")
+    return f"{low} to {high}"
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -103,13 +116,16 @@ class MscclReport:
                 if isinstance(tbs, int)
                 else f"{s.get('tbs_min')}-{s.get('tbs_max')} tbs/gpu"
             )
-            lines.append(
-                f"{self.source}: coll={s.get('coll')} ngpus={s.get('ngpus')} "
-                f"nchannels={s.get('nchannels')} {tb_text} ({s.get('tbs_total')} total) "
-                f"steps={s.get('steps_total')} proto={s.get('proto')} "
-                f"inplace={s.get('inplace')} outofplace={s.get('outofplace')} "
-                f"bytes=[{s.get('minBytes')}, {s.get('maxBytes')}]"
-            )
+            fields = [f"{k}={s.get(k)}" for k in ("coll", "ngpus", "nchannels")
+                      if s.get(k) is not None]
+            fields.append(f"{tb_text} ({s.get('tbs_total')} total)")
+            fields += [f"{k}={s.get(v)}" for k, v in (("steps", "steps_total"),
+                                                      ("proto", "proto"),
+                                                      ("inplace", "inplace"),
+                                                      ("outofplace", "outofplace"))
+                       if s.get(v) is not None]
+            fields.append("sizes " + size_window(s.get("minBytes"), s.get("maxBytes")))
+            lines.append(f"{self.source}: " + " ".join(fields))
         for v in self.violations:
             lines.append(v.text(self.source))
         if warnings:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from tacos.errors import InfeasibleError
+from tacos.errors import InfeasibleError, UsageError
 from tacos.model.collective import Chunk, Collective
 from tacos.model.topology import Topology
 
@@ -160,8 +160,8 @@ def _check_names(topology: Topology, chunk: Chunk, named: set[int] | None = None
         if named is not None and id(nodes) in named:
             continue
         for v in sorted(nodes):
-            if not 0 <= v < topology.n_npus:
-                raise InfeasibleError(
+            if not 0 <= v < topology.n_npus:  # an input error, not a hard problem
+                raise UsageError(
                     f"chunk {chunk.id} names node {v} in its {role}, which is not an NPU "
                     f"of the topology (it has {topology.n_npus} NPUs)",
                     hint="collectives run between NPUs; check the group or the custom chunks",

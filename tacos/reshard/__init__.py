@@ -10,9 +10,22 @@
     result = plan_reshard(topology, r)   # plan, bound, baselines; result.text()
 """
 
-from tacos.reshard.plan import ReshardResult, plan_reshard
-from tacos.reshard.sharding import DeviceMesh, ShardingError, ShardingSpec
-from tacos.reshard.tasks import Reshard, UnitTask, reshard_collective
+from importlib import import_module
+from typing import Any
+
+# imported on first use: reading a TDL file with a reshard statement needs the meshes and
+# specs, not the planner (which brings in the bounds and networkx)
+_LAZY = {"ReshardResult": "plan", "plan_reshard": "plan", "DeviceMesh": "sharding",
+         "ShardingError": "sharding", "ShardingSpec": "sharding", "Reshard": "tasks",
+         "UnitTask": "tasks", "reshard_collective": "tasks"}
 
 __all__ = ["DeviceMesh", "Reshard", "ReshardResult", "ShardingError", "ShardingSpec",
            "UnitTask", "plan_reshard", "reshard_collective"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(f"tacos.reshard.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tacos.reshard' has no attribute {name!r}")

@@ -103,11 +103,19 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     limit = options.get("time_limit")
+    unbeatable = None  # NCCL's modelled time under every synthesized plan's bound
+    if candidates is None and emit != "xml" and "nccl" in wanted:
+        from tacos.solvers.auto_prune import unbeatable_reference
+
+        unbeatable = unbeatable_reference(topology, collective)
     for name in wanted:
-        if name == "nccl" or name not in SYNTHESIZERS and name not in SOLVERS:
+        if name == "nccl":
+            continue
+        if unbeatable is not None:
+            skipped[name] = unbeatable.reason()
             continue
         if name not in SOLVERS:
-            skipped[name] = "not in this build"
+            skipped[name] = "not in this build" if name in SYNTHESIZERS else "no such solver"
             continue
         n = len(collective.group)
         if name == "forest" and candidates is None and n > FOREST_MAX_GROUP:

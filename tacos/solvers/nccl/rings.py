@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
-from tacos.solvers.baselines import algos as algos
+from tacos.solvers.baselines.solver import algos as algos
 from tacos.solvers.lowering.hops import hamiltonian_path
 from tacos.solvers.lowering.program import Msg
 from tacos.solvers.nccl.lower import (
@@ -108,7 +108,20 @@ def _pairs(order: Sequence[int]) -> list[tuple[int, int]]:
 
 def intra_rings(system: System, members: Sequence[int], *, seed: int = 0,
                 limit: int = MAX_CHANNELS) -> list[list[int]]:
-    """Lane-disjoint directed rings over ``members`` (see module doc), at most ``limit``."""
+    """Lane-disjoint directed rings over ``members`` (see module doc), at most ``limit``.
+
+    The search is deterministic for its arguments, and the channel count and every ring
+    setting ask for the same rings: it runs once per ``system`` (a fresh copy is returned)."""
+    cache = system.__dict__.setdefault("_intra_rings", {})
+    key = (tuple(sorted(members)), seed, limit)
+    if key not in cache:
+        cache[key] = _intra_rings(system, members, seed=seed, limit=limit)
+    return [list(r) for r in cache[key]]
+
+
+def _intra_rings(system: System, members: Sequence[int], *, seed: int = 0,
+                 limit: int = MAX_CHANNELS) -> list[list[int]]:
+    """:func:`intra_rings`, searched."""
     members = sorted(members)
     if len(members) <= 2:
         return [members]
