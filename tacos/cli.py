@@ -578,7 +578,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             write_output(args.output, text)
         if fmt == "mscclpp":
             runtime = _mscclpp_runtime(schedule, spec.topology, text)
-    if args.output and not args.json:
+    if args.output and args.output != "-" and not args.json:  # no file to read back or run
         from tacos.recipes import recipe
 
         print(recipe(fmt or "json", args.output, nranks=len(schedule.collective.group),

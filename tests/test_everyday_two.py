@@ -239,7 +239,7 @@ def test_info_imports_only_what_it_needs() -> None:
 
 def test_nccl_ring_search_runs_once_per_system() -> None:
     import tacos
-    from tacos.solvers.nccl.solver import rings
+    from tacos.solvers.nccl import rings
     from tacos.solvers.nccl.system import system
 
     topo = tacos.preset("dgx1").topology
