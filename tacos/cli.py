@@ -486,7 +486,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         # MSCCL cannot express in-switch groups: pick among the plans it can run
         options.setdefault("in_switch", False)
     if args.output and fmt == "xml" and args.solver == "auto":
-        options.setdefault("emit", "xml")  # rank by the runtime time of the file written
+        # rank by the runtime time of the file written: shaped unless --shape fixed
+        options.setdefault("emit", "xml" if args.shape == "fixed" else "shaped")
     schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
                    trials=args.trials, workers=args.workers, cluster=args.cluster,
                    time_limit=args.time_limit, relays=args.relays or "members",

@@ -359,3 +359,27 @@ def test_program_bounds_never_exceed_the_runtime_model_time(proto, nbytes):
             t = estimate_program(prog, topo, nbytes).time
             assert 0 < b.time <= t * (1 + 1e-9)
             assert max(b.link, b.cta) > 0
+
+
+def test_auto_ranks_plans_by_their_shaped_program_when_writing_xml():
+    """``emit='shaped'``: every candidate's time is that of a runtime-shaped program (at least
+    as fast as its fixed lowering), the winner is the fastest of them, and its shaped
+    program, rebuilt by the chooser, has that time."""
+    pytest.importorskip("tacos.runtime")
+    from tacos.runtime import estimate_program
+    from tacos.solvers.auto import run_portfolio
+
+    topo = node()
+    coll = patterns.build("allreduce", topo.live_npus, size=64 << 20, chunks_per_npu=1)
+    winner, sched, facts = run_portfolio(topo, coll, in_switch=False, emit="shaped",
+                                         candidates=("greedy", "nccl"), keep_plans=True)
+    times = facts["times"]
+    assert facts["ranked_by"] == "runtime model (shaped MSCCL XML)"
+    assert winner == min(times, key=times.__getitem__)
+    assert "runtime-shaped" in facts["runtime"][winner]["of"]
+    for label, t in times.items():
+        fixed = estimate_program(lower(facts["plans"][label]), topo, 64 << 20).time
+        assert t <= fixed * (1 + 1e-9)
+    ch = choose_shape({winner: sched}, topo, 64 << 20)
+    assert ch.time <= times[winner] * (1 + 1e-9)
+    verified(ch.program)

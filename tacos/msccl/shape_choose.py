@@ -14,6 +14,7 @@ once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -244,7 +245,8 @@ def default_shape(base: MscclOptions) -> Shape:
 def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbytes: int, *,
                  base: MscclOptions | None = None, candidates: Sequence[Shape] | None = None,
                  limits: RuntimeLimits | None = None, estimator: Estimator | None = None,
-                 cache: ShapeCache | None = None, default_plan: str | None = None) -> Choice:
+                 cache: ShapeCache | None = None, default_plan: str | None = None,
+                 quick: bool = False) -> Choice:
     """The plan of ``schedules`` (label -> schedule, or a program family with a
     ``collective`` and ``lower(shape, base) -> Program``) and the shape of ``candidates`` (default
     :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
@@ -256,7 +258,8 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     as the fixed lowering would (:func:`default_shape` of ``base``) -- is always timed, so the
     choice is never slower than it.  With the runtime model as the estimator, shapes whose
     lower bound (:mod:`tacos.msccl.shape_bounds`) is no faster than the best found are not
-    timed.  Raises :class:`~tacos.errors.TacosError` when no combination fits."""
+    timed.  ``quick`` narrows the search (see :func:`_search`): for ranking many plans.
+    Raises :class:`~tacos.errors.TacosError` when no combination fits."""
     if not schedules:
         raise TacosError("no candidate plan to shape")
     base = base or MscclOptions()
@@ -349,12 +352,23 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
         best[0] = min(best[0], t)
         return t
 
+    def _start_count(plan: str) -> int:
+        """Where the plan's one-instance CTA bound meets its port bound (in Simple): the
+        instance count below which its thread blocks, not its ports, limit it."""
+        one = cache.program(schedules[plan], Shape(1, "Simple", False, True), base)
+        if not model or isinstance(one, str):
+            return 1
+        port, cta = bounds(plan, one, "Simple")
+        if port <= 0:
+            return 1
+        return max(1, 2 ** round(math.log2(max(1.0, cta / port))))
+
     first = default_plan if default_plan in schedules else next(
         (k for k, v in schedules.items() if isinstance(v, Schedule)), None)
     fixed = default_shape(base)
     floor = evaluate(first, fixed, force=True) if first is not None else None
-    for plan in sorted(schedules, key=lambda k: (k != first, k)):
-        _search(plan, cands, evaluate)
+    for plan in _by_bound(schedules, first, topology, nbytes, base, cache, group, model):
+        _search(plan, cands, evaluate, _start_count(plan), quick=quick)
     if not timed:
         first_reason = next(c for c in considered
                             if not c.problems[0].startswith(("same program", "pruned")))
@@ -379,15 +393,43 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
                   default=floor)
 
 
+def _by_bound(schedules: dict[str, Any], first: str | None, topology: Topology, nbytes: int,
+              base: MscclOptions, cache: ShapeCache, group: Sequence[int], model: bool
+              ) -> list[str]:
+    """The plans in the order to search them: the default first, then (with the runtime
+    model) by the port bound of their one-instance program in Simple, so that a good shape is
+    found early and prunes the rest; else by label."""
+    rest = sorted(k for k in schedules if k != first)
+    if model:
+        from tacos.msccl.shape_bounds import link_bytes, program_bounds
+
+        def key(label: str) -> tuple[float, str]:
+            one = cache.program(schedules[label], Shape(1, "Simple", False, True), base)
+            if isinstance(one, str):
+                return float("inf"), label
+            try:
+                loads = link_bytes(one, topology, nbytes, group)
+            except TacosError:
+                return float("inf"), label
+            return program_bounds(one, topology, nbytes, "Simple", ranks=group,
+                                  loads=loads).link, label
+
+        rest.sort(key=key)
+    return ([first] if first is not None else []) + rest
+
+
 def _search(plan: str, cands: Sequence[Shape],
-            evaluate: Callable[[str, Shape], float | None]) -> None:
+            evaluate: Callable[[str, Shape], float | None], hint: int = 1, *,
+            quick: bool = False) -> None:
     """Time the shapes of ``cands`` worth timing for ``plan``.
 
-    The time is taken as unimodal in the instance count: for every protocol and pairing,
-    the variant without port order climbs from the fewest instances until two more counts
-    in a row bring nothing (the cheaper protocols first: a bound pruned by a good early find
-    costs nothing); the port-order variants of the combinations within 10 % of the best start
-    at that combination's best count and move both ways the same way."""
+    The time is taken as unimodal in the instance count: for every protocol and pairing
+    (Simple first, paired peers first), the variant without port order starts at the best
+    count found so far for the plan (at first ``hint``: where the CTA bound meets the port
+    bound) and moves up, then down, while the time improves by more than :data:`NEAR`; the
+    port-order variants of the combinations within 10 % of the best do the same from that
+    combination's best count.  ``quick``: the second pairing of a protocol is timed once, at
+    the count the first reached, and climbs only when faster there; no port-order variant."""
     groups: dict[tuple[str, bool, bool], list[Shape]] = {}
     for sh in cands:
         groups.setdefault((sh.proto, sh.port_order, sh.paired), []).append(sh)
@@ -396,20 +438,32 @@ def _search(plan: str, cands: Sequence[Shape],
     plain = [k for k in groups if not k[1]] or list(groups)
     plain.sort(key=lambda k: (_PROTO_ORDER.get(k[0], 9), not k[2]))
     start: dict[tuple[str, bool], tuple[float, int]] = {}
+
+    def nearest(group: list[Shape], at: int) -> int:
+        return min(range(len(group)), key=lambda j: (abs(group[j].instances - at),
+                                                     group[j].instances))
+
     for key in plain:
-        got = _climb(plan, groups[key], 0, evaluate)
+        at = min(start.values())[1] if start else hint
+        if quick and (key[0], not key[2]) in start:  # one pairing per protocol: the faster
+            other = start[(key[0], not key[2])]      # at the count the other one reached
+            here = groups[key][nearest(groups[key], other[1])]
+            t = evaluate(plan, here)
+            if t is not None and t < other[0]:
+                del start[(key[0], not key[2])]
+            else:
+                continue
+        got = _climb(plan, groups[key], nearest(groups[key], at), evaluate, both=True)
         if got is not None:
             start[(key[0], key[2])] = got
-    if not start:
+    if not start or quick:
         return
     fastest = min(t for t, _ in start.values())
     for key, group in groups.items():
         at_key = (key[0], key[2])
         if key in plain or at_key not in start or start[at_key][0] > 1.1 * fastest:
             continue
-        at = start[at_key][1]
-        i = min(range(len(group)), key=lambda j: abs(group[j].instances - at))
-        _climb(plan, group, i, evaluate, both=True)
+        _climb(plan, group, nearest(group, start[at_key][1]), evaluate, both=True)
 
 
 #: what :func:`choose_shape`'s evaluation returns for a shape pruned by its port bound (no
