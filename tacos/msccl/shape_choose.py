@@ -424,9 +424,9 @@ def _search(plan: str, cands: Sequence[Shape],
     """Time the shapes of ``cands`` worth timing for ``plan``.
 
     The time is taken as unimodal in the instance count: for every protocol and pairing
-    (Simple first, paired peers first), the variant without port order starts at the best
-    count found so far for the plan (at first ``hint``: where the CTA bound meets the port
-    bound) and moves up, then down, while the time improves by more than :data:`NEAR`; the
+    (Simple first, paired peers first), the variant without port order starts at ``hint``
+    (where the plan's CTA bound meets its port bound) and moves up, then down, while the time
+    improves by more than :data:`NEAR`; the
     port-order variants of the combinations within 10 % of the best do the same from that
     combination's best count.  ``quick``: the second pairing of a protocol is timed once, at
     the count the first reached, and climbs only when faster there; no port-order variant."""
@@ -444,7 +444,7 @@ def _search(plan: str, cands: Sequence[Shape],
                                                      group[j].instances))
 
     for key in plain:
-        at = min(start.values())[1] if start else hint
+        at = hint
         if quick and (key[0], not key[2]) in start:  # one pairing per protocol: the faster
             other = start[(key[0], not key[2])]      # at the count the other one reached
             here = groups[key][nearest(groups[key], other[1])]
@@ -495,7 +495,9 @@ def _climb(plan: str, group: list[Shape], i: int,
                 continue
             if t is not None and (best is None or t < best[0] * (1 - NEAR)):
                 best, misses = (t, group[j].instances), 0
-            elif t is not None and t >= best[0]:  # type: ignore[index]
+            elif t is not None and t >= best[0] * (1 - 1e-9):  # type: ignore[index]
+                if step == -1 and t <= best[0] * (1 + 1e-9):  # type: ignore[index]
+                    best = (best[0], group[j].instances)  # as fast with fewer instances
                 break  # no gain at all: more instances do not relieve what bounds it
             else:  # rejected, pruned, or a gain within NEAR (the fewer tbs win it anyway)
                 misses += 1
