@@ -8,6 +8,10 @@ NCCL's own pick (NVLS included on H100), and Microsoft's plan for the machine
 (``executor_ndv4_*`` on A100, ``executor_ndv5_*`` on H100) wherever one covers the size.  All
 times are :mod:`tacos.runtime` estimates.
 
+Every emitted program is also replayed by :mod:`benchmarks.replay_streams` (one stream per
+thread block, every iteration, ports re-shared at each event): ``model/replay`` is the runtime
+model's time over the replay's.
+
 ``python -m benchmarks.bench_runtime_plans [--quick] [--out docs/benchmarks]`` writes
 ``runtime-plans.csv`` and prints the markdown table.
 """
@@ -21,6 +25,7 @@ import time
 from pathlib import Path
 
 from benchmarks.__main__ import machine
+from benchmarks.replay_streams import replay
 from tacos import load
 from tacos.errors import TacosError
 from tacos.model.units import format_size
@@ -88,14 +93,17 @@ def run(quick: bool, fixtures: Path) -> list[dict]:
                     "microsoft": theirs[0][0] if theirs else "",
                     "microsoft_us": theirs[0][1] * 1e6 if theirs else None,
                     "vs_microsoft": theirs[0][1] / ch.time if theirs else None,
+                    "replay_us": replay(ch.program, topo, row.size) * 1e6,
                     "choose_s": seconds})
+                rows[-1]["model_vs_replay"] = rows[-1]["tacos_us"] / rows[-1]["replay_us"]
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
     head = ("| system | coll | size | tacos µs | plan | proto | inst | chan | tbs "
-            "| NCCL ring/tree µs | vs NCCL | NCCL pick µs | Microsoft µs | vs MS |")
-    lines = [head, "|" + "---|" * 14]
+            "| NCCL ring/tree µs | vs NCCL | NCCL pick µs | Microsoft µs | vs MS "
+            "| replay µs | model/replay |")
+    lines = [head, "|" + "---|" * 16]
 
     def f(x, fmt="{:.2f}"):
         return "-" if x is None else fmt.format(x)
@@ -106,7 +114,8 @@ def markdown(rows: list[dict]) -> str:
             f"{r['tacos_us']:.2f} | {r['plan']} | {r['proto']} | {r['instances']} | "
             f"{r['channels']} | {r['tbs_per_gpu']} | {f(r['nccl_plain_us'])} | "
             f"{f(r['vs_nccl_plain'], '{:.2f}x')} | {r['nccl_own_us']:.2f} ({r['nccl_own']}) | "
-            f"{f(r['microsoft_us'])} | {f(r['vs_microsoft'], '{:.2f}x')} |")
+            f"{f(r['microsoft_us'])} | {f(r['vs_microsoft'], '{:.2f}x')} | "
+            f"{r['replay_us']:.2f} | {r['model_vs_replay']:.3f} |")
     return "\n".join(lines)
 
 

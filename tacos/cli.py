@@ -252,8 +252,8 @@ def _compile_parser() -> argparse.ArgumentParser:
                    help="MSCCL: 'auto' lowers each size window's plan in the shape (instances, "
                    "protocol, port order, paired peers) and among the plans (the solver's and "
                    "the all-pairs plan) that the runtime model times fastest, and reports why; "
-                   "'fixed' lowers the solver's plan with --proto and --instances. Default: "
-                   "auto for a folder (-o DIR), fixed for one file")
+                   "'fixed' lowers the solver's plan with --proto and --instances (default "
+                   "Simple, 1). Default: auto")
     p.add_argument("--min-bytes", help="MSCCL: smallest message size, e.g. 1MiB (default 0)")
     p.add_argument("--max-bytes", help="MSCCL: largest (default 0 = no limit)")
     p.add_argument("--sizes", metavar="FROM:TO:xF", help="sweep message sizes like "
@@ -542,7 +542,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         # MSCCL cannot express in-switch groups: pick among the plans it can run
         options.setdefault("in_switch", False)
     if args.output and fmt == "xml" and args.solver == "auto":
-        options.setdefault("emit", "xml")  # rank by the runtime time of the file written
+        # rank by the runtime time of the file written: shaped unless --shape fixed
+        options.setdefault("emit", "xml" if args.shape == "fixed" else "shaped")
     schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
                    trials=args.trials, workers=args.workers, cluster=args.cluster,
                    time_limit=args.time_limit, relays=args.relays or "members",
@@ -550,7 +551,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     with reporter.phase("verifying"):
         verify_schedule(schedule).raise_if_failed()
     program = runtime = choice = None
-    if args.output and fmt == "xml" and args.shape == "auto":
+    if args.output and fmt == "xml" and args.shape != "fixed":
         from tacos.cli_shape import shaped_file
 
         with reporter.phase(f"shaping and writing {args.output}"):

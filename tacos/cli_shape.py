@@ -1,9 +1,11 @@
-"""``tacosc``: runtime-shaped MSCCL output (``--shape auto``), one file or a folder of windows.
+"""``tacosc``: runtime-shaped MSCCL output (the default, ``--shape auto``), one file or a
+folder of windows.
 
 The plans are lowered in the shape the runtime model times fastest
-(:mod:`tacos.msccl.shape_choose`): a folder (``-o DIR``) gets one file per size window
-(:mod:`tacos.sweep_shaped`), a single file (``-o plan.xml --shape auto``) the window around
-the collective's size.
+(:mod:`tacos.msccl.shape_choose`; never slower than the fixed lowering): a folder
+(``-o DIR``) gets one file per size window (:mod:`tacos.sweep_shaped`), a single file
+(``-o plan.xml``) the window around the collective's size.  ``--shape fixed`` keeps the
+fixed lowering.
 """
 
 from __future__ import annotations

@@ -271,12 +271,26 @@ def test_tree_groups_get_their_own_channels():
 
 
 def test_cli_writes_verified_xml(tmp_path, capsys):
+    """The forest plan itself (``--shape fixed``), reported as the forest, verifies; the
+    default (``--shape auto``) writes whichever plan and shape the runtime model times
+    fastest, never slower than that fixed lowering."""
+    import re
+
     out = tmp_path / "plan.xml"
     assert main([str(_preset("dgx1")), "--collective", "allgather", "--size", "64MiB",
-                 "--solver", "forest", "-o", str(out), "--report", "-q"]) == 0
+                 "--solver", "forest", "-o", str(out), "--report", "-q",
+                 "--shape", "fixed"]) == 0
     text = capsys.readouterr().out
     assert "forest" in text and "optimal algbw" in text and "physical" in text
     assert main(["verify", str(out), "--topology", str(_preset("dgx1"))]) == 0
+    fixed = float(re.search(r"runtime +([\d.]+) ms", text).group(1))
+    shaped = tmp_path / "shaped.xml"
+    assert main([str(_preset("dgx1")), "--collective", "allgather", "--size", "64MiB",
+                 "--solver", "forest", "-o", str(shaped), "--report", "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "msccl shape" in text
+    assert float(re.search(r"runtime +([\d.]+) ms", text).group(1)) <= fixed
+    assert main(["verify", str(shaped), "--topology", str(_preset("dgx1"))]) == 0
 
 
 def test_builder_topology_with_switch_and_relay():

@@ -312,3 +312,74 @@ def test_a_plan_the_estimator_cannot_time_is_rejected_with_its_reason():
     verified(ch.program)
     assert any(c.problems == ["no route for this connection"] for c in ch.considered)
     assert ch.plan == "ring"
+
+
+# ------------------------------------------------------------------------------------------
+# the chooser never loses to the fixed lowering, and its bounds are bounds
+# ------------------------------------------------------------------------------------------
+
+def test_the_fixed_lowering_is_a_candidate_and_never_beaten_by_a_slower_choice():
+    """On a 4x4 mesh a tree plan lowered with paired peers is several times slower than with
+    single peers; the choice still times the fixed lowering's shape (1 instance, Simple,
+    single peers) and never returns anything slower (64 MiB, where LL is slower than
+    Simple)."""
+    pytest.importorskip("tacos.runtime")
+    from tacos.msccl.shape_choose import default_shape
+    from tacos.runtime import estimate_program
+
+    spec = tacos.load(Path(tacos.__file__).parent.parent / "examples" / "mesh4x4.tdl")
+    topo = spec.topology
+    coll = patterns.build("allreduce", topo.live_npus, size=64 << 20, chunks_per_npu=1)
+    tree = synthesize(topo, coll, solver="nccl-tree")
+    base = MscclOptions()
+    ch = choose_shape({"tree": tree}, topo, 64 << 20, base=base)
+    fixed = estimate_program(lower(tree, options=base), topo, 64 << 20).time
+    assert ch.default == pytest.approx(fixed)
+    assert ch.time <= fixed
+    assert any(c.shape == default_shape(base) and c.time for c in ch.considered)
+    assert ch.shape.proto != "LL"
+    verified(ch.program)
+
+
+@pytest.mark.parametrize("proto", ["LL", "LL128", "Simple"])
+@pytest.mark.parametrize("nbytes", [4 << 10, 1 << 30])
+def test_program_bounds_never_exceed_the_runtime_model_time(proto, nbytes):
+    pytest.importorskip("tacos.runtime")
+    from dataclasses import replace
+
+    from tacos.msccl.shape_bounds import program_bounds
+    from tacos.runtime import estimate_program
+
+    topo = node()
+    coll = patterns.build("allreduce", topo.live_npus, size=nbytes, chunks_per_npu=1)
+    for sched in (synthesize(topo, coll, solver="nccl-ring"), allpairs_schedule(topo, coll)):
+        for inst in (1, 4):
+            prog = replace(lower(sched, options=MscclOptions(instances=inst)), proto=proto)
+            b = program_bounds(prog, topo, nbytes, proto)
+            t = estimate_program(prog, topo, nbytes).time
+            assert 0 < b.time <= t * (1 + 1e-9)
+            assert max(b.link, b.cta) > 0
+
+
+def test_auto_ranks_plans_by_their_shaped_program_when_writing_xml():
+    """``emit='shaped'``: every candidate's time is that of a runtime-shaped program (at least
+    as fast as its fixed lowering), the winner is the fastest of them, and its shaped
+    program, rebuilt by the chooser, has that time."""
+    pytest.importorskip("tacos.runtime")
+    from tacos.runtime import estimate_program
+    from tacos.solvers.auto import run_portfolio
+
+    topo = node()
+    coll = patterns.build("allreduce", topo.live_npus, size=64 << 20, chunks_per_npu=1)
+    winner, sched, facts = run_portfolio(topo, coll, in_switch=False, emit="shaped",
+                                         candidates=("greedy", "nccl"), keep_plans=True)
+    times = facts["times"]
+    assert facts["ranked_by"] == "runtime model (shaped MSCCL XML)"
+    assert winner == min(times, key=times.__getitem__)
+    assert "runtime-shaped" in facts["runtime"][winner]["of"]
+    for label, t in times.items():
+        fixed = estimate_program(lower(facts["plans"][label]), topo, 64 << 20).time
+        assert t <= fixed * (1 + 1e-9)
+    ch = choose_shape({winner: sched}, topo, 64 << 20)
+    assert ch.time <= times[winner] * (1 + 1e-9)
+    verified(ch.program)

@@ -14,6 +14,7 @@ once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -83,6 +84,9 @@ class Choice:
     nbytes: int
     considered: list[Candidate]
     bound: str = ""
+    #: the runtime-model time of the default plan in the fixed lowering's shape (None: it
+    #: did not fit or there was no default plan)
+    default: float | None = None
 
     def xml(self, *, max_steps: int = DEFAULT_MAX_STEPS, sms: int = DEFAULT_SMS) -> str:
         """The chosen program's XML, verified first (every rule ``tacosc verify`` applies);
@@ -113,6 +117,9 @@ class Choice:
                f"{f['balance']:.2f} (max/mean); runtime model {self.time * 1e6:.2f} us"]
         if self.bound:
             out.append(f"bound         {self.bound}")
+        if self.default is not None:
+            out.append(f"fixed shape   {self.default * 1e6:.2f} us in the runtime model "
+                       f"({self.default / self.time:.2f}x the chosen shape's time)")
         timed = sorted((c for c in self.considered if c.time is not None),
                        key=lambda c: (c.time, c.plan))
         others = [c for c in timed if (c.plan, c.shape) != (self.plan, self.shape)]
@@ -127,7 +134,13 @@ class Choice:
         if why:
             out.append("why           " + "; ".join(why))
         rejected = [c for c in self.considered
-                    if c.time is None and not c.problems[0].startswith("same program")]
+                    if c.time is None and not c.problems[0].startswith(("same program",
+                                                                         "pruned"))]
+        pruned = sum(c.time is None and c.problems[0].startswith("pruned")
+                     for c in self.considered)
+        if pruned:
+            out.append(f"pruned        {pruned} shapes whose lower bound was no faster than "
+                       f"the best found")
         if rejected:
             out.append(f"rejected      {len(rejected)} shapes, e.g. {rejected[0].plan} "
                        f"{rejected[0].shape.label()}: {rejected[0].problems[0]}")
@@ -138,6 +151,7 @@ class Choice:
         return {"plan": self.plan, "instances": self.shape.instances, "proto": self.shape.proto,
                 "port_order": self.shape.port_order, "paired": self.shape.paired,
                 "time": self.time, "nbytes": self.nbytes, "bound": self.bound,
+                "default_time": self.default,
                 **self.facts(),
                 "considered": [{"plan": c.plan, "instances": c.shape.instances,
                                 "proto": c.shape.proto, "port_order": c.shape.port_order,
@@ -151,13 +165,22 @@ class ShapeCache:
 
     def __init__(self) -> None:
         self._programs: dict[tuple, Program | str] = {}
+        self._structures: dict[int, tuple[Any, tuple]] = {}
 
-    @staticmethod
-    def structure(schedule: Schedule | Any) -> tuple:
+    def structure(self, schedule: Schedule | Any) -> tuple:
         """What the lowered program depends on: the transfers in time order (a program
         family, e.g. :class:`tacos.msccl.allpairs_program.AllPairsAllReduce`: itself)."""
         if not isinstance(schedule, Schedule):
             return ("family", schedule)
+        got = self._structures.get(id(schedule))
+        if got is not None and got[0] is schedule:
+            return got[1]
+        out = self._structure(schedule)
+        self._structures[id(schedule)] = (schedule, out)
+        return out
+
+    @staticmethod
+    def _structure(schedule: Schedule) -> tuple:
         ts = sorted(range(len(schedule.transfers)),
                     key=lambda i: (schedule.transfers[i].start, schedule.transfers[i].end, i))
         return (schedule.collective.kind, tuple(schedule.collective.group),
@@ -204,16 +227,39 @@ class ShapeCache:
         return got
 
 
+class _Pruned(float):
+    """A pruned shape's marker: compares as an infinite time."""
+
+    def __new__(cls, what: str) -> _Pruned:
+        out = super().__new__(cls, float("inf"))
+        out.what = what  # type: ignore[attr-defined]
+        return out
+
+
+def default_shape(base: MscclOptions) -> Shape:
+    """The shape the fixed lowering (``--shape fixed``) gives a plan with ``base``'s
+    options."""
+    return Shape(base.instances, base.proto, base.port_order, base.pair_peers)
+
+
 def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbytes: int, *,
                  base: MscclOptions | None = None, candidates: Sequence[Shape] | None = None,
                  limits: RuntimeLimits | None = None, estimator: Estimator | None = None,
-                 cache: ShapeCache | None = None) -> Choice:
+                 cache: ShapeCache | None = None, default_plan: str | None = None,
+                 quick: bool = False) -> Choice:
     """The plan of ``schedules`` (label -> schedule, or a program family with a
     ``collective`` and ``lower(shape, base) -> Program``) and the shape of ``candidates`` (default
     :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
-    for an ``nbytes`` message; among shapes within :data:`NEAR` (0.5 %) of the fastest, the one
-    with the fewest thread blocks (then the fastest, then the plan label).  Raises
-    :class:`~tacos.errors.TacosError` when no combination fits."""
+    for an ``nbytes`` message; among shapes within :data:`NEAR` (0.5 %) of the fastest and no
+    slower than the default, the one with the fewest thread blocks (then the fastest, then the
+    plan label).
+
+    The *default* -- ``default_plan`` (default: the first schedule of ``schedules``) lowered
+    as the fixed lowering would (:func:`default_shape` of ``base``) -- is always timed, so the
+    choice is never slower than it.  With the runtime model as the estimator, shapes whose
+    lower bound (:mod:`tacos.msccl.shape_bounds`) is no faster than the best found are not
+    timed.  ``quick`` narrows the search (see :func:`_search`): for ranking many plans.
+    Raises :class:`~tacos.errors.TacosError` when no combination fits."""
     if not schedules:
         raise TacosError("no candidate plan to shape")
     base = base or MscclOptions()
@@ -227,14 +273,32 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     considered: list[Candidate] = []
     timed: list[tuple] = []
     seen: dict[tuple[str, Shape], float | None] = {}
+    best = [float("inf")]
+    loads: dict[str, dict[int, float] | str] = {}
 
-    def evaluate(plan: str, shape: Shape) -> float | None:
-        """The shape's time (None: rejected, with the reason in ``considered``)."""
+    def bounds(plan: str, program: Program, proto: str) -> tuple[float, float]:
+        """The plan's port bound in ``proto`` (the same at every instance count) and the
+        one-instance program's CTA bound, both with the base latency (0 when unknown)."""
+        from tacos.msccl.shape_bounds import link_bytes, program_bounds
+
+        if plan not in loads:
+            try:
+                loads[plan] = link_bytes(program, topology, nbytes, group)
+            except TacosError as exc:
+                loads[plan] = str(exc.args[0] if exc.args else exc)
+        got = loads[plan]
+        if isinstance(got, str):
+            return 0.0, 0.0
+        b = program_bounds(program, topology, nbytes, proto, ranks=group, loads=got)
+        return b.base + b.link, b.base + b.cta
+
+    def evaluate(plan: str, shape: Shape, *, force: bool = False) -> float | None:
+        """The shape's time (None: rejected or pruned, with the reason in ``considered``)."""
         if (plan, shape) in seen:
             return seen[(plan, shape)]
         seen[(plan, shape)] = None
         schedule = schedules[plan]
-        same = cache.same_as(schedule, shape, base)
+        same = None if force else cache.same_as(schedule, shape, base)
         if same is not None:  # lowers to the program of a simpler shape: not timed twice
             considered.append(Candidate(plan, shape, None, [f"same program as {same}"]))
             return None
@@ -244,6 +308,16 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
             if over:
                 considered.append(Candidate(plan, shape, None, [over]))
                 return None
+            if model and not force:
+                port, cta = bounds(plan, one, shape.proto)
+                if port >= best[0]:
+                    considered.append(Candidate(plan, shape, None, [
+                        "pruned: its port bound is no faster than the best shape found"]))
+                    return PORT_BOUND
+                if max(port, cta / shape.instances) >= best[0]:
+                    considered.append(Candidate(plan, shape, None, [
+                        "pruned: its CTA bound is no faster than the best shape found"]))
+                    return CTA_BOUND
         got = cache.program(schedule, shape, base)
         if isinstance(got, str):
             considered.append(Candidate(plan, shape, None, [got]))
@@ -257,6 +331,15 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
             considered.append(Candidate(plan, shape, None, problems))
             return None
         program = _with_proto(got, shape.proto)
+        if model and not force and plan in loads and not isinstance(loads[plan], str):
+            from tacos.msccl.shape_bounds import program_bounds
+
+            lower_bound = program_bounds(program, topology, nbytes, shape.proto, ranks=group,
+                                         loads=loads[plan]).time  # type: ignore[arg-type]
+            if lower_bound >= best[0]:
+                considered.append(Candidate(plan, shape, None, [
+                    "pruned: its CTA bound is no faster than the best shape found"]))
+                return CTA_BOUND
         try:
             t = estimator(program, topology, nbytes)
         except TacosError as exc:  # e.g. a connection the topology cannot route
@@ -266,17 +349,38 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
         considered.append(Candidate(plan, shape, t))
         timed.append((t, plan, shape, program))
         seen[(plan, shape)] = t
+        best[0] = min(best[0], t)
         return t
 
-    for plan in sorted(schedules):
-        _search(plan, cands, evaluate)
+    def _start_count(plan: str) -> int:
+        """Where the plan's one-instance CTA bound meets its port bound (in Simple): the
+        instance count below which its thread blocks, not its ports, limit it."""
+        one = cache.program(schedules[plan], Shape(1, "Simple", False, True), base)
+        if not model or isinstance(one, str):
+            return 1
+        port, cta = bounds(plan, one, "Simple")
+        if port <= 0:
+            return 1
+        return max(1, 2 ** round(math.log2(max(1.0, cta / port))))
+
+    first = default_plan if default_plan in schedules else next(
+        (k for k, v in schedules.items() if isinstance(v, Schedule)), None)
+    fixed = default_shape(base)
+    floor = evaluate(first, fixed, force=True) if first is not None else None
+    for plan in _by_bound(schedules, first, topology, nbytes, base, cache, group, model):
+        _search(plan, cands, evaluate, _start_count(plan), quick=quick)
     if not timed:
-        first = next(c for c in considered if not c.problems[0].startswith("same program"))
+        first_reason = next(c for c in considered
+                            if not c.problems[0].startswith(("same program", "pruned")))
         raise TacosError(f"no plan fits the MSCCL limits for {nbytes} bytes "
-                         f"({first.plan} {first.shape.label()}: {first.problems[0]})",
+                         f"({first_reason.plan} {first_reason.shape.label()}: "
+                         f"{first_reason.problems[0]})",
                          hint="raise --max-steps, or give fewer chunks per NPU")
     fastest = min(x[0] for x in timed)
-    near = [x for x in timed if x[0] <= fastest * (1 + NEAR)]
+    cap = fastest * (1 + NEAR)
+    if floor is not None:
+        cap = min(cap, floor)  # never slower than the fixed lowering
+    near = [x for x in timed if x[0] <= cap]
     t, plan, shape, program = min(near, key=lambda x: (
         max(len(g.tbs) for g in x[3].gpus), x[0], x[1], x[2].proto, x[2].port_order,
         not x[2].paired))
@@ -285,53 +389,117 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
         from tacos.runtime import estimate_program
 
         bound = str(estimate_program(program, topology, nbytes, ranks=list(group)).bound)
-    return Choice(plan, shape, program, schedules[plan], t, nbytes, considered, bound)
+    return Choice(plan, shape, program, schedules[plan], t, nbytes, considered, bound,
+                  default=floor)
+
+
+def _by_bound(schedules: dict[str, Any], first: str | None, topology: Topology, nbytes: int,
+              base: MscclOptions, cache: ShapeCache, group: Sequence[int], model: bool
+              ) -> list[str]:
+    """The plans in the order to search them: the default first, then (with the runtime
+    model) by the port bound of their one-instance program in Simple, so that a good shape is
+    found early and prunes the rest; else by label."""
+    rest = sorted(k for k in schedules if k != first)
+    if model:
+        from tacos.msccl.shape_bounds import link_bytes, program_bounds
+
+        def key(label: str) -> tuple[float, str]:
+            one = cache.program(schedules[label], Shape(1, "Simple", False, True), base)
+            if isinstance(one, str):
+                return float("inf"), label
+            try:
+                loads = link_bytes(one, topology, nbytes, group)
+            except TacosError:
+                return float("inf"), label
+            return program_bounds(one, topology, nbytes, "Simple", ranks=group,
+                                  loads=loads).link, label
+
+        rest.sort(key=key)
+    return ([first] if first is not None else []) + rest
 
 
 def _search(plan: str, cands: Sequence[Shape],
-            evaluate: Callable[[str, Shape], float | None]) -> None:
+            evaluate: Callable[[str, Shape], float | None], hint: int = 1, *,
+            quick: bool = False) -> None:
     """Time the shapes of ``cands`` worth timing for ``plan``.
 
-    The time is taken as unimodal in the instance count: per protocol the plain variant (no
-    port order, paired peers, when it is a candidate) climbs from the fewest instances until
-    two more counts in a row bring nothing; the other variants of every protocol within 10 %
-    of the best start at that protocol's best count and move both ways the same way."""
+    The time is taken as unimodal in the instance count: for every protocol and pairing
+    (Simple first, paired peers first), the variant without port order starts at ``hint``
+    (where the plan's CTA bound meets its port bound) and moves up, then down, while the time
+    improves by more than :data:`NEAR`; the
+    port-order variants of the combinations within 10 % of the best do the same from that
+    combination's best count.  ``quick``: the second pairing of a protocol is timed once, at
+    the count the first reached, and climbs only when faster there; no port-order variant."""
     groups: dict[tuple[str, bool, bool], list[Shape]] = {}
     for sh in cands:
         groups.setdefault((sh.proto, sh.port_order, sh.paired), []).append(sh)
     for g in groups.values():
         g.sort(key=lambda sh: sh.instances)
-    plain = [k for k in groups if not k[1] and k[2]] or list(groups)
-    start: dict[str, tuple[float, int]] = {}
+    plain = [k for k in groups if not k[1]] or list(groups)
+    plain.sort(key=lambda k: (_PROTO_ORDER.get(k[0], 9), not k[2]))
+    start: dict[tuple[str, bool], tuple[float, int]] = {}
+
+    def nearest(group: list[Shape], at: int) -> int:
+        return min(range(len(group)), key=lambda j: (abs(group[j].instances - at),
+                                                     group[j].instances))
+
     for key in plain:
-        best = _climb(plan, groups[key], 0, evaluate)
-        if best is not None and (key[0] not in start or best < start[key[0]]):
-            start[key[0]] = best
-    if not start:
+        at = hint
+        if quick and (key[0], not key[2]) in start:  # one pairing per protocol: the faster
+            other = start[(key[0], not key[2])]      # at the count the other one reached
+            here = groups[key][nearest(groups[key], other[1])]
+            t = evaluate(plan, here)
+            if t is not None and t < other[0]:
+                del start[(key[0], not key[2])]
+            else:
+                continue
+        got = _climb(plan, groups[key], nearest(groups[key], at), evaluate, both=True)
+        if got is not None:
+            start[(key[0], key[2])] = got
+    if not start or quick:
         return
     fastest = min(t for t, _ in start.values())
     for key, group in groups.items():
-        if key in plain or key[0] not in start or start[key[0]][0] > 1.1 * fastest:
+        at_key = (key[0], key[2])
+        if key in plain or at_key not in start or start[at_key][0] > 1.1 * fastest:
             continue
-        at = start[key[0]][1]
-        i = min(range(len(group)), key=lambda j: abs(group[j].instances - at))
-        _climb(plan, group, i, evaluate, both=True)
+        _climb(plan, group, nearest(group, start[at_key][1]), evaluate, both=True)
+
+
+#: what :func:`choose_shape`'s evaluation returns for a shape pruned by its port bound (no
+#: instance count of that protocol can win) or by its CTA bound (more instances might)
+PORT_BOUND = _Pruned("port")
+CTA_BOUND = _Pruned("cta")
+
+#: the order the protocols are climbed in: Simple's full rate sets a bound early at large
+#: sizes, LL's latency at small ones; either way the others are pruned against it
+_PROTO_ORDER = {"Simple": 0, "LL": 1, "LL128": 2}
 
 
 def _climb(plan: str, group: list[Shape], i: int,
            evaluate: Callable[[str, Shape], float | None], *, both: bool = False
            ) -> tuple[float, int] | None:
     """From ``group[i]`` (shapes by instance count), time the counts upwards (and downwards
-    with ``both``) until two in a row are no better; ``(time, instances)`` of the best."""
+    with ``both``) until one is no faster or two in a row gain less than :data:`NEAR`;
+    ``(time, instances)`` of the best."""
     best: tuple[float, int] | None = None
     for step in ((1, -1) if both else (1,)):
         j = i if step == 1 else i - 1
         misses = 0
         while 0 <= j < len(group) and misses < 2:
             t = evaluate(plan, group[j])
-            if t is not None and (best is None or t < best[0]):
+            if t is PORT_BOUND:
+                break  # no count can beat the best found: the ports bound them all
+            if t is CTA_BOUND:  # more instances lower this bound: not a miss
+                j += step
+                continue
+            if t is not None and (best is None or t < best[0] * (1 - NEAR)):
                 best, misses = (t, group[j].instances), 0
-            else:
+            elif t is not None and t >= best[0] * (1 - 1e-9):  # type: ignore[index]
+                if step == -1 and t <= best[0] * (1 + 1e-9):  # type: ignore[index]
+                    best = (best[0], group[j].instances)  # as fast with fewer instances
+                break  # no gain at all: more instances do not relieve what bounds it
+            else:  # rejected, pruned, or a gain within NEAR (the fewer tbs win it anyway)
                 misses += 1
             j += step
     return best

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tacos.errors import TacosError
 from tacos.model.topology import Topology
@@ -59,6 +60,8 @@ class IterationTiming:
     #: per tb: what limits its largest transfer ("cta", or "link A->B" for a port share)
     tb_limit: dict[tuple[int, int], str] = field(default_factory=dict)
     link_load: dict[int, float] = field(default_factory=dict)
+    #: per connection: the (start, end) of its transfers in the first iteration
+    spans: dict[tuple[int, int, int], list[tuple[float, float]]] = field(default_factory=dict)
 
 
 def _route(topology: Topology, a: int, b: int, nbytes: float) -> tuple[int, ...]:
@@ -71,7 +74,11 @@ def _route(topology: Topology, a: int, b: int, nbytes: float) -> tuple[int, ...]
 
 
 def _connections(model: Model, topology: Topology, ranks: Sequence[int], hw: Hardware,
-                 proto: str, chunk: float) -> dict[tuple[int, int, int], _Conn]:
+                 proto: str, chunk: float, concurrent: dict[int, int] | None = None
+                 ) -> dict[tuple[int, int, int], _Conn]:
+    """The program's connections placed on the topology, each with the rate it gets: a port is
+    split evenly among the connections that cross it (``concurrent``: among at most that many
+    per port, the most that are ever active together)."""
     conns: dict[tuple[int, int, int], _Conn] = {}
     users: dict[int, int] = {}
     for key in sorted(model.sender):
@@ -82,6 +89,8 @@ def _connections(model: Model, topology: Topology, ranks: Sequence[int], hw: Har
         conns[key] = _Conn(links, hw.hop_latency(proto, cls))
         for i in links:
             users[i] = users.get(i, 0) + 1
+    if concurrent:
+        users = {i: max(1, min(n, concurrent.get(i, n))) for i, n in users.items()}
     cta = hw.cta_rate[proto]
     pay = hw.payload(proto)
     for conn in conns.values():
@@ -115,9 +124,11 @@ def _order(model: Model, preds: list[list[int]]) -> list[int] | None:
 
 
 def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: Hardware,
-                   proto: str, slice_bytes: float, calls_per_chunk: int) -> IterationTiming:
-    """Event times of one loop iteration on ``slice_bytes`` per MSCCL chunk."""
-    hb = build_hb(model)
+                   proto: str, slice_bytes: float, calls_per_chunk: int, *,
+                   hb: Any = None) -> IterationTiming:
+    """Event times of one loop iteration on ``slice_bytes`` per MSCCL chunk (``hb``: the
+    model's happens-before graph, when already built)."""
+    hb = build_hb(model) if hb is None else hb
     if not hb.acyclic:
         raise TacosError("cannot time a program whose happens-before graph has a cycle",
                          hint="tacosc verify names the cycle")
@@ -163,6 +174,7 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
             busy = nbytes / c.rate
             limit = c.bound
             start[v], finish[v] = ready, ready + sync + busy
+            out.spans.setdefault(model.send_conn(tx), []).append((ready + sync, finish[v]))
             for i in c.links:
                 out.link_load[i] = out.link_load.get(i, 0.0) + nbytes
         elif tx.type in _FUSED:
@@ -175,6 +187,7 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
             limit = c.bound
             tail = finish[src] if src is not None else 0.0  # upstream paid its hops
             finish[v] = max(tail + c.latency, start[v] + sync + busy)
+            out.spans.setdefault(model.send_conn(tx), []).append((start[v] + sync, finish[v]))
             for i in c.links:
                 out.link_load[i] = out.link_load.get(i, 0.0) + nbytes
         else:  # plain receive (r, rrc)
@@ -216,6 +229,51 @@ def _steady(it: IterationTiming, topology: Topology, hw: Hardware, proto: str,
     return best, name
 
 
+def _concurrency(it: IterationTiming, conns: dict[tuple[int, int, int], _Conn]
+                 ) -> dict[int, int]:
+    """Per port, the most connections whose transfers are active at one instant of the first
+    iteration (as timed with every connection of the port sharing it)."""
+    events: dict[int, list[tuple[float, int, tuple]]] = {}
+    for key, spans in it.spans.items():
+        for a, b in spans:
+            if b <= a:
+                continue
+            for i in conns[key].links:
+                events.setdefault(i, []).extend(((a, 1, key), (b, -1, key)))
+    out: dict[int, int] = {}
+    for i, evs in events.items():
+        evs.sort(key=lambda e: (e[0], e[1]))
+        active: dict[tuple, int] = {}
+        most = 0
+        for _t, d, key in evs:
+            active[key] = active.get(key, 0) + d
+            if active[key] == 0:
+                del active[key]
+            most = max(most, len(active))
+        out[i] = max(1, most)
+    return out
+
+
+#: The folded model and happens-before graph of the last few programs timed, by the identity
+#: of their ``gpus`` list (a program timed under several protocols shares it): the protocol
+#: is only the program's header, so neither depends on it.
+_ANALYSED: dict[int, tuple[Any, Model, Any]] = {}
+_ANALYSED_MAX = 8
+
+
+def _analysed(program: Program) -> tuple[Model, Any]:
+    key = id(program.gpus)
+    got = _ANALYSED.get(key)
+    if got is not None and got[0] is program.gpus:
+        return got[1], got[2]
+    model = build_model(program)
+    hb = build_hb(model)
+    if len(_ANALYSED) >= _ANALYSED_MAX:
+        _ANALYSED.pop(next(iter(_ANALYSED)))
+    _ANALYSED[key] = (program.gpus, model, hb)
+    return model, hb
+
+
 def estimate_program(program: Program, topology: Topology, nbytes: int | None = None, *,
                      ranks: Sequence[int] | None = None, hardware: Hardware | str | None = None
                      ) -> RuntimeEstimate:
@@ -231,14 +289,20 @@ def estimate_program(program: Program, topology: Topology, nbytes: int | None = 
     if nbytes <= 0:
         raise TacosError("the message size must be positive")
     proto = program.proto
-    model = build_model(program)
+    model, hb = _analysed(program)
     chunk = nbytes / program.nchunksperloop
     per_call = hw.chunk_payload(proto)
     iters = max(1, math.ceil(chunk / per_call))
     first = min(chunk, per_call)
     calls_per_chunk = max(1, min(71, int(per_call // max(first, 1.0))))
     conns = _connections(model, topology, rank_npus, hw, proto, chunk)
-    it = time_iteration(model, conns, hw, proto, first, calls_per_chunk)
+    it = time_iteration(model, conns, hw, proto, first, calls_per_chunk, hb=hb)
+    concurrent = _concurrency(it, conns)
+    if any(n < sum(i in c.links for c in conns.values()) for i, n in concurrent.items()):
+        # connections that never run together do not share a port: re-time with the most
+        # that are active together on each port
+        conns = _connections(model, topology, rank_npus, hw, proto, chunk, concurrent)
+        it = time_iteration(model, conns, hw, proto, first, calls_per_chunk, hb=hb)
     base = hw.base_latency(proto)
     time = base + it.makespan
     bound = "latency"

@@ -82,7 +82,9 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     no fusion, forest without its in-switch star, NCCL's NVLS/CollNet plans skipped.
 
     ``emit="xml"``: the plan is written as MSCCL XML, so every candidate is ranked by the
-    runtime time of its XML lowering (NCCL's algorithms too); otherwise NCCL's algorithms are
+    runtime time of its XML lowering (NCCL's algorithms too); ``emit="shaped"``: by the
+    runtime time of its runtime-shaped XML lowering (what ``tacosc -o plan.xml`` writes;
+    the fixed lowering when no plan can be shaped); otherwise NCCL's algorithms are
     timed as NCCL runs them.  NCCL's own choice, as NCCL runs it, is the reference of
     ``speedup_vs_nccl`` (``facts['ranked_by']`` says which model ranked).
 
@@ -172,8 +174,13 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         raise TacosError("no candidate of the portfolio gave a verified plan: "
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          hint="name a solver with --solver")
-    times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
-                                               skipped, as_xml=emit == "xml")
+    shaped = _shaped_times(topology, collective, plans, link_times, skipped) \
+        if emit == "shaped" else None
+    if shaped is not None:
+        times, runtime, ranked_by = shaped
+    else:
+        times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
+                                                   skipped, as_xml=emit in ("xml", "shaped"))
     winner = min(times, key=lambda k: (times[k], k))
     facts: dict[str, Any] = {"winner": winner, "times": times, "skipped": skipped,
                              "seconds": seconds, "ranked_by": ranked_by,
@@ -220,6 +227,55 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
     return times, runtime, "runtime model"
 
 
+#: the instance counts the shaped ranking tries (the file written then tries up to 32): a
+#: plan's time changes little past 8 while the cost of timing it grows with the count
+RANK_INSTANCES = (1, 2, 4, 8)
+
+
+def _shaped_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
+                  link_times: dict[str, float], skipped: dict[str, str]
+                  ) -> tuple[dict[str, float], dict[str, Any], str] | None:
+    """Rank by the runtime time of each plan's runtime-shaped MSCCL XML program
+    (:func:`tacos.msccl.shape_choose.choose_shape` over all of them at once, its quick search:
+    one pairing climbed per protocol, no port-order variants, at most
+    :data:`RANK_INSTANCES` instances; a plan whose lower bound cannot
+    beat the best shape found is not lowered further and leaves the ranking, with the
+    reason).  The file written is then shaped with the full search.  None when no plan can
+    be shaped (the caller then ranks the fixed lowering)."""
+    from tacos.msccl.shape import shapes
+    from tacos.msccl.shape_choose import choose_shape
+
+    plain = {k: plans[k] for k in link_times
+             if not any(t.group is not None for t in plans[k].transfers)}
+    if not plain:
+        return None
+    try:
+        choice = choose_shape(plain, topology, max(1, int(collective.size)), quick=True,
+                              candidates=shapes(instances=RANK_INSTANCES, port_orders=(False,)))
+    except (TacosError, ImportError):
+        return None
+    times: dict[str, float] = {}
+    runtime: dict[str, Any] = {}
+    for c in choice.considered:
+        if c.time is not None and (c.plan not in times or c.time < times[c.plan]):
+            times[c.plan] = c.time
+            runtime[c.plan] = {"time": c.time, "of": "its runtime-shaped MSCCL XML lowering "
+                               f"({c.shape.label()})", "instances": c.shape.instances,
+                               "proto": c.shape.proto}
+    times[choice.plan] = choice.time  # the chosen shape (fewest thread blocks when near)
+    runtime[choice.plan] = {"time": choice.time, "of": "its runtime-shaped MSCCL XML lowering "
+                            f"({choice.shape.label()})", "instances": choice.shape.instances,
+                            "proto": choice.shape.proto, "bound": choice.bound}
+    for label in link_times:
+        if label in times:
+            continue
+        why = next((c.problems[0] for c in choice.considered if c.plan == label and c.problems),
+                   "in-switch groups: MSCCL XML cannot express them")
+        skipped[label] = (f"not ranked: runtime-shaped XML {why} (link-model time "
+                          f"{link_times[label]:.4g} s)")
+    return times, runtime, "runtime model (shaped MSCCL XML)"
+
+
 def _nccl_reference(topology: Topology, collective: Collective, nccl_best: str | None,
                     times: dict[str, float], nccl_ref: float | None, ranked_by: str
                     ) -> tuple[str | None, float | None]:
@@ -228,7 +284,7 @@ def _nccl_reference(topology: Topology, collective: Collective, nccl_best: str |
     the runtime model; else the best NCCL model of the link model."""
     if nccl_best is None:
         return None, None
-    if ranked_by == "runtime model":
+    if ranked_by.startswith("runtime model"):
         from tacos.runtime.plans import nccl_runtime
 
         try:
@@ -292,7 +348,9 @@ class AutoSolver(SolverBase):
         "in_switch": Option("keep plans with in-switch multicast/reduce groups (false: only "
                             "plans MSCCL XML can express)", boolean, (True, False), True),
         "emit": Option("the format the plan is written in: 'xml' ranks every candidate by "
-                       "the runtime time of its MSCCL XML lowering", str, ("", "xml"), ""),
+                       "the runtime time of its MSCCL XML lowering, 'shaped' by that of its "
+                       "runtime-shaped lowering (tacos.msccl.shape_choose)", str,
+                       ("", "xml", "shaped"), ""),
         "greedy_chunks": Option("let the greedy candidate choose its chunks per NPU "
                                 "(1, 2, 4, ... kept while it pays)", boolean, (True, False),
                                 False),
