@@ -191,12 +191,14 @@ def test_verify_topology_says_size_and_model(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     ring = str(EXAMPLES / "ring8.tdl")
     xml = tmp_path / "p.xml"
-    assert main([ring, "-c", "allgather", "--size", "8KiB", "-q", "--workers", "1",
+    assert main([ring, "-c", "allgather", "--size", "1MiB", "-q", "--workers", "1",
                  "-o", str(xml)]) == 0
     capsys.readouterr()
     assert main(["verify", str(xml), "--topology", ring, "--size", "1MiB"]) == 0
     out = capsys.readouterr().out
     assert "for a 1 MiB (1048576 B) message" in out and "estimate" in out
+    # the plan is shaped for a window around its size: far outside it, verify says so
+    assert main(["verify", str(xml), "--topology", ring, "--size", "1GiB"]) == 1
 
 
 def test_solver_options_and_channel_instances_from_the_cli(

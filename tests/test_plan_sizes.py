@@ -68,9 +68,19 @@ def test_compile_warns_when_the_plan_would_be_skipped_at_its_own_size(tmp_path, 
     bad, good = tmp_path / "bad.xml", tmp_path / "good.xml"
     dgx1 = str(PRESETS / "dgx1.tdl")
     assert main([dgx1, "-c", "allgather", "--chunks", "3", "--size", "64MiB",
-                 "--solver", "greedy", "-o", str(bad)]) == 0
+                 "--solver", "greedy", "--shape", "fixed", "-o", str(bad)]) == 0
     assert "skips the plan" in capsys.readouterr().err
     assert main([dgx1, "-c", "allgather", "--chunks", "2", "--size", "64MiB",
                  "--solver", "greedy", "-o", str(good)]) == 0
     err = capsys.readouterr().err
     assert "warning" not in err and "MSCCL_ALGO_DIR=" in err
+
+
+def test_a_shaped_plan_is_used_at_its_own_size(tmp_path, capsys):
+    """The shape chooser rejects shapes whose chunks do not divide the message, so the
+    default (shaped) plan of the same request is not skipped where the fixed one is."""
+    out = tmp_path / "shaped.xml"
+    assert main([str(PRESETS / "dgx1.tdl"), "-c", "allgather", "--chunks", "3", "--size",
+                 "64MiB", "--solver", "greedy", "-o", str(out)]) == 0
+    assert "skips the plan" not in capsys.readouterr().err
+    assert main(["verify", str(out), "--size", "64MiB"]) == 0
