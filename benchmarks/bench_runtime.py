@@ -8,7 +8,8 @@ Four tables, written to ``--out`` (default ``docs/benchmarks``) as ``runtime.md`
 2. **Microsoft's production MSCCL XML** (``tests/fixtures/msccl/executor_ndv{4,5}_*.xml``):
    every power-of-2 size of each file's window, ndv4 on ``dgx_a100_node``, ndv5 on
    ``dgx_h100_node``, beside NCCL's own choice (one process per GPU) and the link model.
-3. **tacos's default plans**: the MSCCL XML ``tacosc TOPO --collective K --size S -o plan.xml``
+3. **tacos's fixed-shape plans** (``--shape fixed``; the default before runtime-shaped plans,
+   whose figures are in ``runtime-plans.md``): the MSCCL XML ``tacosc ... -o plan.xml``
    writes (auto, ranked by the runtime time of each candidate's XML) and the XML of the plan
    tacos synthesizes (the fastest of greedy/forest/hierarchical in the link model).
 4. **Speedups over NCCL redone**: for the systems of ``docs/benchmarks/nccl.md``, the
@@ -185,7 +186,8 @@ def write(out: Path, rows: list[dict], cmd: str, seconds: float) -> None:
                       f"{r['model_us']:.1f} | {r['busbw']:.1f} | {r['nccl_us']:.1f} "
                       f"({r['nccl']}) | {r['vs_nccl']:.2f}x | {r['link_us']:.1f} | "
                       f"{r['bound']} |")
-    md += ["", "### 3. tacos's default plans (MSCCL XML) on one DGX node", "",
+    md += ["", "### 3. tacos's fixed-shape plans (MSCCL XML, `--shape fixed`: the default "
+           "before runtime-shaped plans) on one DGX node", "",
            "| system | collective | size | XML written (auto) | its us | synthesized plan | "
            "its XML us | its link-model us | NCCL us (its choice) | synthesized / NCCL | "
            "bounded by |", "|---|---|---|---|---|---|---|---|---|---|---|"]
