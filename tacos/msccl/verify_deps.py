@@ -168,6 +168,26 @@ class HappensBefore:
         return not self.stuck
 
 
+def topological_order(preds: list[list[int]]) -> list[int]:
+    """Kahn's order of the nodes ``0..len(preds)-1`` given each one's predecessors; nodes on a
+    cycle (or after one) are left out."""
+    n = len(preds)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [len(p) for p in preds]
+    for v, ps in enumerate(preds):
+        for u in ps:
+            succs[u].append(v)
+    order = [v for v in range(n) if indeg[v] == 0]
+    i = 0
+    while i < len(order):
+        for w in succs[order[i]]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                order.append(w)
+        i += 1
+    return order
+
+
 def build_hb(model: Model) -> HappensBefore:
     """Program-order, dependency and send->receive edges, then a topological sort."""
     n = len(model.txs)
@@ -185,20 +205,7 @@ def build_hb(model: Model) -> HappensBefore:
     for conn, sends in model.sends.items():
         for s, r in zip(sends, model.recvs.get(conn, ()), strict=False):
             preds[r.gid].append(s.gid)
-    succs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for v, ps in enumerate(preds):
-        indeg[v] = len(ps)
-        for u in ps:
-            succs[u].append(v)
-    order = [v for v in range(n) if indeg[v] == 0]
-    i = 0
-    while i < len(order):
-        for w in succs[order[i]]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                order.append(w)
-        i += 1
+    order = topological_order(preds)
     done = set(order)
     stuck = [v for v in range(n) if v not in done]
     return HappensBefore(preds, order, stuck, wait_preds)

@@ -31,7 +31,7 @@ from typing import Any
 from tacos.errors import TacosError
 from tacos.model.topology import Topology
 from tacos.msccl.program import REDUCING_TYPES, Program
-from tacos.msccl.verify_deps import build_hb
+from tacos.msccl.verify_deps import build_hb, topological_order
 from tacos.msccl.verify_model import Model, Tx, build_model
 from tacos.runtime.estimate import RuntimeEstimate
 from tacos.runtime.hardware import Hardware, resolve
@@ -106,21 +106,8 @@ def _connections(model: Model, topology: Topology, ranks: Sequence[int], hw: Har
 
 
 def _order(model: Model, preds: list[list[int]]) -> list[int] | None:
-    n = len(model.txs)
-    succs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [len(p) for p in preds]
-    for v, ps in enumerate(preds):
-        for u in ps:
-            succs[u].append(v)
-    order = [v for v in range(n) if indeg[v] == 0]
-    i = 0
-    while i < len(order):
-        for w in succs[order[i]]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                order.append(w)
-        i += 1
-    return order if len(order) == n else None
+    order = topological_order(preds)
+    return order if len(order) == len(model.txs) else None
 
 
 def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: Hardware,
