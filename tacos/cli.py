@@ -653,8 +653,9 @@ def _write_nvls(spec: Any, collective: Any, args: argparse.Namespace, fmt: str |
                          hint="add -c allreduce --format mscclpp -o plan.json")
     text = nvls_allreduce_json(spec.topology, list(collective.group),
                                name=Path(args.output).stem, nbytes=collective.size,
-                               min_bytes=_size(args.min_bytes, "--min-bytes", 0),
-                               max_bytes=_size(args.max_bytes, "--max-bytes", 0) or 2**64 - 1)
+                               min_bytes=_size(args.min_bytes or "0", "--min-bytes", 0),
+                               max_bytes=_size(args.max_bytes or "0", "--max-bytes", 0)
+                               or 2**64 - 1)
     verify(text, topology=spec.topology, ranks=list(collective.group)).raise_if_failed()
     write_output(args.output, text)
     if not args.json:
