@@ -64,12 +64,17 @@ def test_declared_collectives(example: Path) -> None:
             assert (chunk.id, npu) in delivered
 
 
-def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("shape", [
+    "fixed",
+    pytest.param("auto", marks=pytest.mark.slow),  # the default: shaping takes ~12 s here
+])
+def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str], shape: str) -> None:
     topo = Path(__file__).parent.parent / "examples" / "mesh4x4.tdl"
     xml, js = tmp_path / "plan.xml", tmp_path / "plan.json"
     args = [str(topo), "--collective", "allreduce", "--size", "1MiB", "--trials", "2",
             "--workers", "1", "-q"]
-    assert main([*args, "-o", str(xml)]) == 0
+    xml_args = [*args, "--shape", shape]
+    assert main([*xml_args, "-o", str(xml)]) == 0
     assert main([*args, "-o", str(js), "--report"]) == 0
     out = capsys.readouterr().out
     assert "algbw" in out
@@ -77,7 +82,7 @@ def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["verify", str(js), "--topology", str(topo)]) == 0
     # same seed, same bytes
     xml2 = tmp_path / "again.xml"
-    assert main([*args, "-o", str(xml2)]) == 0
+    assert main([*xml_args, "-o", str(xml2)]) == 0
     assert xml.read_bytes().replace(b'name="plan"', b"") == \
         xml2.read_bytes().replace(b'name="again"', b"")
     other = Path(__file__).parent.parent / "examples" / "ring8.tdl"
