@@ -37,7 +37,7 @@ from tacos.sweep_shaped import choose_windows
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = ROOT / "tacos" / "presets"
-FIXTURES = Path("/work/shared/fixtures/msccl")
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "msccl"
 SYSTEMS = {"dgx_a100_node": "executor_ndv4_*.xml", "dgx_h100_node": "executor_ndv5_*.xml"}
 SIZES = "1KiB:4GiB:x4"
 
