@@ -165,7 +165,6 @@ def test_staged_allpairs_allreduce_verifies_and_spreads_the_reduction(inplace):
 def test_staged_allpairs_matches_microsofts_pairs_plan_in_the_runtime_model():
     """Two instances give Microsoft's ``allreduce_pairs`` structure (2 channels, 16 tbs):
     the runtime model times them alike; four instances are faster."""
-    pytest.importorskip("tacos.runtime")
     from tacos.msccl.allpairs_program import AllPairsAllReduce
     from tacos.msccl.xml_reader import load_xml
     from tacos.runtime import estimate_program
@@ -255,16 +254,20 @@ def tacos_load_xml(path):
 # rules in the runtime model: LL below the crossover, channels grow with size
 # ------------------------------------------------------------------------------------------
 
+def _node_plans(topo, kind: str) -> dict:
+    """The all-pairs plan and NCCL's ring for ``kind`` on ``topo``, the chooser's candidates."""
+    coll = patterns.build(kind, topo.live_npus, size=1 << 20, chunks_per_npu=1)
+    return {"allpairs": allpairs_schedule(topo, coll),
+            "ring": synthesize(topo, coll, solver="nccl-ring")}
+
+
 @pytest.mark.parametrize("kind", ["allreduce", "allgather"])
 def test_runtime_model_picks_ll_small_and_more_channels_large(kind):
     """On an NVSwitch node the runtime model's best shape is LL for small messages and Simple
     (or LL128) above the crossover, and the channels (CTAs per connection) grow with the
     size."""
-    pytest.importorskip("tacos.runtime")
     topo = node()
-    coll = patterns.build(kind, topo.live_npus, size=1 << 20, chunks_per_npu=1)
-    plans = {"allpairs": allpairs_schedule(topo, coll),
-             "ring": synthesize(topo, coll, solver="nccl-ring")}
+    plans = _node_plans(topo, kind)
     cache = ShapeCache()
     base = MscclOptions(inplace=True)
     picks = {n: choose_shape(plans, topo, n, base=base, cache=cache)
@@ -281,11 +284,8 @@ def test_runtime_model_picks_ll_small_and_more_channels_large(kind):
 @pytest.mark.parametrize("kind", ["allreduce", "allgather"])
 def test_runtime_model_ll_up_to_one_crossover(kind):
     """LL up to some size, then never again."""
-    pytest.importorskip("tacos.runtime")
     topo = node()
-    coll = patterns.build(kind, topo.live_npus, size=1 << 20, chunks_per_npu=1)
-    plans = {"allpairs": allpairs_schedule(topo, coll),
-             "ring": synthesize(topo, coll, solver="nccl-ring")}
+    plans = _node_plans(topo, kind)
     cache = ShapeCache()
     base = MscclOptions(inplace=True)
     sizes = [4 ** k for k in range(5, 16)]
@@ -323,7 +323,6 @@ def test_the_fixed_lowering_is_a_candidate_and_never_beaten_by_a_slower_choice()
     single peers; the choice still times the fixed lowering's shape (1 instance, Simple,
     single peers) and never returns anything slower (64 MiB, where LL is slower than
     Simple)."""
-    pytest.importorskip("tacos.runtime")
     from tacos.msccl.shape_choose import default_shape
     from tacos.runtime import estimate_program
 
@@ -344,7 +343,6 @@ def test_the_fixed_lowering_is_a_candidate_and_never_beaten_by_a_slower_choice()
 @pytest.mark.parametrize("proto", ["LL", "LL128", "Simple"])
 @pytest.mark.parametrize("nbytes", [4 << 10, 1 << 30])
 def test_program_bounds_never_exceed_the_runtime_model_time(proto, nbytes):
-    pytest.importorskip("tacos.runtime")
     from dataclasses import replace
 
     from tacos.msccl.shape_bounds import program_bounds
@@ -365,7 +363,6 @@ def test_auto_ranks_plans_by_their_shaped_program_when_writing_xml():
     """``emit='shaped'``: every candidate's time is that of a runtime-shaped program (at least
     as fast as its fixed lowering), the winner is the fastest of them, and its shaped
     program, rebuilt by the chooser, has that time."""
-    pytest.importorskip("tacos.runtime")
     from tacos.runtime import estimate_program
     from tacos.solvers.auto import run_portfolio
 

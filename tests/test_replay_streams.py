@@ -20,7 +20,6 @@ from tacos.msccl.shape_choose import choose_shape  # noqa: E402
 from tacos.solvers.allpairs import allpairs_schedule  # noqa: E402
 from tacos.synthesize import synthesize  # noqa: E402
 
-pytest.importorskip("tacos.runtime")
 PRESETS = Path(tacos.__file__).parent / "presets"
 
 
