@@ -100,8 +100,9 @@ def test_a_sweep_packs_once_and_gives_the_cold_schedules():
     cold = []
     for size in sizes:
         memo.clear()
-        cold.append(tacos.emit(tacos.synthesize(topo, build("allgather", group, size=size),
-                                                solver="forest"), "json"))
+        sched = tacos.synthesize(topo, build("allgather", group, size=size), solver="forest")
+        assert verify_schedule(sched).ok
+        cold.append(tacos.emit(sched, "json"))
     memo.clear()
     calls: list[object] = []
     real = forest_solver.plan_forest
