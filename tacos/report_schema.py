@@ -1,7 +1,8 @@
 """The one versioned schema of every ``--json`` report (``tacos/schemas/report-v1.json``,
 documented in ``docs/report-json.md``): an envelope ``{"schema": "tacos-report/1", "kind":
 ..., "ok": ...}`` around the fields of each kind (``compile``, ``verify``, ``verify-folder``,
-``sweep``).  Times are seconds, sizes bytes."""
+``sweep``, ``cost``, ``explore``, ``allocate``, ``reshard``, ``jobs``).  Times are seconds, sizes
+bytes, bandwidths bytes/s."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from importlib import resources
 from typing import Any
 
 SCHEMA_ID = "tacos-report/1"
-KINDS = ("compile", "verify", "verify-folder", "sweep")
+KINDS = ("compile", "verify", "verify-folder", "sweep", "cost", "explore", "allocate", "reshard",
+         "jobs")
 
 
 def envelope(kind: str, doc: dict[str, Any], ok: bool) -> dict[str, Any]:

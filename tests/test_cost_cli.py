@@ -48,7 +48,7 @@ def test_explore_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explore", str(EXAMPLES / "ring8.tdl"), "--model", "custom", "--layers", "1",
                  "--hidden", "512", "--tokens", "1024", "--no-synthesize", "--json",
                  "--algorithm", "ring", "--placements", "axonn"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["configurations"]
     assert len(rows) == 20
     assert [r["model"] for r in rows] == sorted(r["model"] for r in rows)
     assert main(["explore", str(EXAMPLES / "ring8.tdl"), "--model", "gpt-2"]) == 2

@@ -169,7 +169,9 @@ def _cost(args: argparse.Namespace) -> int:
                   groups=groups, root=root, chunks=args.chunks, relays=args.relays,
                   baselines=not args.no_baseline, synthesize=args.synthesize, seed=args.seed)
     if args.json:
-        print(json.dumps(_cost_json(res), indent=2))
+        from tacos.report_schema import envelope
+
+        print(json.dumps(envelope("cost", _cost_json(res), True), indent=2))
         return 0
     first = res.rows[0].estimate
     print(f"{args.collective} of {_fmt_size(first.size)} on {first.groups} group(s) of "
@@ -325,12 +327,14 @@ def _explore(args: argparse.Namespace) -> int:
     axonn_rank = {id(r): i + 1 for i, r in enumerate(sorted(ranked, key=lambda r: r.axonn))}
     if args.json:
         from tacos.report import json_safe
+        from tacos.report_schema import envelope
 
-        print(json.dumps(json_safe([{
+        configurations = json_safe([{
             "grid": list(r.config.grid), "placement": r.config.placement(),
             "model": r.model, "axonn": r.axonn, "axonn_rank": axonn_rank[id(r)],
-            "synthesized": r.synthesized, "breakdown": r.breakdown} for r in ranked]),
-            indent=2))
+            "synthesized": r.synthesized, "breakdown": r.breakdown} for r in ranked])
+        print(json.dumps(envelope("explore", {"configurations": configurations}, True),
+                         indent=2))
         return 0
     print(f"{args.model} ({n_layers} blocks, hidden {hidden}), {args.tokens} tokens per batch, "
           f"{len(ranked)} configurations on {args.gpus or len(spec.topology.live_npus)} GPUs; "
@@ -461,8 +465,9 @@ def _allocate(args: argparse.Namespace) -> int:
     values = {name: float(terms.time(b)[0]) for name, b in splits.items()}
     if args.json:
         from tacos.report import json_safe
+        from tacos.report_schema import envelope
 
-        print(json.dumps(json_safe({
+        print(json.dumps(envelope("allocate", json_safe({
             "dims": list(alloc.dims), "budget": budget, "bandwidth": list(alloc.bandwidth),
             "time": alloc.time, "cost": alloc.cost, "objective": alloc.objective,
             "method": alloc.method, "search_seconds": alloc.search_seconds,
@@ -470,7 +475,7 @@ def _allocate(args: argparse.Namespace) -> int:
                      "best": None if alloc.grid_best is None else list(alloc.grid_best),
                      "value": alloc.grid_time},
             "splits": {k: {"bandwidth": list(v), "model": values[k]} for k, v in splits.items()},
-            "confirmed": confirmed, "synthesized_best": fastest_synthesized(confirmed)}),
+            "confirmed": confirmed, "synthesized_best": fastest_synthesized(confirmed)}), True),
             indent=2))
         return 0
     dims = ", ".join(f"d{k}" for k in alloc.dims)

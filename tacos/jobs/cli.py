@@ -51,7 +51,7 @@ def compile_jobs(spec: Any, args: argparse.Namespace, fmt: str | None, reporter:
             write_output(path, texts[name])
             if not args.json:
                 print(f"wrote {path}")
-    show(result, args, always=True)  # the comparison is what the command is for
+    show(result, args, always=True, kind="jobs")  # the comparison is what the command is for
     return 0
 
 

@@ -61,11 +61,14 @@ def compile_reshards(spec: Any, args: argparse.Namespace, fmt: str | None, repor
     return 0
 
 
-def show(result: Any, args: argparse.Namespace, *, always: bool = False) -> None:
-    """Print ``result``'s report: JSON with ``--json``, else text unless only writing
-    (``always``: the text with ``-o`` too)."""
+def show(result: Any, args: argparse.Namespace, *, always: bool = False,
+         kind: str = "reshard") -> None:
+    """Print ``result``'s report: JSON (a ``kind`` report of the versioned schema) with
+    ``--json``, else text unless only writing (``always``: the text with ``-o`` too)."""
     if args.json:
-        print(json.dumps(result.report(), indent=2))
+        from tacos.report_schema import envelope
+
+        print(json.dumps(envelope(kind, result.report(), True), indent=2))
     elif args.report or not args.output or always:
         print(result.text())
 
