@@ -80,7 +80,7 @@ def global_collective(system: SymmetricSystem, kind: str, parts: tuple[int, ...]
     n = system.n_npus
     everyone = frozenset(range(n))
     chunks = []
-    for q, size in enumerate(parts):
+    for size in parts:
         for i in range(n):
             one = frozenset({i})
             pre, post, red = {"allgather": (one, everyone, False),

@@ -36,14 +36,22 @@ DEFAULT_SOLVERS = ("forest", "greedy", "direct")
 DEFAULT_PARTS = (1, 2, 4, 8, 16, 32)
 
 
+def rotates(system: SymmetricSystem) -> bool:
+    """True when every axis has links of its own (a torus): all-gather parts then start on
+    different axes."""
+    return len({system.resource(a) for a in range(len(system.axes))}) == len(system.axes)
+
+
 def axis_order(system: SymmetricSystem, kind: str, part: int) -> list[int]:
-    """The axes a part visits: in system order for reductions (the fast NVSwitch first, so the
-    rails carry an eighth), rotated by the part index for all-gathers (parts on different axes
-    at once)."""
+    """The axes a part visits.  Reductions go in system order (the fast NVSwitch first, so the
+    rails carry an eighth of the buffer); all-gathers go the other way (the NVSwitch last), or
+    rotated by the part index when every axis has links of its own."""
     n = len(system.axes)
-    if kind == "allgather":
+    if kind != "allgather":
+        return list(range(n))
+    if rotates(system):
         return [(k + part) % n for k in range(n)]
-    return list(range(n))
+    return list(reversed(range(n)))
 
 
 def part_steps(system: SymmetricSystem, kind: str, part: int) -> list[tuple[int, str]]:
@@ -131,12 +139,14 @@ def split(size: int, weights: Sequence[int], unit: int) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def layouts(kind: str, n_axes: int, counts: Sequence[int]) -> list[tuple[int, ...]]:
+def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
+            ) -> list[tuple[int, ...]]:
     """Part weights to try: equal parts (``counts``), and for reductions ramps that start and
     end with small parts (the first part's reduce-scatter inside the node and the last part's
     all-gather are the pipeline's fill and drain): weights 1, 2, 4 ... up to 2^k, ``m`` parts
-    of 2^k, and back down."""
-    if kind == "allgather":
+    of 2^k, and back down.  Rotated all-gathers (``rotate``) take equal parts, a multiple of
+    the axis count."""
+    if kind == "allgather" and rotate:
         return [(1,) * c for c in sorted({max(1, c // n_axes) * n_axes for c in counts})]
     out = [(1,) * c for c in counts]
     for k in (1, 2, 3, 4, 5, 6):
@@ -189,9 +199,9 @@ def synthesize_symmetric(system: SymmetricSystem, kind: str, size: int, *,
         raise TacosError(f"symmetric synthesis does {', '.join(PLAN_KINDS)}, not {kind!r}")
     n_axes, n = len(system.axes), system.n_npus
     if parts is None:
-        candidates = layouts(kind, n_axes, DEFAULT_PARTS)
+        candidates = layouts(kind, n_axes, DEFAULT_PARTS, rotates(system))
     elif isinstance(parts, int):
-        candidates = layouts(kind, n_axes, [parts])[:1]
+        candidates = layouts(kind, n_axes, [parts], rotates(system))[:1]
     else:
         candidates = [tuple(parts)]
     t0 = time.process_time()
