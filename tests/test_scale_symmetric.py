@@ -15,7 +15,7 @@ from tacos.check.bounds_symmetric import symmetric_bound
 from tacos.check.symmetric import check_embedding, verify_symmetric
 from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
-from tacos.model.clos import ClosFabric, clos_h100, prime_digits
+from tacos.model.clos import ClosFabric, clos_h100, prime_digits, recognize
 from tacos.model.symmetric_plan import SymmetricPlan, expand
 from tacos.model.symmetry import Embedding
 from tacos.model.torus_axes import TorusAxes
@@ -41,22 +41,24 @@ def _hand_built(f: ClosFabric) -> Counter:
         out[(b, a, alpha, bw, 1)] += 1
 
     top = "spine" if f.tiers == 2 else "agg"
-    per_pod = f.leaves_per_pod if f.tiers == 3 else f.nodes // f.hosts_per_leaf
+    leaves = f.nodes // f.hosts_per_leaf
+    per_pod = f.leaves_per_pod if f.tiers == 3 else leaves
+    pods, h = leaves // per_pod, f.hosts_per_leaf
     for n in range(f.nodes):
         for g in range(f.gpus):
             gpu = f"node[{n}].gpu[{g}]"
             both(gpu, f"node[{n}].nvswitch", f.nvlink_alpha, f.nvlink)
-            both(gpu, f"rail[{g}].leaf[{n // f.hosts_per_leaf}]", f.nic_alpha, f.nic)
+            both(gpu, f"leaf[{g * leaves + n // h}]", f.nic_alpha, f.nic)
     for g in range(f.gpus):
-        for leaf in range(f.nodes // f.hosts_per_leaf):
+        for leaf in range(leaves):
             pod = leaf // per_pod
-            for a in range(f.hosts_per_leaf):
-                both(f"rail[{g}].leaf[{leaf}]", f"rail[{g}].{top}[{pod * f.hosts_per_leaf + a}]",
+            for a in range(h):
+                both(f"leaf[{g * leaves + leaf}]", f"{top}[{(g * pods + pod) * h + a}]",
                      f.fabric_alpha, f.fabric)
                 if f.tiers == 3 and leaf % per_pod == 0:
                     for c in range(f.leaves_per_pod):
-                        both(f"rail[{g}].agg[{pod * f.hosts_per_leaf + a}]",
-                             f"rail[{g}].core[{a * f.leaves_per_pod + c}]",
+                        both(f"agg[{(g * pods + pod) * h + a}]",
+                             f"core[{(g * h + a) * f.leaves_per_pod + c}]",
                              f.fabric_alpha, f.fabric)
     return out
 
@@ -70,6 +72,26 @@ def test_clos_links_are_the_described_fabric(fabric: ClosFabric) -> None:
     degree = Counter(lk.src for lk in topo.links)
     assert max(degree[s.id] for s in topo.switches) <= fabric.ports
     assert all(degree[v] == 2 for v in range(topo.n_npus))
+
+
+@pytest.mark.parametrize(("params", "fabric"),
+                         [({"nodes": 4, "hosts_per_leaf": 2}, CLOS2),
+                          ({"nodes": 8, "tiers": 3, "hosts_per_leaf": 2, "leaves_per_pod": 2},
+                           CLOS3)], ids=["2-tier", "3-tier"])
+def test_the_preset_is_the_fabric_and_is_recognized(params, fabric: ClosFabric) -> None:
+    topo = tacos.preset("clos_h100", **params).topology
+    assert _named_links(topo) == _named_links(fabric.topology())
+    found = recognize(topo)
+    assert found is not None and (found.nodes, found.tiers) == (fabric.nodes, fabric.tiers)
+    assert found.link_table(np.arange(found.n_links)).src.tolist() == \
+        [lk.src for lk in topo.links]
+    assert recognize(tacos.preset("dgx_h100", nodes=2).topology) is None
+    with pytest.raises(TacosError, match="isomorphic groups"):
+        synthesize_symmetric(tacos.preset("dgx_h100", nodes=2).topology, "allreduce", 2**20)
+    plan = synthesize_symmetric(topo, "allgather", 2**20, parts=1, solvers=("direct",))
+    assert verify_symmetric(plan).ok and expand(plan).topology == fabric.topology()
+    assert recognize(tacos.preset("clos_h100", nodes=4, hosts_per_leaf=2,
+                                  nic_alpha=2).topology).nic_alpha == pytest.approx(2e-6)
 
 
 def test_torus_links_are_the_builders_torus() -> None:

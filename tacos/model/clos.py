@@ -22,8 +22,9 @@ Rates (the defaults, each a parameter):
   RDMA crossing one leaf then pays 2 µs, the figure ``dgx_h100.tdl`` assumes per NIC).
 
 Node ids: GPU g of node n is ``8n + g``; then the NVSwitches (one per node), the leaves (rail by
-rail), the tier-2 switches, the cores.  Link ids are arithmetic (:meth:`ClosFabric.link_table`):
-NVLinks ``2i``/``2i+1`` (GPU i up/down), NIC links ``2N + 2i + d``, leaf-to-tier-2 and
+rail), the tier-2 switches, the cores: the ids and names ``tacos/presets/clos_h100.tdl`` gives
+(``use clos_h100(nodes=64, tiers=2)``), which :func:`recognize` finds in a loaded topology.
+Link ids are arithmetic (:meth:`ClosFabric.link_table`): NVLinks ``2i``/``2i+1`` (GPU i up/down), NIC links ``2N + 2i + d``, leaf-to-tier-2 and
 tier-2-to-core links after them (``d`` = 0 up, 1 down).
 
 The groups (:mod:`tacos.model.symmetry`): the ``gpu`` axis (a node's GPUs on its NVSwitch), then
@@ -227,14 +228,12 @@ class ClosFabric(SymmetricSystem):
         n = self._n
         npus = tuple(Npu(i, f"node[{i // self.gpus}].gpu[{i % self.gpus}]") for i in range(n))
         names = [f"node[{k}].nvswitch" for k in range(self.nodes)]
-        names += [f"rail[{r}].leaf[{lg}]" for r in range(self.gpus)
-                  for lg in range(self.n_leaves)]
+        names += [f"leaf[{k}]" for k in range(self.gpus * self.n_leaves)]
         top = "spine" if self.tiers == 2 else "agg"
-        names += [f"rail[{r}].{top}[{p * self.hosts_per_leaf + a}]" for r in range(self.gpus)
-                  for p in range(self.pods) for a in range(self.hosts_per_leaf)]
+        names += [f"{top}[{k}]" for k in range(self.gpus * self.pods * self.hosts_per_leaf)]
         if self.tiers == 3:
-            names += [f"rail[{r}].core[{a * self.leaves_per_pod + c}]" for r in range(self.gpus)
-                      for a in range(self.hosts_per_leaf) for c in range(self.leaves_per_pod)]
+            names += [f"core[{k}]" for k in
+                      range(self.gpus * self.hosts_per_leaf * self.leaves_per_pod)]
         switches = tuple(Switch(n + k, s, capabilities=frozenset())
                          for k, s in enumerate(names))
         t = self.link_table(np.arange(self.n_links))
@@ -307,3 +306,45 @@ def clos_h100(nodes: int, tiers: int = 2, **options: float | int) -> ClosFabric:
     ``tiers`` 2 or 3; ``options`` override :class:`ClosFabric`'s fields (``hosts_per_leaf``,
     ``leaves_per_pod``, rates and latencies in B/s and s)."""
     return ClosFabric(nodes, tiers, **options)  # type: ignore[arg-type]
+
+
+def recognize(topology: Topology) -> ClosFabric | None:
+    """The :class:`ClosFabric` ``topology`` is (same ids, ends, α, bandwidths and lane counts,
+    as ``use clos_h100(...)`` builds it), or None.  Switch capabilities are not compared (the
+    symmetric plans use none)."""
+    import math
+
+    names = [s.name.split("[")[0] for s in topology.switches]
+    count = {k: names.count(k) for k in ("leaf", "spine", "agg", "core")}
+    gpus = sum(1 for v in topology.npus if v.name.startswith("node[0]."))
+    if not count["leaf"] or not gpus or topology.n_npus % gpus or \
+            any(v.failed for v in topology.npus) or topology.failed_links:
+        return None
+    nodes = topology.n_npus // gpus
+    leaves = count["leaf"] // gpus
+    tiers = 3 if count["agg"] else 2
+    if not leaves or nodes % leaves:
+        return None
+    h = nodes // leaves
+    per_pod = count["core"] // (gpus * h) if tiers == 3 and h else 32
+    try:
+        out = topology.out_links
+        nv = topology.links[out[0][0]]
+        nic = next(topology.links[i] for i in out[0] if topology.links[i].tag == "nic")
+        up = topology.links[out[nic.dst][-1]]
+        fabric = ClosFabric(nodes, tiers, h, max(1, per_pod), gpus, nv.bandwidth, nv.alpha,
+                            nic.bandwidth, nic.alpha, up.bandwidth, up.alpha,
+                            ports=max(64, 2 * h, leaves, 2 * per_pod))
+    except (TacosError, StopIteration, IndexError, ZeroDivisionError):
+        return None
+    if fabric.n_nodes != topology.n_nodes or fabric.n_links != len(topology.links):
+        return None
+    t = fabric.link_table(np.arange(fabric.n_links))
+    got = np.array([(lk.src, lk.dst) for lk in topology.links], dtype=np.int64)
+    if not (np.array_equal(got[:, 0], t.src) and np.array_equal(got[:, 1], t.dst)):
+        return None
+    for lk, a, b in zip(topology.links, t.alpha.tolist(), t.bandwidth.tolist(), strict=True):
+        if lk.multiplicity != 1 or not math.isclose(lk.alpha, a, rel_tol=1e-12) or \
+                not math.isclose(lk.bandwidth, b, rel_tol=1e-12):
+            return None
+    return fabric

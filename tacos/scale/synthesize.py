@@ -180,12 +180,28 @@ def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
     return SymmetricPlan(system, kind, sum(parts), parts, phases, {"parts": len(parts)})
 
 
-def synthesize_symmetric(system: SymmetricSystem, kind: str, size: int, *,
+def system_of(topology: Topology) -> SymmetricSystem:
+    """The symmetric system a loaded topology is: a multi-rail Clos built as
+    ``use clos_h100(...)`` builds it (:func:`tacos.model.clos.recognize`); otherwise a
+    :class:`~tacos.errors.TacosError`."""
+    from tacos.model.clos import recognize
+
+    found = recognize(topology)
+    if found is None:
+        raise TacosError(f"{topology.name or 'this topology'} is not a system of isomorphic "
+                         "groups that symmetric synthesis knows",
+                         hint="use clos_h100(nodes=..., tiers=...), or build a "
+                              "tacos.model.clos.ClosFabric / tacos.model.torus_axes.TorusAxes")
+    return found
+
+
+def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: int, *,
                          parts: Sequence[int] | int | None = None,
                          solvers: Sequence[str] = DEFAULT_SOLVERS, seed: int = 0,
                          symmetric: bool = True) -> SymmetricPlan:
     """A plan for ``kind`` (all-gather, reduce-scatter, all-reduce) of ``size`` bytes (the
-    nccl-tests convention) on ``system``.
+    nccl-tests convention) on ``system`` (a :class:`Topology` is first recognized by
+    :func:`system_of`; the plan's ids are the topology's).
 
     ``parts``: None tries the layouts of :func:`layouts` (equal parts, counts
     :data:`DEFAULT_PARTS`, and ramps) and keeps the fastest plan; an int cuts the buffer in that
@@ -197,6 +213,8 @@ def synthesize_symmetric(system: SymmetricSystem, kind: str, size: int, *,
     """
     if kind not in PLAN_KINDS:
         raise TacosError(f"symmetric synthesis does {', '.join(PLAN_KINDS)}, not {kind!r}")
+    if isinstance(system, Topology):
+        system = system_of(system)
     n_axes, n = len(system.axes), system.n_npus
     if parts is None:
         candidates = layouts(kind, n_axes, DEFAULT_PARTS, rotates(system))
