@@ -24,8 +24,9 @@ Rates (the defaults, each a parameter):
 Node ids: GPU g of node n is ``8n + g``; then the NVSwitches (one per node), the leaves (rail by
 rail), the tier-2 switches, the cores: the ids and names ``tacos/presets/clos_h100.tdl`` gives
 (``use clos_h100(nodes=64, tiers=2)``), which :func:`recognize` finds in a loaded topology.
-Link ids are arithmetic (:meth:`ClosFabric.link_table`): NVLinks ``2i``/``2i+1`` (GPU i up/down), NIC links ``2N + 2i + d``, leaf-to-tier-2 and
-tier-2-to-core links after them (``d`` = 0 up, 1 down).
+Link ids are arithmetic (:meth:`ClosFabric.link_table`): NVLinks ``2i``/``2i+1`` (GPU i
+up/down), NIC links ``2N + 2i + d``, leaf-to-tier-2 and tier-2-to-core links after them
+(``d`` = 0 up, 1 down).
 
 The groups (:mod:`tacos.model.symmetry`): the ``gpu`` axis (a node's GPUs on its NVSwitch), then
 the node index in mixed radix, split into prime digits: ``pos`` digits (nodes on one leaf),
