@@ -12,6 +12,11 @@ Usage::
     nice python -m benchmarks.bench_scale_clos                 # every case, one after another
     nice python -m benchmarks.bench_scale_clos --only clos-1024
     nice python -m benchmarks.bench_scale_clos --json out.json
+    nice python -m benchmarks.bench_scale_clos --expanded       # unexpanded vs expanded check
+
+``--expanded`` compares, on systems small enough, :func:`verify_symmetric` with writing the plan
+out (:func:`tacos.model.symmetric_plan.expand`) and running the full verifier on it, each in a
+process of its own after the same synthesis (CPU of the check alone; peak RSS of the process).
 """
 
 from __future__ import annotations
@@ -63,6 +68,54 @@ print(json.dumps({"npus": system.n_npus, "links": system.n_links, "synth_cpu": c
 """
 
 
+EXPANDED = {"clos-8": ("clos", {"nodes": 8, "tiers": 2, "hosts_per_leaf": 4}, "allreduce"),
+            "clos-32": ("clos", {"nodes": 32, "tiers": 2, "hosts_per_leaf": 8}, "allreduce"),
+            "torus-6": ("torus", {"shape": (6, 6, 6)}, "allgather"),
+            "torus-8": ("torus", {"shape": (8, 8, 8)}, "allgather")}
+
+CHILD_EXPANDED = r"""
+import json, resource, sys, time
+from tacos.check.symmetric import verify_symmetric
+from tacos.check.verify import verify_schedule
+from tacos.model.clos import ClosFabric
+from tacos.model.symmetric_plan import expand
+from tacos.model.torus_axes import TorusAxes
+from tacos.scale.synthesize import synthesize_symmetric
+
+kind, opts, coll, size, how = (sys.argv[1], json.loads(sys.argv[2]), sys.argv[3],
+                               int(sys.argv[4]), sys.argv[5])
+system = ClosFabric(**opts) if kind == "clos" else TorusAxes(tuple(opts["shape"]))
+plan = synthesize_symmetric(system, coll, size, solvers=("greedy", "direct"))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+c0 = time.process_time()
+if how == "symbolic":
+    ok, n = verify_symmetric(plan).ok, plan.n_transfers
+else:
+    s = expand(plan)
+    ok, n = verify_schedule(s).ok, len(s.transfers)
+print(json.dumps({"cpu": time.process_time() - c0, "ok": ok, "transfers": n,
+                  "rss_before": before,
+                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run_expanded() -> None:
+    """The unexpanded check against the expanded one, per small system."""
+    print("| system | NPUs | collective | check | CPU (s) | peak RSS (MiB; after synthesis) | "
+          "transfers | verified |")
+    print("|" + "---|" * 8)
+    for name, (kind, opts, coll) in EXPANDED.items():
+        for how in ("symbolic", "expanded"):
+            out = subprocess.run([sys.executable, "-P", "-c", CHILD_EXPANDED, kind,
+                                  json.dumps(opts), coll, str(64 << 20), how],
+                                 capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            npus = 8 * opts["nodes"] if kind == "clos" else math.prod(opts["shape"])
+            print(f"| {name} | {npus} | {coll} 64 MiB | {how} | {r['cpu']:.2f} | "
+                  f"{r['rss_mib']:.0f} ({r['rss_before']:.0f}) | {r['transfers']:,} | "
+                  f"{'yes' if r['ok'] else 'NO'} |", flush=True)
+
+
 def run(name: str, size_gib: float) -> dict:
     """One case in a fresh interpreter; its JSON line."""
     kind, opts, coll, _ = CASES[name]
@@ -86,7 +139,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", help="case names")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--expanded", action="store_true",
+                    help="compare the unexpanded check with the expanded one instead")
     args = ap.parse_args(argv)
+    if args.expanded:
+        run_expanded()
+        return
     rows = []
     print("| case | NPUs | collective | size | synthesis CPU (s) | verify CPU (s) | peak RSS "
           "(MiB) | time (ms) | bound (ms) | time / bound | parts | templates | transfers "
