@@ -1,0 +1,1 @@
+"""Plans for data-center-scale systems from one solve per group shape (isomorphic groups)."""

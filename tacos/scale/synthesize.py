@@ -1,0 +1,278 @@
+"""Symmetric synthesis: solve each group shape once, run the solution on every copy.
+
+:func:`synthesize_symmetric` builds a :class:`~tacos.model.symmetric_plan.SymmetricPlan` for an
+all-gather, reduce-scatter or all-reduce on a system of isomorphic groups
+(:class:`~tacos.model.clos.ClosFabric`, :class:`~tacos.model.torus_axes.TorusAxes`):
+
+* the collective is cut along the axes (hierarchically: an all-reduce on a multi-rail Clos is
+  a reduce-scatter inside every node over its NVSwitch, reduce-scatters along the rail digits,
+  then the all-gathers back; a torus all-gather gathers along x, y and z);
+* every distinct (template topology, collective, size) is synthesized **once** with the given
+  solvers (:func:`tacos.synthesize`, the fastest verified result kept), so 5,000 nodes cost what
+  a handful of groups of 2 to 8 NPUs cost;
+* the buffer is cut into parts that run pipelined (:mod:`tacos.scale.pipeline`); the number of
+  parts is chosen among ``parts`` by the resulting time.
+
+``symmetric=False`` is the reference: it solves the template of every copy separately (cut out
+of the whole topology and renumbered) and keeps the plan only if every copy's solution has the
+same time as the template's, which is what the tests compare on small systems.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tacos.errors import TacosError
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule
+from tacos.model.symmetric_plan import PLAN_KINDS, Phase, SymmetricPlan
+from tacos.model.symmetry import SymmetricSystem
+from tacos.model.topology import Topology
+from tacos.scale.pipeline import schedule_parts
+
+DEFAULT_SOLVERS = ("forest", "greedy", "direct")
+DEFAULT_PARTS = (1, 2, 4, 8, 16, 32)
+
+
+def rotates(system: SymmetricSystem) -> bool:
+    """True when every axis has links of its own (a torus): all-gather parts then start on
+    different axes."""
+    return len({system.resource(a) for a in range(len(system.axes))}) == len(system.axes)
+
+
+def axis_order(system: SymmetricSystem, kind: str, part: int) -> list[int]:
+    """The axes a part visits.  Reductions go in system order (the fast NVSwitch first, so the
+    rails carry an eighth of the buffer); all-gathers go the other way (the NVSwitch last), or
+    rotated by the part index when every axis has links of its own."""
+    n = len(system.axes)
+    if kind != "allgather":
+        return list(range(n))
+    if rotates(system):
+        return [(k + part) % n for k in range(n)]
+    return list(reversed(range(n)))
+
+
+def part_steps(system: SymmetricSystem, kind: str, part: int) -> list[tuple[int, str]]:
+    """(axis, phase kind) of one part, in order."""
+    order = axis_order(system, kind, part)
+    if kind == "allgather":
+        return [(a, "allgather") for a in order]
+    rs = [(a, "reducescatter") for a in order]
+    return rs if kind == "reducescatter" else rs + [(a, "allgather") for a in reversed(order)]
+
+
+def template_sizes(system: SymmetricSystem, kind: str, part_size: int,
+                   steps: list[tuple[int, str]]) -> list[int]:
+    """The template collective's size (nccl-tests convention) of every step of a part."""
+    region = part_size // system.n_npus if kind == "allgather" else part_size
+    out = []
+    for axis, k in steps:
+        r = system.axes[axis].size
+        if k == "reducescatter":
+            out.append(region)
+            region //= r
+        else:
+            region *= r
+            out.append(region)
+    return out
+
+
+class TemplateSolver:
+    """Solves (template, kind, size) once each, keeping the fastest verified schedule."""
+
+    def __init__(self, solvers: Sequence[str], seed: int) -> None:
+        self.solvers = tuple(solvers)
+        self.seed = seed
+        self.cache: dict[tuple[Topology, str, int], Schedule] = {}
+        self.solves = 0
+
+    def __call__(self, topology: Topology, kind: str, size: int) -> Schedule:
+        """The template schedule of ``kind`` of ``size`` bytes among NPUs ``0..r-1``."""
+        key = (topology, kind, size)
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = self.solve(topology, kind, size)
+        return hit
+
+    def solve(self, topology: Topology, kind: str, size: int) -> Schedule:
+        """Run every solver on the template; the fastest schedule that keeps the collective's
+        chunks and passes the verifier wins."""
+        from tacos.check.verify import verify_schedule
+        from tacos.synthesize import synthesize
+
+        coll = build(kind, range(topology.n_npus), size=size)
+        best: Schedule | None = None
+        reasons = []
+        for name in self.solvers:
+            self.solves += 1
+            try:
+                s = synthesize(topology, coll, solver=name, seed=self.seed, bound=False,
+                               workers=1)
+            except TacosError as exc:
+                reasons.append(f"{name}: {exc}")
+                continue
+            if s.collective.chunks != coll.chunks or s.topology != topology:
+                reasons.append(f"{name}: refines the chunks")
+                continue
+            if not verify_schedule(s).ok:
+                reasons.append(f"{name}: not verified")
+                continue
+            if best is None or s.makespan < best.makespan:
+                best = s
+        if best is None:
+            raise TacosError(f"no solver found a {kind} on {topology.name}: "
+                             + "; ".join(reasons))
+        return Schedule(best.topology, best.collective, tuple(best.transfers),
+                        {"solver": best.meta.get("solver"), "template": topology.name})
+
+
+def split(size: int, weights: Sequence[int], unit: int) -> tuple[int, ...]:
+    """``size`` bytes cut in proportion to ``weights``, each part a multiple of ``unit``; the
+    bytes left over by rounding go to the largest part (the total is ``size`` rounded down to a
+    multiple of ``unit``)."""
+    total = sum(weights)
+    parts = [size * w // total // unit * unit for w in weights]
+    big = max(range(len(parts)), key=lambda i: (weights[i], -i))
+    parts[big] += (size // unit * unit) - sum(parts)
+    return tuple(parts)
+
+
+def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
+            ) -> list[tuple[int, ...]]:
+    """Part weights to try: equal parts (``counts``), and for reductions ramps that start and
+    end with small parts (the first part's reduce-scatter inside the node and the last part's
+    all-gather are the pipeline's fill and drain): weights 1, 2, 4 ... up to 2^k, ``m`` parts
+    of 2^k, and back down.  Rotated all-gathers (``rotate``) take equal parts, a multiple of
+    the axis count."""
+    if kind == "allgather" and rotate:
+        return [(1,) * c for c in sorted({max(1, c // n_axes) * n_axes for c in counts})]
+    out = [(1,) * c for c in counts]
+    for k in (1, 2, 3, 4, 5, 6):
+        ramp = [2**i for i in range(k)]
+        for m in (1, 2, 4, 8):
+            out.append(tuple(ramp + [2**k] * m + ramp[::-1]))
+    return out
+
+
+def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
+          solve: TemplateSolver) -> SymmetricPlan:
+    per_part: list[list[tuple[int, str, Schedule]]] = []
+    for q, part_size in enumerate(parts):
+        steps = part_steps(system, kind, q)
+        sizes = template_sizes(system, kind, part_size, steps)
+        per_part.append([(a, k, solve(system.template(a), k, s))
+                         for (a, k), s in zip(steps, sizes, strict=True)])
+    steps = [[(system.resource(a), k, t.makespan) for a, k, t in seq] for seq in per_part]
+    resources = sorted({r for seq in steps for r, _, _ in seq})
+    best = None
+    for feed in [()] + [(r,) for r in resources] + [tuple(resources)]:
+        starts = schedule_parts(steps, feed)
+        end = max(st + d for seq, sq in zip(steps, starts, strict=True)
+                  for (_, _, d), st in zip(seq, sq, strict=True))
+        if best is None or end < best[0]:
+            best = (end, starts)
+    starts = best[1]
+    phases = tuple(Phase(q, a, k, t, st)
+                   for q, seq in enumerate(per_part)
+                   for (a, k, t), st in zip(seq, starts[q], strict=True))
+    return SymmetricPlan(system, kind, sum(parts), parts, phases, {"parts": len(parts)})
+
+
+def system_of(topology: Topology) -> SymmetricSystem:
+    """The symmetric system a loaded topology is: a multi-rail Clos built as
+    ``use clos_h100(...)`` builds it (:func:`tacos.model.clos.recognize`); otherwise a
+    :class:`~tacos.errors.TacosError`."""
+    from tacos.model.clos import recognize
+
+    found = recognize(topology)
+    if found is None:
+        raise TacosError(f"{topology.name or 'this topology'} is not a system of isomorphic "
+                         "groups that symmetric synthesis knows",
+                         hint="use clos_h100(nodes=..., tiers=...), or build a "
+                              "tacos.model.clos.ClosFabric / tacos.model.torus_axes.TorusAxes")
+    return found
+
+
+def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: int, *,
+                         parts: Sequence[int] | int | None = None,
+                         solvers: Sequence[str] = DEFAULT_SOLVERS, seed: int = 0,
+                         symmetric: bool = True) -> SymmetricPlan:
+    """A plan for ``kind`` (all-gather, reduce-scatter, all-reduce) of ``size`` bytes (the
+    nccl-tests convention) on ``system`` (a :class:`Topology` is first recognized by
+    :func:`system_of`; the plan's ids are the topology's).
+
+    ``parts``: None tries the layouts of :func:`layouts` (equal parts, counts
+    :data:`DEFAULT_PARTS`, and ramps) and keeps the fastest plan; an int cuts the buffer in that
+    many equal parts; a sequence gives part weights.  Every part is a multiple of the NPU count
+    (whole bytes per piece), so ``size`` is rounded down to one (``meta['size_requested']``
+    keeps the asked size).  ``solvers``: tried on every template, fastest verified kept.
+    ``symmetric=False`` also solves every copy of every template on its own (see the module
+    docstring) and raises :class:`~tacos.errors.TacosError` if any copy would differ.
+    """
+    if kind not in PLAN_KINDS:
+        raise TacosError(f"symmetric synthesis does {', '.join(PLAN_KINDS)}, not {kind!r}")
+    if isinstance(system, Topology):
+        system = system_of(system)
+    n_axes, n = len(system.axes), system.n_npus
+    if parts is None:
+        candidates = layouts(kind, n_axes, DEFAULT_PARTS, rotates(system))
+    elif isinstance(parts, int):
+        candidates = layouts(kind, n_axes, [parts], rotates(system))[:1]
+    else:
+        candidates = [tuple(parts)]
+    t0 = time.process_time()
+    solve = TemplateSolver(solvers, seed)
+    best: SymmetricPlan | None = None
+    tried = {}
+    for weights in candidates:
+        sizes = split(size, weights, n)
+        if min(sizes) < n:
+            continue
+        plan = _plan(system, kind, sizes, solve)
+        tried[",".join(map(str, weights))] = plan.makespan
+        if best is None or plan.makespan < best.makespan:
+            best = plan
+    if best is None:
+        raise TacosError(f"{size} bytes is less than one byte per NPU and part",
+                         hint=f"use at least {n} bytes")
+    if not symmetric:
+        _solve_every_copy(best, solve)
+    meta: dict[str, Any] = {"solver": "symmetric", "size_requested": size, "tried": tried,
+                            "template_solves": solve.solves, "templates": len(solve.cache),
+                            "synthesis_cpu": time.process_time() - t0, "seed": seed,
+                            **best.meta}
+    return SymmetricPlan(best.system, best.kind, best.size, best.parts, best.phases, meta)
+
+
+def subtopology(topology: Topology, nodes: Sequence[int], links: Sequence[int]) -> Topology:
+    """The part of ``topology`` made of ``nodes`` (NPUs first, renumbered 0..) and ``links``."""
+    from dataclasses import replace
+
+    local = {g: k for k, g in enumerate(nodes)}
+    n_npus = sum(1 for g in nodes if not topology.is_switch(g))
+    npus = tuple(replace(topology.npus[g], id=local[g]) for g in nodes[:n_npus])
+    switches = tuple(replace(topology.switches[g - topology.n_npus], id=local[g])
+                     for g in nodes[n_npus:])
+    kept = tuple(replace(topology.links[i], src=local[topology.links[i].src],
+                         dst=local[topology.links[i].dst]) for i in links)
+    return Topology(npus, switches, kept, topology.name)
+
+
+def _solve_every_copy(plan: SymmetricPlan, solve: TemplateSolver) -> None:
+    """The full reference: every copy's group cut out of the whole topology and solved."""
+    whole = plan.system.topology()
+    seen = set()
+    for ph in plan.phases:
+        key = (ph.axis, ph.kind, ph.template.collective.size)
+        if key in seen:
+            continue
+        seen.add(key)
+        emb = plan.system.embed(ph.axis)
+        for c in range(len(emb.nodes)):
+            sub = subtopology(whole, emb.nodes[c].tolist(), emb.links[c].tolist())
+            own = solve.solve(sub, ph.kind, ph.template.collective.size)
+            if abs(own.makespan - ph.template.makespan) > 1e-12 * ph.template.makespan:
+                raise TacosError(f"copy {c} of axis {plan.system.axes[ph.axis].name}: "
+                                 f"{own.makespan} s alone against {ph.template.makespan} s")
