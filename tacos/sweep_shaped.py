@@ -1,8 +1,10 @@
 """Runtime-shaped MSCCL plans for every size window of a sweep.
 
 For each size of a :class:`~tacos.sweep.Sweep`, every plan the portfolio found without
-in-switch operations (``SweepRow.plain``) and the all-pairs plan
-(:mod:`tacos.solvers.allpairs`, for all-reduce and all-gather) are lowered under every shape
+in-switch operations (``SweepRow.plain``), the all-pairs plan
+(:mod:`tacos.solvers.allpairs`, for all-reduce and all-gather) and, for an all-reduce, the
+programs written directly (:mod:`tacos.msccl.allpairs_program`,
+:mod:`tacos.msccl.ring_program`) are lowered under every shape
 (:mod:`tacos.msccl.shape`: instances, protocol, port order, paired peers) and the one the
 runtime model times fastest at that size is kept (:func:`tacos.msccl.shape_choose.
 choose_shape`).  :func:`tacos.msccl.sweep_xml.write_windows` writes the choices as one file per

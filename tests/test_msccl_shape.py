@@ -415,3 +415,27 @@ def test_sync_bound_prunes_without_changing_the_choice():
     assert sum(c.time is not None for c in pruned.considered) < \
         sum(c.time is not None for c in full.considered)
     verified(pruned.program)
+
+
+def test_shape_cache_bounds_its_programs_and_remembers_times():
+    topo = node()
+    coll = patterns.build("allreduce", topo.live_npus, size=1 << 20)
+    sched = synthesize(topo, coll, solver="nccl-ring")
+    base = MscclOptions(inplace=True)
+    cache = ShapeCache(max_programs=2)
+    cache.same_as(sched, Shape(1, "Simple", True, True), base)  # remembers the port order
+    progs = [cache.program(sched, Shape(i, "Simple", False, True), base) for i in (1, 2, 4)]
+    assert all(isinstance(p, Program) for p in progs)
+    assert len(cache._programs) <= 2
+    calls = []
+
+    def estimate(program, topology, nbytes):
+        calls.append(nbytes)
+        return float(program.nchannels)
+
+    group = topo.live_npus
+    assert cache.time(progs[2], topo, group, 1 << 20, estimate) == 4.0
+    assert cache.time(progs[2], topo, group, 1 << 20, estimate) == 4.0
+    assert cache.time(progs[2], topo, group, 1 << 21, estimate) == 4.0
+    assert calls == [1 << 20, 1 << 21]
+    verified(progs[2])

@@ -245,11 +245,14 @@ class ShapeCache:
         return got
 
     def _drop_oldest(self) -> None:
-        """Forget the oldest program and every time taken of it."""
+        """Forget the oldest entry (a program, a failure or a port order) and every time
+        taken of a program dropped, and the topologies no time refers to any more."""
         old = self._programs.pop(next(iter(self._programs)))
-        if not isinstance(old, str):
+        if isinstance(old, Program):
             gone = id(old.gpus)
             self._times = {k: v for k, v in self._times.items() if k[0] != gone}
+            used = {k[2] for k in self._times}
+            self._topologies = {i: t for i, t in self._topologies.items() if i in used}
 
 
 #: The cache :func:`choose_shape` uses when given none: a plan ranked by its shaped program
