@@ -1,8 +1,10 @@
 """Runtime-shaped MSCCL plans for every size window of a sweep.
 
 For each size of a :class:`~tacos.sweep.Sweep`, every plan the portfolio found without
-in-switch operations (``SweepRow.plain``) and the all-pairs plan
-(:mod:`tacos.solvers.allpairs`, for all-reduce and all-gather) are lowered under every shape
+in-switch operations (``SweepRow.plain``), the all-pairs plan
+(:mod:`tacos.solvers.allpairs`, for all-reduce and all-gather) and, for an all-reduce, the
+programs written directly (:mod:`tacos.msccl.allpairs_program`,
+:mod:`tacos.msccl.ring_program`) are lowered under every shape
 (:mod:`tacos.msccl.shape`: instances, protocol, port order, paired peers) and the one the
 runtime model times fastest at that size is kept (:func:`tacos.msccl.shape_choose.
 choose_shape`).  :func:`tacos.msccl.sweep_xml.write_windows` writes the choices as one file per
@@ -22,17 +24,21 @@ from tacos.msccl.shape import INSTANCES, PROTOCOLS, RuntimeLimits, shapes
 from tacos.msccl.shape_choose import Choice, Estimator, ShapeCache, choose_shape
 
 if TYPE_CHECKING:
+    from tacos.model.topology import Topology
     from tacos.sweep import Sweep, SweepRow
 
 ALLPAIRS = "allpairs"
 STAGED = "allpairs-staged"
 
 
-def candidate_plans(row: SweepRow, allpairs: Callable[[], Schedule | None]) -> dict[str, Any]:
+def candidate_plans(row: SweepRow, allpairs: Callable[[], Schedule | None],
+                    topology: Topology | None = None) -> dict[str, Any]:
     """The plans a window chooses from: the row's plans without in-switch operations, the
     all-pairs plan when there is one, and for an all-reduce the staged all-pairs program
-    (:mod:`tacos.msccl.allpairs_program`)."""
+    (:mod:`tacos.msccl.allpairs_program`) and, on ``topology`` when it is given, the
+    several-rings programs (:func:`tacos.msccl.ring_program.ring_families`)."""
     from tacos.msccl.allpairs_program import AllPairsAllReduce
+    from tacos.msccl.ring_program import ring_families
 
     out: dict[str, Any] = dict(row.plain)
     if not out and row.xml_schedule is not None:
@@ -42,6 +48,8 @@ def candidate_plans(row: SweepRow, allpairs: Callable[[], Schedule | None]) -> d
         out[ALLPAIRS] = extra
         if extra.collective.kind == "allreduce":
             out[STAGED] = AllPairsAllReduce(extra.collective)
+            if topology is not None:
+                out.update(ring_families(topology, extra.collective))
     return out
 
 
@@ -75,7 +83,7 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
 
     out = []
     for n, row in enumerate(rows, 1):
-        plans = candidate_plans(row, allpairs)
+        plans = candidate_plans(row, allpairs, result.topology)
         out.append(choose_shape(plans, result.topology, row.size, base=base, candidates=cands,
                                 limits=limits, estimator=estimator, cache=cache))
         if progress is not None:

@@ -380,3 +380,62 @@ def test_auto_ranks_plans_by_their_shaped_program_when_writing_xml():
     ch = choose_shape({winner: sched}, topo, 64 << 20)
     assert ch.time <= times[winner] * (1 + 1e-9)
     verified(ch.program)
+
+
+def test_sync_bound_prunes_without_changing_the_choice():
+    """Each sending step pays a hop latency in its thread block, whatever the instance count:
+    on the 4x4 mesh the all-pairs plan's long forwarding chains lose to that bound alone, so
+    they are not lowered at every instance count, and the choice is the unpruned one."""
+    from dataclasses import replace
+
+    from tacos.msccl.shape_bounds import program_bounds
+    from tacos.msccl.shape_choose import runtime_estimator
+    from tacos.runtime import estimate_program
+
+    topo = tacos.load(Path(tacos.__file__).parent.parent / "examples" / "mesh4x4.tdl").topology
+    nbytes = 1 << 20
+    group = list(range(16))
+    coll = patterns.build("allreduce", group, size=nbytes, chunks_per_npu=1)
+    plans = {"greedy": synthesize(topo, patterns.build("allreduce", group, size=nbytes),
+                                  solver="greedy"),
+             "allpairs": allpairs_schedule(topo, coll)}
+    for proto in ("LL", "LL128", "Simple"):
+        prog = replace(lower(plans["allpairs"], options=MscclOptions(instances=2)), proto=proto)
+        b = program_bounds(prog, topo, nbytes, proto)
+        assert 0 < b.base + b.sync <= estimate_program(prog, topo, nbytes).time * (1 + 1e-9)
+    base = MscclOptions(inplace=True)
+    cands = shapes(instances=(1, 2, 4), port_orders=(False,), paired=(True,))
+    pruned = choose_shape(plans, topo, nbytes, base=base, cache=ShapeCache(), candidates=cands)
+    assert any(c.problems and "synchronization bound" in c.problems[0]
+               for c in pruned.considered)
+    full = choose_shape(plans, topo, nbytes, base=base, cache=ShapeCache(), candidates=cands,
+                        estimator=runtime_estimator(group))
+    assert (pruned.plan, pruned.shape) == (full.plan, full.shape)
+    assert pruned.time == pytest.approx(full.time, rel=1e-12)
+    assert sum(c.time is not None for c in pruned.considered) < \
+        sum(c.time is not None for c in full.considered)
+    verified(pruned.program)
+
+
+def test_shape_cache_bounds_its_programs_and_remembers_times():
+    topo = node()
+    coll = patterns.build("allreduce", topo.live_npus, size=1 << 20)
+    sched = synthesize(topo, coll, solver="nccl-ring")
+    base = MscclOptions(inplace=True)
+    cache = ShapeCache(max_programs=2)
+    cache.same_as(sched, Shape(1, "Simple", True, True), base)  # remembers the port order
+    progs = [cache.program(sched, Shape(i, "Simple", False, True), base) for i in (1, 2, 4)]
+    assert all(isinstance(p, Program) for p in progs)
+    assert len(cache._programs) <= 2
+    calls = []
+
+    def estimate(program, topology, nbytes):
+        calls.append(nbytes)
+        return float(program.nchannels)
+
+    group = topo.live_npus
+    assert cache.time(progs[2], topo, group, 1 << 20, estimate) == 4.0
+    assert cache.time(progs[2], topo, group, 1 << 20, estimate) == 4.0
+    assert cache.time(progs[2], topo, group, 1 << 21, estimate) == 4.0
+    assert calls == [1 << 20, 1 << 21]
+    verified(progs[2])

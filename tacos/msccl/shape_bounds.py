@@ -9,9 +9,13 @@ protocol's base latency, then runs its transfers no faster than
 * every thread block: the bytes it copies, sends or receives over one CTA's rate in the
   protocol (a reduction's rate is no higher).
 
-so ``base + max(port bound, CTA bound)`` never exceeds its time.  The port bound does not depend
-on the instance count (instances split the same bytes over more channels), which lets the
-search skip a protocol whose bound is already slower than the best shape found.
+* every thread block: one per-hop synchronization latency (NCCL's ``hwLat`` of the fastest
+  link class on the topology) per sending step, paid in order,
+
+so ``base + max(port bound, CTA bound, sync bound)`` never exceeds its time.  The port and sync
+bounds do not depend on the instance count (instances split the same bytes over more channels
+and thread blocks, each with the same steps), which lets the search skip a protocol whose bound
+is already slower than the best shape found.
 """
 
 from __future__ import annotations
@@ -26,16 +30,18 @@ from tacos.msccl.program import Program
 
 @dataclass(frozen=True)
 class ProgramBounds:
-    """``base`` latency, ``link`` and ``cta`` bounds (s) of one program under one protocol."""
+    """``base`` latency, ``link``, ``cta`` and ``sync`` bounds (s) of one program under one
+    protocol."""
 
     base: float
     link: float
     cta: float
+    sync: float = 0.0
 
     @property
     def time(self) -> float:
         """The lower bound on the runtime-model time."""
-        return self.base + max(self.link, self.cta)
+        return self.base + max(self.link, self.cta, self.sync)
 
 
 def link_bytes(program: Program, topology: Topology, nbytes: int,
@@ -85,4 +91,18 @@ def program_bounds(program: Program, topology: Topology, nbytes: int, proto: str
     most = max((sum(st.cnt for st in tb.steps if st.type != "nop" and st.type != "re")
                 for g in program.gpus for tb in g.tbs), default=0)
     cta = most * chunk / hw.cta_rate[proto]
-    return ProgramBounds(hw.base_latency(proto), link, cta)
+    sends = max((sum(1 for st in tb.steps if st.cnt > 0 and st.sends)
+                 for g in program.gpus for tb in g.tbs), default=0)
+    sync = sends * min_hop_latency(topology, proto)
+    return ProgramBounds(hw.base_latency(proto), link, cta, sync)
+
+
+def min_hop_latency(topology: Topology, proto: str) -> float:
+    """The smallest per-hop synchronization latency (s) a connection on ``topology`` pays per
+    primitive call in ``proto``: NCCL's ``hwLat`` of the fastest link class it has."""
+    from tacos.runtime.hardware import hardware_for
+
+    hw = hardware_for(topology)
+    classes = {hw.classify(lk) for lk in topology.links}
+    kinds = {"nic" if c == "nic" else "pcie" if c == "pcie" else hw.link_class for c in classes}
+    return min((hw.hop_latency(proto, k) for k in kinds), default=0.0)

@@ -161,11 +161,27 @@ class Choice:
 
 class ShapeCache:
     """Lowered programs per ``(schedule structure, instances, port order)``; failures are
-    remembered as their message."""
+    remembered as their message.  With ``max_programs``, the oldest programs are dropped
+    beyond that many.  :meth:`time` remembers the runtime model's time of each program per
+    protocol, topology, ranks and size."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_programs: int | None = None) -> None:
         self._programs: dict[tuple, Program | str] = {}
         self._structures: dict[int, tuple[Any, tuple]] = {}
+        self._times: dict[tuple, float] = {}
+        self._topologies: dict[int, Topology] = {}
+        self.max_programs = max_programs
+
+    def time(self, program: Program, topology: Topology, group: Sequence[int], nbytes: int,
+             estimate: Estimator) -> float:
+        """``estimate(program, topology, nbytes)``, remembered for a program of this cache
+        (the same object) under its protocol."""
+        key = (id(program.gpus), program.proto, id(topology), tuple(group), nbytes)
+        got = self._times.get(key)
+        if got is None:
+            got = self._times[key] = estimate(program, topology, nbytes)
+            self._topologies[id(topology)] = topology  # its id stays its own while cached
+        return got
 
     def structure(self, schedule: Schedule | Any) -> tuple:
         """What the lowered program depends on: the transfers in time order (a program
@@ -214,7 +230,7 @@ class ShapeCache:
     def program(self, schedule: Schedule, shape: Shape, base: MscclOptions) -> Program | str:
         """The lowered program (protocol ``Simple``), or why it could not be lowered."""
         key = (self.structure(schedule), shape.instances, shape.port_order, shape.paired,
-               base.inplace, base.max_steps_per_tb)
+               replace(base, proto="Simple", instances=1, port_order=False, pair_peers=False))
         got = self._programs.get(key)
         if got is None:
             opts = replace(shape, proto="Simple").options(base)
@@ -223,8 +239,25 @@ class ShapeCache:
                        else schedule.lower(replace(shape, proto="Simple"), base))
             except TacosError as exc:
                 got = str(exc.args[0] if exc.args else exc)
+            if self.max_programs is not None and len(self._programs) >= self.max_programs:
+                self._drop_oldest()
             self._programs[key] = got
         return got
+
+    def _drop_oldest(self) -> None:
+        """Forget the oldest entry (a program, a failure or a port order) and every time
+        taken of a program dropped, and the topologies no time refers to any more."""
+        old = self._programs.pop(next(iter(self._programs)))
+        if isinstance(old, Program):
+            gone = id(old.gpus)
+            self._times = {k: v for k, v in self._times.items() if k[0] != gone}
+            used = {k[2] for k in self._times}
+            self._topologies = {i: t for i, t in self._topologies.items() if i in used}
+
+
+#: The cache :func:`choose_shape` uses when given none: a plan ranked by its shaped program
+#: (``auto``) and then written is lowered and timed once.
+SHARED_CACHE = ShapeCache(max_programs=96)
 
 
 class _Pruned(float):
@@ -265,7 +298,7 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     base = base or MscclOptions()
     cands = list(candidates) if candidates is not None else shapes()
     lim = limits or limits_for(topology, base.max_steps_per_tb)
-    cache = cache or ShapeCache()
+    cache = cache or SHARED_CACHE
     group = next(iter(schedules.values())).collective.group
     model = estimator is None
     if estimator is None:
@@ -276,9 +309,10 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     best = [float("inf")]
     loads: dict[str, dict[int, float] | str] = {}
 
-    def bounds(plan: str, program: Program, proto: str) -> tuple[float, float]:
-        """The plan's port bound in ``proto`` (the same at every instance count) and the
-        one-instance program's CTA bound, both with the base latency (0 when unknown)."""
+    def bounds(plan: str, program: Program, proto: str) -> tuple[float, float, float]:
+        """The plan's port bound in ``proto``, the one-instance program's CTA bound and its
+        synchronization bound (the port and sync bounds are the same at every instance
+        count), all with the base latency (0 when unknown)."""
         from tacos.msccl.shape_bounds import link_bytes, program_bounds
 
         if plan not in loads:
@@ -288,9 +322,9 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
                 loads[plan] = str(exc.args[0] if exc.args else exc)
         got = loads[plan]
         if isinstance(got, str):
-            return 0.0, 0.0
+            return 0.0, 0.0, 0.0
         b = program_bounds(program, topology, nbytes, proto, ranks=group, loads=got)
-        return b.base + b.link, b.base + b.cta
+        return b.base + b.link, b.base + b.cta, b.base + b.sync
 
     def evaluate(plan: str, shape: Shape, *, force: bool = False) -> float | None:
         """The shape's time (None: rejected or pruned, with the reason in ``considered``)."""
@@ -309,10 +343,11 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
                 considered.append(Candidate(plan, shape, None, [over]))
                 return None
             if model and not force:
-                port, cta = bounds(plan, one, shape.proto)
-                if port >= best[0]:
+                port, cta, sync = bounds(plan, one, shape.proto)
+                if max(port, sync) >= best[0]:
+                    what = "port" if port >= sync else "synchronization"
                     considered.append(Candidate(plan, shape, None, [
-                        "pruned: its port bound is no faster than the best shape found"]))
+                        f"pruned: its {what} bound is no faster than the best shape found"]))
                     return PORT_BOUND
                 if max(port, cta / shape.instances) >= best[0]:
                     considered.append(Candidate(plan, shape, None, [
@@ -341,7 +376,8 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
                     "pruned: its CTA bound is no faster than the best shape found"]))
                 return CTA_BOUND
         try:
-            t = estimator(program, topology, nbytes)
+            t = (cache.time(program, topology, group, nbytes, estimator) if model
+                 else estimator(program, topology, nbytes))
         except TacosError as exc:  # e.g. a connection the topology cannot route
             considered.append(Candidate(plan, shape, None, [str(exc.args[0] if exc.args
                                                                 else exc)]))
@@ -358,7 +394,7 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
         one = cache.program(schedules[plan], Shape(1, "Simple", False, True), base)
         if not model or isinstance(one, str):
             return 1
-        port, cta = bounds(plan, one, "Simple")
+        port, cta, _ = bounds(plan, one, "Simple")
         if port <= 0:
             return 1
         return max(1, 2 ** round(math.log2(max(1.0, cta / port))))
