@@ -30,7 +30,7 @@ from tacos.solvers.ilp.link_grid import LinkGrid, Move, replay_in_ticks
 from tacos.solvers.ilp.link_model import merge_pairs, solve_link_model
 from tacos.solvers.registry import Problem, SolveResult
 
-MERGE_VARS = 60_000  # merge (member) variables above which "auto" keeps one chunk per transfer
+MERGE_VARS = 100_000  # merge (member) variables above which "auto" keeps one chunk per transfer
 GREEDY_SHARE = 0.25  # most of the time limit the greedy first schedules may take
 RESERVE = 0.05  # share of the time limit kept for replay and bookkeeping
 BASELINES = ("greedy", "greedy_merged", "shortest_path")

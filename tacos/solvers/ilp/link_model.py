@@ -32,6 +32,12 @@ from typing import Any
 
 from tacos.solvers.ilp.link_grid import INF, LinkGrid, Move, prune_dead_ends
 
+BUILD_SHARE = 0.5  # most of the time limit building the model may take
+
+
+class BuildTimeout(Exception):
+    """Building the model ran past its share of the time limit."""
+
 
 @dataclass
 class LinkResult:
@@ -87,7 +93,12 @@ def solve_link_model(grid: LinkGrid, *, hint: Sequence[Move] | None, horizon: in
 
     t0 = time.perf_counter()
     cp = cp_model.CpModel()
-    v = _build(cp, grid, horizon, lower, max(1, int(max_merge)), fixed)
+    try:
+        v = _build(cp, grid, horizon, lower, max(1, int(max_merge)), fixed,
+                   t0 + time_limit * BUILD_SHARE)
+    except BuildTimeout:
+        return LinkResult("time_limit", [], None, lower, time.perf_counter() - t0,
+                          {"build_timeout": True})
     if hint:
         _hint(cp, grid, v, hint)
     cp.minimize(v.makespan)
@@ -134,7 +145,7 @@ def _moves(solver, v: _Vars) -> list[Move]:
 
 
 def _build(cp, grid: LinkGrid, horizon: int, lower: int, max_merge: int,
-           fixed: Sequence[Move]) -> _Vars:
+           fixed: Sequence[Move], deadline: float) -> _Vars:
     topo, coll = grid.topology, grid.collective
     links = topo.links
     v = _Vars(horizon=horizon, merge=max_merge > 1)
@@ -147,6 +158,8 @@ def _build(cp, grid: LinkGrid, horizon: int, lower: int, max_merge: int,
         need = ch.post - ch.pre
         if not need:
             continue
+        if time.perf_counter() > deadline:
+            raise BuildTimeout
         dist = grid.distances(c)
         back = _reverse_distances(grid, c, need)
         # NPUs that may receive c: destinations, and relays that can reach one in time
@@ -182,7 +195,11 @@ def _build(cp, grid: LinkGrid, horizon: int, lower: int, max_merge: int,
                 cp.add_at_most_one(ps)
         if any(node not in incoming for node in need):  # unreachable within the horizon
             cp.add_bool_or([])
+    if time.perf_counter() > deadline:
+        raise BuildTimeout
     _transfers(cp, grid, v, max_merge)
+    if time.perf_counter() > deadline:
+        raise BuildTimeout
     for c, incoming in incoming_of.items():
         ch = coll.chunks[c]
         for node, lis in incoming.items():
