@@ -222,8 +222,8 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "(default) or at any NPU")
     p.add_argument("--max-merge", help="greedy/ilp: most chunks one transfer may carry "
                    "(integer, auto, or none)")
-    p.add_argument("--backend", help="ilp: MILP back end (highs, cpsat, cbc, gurobi); the API's "
-                   "backend= option")
+    p.add_argument("--backend", help="ilp: MILP back end (highs, cpsat, cbc, gurobi; highs, cbc "
+                   "and gurobi solve the TEN formulation); the API's backend= option")
     p.add_argument("--ilp-backend", dest="backend", help=argparse.SUPPRESS)
     p.add_argument("--mode", help="ilp: exact (default) or cluster (time clustering)")
     p.add_argument("-O", "--option", action="append", default=[], metavar="NAME=VALUE",

@@ -15,7 +15,8 @@ them), replayed by the simulator; the bound is CP-SAT's, scaled to continuous ti
 (:func:`tacos.check.bounds.lower_bound`).  It holds for every schedule of the problem whose
 transfers carry at most ``max_merge`` chunks over one link each (``stats['bound_scope']``),
 which with ``max_merge`` "auto" is every schedule unless the merge variables would pass
-:data:`MERGE_VARS` (then one chunk per transfer, and the scope says so).
+:data:`MERGE_VARS_PER_SECOND` per second of the time limit, or building them runs past half of
+it (then one chunk per transfer, and the scope says so).
 """
 
 from __future__ import annotations
@@ -30,21 +31,23 @@ from tacos.solvers.ilp.link_grid import LinkGrid, Move, replay_in_ticks
 from tacos.solvers.ilp.link_model import merge_pairs, solve_link_model
 from tacos.solvers.registry import Problem, SolveResult
 
-MERGE_VARS = 100_000  # merge (member) variables above which "auto" keeps one chunk per transfer
+MERGE_VARS_PER_SECOND = 1_000  # "auto" merges while the member variables are at most this
+# many per second of the time limit (the 32-NPU Table I all-gather: 79,360, proven in ~45 s)
 GREEDY_SHARE = 0.25  # most of the time limit the greedy first schedules may take
 RESERVE = 0.05  # share of the time limit kept for replay and bookkeeping
 BASELINES = ("greedy", "greedy_merged", "shortest_path")
 
 
-def merge_cap(grid: LinkGrid, max_merge: Any) -> int:
+def merge_cap(grid: LinkGrid, max_merge: Any, time_limit: float) -> int:
     """Chunks per transfer the model allows: ``max_merge`` when it is a number, else (``auto``
-    or None) every chunk when the merge variables stay within :data:`MERGE_VARS`, else 1."""
+    or None) every chunk when the merge variables are at most :data:`MERGE_VARS_PER_SECOND`
+    per second of ``time_limit``, else 1."""
     n = max(1, len(grid.collective.chunks))
     if isinstance(max_merge, int) and not isinstance(max_merge, bool):
         return max(1, min(n, max_merge))
     if isinstance(max_merge, str) and max_merge.isdigit():
         return max(1, min(n, int(max_merge)))
-    return n if merge_pairs(grid) <= MERGE_VARS else 1
+    return n if merge_pairs(grid) <= MERGE_VARS_PER_SECOND * time_limit else 1
 
 
 def relays_of(problem: Problem) -> frozenset[int] | None:
@@ -62,7 +65,7 @@ def solve_link(problem: Problem, opt: dict[str, Any], starts: list[tuple[list[Tr
     topo, coll = problem.topology, problem.collective
     deadline = t0 + opt["time_limit"] * (1 - RESERVE)
     grid = LinkGrid.of(topo, coll, relays_of(problem))
-    cap = merge_cap(grid, problem.options.get("max_merge", "auto"))
+    cap = merge_cap(grid, problem.options.get("max_merge", "auto"), opt["time_limit"])
     usable = [(tr, src) for tr, src in starts if all(len(t.route) == 1 for t in tr)]
     hints = [(replay_in_ticks(grid, tr, cap), src) for tr, src in usable]
     hint, hint_src = min(hints, key=lambda h: grid.makespan(h[0])) if hints else ([], "")
@@ -83,6 +86,16 @@ def solve_link(problem: Problem, opt: dict[str, Any], starts: list[tuple[list[Tr
                                time_limit=max(0.01, deadline - time.perf_counter()),
                                seed=opt["seed"], threads=opt["threads"],
                                gap_limit=opt["gap"], max_merge=cap)
+        if res.stats.get("build_timeout") and cap > 1:  # too big with merges: without them
+            cap = 1
+            hint = min((replay_in_ticks(grid, tr, 1) for tr, _src in usable),
+                       key=grid.makespan, default=[])
+            horizon = grid.makespan(hint) if hint else horizon
+            res = solve_link_model(grid, hint=hint, horizon=horizon, lower=lower,
+                                   time_limit=max(0.01, deadline - time.perf_counter()),
+                                   seed=opt["seed"], threads=opt["threads"],
+                                   gap_limit=opt["gap"], max_merge=1)
+            stats["max_merge"] = 1
         res_status, moves, bound = res.status, res.moves, res.bound
         stats.update(res.stats, solve_seconds=round(res.seconds, 4))
     candidates = list(starts)

@@ -197,9 +197,7 @@ def _build(cp, grid: LinkGrid, horizon: int, lower: int, max_merge: int,
             cp.add_bool_or([])
     if time.perf_counter() > deadline:
         raise BuildTimeout
-    _transfers(cp, grid, v, max_merge)
-    if time.perf_counter() > deadline:
-        raise BuildTimeout
+    _transfers(cp, grid, v, max_merge, deadline)
     for c, incoming in incoming_of.items():
         ch = coll.chunks[c]
         for node, lis in incoming.items():
@@ -231,12 +229,14 @@ def _build(cp, grid: LinkGrid, horizon: int, lower: int, max_merge: int,
     return v
 
 
-def _transfers(cp, grid: LinkGrid, v: _Vars, max_merge: int) -> None:
+def _transfers(cp, grid: LinkGrid, v: _Vars, max_merge: int, deadline: float) -> None:
     """Transfer intervals on each link: one per leading chunk, members riding along."""
     per_link: dict[int, list[int]] = {}
     for c, li in v.p:
         per_link.setdefault(li, []).append(c)
     for li, chunks in per_link.items():
+        if time.perf_counter() > deadline:
+            raise BuildTimeout
         chunks.sort()
         ivs = []
         for i, c in enumerate(chunks):
