@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/bench_ilp.py table1 [--sizes 8 16 32 64] [--time-limit 120]
-    python benchmarks/bench_ilp.py random [--count 20] [--time-limit 60]
+    python benchmarks/bench_ilp.py random [--count 20] [--time-limit 60] [--chunks 1]
     python benchmarks/bench_ilp.py table2 [--et-limit 300]
     python benchmarks/bench_ilp.py backends
 
@@ -103,8 +103,9 @@ def compare(topology: Topology, collective, limit: float, backend: str | None
         opts["backend"] = backend
     ilp, results, i_cpu = measured(topology, collective, "ilp", opts)
     proven = sum(r.lower_bound or 0.0 for r in results)  # RS + AG: their bounds add up
+    tacos_bound = sum(r.stats.get("bound_tacos") or 0.0 for r in results)
     return {"greedy": greedy, "ilp": ilp, "results": results, "greedy_cpu": g_cpu,
-            "ilp_cpu": i_cpu, "proven": proven,
+            "ilp_cpu": i_cpu, "proven": proven, "tacos_bound": tacos_bound,
             "gap": (ilp - proven) / ilp if ilp > 0 else 0.0,
             "greedy_gap": (greedy - proven) / greedy if greedy > 0 else 0.0,
             "source": "+".join(str(r.stats.get("source", "")) for r in results),
@@ -112,14 +113,14 @@ def compare(topology: Topology, collective, limit: float, backend: str | None
 
 
 HEADER = ("ILP (µs) | greedy (µs) | ILP / greedy | status | ILP from | proven bound (µs) | "
-          "ILP gap | greedy gap | ILP CPU | greedy CPU | bound holds for |")
+          "ILP gap | greedy gap | ILP CPU | greedy CPU | bound holds for | tacos bound (µs) |")
 
 
 def _cells(r: dict) -> str:
     return (f"{r['ilp'] * 1e6:.2f} | {r['greedy'] * 1e6:.2f} | {r['ilp'] / r['greedy']:.3f} | "
             f"{_fmt_status(r['results'])} | {r['source']} | {r['proven'] * 1e6:.2f} | "
-            f"{r['gap']:.2%} | {r['greedy_gap']:.2%} | {r['ilp_cpu']:.1f} s | "
-            f"{r['greedy_cpu']:.1f} s | {r['scope']} |")
+            f"{r['gap']:.2%} | {r['greedy_gap']:.2%} | {r['ilp_cpu']:.2f} s | "
+            f"{r['greedy_cpu']:.2f} s | {r['scope']} | {r['tacos_bound'] * 1e6:.2f} |")
 
 
 def _summary(rows: list[dict]) -> None:
@@ -130,14 +131,14 @@ def _summary(rows: list[dict]) -> None:
     print(f"\nILP slower than greedy: {worse} of {len(rows)}; proven within 1%: {within} of "
           f"{len(rows)}; greedy >= 3% from the proven bound: {len(far)}, of which the ILP "
           f"beats the greedy by >= 3%: {beaten}; median ILP CPU "
-          f"{statistics.median(r['ilp_cpu'] for r in rows):.1f} s, median greedy CPU "
-          f"{statistics.median(r['greedy_cpu'] for r in rows):.1f} s")
+          f"{statistics.median(r['ilp_cpu'] for r in rows):.2f} s, median greedy CPU "
+          f"{statistics.median(r['greedy_cpu'] for r in rows):.2f} s")
 
 
 def table1(sizes: list[int], limit: float, backend: str | None) -> None:
     """Table I shapes, all-reduce (reduce-scatter + all-gather), ILP against greedy."""
     print("| NPUs | " + HEADER)
-    print("|---" * 12 + "|")
+    print("|---" * 13 + "|")
     rows = []
     for n in sizes:
         r = compare(ring_fc_switch(n), build("allreduce", range(n), size=n * MIB), limit,
@@ -163,16 +164,19 @@ def random_graph(rng: random.Random, n: int) -> Topology:
     return Topology(tuple(Npu(i, f"n{i}") for i in range(n)), (), tuple(links))
 
 
-def random_table(count: int, limit: float, seed: int = 0, backend: str | None = None) -> None:
-    """ILP against greedy on ``count`` seeded random graphs (see the module docstring)."""
+def random_table(count: int, limit: float, seed: int = 0, backend: str | None = None,
+                 chunks: int = 1) -> None:
+    """ILP against greedy on ``count`` seeded random graphs (see the module docstring),
+    ``chunks`` chunks of 1 MiB per NPU."""
     rng = random.Random(seed)
     print("| # | NPUs | links | " + HEADER)
-    print("|---" * 14 + "|")
+    print("|---" * 15 + "|")
     rows = []
     for i in range(count):
         n = rng.randint(4, 8)
         topo = random_graph(rng, n)
-        r = compare(topo, build("allgather", range(n), size=n * MIB), limit, backend)
+        r = compare(topo, build("allgather", range(n), size=n * chunks * MIB,
+                                chunks_per_npu=chunks), limit, backend)
         rows.append(r)
         print(f"| {i} | {n} | {len(topo.links)} | " + _cells(r), flush=True)
     _summary(rows)
@@ -248,6 +252,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["table1", "table2", "backends", "random"])
     ap.add_argument("--count", type=int, default=20)
+    ap.add_argument("--chunks", type=int, default=1, help="random: chunks per NPU")
     ap.add_argument("--sizes", type=int, nargs="*", default=[8, 16, 32, 64])
     ap.add_argument("--time-limit", type=float, default=120.0)
     ap.add_argument("--et-limit", type=float, default=300.0)
@@ -259,7 +264,7 @@ def main() -> None:
     if args.what == "table1":
         table1(args.sizes, args.time_limit, args.backend)
     elif args.what == "random":
-        random_table(args.count, args.time_limit, backend=args.backend)
+        random_table(args.count, args.time_limit, backend=args.backend, chunks=args.chunks)
     elif args.what == "table2":
         table2(args.et_limit)
     else:

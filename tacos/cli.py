@@ -195,7 +195,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=_chunks_arg,
                    help="chunks per NPU, or 'auto': the count giving the fastest "
                    "schedule (default: the file's, else auto for greedy and for the greedy "
-                   "candidate of --solver auto, 1 otherwise)")
+                   "candidate of --solver auto, 1 otherwise; ilp takes auto when asked)")
     p.add_argument("--root", help="root NPU (name or id) for broadcast/reduce/scatter/gather "
                    "(default: the file's)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -534,7 +534,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         return _write_nvls(spec, collective, args, fmt)
     options = _solver_options(args)
     run = synthesize
-    if getattr(args, "auto_chunks", False) and args.solver == "greedy":
+    if getattr(args, "auto_chunks", False) and args.solver in ("greedy", "ilp"):
         from tacos.solvers.greedy.chunks import synthesize_chunked as run
     elif getattr(args, "auto_chunks", False) and args.solver == "auto":
         options["greedy_chunks"] = True

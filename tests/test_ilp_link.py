@@ -185,13 +185,16 @@ def test_warm_start_never_worse_than_the_greedy_and_gap_is_sound(seed):
     topology = random_graph(rng, n)
     collective = build("allgather", range(n), size=n * MB)
     greedy = get_solver("greedy").solve(Problem(topology, collective, {"trials": 16}))
-    for limit in (0.2, 20):  # cut short or not, never slower than the greedy
+    for limit in (0.2, 20):  # cut short or not, never slower than the greedy it starts from
         res = solve(topology, collective, time_limit=limit)
-        assert res.schedule.makespan <= greedy.schedule.makespan * (1 + 1e-12)
+        starts = [t for src, t in res.stats["candidates"].items() if src.startswith("greedy")]
+        assert starts and res.schedule.makespan <= min(starts)
         gap = res.stats["optimality_gap"]
         assert 0 <= gap < 1
         assert res.lower_bound == pytest.approx(res.schedule.makespan * (1 - gap))
         assert res.lower_bound >= res.stats["bound_tacos"] * (1 - 1e-12)
+    # with time for all 16 trials: never slower than the greedy run on its own
+    assert res.schedule.makespan <= greedy.schedule.makespan * (1 + 1e-12)
     assert res.status == "optimal" and gap == 0
 
 

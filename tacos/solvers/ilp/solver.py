@@ -254,8 +254,9 @@ class IlpSolver(SolverBase):
 
     name = "ilp"
     options = {
-        "backend": Option("MILP back end: highs, cpsat, cbc or gurobi (default: the fastest "
-                          "installed)", str, ("highs", "cpsat", "cbc", "gurobi", None)),
+        "backend": Option("MILP back end: highs, cpsat, cbc or gurobi (link formulation: "
+                          "cpsat; TEN: the fastest installed)", str,
+                          ("highs", "cpsat", "cbc", "gurobi", None)),
         "formulation": Option("'link' (CP-SAT on the links at the greedy's granularity), "
                               "'ten' (the seed's time-expanded network) or 'auto' (link when "
                               "OR-Tools is installed and no other back end is asked for)",
@@ -266,8 +267,9 @@ class IlpSolver(SolverBase):
                        "or 'cluster' (time clustering, seed paper V-C)", str,
                        ("exact", "cluster"), "exact"),
         "threads": Option("solver threads", int, default=1, range=(1, 256)),
-        "cluster_steps": Option("time-clustering window length in steps (default: twice "
-                                "the slowest link)", int, range=(1, 100_000)),
+        "cluster_steps": Option("time-clustering window length in steps, or for the link "
+                                "formulation in slowest-link chunk times (default 2)", int,
+                                range=(1, 100_000)),
         "window_time_limit": Option("cap in seconds per clustering window", float,
                                     range=(1e-3, 1e6)),
         "discretization_factor": Option("steps per fastest-link chunk time", int, default=1,
