@@ -292,19 +292,25 @@ def _link_energy(cp, grid: LinkGrid, v: _Vars, est: list[int]) -> None:
 def _ingress_cumulative(cp, grid: LinkGrid, v: _Vars, ingress, incoming_of) -> None:
     """Per NPU: a piece of every chunk it needs, within the transfer that brings it, under a
     cumulative as wide as its in-lanes.  Unmerged, the piece is the last ``d_min`` ticks
-    before the arrival; merged, a free ``w_min``-tick piece before it (the pieces of one
-    transfer's chunks fit side by side inside it)."""
+    before the arrival; merged, a free piece before it, ``w_min`` ticks long plus ``α_min``
+    when the chunk leads its transfer (the pieces of one transfer's chunks fit side by side
+    inside it: α + the chunks' wire times)."""
     topo = grid.topology
     for node, items in ingress.items():
         lanes = sum(topo.links[li].multiplicity for li in topo.in_links[node])
         ivs = []
         for a, d, c in items:
             if v.merge:
-                lo = min(v.lo[(c, li)] for li in incoming_of[c][node])
+                lis = incoming_of[c][node]
+                lo = min(v.lo[(c, li)] for li in lis)
+                amin = min(grid.alpha[li] for li in lis)
                 r = cp.new_int_var(lo, v.horizon, f"q{c}_{node}")
-                cp.add(r + d <= a)
-                v.pieces.append((r, c, node))
-                ivs.append(cp.new_fixed_size_interval_var(r, d, ""))
+                z = cp.new_int_var(d, d + amin, f"qz{c}_{node}")
+                cp.add(z == d + amin * sum(v.lead[(c, li)] for li in lis))
+                end = cp.new_int_var(lo + d, v.horizon, f"qe{c}_{node}")
+                cp.add(end <= a)
+                v.pieces.append((r, z, end, c, node, d, amin))
+                ivs.append(cp.new_interval_var(r, z, end, ""))
             else:
                 ivs.append(cp.new_fixed_size_interval_var(a - d, d, ""))
         cp.add_cumulative(ivs, [1] * len(ivs), max(1, lanes))
@@ -402,15 +408,22 @@ def _hint(cp, grid: LinkGrid, v: _Vars, moves: Sequence[Move]) -> None:
         cp.add_hint(m, leader.get((c, li)) == c0 and c != c0)
     for (c, node), a in v.a.items():
         cp.add_hint(a, arrive.get((c, node), v.lo[(c, -1 - node)]))
-    for (r, c, node) in v.pieces:
-        a0 = arrive.get((c, node))
+    for (r, z, end, c, node, d, amin) in v.pieces:
         lis = [li for li in grid.topology.in_links[node] if (c, li) in start]
-        if a0 is not None and lis:  # the pieces of one transfer side by side, in chunk order
-            li = lis[0]
+        if (c, node) not in arrive or not lis:
+            continue
+        li = lis[0]
+        if leader[(c, li)] == c:  # the leader's piece (α and its wire time) opens the transfer
+            r0, z0 = start[(c, li)], d + amin
+        else:  # the others after it, in chunk order
             same = sorted(x for (x, l2), s0 in start.items() if l2 == li
                           and leader[(x, l2)] == leader[(c, li)])
-            cp.add_hint(r, start[(c, li)] + grid.alpha[li]
-                        + sum(grid.w(x, li) for x in same[:same.index(c)]))
+            r0 = start[(c, li)] + grid.alpha[li] + sum(grid.w(x, li)
+                                                       for x in same[:same.index(c)])
+            z0 = d
+        cp.add_hint(r, r0)
+        cp.add_hint(z, z0)
+        cp.add_hint(end, r0 + z0)
     for c, (f, _d, sel) in v.first.items():
         firsts = sorted((start[(c, li)], li) for _b, li in sel if (c, li) in start)
         pick = firsts[0][1] if firsts else None
