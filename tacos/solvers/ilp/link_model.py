@@ -12,12 +12,19 @@ rounded to a coarse step.  For every chunk ``c`` and usable link ``l = (u, v)``:
   NPU that holds it (``p[c,(u,v)] <= received(c,u)``, ``s[c,l] >= a[c,u]``);
 * the makespan ``M >= a[c,d]`` for every destination and ``M >=`` every send's end; minimize.
 
+Merged transfers (``max_merge > 1``): ``lead[c,l]`` says ``c`` opens a transfer on ``l`` and
+``member[c,c0,l]`` (``c0 < c``) that it rides in ``c0``'s; ``p = lead + Σ member``.  Only
+leaders have intervals, as long as α plus the wire times of their chunks; members start and end
+with their leader (so they must be held by its start and arrive at its end).  The lowest chunk
+of a transfer leads it, so each set of chunks has one representation.
+
 Redundant constraints that only tighten the proven bound: arrivals no earlier than the chunk's
 tick distance; per link, the sends' total length fits between the earliest time anything can
 be at its source and ``M``; per NPU, one mandatory "receive" interval per chunk it needs (the
-last ``d_min`` ticks before the arrival, ``d_min`` its fastest in-link) under a cumulative as
-wide as its in-lanes (CP-SAT's energetic reasoning then sees the ingress bound with release
-times); per source, the same for the first send of each chunk it alone holds (egress).
+last ``d_min`` ticks before the arrival, ``d_min`` its fastest in-link; merged, a piece of the
+transfer that brings it, see :func:`_ingress_cumulative`) under a cumulative as wide as its
+in-lanes (CP-SAT's energetic reasoning then sees the ingress bound with release times); per
+source and without merging, the same for the first send of each chunk it alone holds (egress).
 
 Warm start: a complete hint (every variable) from a schedule on the grid, usually the greedy's
 (:func:`~tacos.solvers.ilp.link_grid.replay_in_ticks`), and ``M <=`` its makespan.
