@@ -51,11 +51,14 @@ def merge_cap(grid: LinkGrid, max_merge: Any, time_limit: float) -> int:
 
 
 def relays_of(problem: Problem) -> frozenset[int] | None:
-    """NPUs the problem lets relay (``relay_npus`` from the driver, else ``relays``)."""
+    """NPUs the problem lets relay: ``relay_npus`` (what :func:`tacos.synthesize` passes, from
+    its ``relays``), else the ``relays`` option, else any NPU (None), as in the TEN."""
     if "relay_npus" in problem.options:
         r = problem.options["relay_npus"]
         return None if r is None else frozenset(r)
-    return problem.collective.relay_npus(problem.options.get("relays") or "members")
+    if problem.options.get("relays"):
+        return problem.collective.relay_npus(problem.options["relays"])
+    return None
 
 
 def solve_link(problem: Problem, opt: dict[str, Any], starts: list[tuple[list[Transfer], str]],
