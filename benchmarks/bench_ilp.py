@@ -1,23 +1,24 @@
-"""Benchmarks of the TEN ILP (seed paper Tables I and II, back-end comparison).
+"""Benchmarks of the ILP (seed paper Tables I and II, random graphs, back-end comparison).
 
 Usage::
 
     python benchmarks/bench_ilp.py table1 [--sizes 8 16 32 64] [--time-limit 120]
+    python benchmarks/bench_ilp.py random [--count 20] [--time-limit 60] [--chunks 1]
     python benchmarks/bench_ilp.py table2 [--et-limit 300]
     python benchmarks/bench_ilp.py backends
-    python benchmarks/bench_ilp.py random [--count 20] [--time-limit 60]
 
-Each prints a Markdown table (collective times normalized to chunk-granular TACOS-Greedy, as in
-the seed paper) to paste into ``docs/benchmarks/ilp.md``.  All-reduce is run as the
-reduce-scatter (solved as the dual all-gather on the reversed topology) followed by the
+Each prints a Markdown table to paste into ``docs/benchmarks/ilp.md``.  All-reduce is run as
+the reduce-scatter (solved as the dual all-gather on the reversed topology) followed by the
 all-gather, exactly as :func:`tacos.synthesize` does; ``--time-limit`` applies to each phase.
-Every schedule is checked with :func:`tacos.check.verify.verify_schedule`.  ``gap`` is the ILP
-schedule's time over the proven continuous lower bound (for all-reduce the sum of its phases'
-bounds, valid for schedules that reduce-scatter then all-gather), minus one.
+Every schedule is checked with :func:`tacos.check.verify.verify_schedule`.
 
-``random`` draws ``--count`` connected graphs of 4-8 NPUs from a seeded generator (each link 50,
-100 or 200 GB/s, α = 0.5 µs, both directions) and compares the ILP with the greedy on an
-all-gather of 1 MiB per NPU.
+``table1`` and ``random`` run the greedy (16 trials, default merging) and the ILP (default:
+the link formulation) side by side, in-process, and report CPU seconds; the proven bound is the
+ILP's (for all-reduce the sum of its phases' bounds, valid for schedules that reduce-scatter
+then all-gather), the gaps are ``(time - bound) / time``.  ``random`` draws ``--count``
+connected graphs of 4-8 NPUs from a seeded generator (each link 50, 100 or 200 GB/s,
+α = 0.5 µs, both directions), all-gather of 1 MiB per NPU.  ``table2`` and ``backends``
+measure the seed's time-expanded-network formulation (``formulation="ten"``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import platform
 import random
+import resource
 import statistics
 import time
 from dataclasses import replace
@@ -76,28 +78,74 @@ def _fmt_status(results: list[SolveResult]) -> str:
     return "+".join(r.status for r in results)
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def measured(topology: Topology, collective, solver: str, options: dict
+             ) -> tuple[float, list[SolveResult], float]:
+    """:func:`run_phases` with CPU seconds instead of wall seconds."""
+    c0 = cpu_seconds()
+    span, results, _ = run_phases(topology, collective, solver, options)
+    return span, results, cpu_seconds() - c0
+
+
+def compare(topology: Topology, collective, limit: float, backend: str | None
+            ) -> dict[str, object]:
+    """Greedy (16 trials, default merging) against the ILP (default formulation) side by side:
+    both in-process (``workers=1``) so that CPU seconds are all counted."""
+    greedy, _, g_cpu = measured(topology, collective, "greedy", {"trials": 16, "workers": 1})
+    opts: dict[str, object] = {"time_limit": limit, "workers": 1}
+    if backend:
+        opts["backend"] = backend
+    ilp, results, i_cpu = measured(topology, collective, "ilp", opts)
+    proven = sum(r.lower_bound or 0.0 for r in results)  # RS + AG: their bounds add up
+    tacos_bound = sum(r.stats.get("bound_tacos") or 0.0 for r in results)
+    return {"greedy": greedy, "ilp": ilp, "results": results, "greedy_cpu": g_cpu,
+            "ilp_cpu": i_cpu, "proven": proven, "tacos_bound": tacos_bound,
+            "gap": (ilp - proven) / ilp if ilp > 0 else 0.0,
+            "greedy_gap": (greedy - proven) / greedy if greedy > 0 else 0.0,
+            "source": "+".join(str(r.stats.get("source", "")) for r in results),
+            "scope": "+".join(str(r.stats.get("bound_scope", "TEN")) for r in results)}
+
+
+HEADER = ("ILP (µs) | greedy (µs) | ILP / greedy | status | ILP from | proven bound (µs) | "
+          "ILP gap | greedy gap | ILP CPU | greedy CPU | bound holds for | tacos bound (µs) |")
+
+
+def _cells(r: dict) -> str:
+    return (f"{r['ilp'] * 1e6:.2f} | {r['greedy'] * 1e6:.2f} | {r['ilp'] / r['greedy']:.3f} | "
+            f"{_fmt_status(r['results'])} | {r['source']} | {r['proven'] * 1e6:.2f} | "
+            f"{r['gap']:.2%} | {r['greedy_gap']:.2%} | {r['ilp_cpu']:.2f} s | "
+            f"{r['greedy_cpu']:.2f} s | {r['scope']} | {r['tacos_bound'] * 1e6:.2f} |")
+
+
+def _summary(rows: list[dict]) -> None:
+    worse = sum(r["ilp"] > r["greedy"] * (1 + 1e-12) for r in rows)
+    far = [r for r in rows if r["greedy_gap"] >= 0.03]
+    beaten = sum(r["ilp"] <= r["greedy"] * 0.97 for r in far)
+    within = sum(r["gap"] <= 0.01 for r in rows)
+    print(f"\nILP slower than greedy: {worse} of {len(rows)}; proven within 1%: {within} of "
+          f"{len(rows)}; greedy >= 3% from the proven bound: {len(far)}, of which the ILP "
+          f"beats the greedy by >= 3%: {beaten}; median ILP CPU "
+          f"{statistics.median(r['ilp_cpu'] for r in rows):.2f} s, median greedy CPU "
+          f"{statistics.median(r['greedy_cpu'] for r in rows):.2f} s")
+
+
 def table1(sizes: list[int], limit: float, backend: str | None) -> None:
-    print("| NPUs | TEN-ILP | ILP status (RS+AG) | ILP schedule from | ILP time | gap | Greedy | "
-          "Greedy time | Greedy (merge) | TACCL-like | Ring | Direct |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    """Table I shapes, all-reduce (reduce-scatter + all-gather), ILP against greedy."""
+    print("| NPUs | " + HEADER)
+    print("|---" * 13 + "|")
+    rows = []
     for n in sizes:
-        topo = ring_fc_switch(n)
-        coll = build("allreduce", range(n), size=n * MIB)
-        greedy, _, g_time = run_phases(topo, coll, "greedy", {"max_merge": 1, "trials": 16})
-        merged, _, _ = run_phases(topo, coll, "greedy", {"trials": 16})
-        opts = {"time_limit": limit}
-        if backend:
-            opts["backend"] = backend
-        ilp, results, i_time = run_phases(topo, coll, "ilp", opts)
-        others = [run_phases(topo, coll, s, {})[0] for s in ("taccl", "ring", "direct")]
-        source = "+".join(str(r.stats.get("source", "")) for r in results)
-        bound = sum(r.lower_bound or 0.0 for r in results)
-        gap = f"{ilp / bound - 1:.1%}" if bound > 0 else "n/a"
-        row = [f"{ilp / greedy:.2f}", _fmt_status(results), source, f"{i_time:.2f} s", gap,
-               "1.00",
-               f"{g_time * 1e3:.0f} ms", f"{merged / greedy:.2f}"]
-        row += [f"{x / greedy:.2f}" for x in others]
-        print(f"| {n} | " + " | ".join(row) + f" |  <!-- greedy {greedy * 1e6:.2f} us -->")
+        r = compare(ring_fc_switch(n), build("allreduce", range(n), size=n * MIB), limit,
+                    backend)
+        rows.append(r)
+        print(f"| {n} | " + _cells(r), flush=True)
+    _summary(rows)
 
 
 def random_graph(rng: random.Random, n: int) -> Topology:
@@ -116,23 +164,22 @@ def random_graph(rng: random.Random, n: int) -> Topology:
     return Topology(tuple(Npu(i, f"n{i}") for i in range(n)), (), tuple(links))
 
 
-def random_table(count: int, limit: float, seed: int = 0) -> None:
-    """ILP against greedy on ``count`` seeded random graphs (see the module docstring)."""
+def random_table(count: int, limit: float, seed: int = 0, backend: str | None = None,
+                 chunks: int = 1) -> None:
+    """ILP against greedy on ``count`` seeded random graphs (see the module docstring),
+    ``chunks`` chunks of 1 MiB per NPU."""
     rng = random.Random(seed)
-    print("| # | NPUs | links | greedy (µs) | ILP (µs) | ILP / greedy | ILP status | ILP from | "
-          "ILP time | bound (µs) | greedy gap | ILP gap |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| # | NPUs | links | " + HEADER)
+    print("|---" * 15 + "|")
+    rows = []
     for i in range(count):
         n = rng.randint(4, 8)
         topo = random_graph(rng, n)
-        coll = build("allgather", range(n), size=n * MIB)
-        greedy, _, _ = run_phases(topo, coll, "greedy", {"trials": 16})
-        ilp, results, i_time = run_phases(topo, coll, "ilp", {"time_limit": limit})
-        bound = results[0].lower_bound or 0.0
-        gaps = [f"{x / bound - 1:.1%}" if bound > 0 else "n/a" for x in (greedy, ilp)]
-        print(f"| {i} | {n} | {len(topo.links)} | {greedy * 1e6:.2f} | {ilp * 1e6:.2f} | "
-              f"{ilp / greedy:.3f} | {results[0].status} | {results[0].stats.get('source', '')} "
-              f"| {i_time:.1f} s | {bound * 1e6:.2f} | {gaps[0]} | {gaps[1]} |", flush=True)
+        r = compare(topo, build("allgather", range(n), size=n * chunks * MIB,
+                                chunks_per_npu=chunks), limit, backend)
+        rows.append(r)
+        print(f"| {i} | {n} | {len(topo.links)} | " + _cells(r), flush=True)
+    _summary(rows)
 
 
 def table2(et_limit: float) -> None:
@@ -142,13 +189,15 @@ def table2(et_limit: float) -> None:
     rows = []
     for label, solver, opts in [
         ("early termination (ILP alone)", "ilp",
-         {"time_limit": et_limit, "upper_bound": "shortest_path", "cluster_first": False}),
+         {"time_limit": et_limit, "upper_bound": "shortest_path", "cluster_first": False,
+          "formulation": "ten"}),
         ("time clustering (ILP alone)", "ilp",
-         {"mode": "cluster", "time_limit": et_limit, "upper_bound": "shortest_path"}),
+         {"mode": "cluster", "time_limit": et_limit, "upper_bound": "shortest_path",
+          "formulation": "ten"}),
         ("exact, defaults (greedy start, clustering first if large)", "ilp",
-         {"time_limit": et_limit}),
+         {"time_limit": et_limit, "formulation": "ten"}),
         ("time clustering, greedy upper bound", "ilp",
-         {"mode": "cluster", "time_limit": et_limit}),
+         {"mode": "cluster", "time_limit": et_limit, "formulation": "ten"}),
         ("greedy (max_merge=1)", "greedy", {"max_merge": 1, "trials": 16}),
         ("TACCL-like", "taccl", {}),
         ("ring", "ring", {}),
@@ -189,7 +238,8 @@ def backend_table(repeats: int) -> None:
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 res = get_solver("ilp").solve(Problem(topo, coll, {
-                    "backend": b, "time_limit": 120, "upper_bound": "shortest_path"}))
+                    "backend": b, "time_limit": 120, "upper_bound": "shortest_path",
+                    "formulation": "ten"}))
                 times.append(time.perf_counter() - t0)
                 status.add(res.status)
                 assert verify_schedule(res.schedule).ok
@@ -202,6 +252,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["table1", "table2", "backends", "random"])
     ap.add_argument("--count", type=int, default=20)
+    ap.add_argument("--chunks", type=int, default=1, help="random: chunks per NPU")
     ap.add_argument("--sizes", type=int, nargs="*", default=[8, 16, 32, 64])
     ap.add_argument("--time-limit", type=float, default=120.0)
     ap.add_argument("--et-limit", type=float, default=300.0)
@@ -213,7 +264,7 @@ def main() -> None:
     if args.what == "table1":
         table1(args.sizes, args.time_limit, args.backend)
     elif args.what == "random":
-        random_table(args.count, args.time_limit)
+        random_table(args.count, args.time_limit, backend=args.backend, chunks=args.chunks)
     elif args.what == "table2":
         table2(args.et_limit)
     else:

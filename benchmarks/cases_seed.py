@@ -113,9 +113,10 @@ def case_c(ctx: Context) -> Table:
         topo = T.ring_ring(k, k)
         coll = T.everyone("allreduce", topo, AR_SIZE)
         et_limit = ctx.ilp_limit * (1 if ctx.quick else 2 + i)
-        solvers = [("early termination", "ilp", {"time_limit": et_limit, "trials": ctx.trials}),
+        solvers = [("early termination", "ilp", {"time_limit": et_limit, "trials": ctx.trials,
+                                                 "formulation": "ten"}),
                    ("time clustering", "ilp", {"time_limit": et_limit, "mode": "cluster",
-                                               "trials": ctx.trials}),
+                                               "trials": ctx.trials, "formulation": "ten"}),
                    ("greedy", "greedy", {"trials": ctx.trials}), "taccl", "ring", "direct"]
         table.rows += measure(ctx, f"{k}x{k}", topo, coll, solvers,
                               reference="early termination")

@@ -195,7 +195,7 @@ def _compile_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=_chunks_arg,
                    help="chunks per NPU, or 'auto': the count giving the fastest "
                    "schedule (default: the file's, else auto for greedy and for the greedy "
-                   "candidate of --solver auto, 1 otherwise)")
+                   "candidate of --solver auto, 1 otherwise; ilp takes auto when asked)")
     p.add_argument("--root", help="root NPU (name or id) for broadcast/reduce/scatter/gather "
                    "(default: the file's)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -222,8 +222,8 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "(default) or at any NPU")
     p.add_argument("--max-merge", help="greedy/ilp: most chunks one transfer may carry "
                    "(integer, auto, or none)")
-    p.add_argument("--backend", help="ilp: MILP back end (highs, cpsat, cbc, gurobi); the API's "
-                   "backend= option")
+    p.add_argument("--backend", help="ilp: MILP back end (highs, cpsat, cbc, gurobi; highs, cbc "
+                   "and gurobi solve the TEN formulation); the API's backend= option")
     p.add_argument("--ilp-backend", dest="backend", help=argparse.SUPPRESS)
     p.add_argument("--mode", help="ilp: exact (default) or cluster (time clustering)")
     p.add_argument("-O", "--option", action="append", default=[], metavar="NAME=VALUE",
@@ -534,7 +534,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         return _write_nvls(spec, collective, args, fmt)
     options = _solver_options(args)
     run = synthesize
-    if getattr(args, "auto_chunks", False) and args.solver == "greedy":
+    if getattr(args, "auto_chunks", False) and args.solver in ("greedy", "ilp"):
         from tacos.solvers.greedy.chunks import synthesize_chunked as run
     elif getattr(args, "auto_chunks", False) and args.solver == "auto":
         options["greedy_chunks"] = True

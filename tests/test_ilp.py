@@ -1,4 +1,5 @@
-"""TEN ILP: known optima on every installed back end, time limits, recovery, clustering."""
+"""TEN ILP (``formulation="ten"``): known optima on every installed back end, time limits,
+recovery, clustering.  The link formulation is tested in ``test_ilp_link.py``."""
 
 from __future__ import annotations
 
@@ -81,6 +82,7 @@ def backend_or_skip(name: str) -> str:
 
 
 def solve(topology, collective, **options):
+    options.setdefault("formulation", "ten")
     return IlpSolver().solve(Problem(topology, collective, options))
 
 
@@ -125,7 +127,8 @@ def test_lower_bound_counts_latency_and_ingress():
 
 def test_registry_and_greedy_upper_bound():
     topology, collective, optimum = KNOWN["torus3x3_allgather"]
-    res = get_solver("ilp").solve(Problem(topology, collective, {"time_limit": 30}))
+    res = get_solver("ilp").solve(Problem(topology, collective, {"time_limit": 30,
+                                                                  "formulation": "ten"}))
     assert res.status == "optimal"
     assert res.schedule.makespan == pytest.approx(optimum * STEP)
     assert res.schedule.meta["status"] == "optimal"

@@ -1,4 +1,13 @@
-"""TACOS-ILP: provably optimal synthesis on the time-expanded network (seed §V).
+"""TACOS-ILP: provably optimal synthesis, on the links (default) or on the seed's
+time-expanded network (seed §V).
+
+``formulation="link"`` (the default when OR-Tools is installed and no other back end is asked
+for) solves the problem at the greedy's own granularity -- the collective's chunks, every
+transfer over one link for its exact α-β time, merged transfers paying α once -- as a CP-SAT
+model warm-started from the greedy's schedule; it reports CP-SAT's proven lower bound and the
+plan's optimality gap (:mod:`tacos.solvers.ilp.link`, options ``gap``, ``time_limit``,
+``mode``, ``max_merge``, ``threads``).  The rest of this docstring is the TEN formulation
+(``formulation="ten"``, and whenever ``backend`` names a MILP back end other than CP-SAT).
 
 :class:`IlpSolver` discretizes the links (:func:`tacos.passes.discretize.discretize`, step =
 fastest link's chunk time / ``discretization_factor``), takes a first complete schedule from the
@@ -210,13 +219,30 @@ def _options(problem: Problem) -> dict[str, Any]:
     cluster_steps = o.get("cluster_steps")
     if cluster_steps is not None and int(cluster_steps) < 1:
         raise UsageError("cluster_steps must be at least 1")
+    formulation = o.get("formulation") or "auto"
+    if formulation not in ("auto", "link", "ten"):
+        raise UsageError(f"unknown ILP formulation {formulation!r}",
+                         hint="use formulation 'link' (default), 'ten' or 'auto'")
+    gap = o.get("gap")
+    gap = 0.0 if gap is None else gap
+    if isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < 1:
+        raise UsageError(f"gap must be a fraction in [0, 1), not {gap!r}",
+                         hint="e.g. gap=0.01 stops once the plan is proven within 1%")
     upper = o.get("upper_bound", "greedy")
     if upper not in ("greedy", "shortest_path"):
         raise UsageError(f"unknown upper_bound {upper!r}",
                          hint="use upper_bound 'greedy' or 'shortest_path'")
-    backend = o.get("backend") or ilp_backends.default_backend()
+    backend = o.get("backend")
+    if formulation == "auto":
+        link_ok = backend in (None, "cpsat") and ilp_backends.is_available("cpsat")
+        formulation = "link" if link_ok else "ten"
+    if formulation == "link" and backend not in (None, "cpsat"):
+        raise UsageError(f"the link formulation is a CP-SAT model, not a {backend} one",
+                         hint="drop the back end (or use backend=cpsat), or formulation=ten")
+    backend = backend or ("cpsat" if formulation == "link" else ilp_backends.default_backend())
     ilp_backends.require(backend)
     return {"mode": mode, "time_limit": limit, "factor": factor, "backend": backend,
+            "formulation": formulation, "gap": float(gap),
             "seed": int(o.get("seed", 0) or 0), "threads": int(o.get("threads", 1) or 1),
             "cluster_steps": cluster_steps, "trials": int(o.get("trials", 16) or 16),
             "upper_bound": upper, "window_time_limit": o.get("window_time_limit"),
@@ -228,13 +254,22 @@ class IlpSolver(SolverBase):
 
     name = "ilp"
     options = {
-        "backend": Option("MILP back end: highs, cpsat, cbc or gurobi (default: the fastest "
-                          "installed)", str, ("highs", "cpsat", "cbc", "gurobi", None)),
-        "mode": Option("'exact' (horizon bisection, early termination) or 'cluster' (time "
-                       "clustering, seed paper V-C)", str, ("exact", "cluster"), "exact"),
+        "backend": Option("MILP back end: highs, cpsat, cbc or gurobi (link formulation: "
+                          "cpsat; TEN: the fastest installed)", str,
+                          ("highs", "cpsat", "cbc", "gurobi", None)),
+        "formulation": Option("'link' (CP-SAT on the links at the greedy's granularity), "
+                              "'ten' (the seed's time-expanded network) or 'auto' (link when "
+                              "OR-Tools is installed and no other back end is asked for)",
+                              str, ("auto", "link", "ten"), "auto"),
+        "gap": Option("link formulation: stop once the plan is proven within this fraction "
+                      "of the optimum (0: prove it)", float, default=0.0, range=(0.0, 0.999)),
+        "mode": Option("'exact' (minimize until proven or the time limit: early termination) "
+                       "or 'cluster' (time clustering, seed paper V-C)", str,
+                       ("exact", "cluster"), "exact"),
         "threads": Option("solver threads", int, default=1, range=(1, 256)),
-        "cluster_steps": Option("time-clustering window length in steps (default: twice "
-                                "the slowest link)", int, range=(1, 100_000)),
+        "cluster_steps": Option("time-clustering window length in steps, or for the link "
+                                "formulation in slowest-link chunk times (default 2)", int,
+                                range=(1, 100_000)),
         "window_time_limit": Option("cap in seconds per clustering window", float,
                                     range=(1e-3, 1e6)),
         "discretization_factor": Option("steps per fastest-link chunk time", int, default=1,
@@ -257,10 +292,14 @@ class IlpSolver(SolverBase):
         reason = unreachable(topo, coll)
         if reason is not None:
             return SolveResult("infeasible", None, None, {"reason": reason})
-        lower = continuous_lower_bound(topo, coll)
-        tp = TenProblem.of(topo, coll, opt["factor"])
         starts = upper_bound_schedule(problem, opt["seed"], opt["trials"], opt["upper_bound"],
                                       time_limit=opt["time_limit"] * GREEDY_SHARE)
+        if opt["formulation"] == "link":
+            from tacos.solvers.ilp.link import solve_link
+
+            return solve_link(problem, opt, starts, t0)
+        lower = continuous_lower_bound(topo, coll)
+        tp = TenProblem.of(topo, coll, opt["factor"])
         ub_transfers, ub_source = starts[0]
         ub_sends = transfers_to_sends(ub_transfers, tp.steps, tp.pre, topo)
         lb = ten_lower_bound(tp)
