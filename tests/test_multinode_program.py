@@ -1,0 +1,105 @@
+"""The hierarchical multi-node MSCCL programs (tacos/msccl/multinode_program.py): nodes found
+from the topology, programs verified, the NIC carrying only what must cross it, the runtime
+model agreeing with the independent stream replay, and the shape chooser taking them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the benchmarks folder is run from the checkout, not installed
+
+import tacos  # noqa: E402
+from benchmarks.replay_streams import replay  # noqa: E402
+from tacos.model import patterns  # noqa: E402
+from tacos.msccl.lower import MscclOptions  # noqa: E402
+from tacos.msccl.multinode_program import (  # noqa: E402
+    HIERARCHICAL,
+    multinode_candidates,
+    node_groups,
+    rail_layout,
+)
+from tacos.msccl.shape import Shape  # noqa: E402
+from tacos.msccl.verify import verify_program  # noqa: E402
+
+
+def _two_dgx():
+    return tacos.load(ROOT / "examples" / "dgx_a100_2node.tdl").topology
+
+
+def _family(topo, kind):
+    coll = patterns.build(kind, list(topo.live_npus), size=1 << 20, chunks_per_npu=1)
+    return multinode_candidates(topo, coll)[HIERARCHICAL]
+
+
+def _verified(program):
+    report = verify_program(program, sms=200, source="<hier>")
+    assert report.ok, report.text(warnings=False)
+    return program
+
+
+def test_nodes_are_the_groups_joined_by_non_nic_links():
+    topo = _two_dgx()
+    nodes = node_groups(topo, list(topo.live_npus))
+    assert [len(n) for n in nodes] == [8, 8]
+    assert all(topo.node_name(topo.live_npus[r]).startswith("node[0]") for r in nodes[0])
+    one = tacos.preset("dgx_a100", nodes=1).topology
+    coll = patterns.build("allreduce", list(one.live_npus), size=1 << 20, chunks_per_npu=1)
+    assert rail_layout(one, coll) is None  # a single node: no multi-node program
+
+
+def test_no_hierarchical_program_where_a_node_lacks_routes_between_its_gpus():
+    topo = tacos.load(ROOT / "examples" / "ndv2_2node.tdl").topology  # DGX-1 cube mesh
+    coll = patterns.build("allreduce", list(topo.live_npus), size=1 << 20, chunks_per_npu=1)
+    assert multinode_candidates(topo, coll) == {}
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+@pytest.mark.parametrize("kind", ["allreduce", "allgather"])
+def test_programs_verify(kind, inplace):
+    fam = _family(_two_dgx(), kind)
+    for inst in (1, 2):
+        prog = _verified(fam.lower(Shape(inst, "Simple"), MscclOptions(inplace=inplace)))
+        assert prog.nchannels == inst
+        assert prog.ngpus == 16
+
+
+def test_allreduce_nic_carries_only_what_must_cross_it():
+    """Each GPU sends 2 (M-1)/M of its block (S/G) through its NIC: the least an all-reduce
+    over M nodes can; everything else stays inside the node."""
+    topo = _two_dgx()
+    fam = _family(topo, "allreduce")
+    prog = _verified(fam.lower(Shape(2, "Simple"), MscclOptions(inplace=True)))
+    node_of = {r: n for n, ranks in enumerate(fam.nodes) for r in ranks}
+    nbytes = 64 << 20
+    chunk = nbytes / prog.nchunksperloop
+    for g in prog.gpus:
+        out = sum(st.cnt * chunk for tb in g.tbs if tb.send >= 0
+                  and node_of[tb.send] != node_of[g.id] for st in tb.steps if st.sends)
+        m, size = len(fam.nodes), len(fam.nodes[0])
+        assert out == pytest.approx(2 * (m - 1) / m * nbytes / size)
+
+
+def test_model_agrees_with_the_replay_on_the_hierarchical_allreduce():
+    from tacos.runtime import estimate_program
+
+    topo = _two_dgx()
+    prog = _family(topo, "allreduce").lower(Shape(2, "Simple"), MscclOptions(inplace=True))
+    model = estimate_program(prog, topo, 64 << 20).time
+    assert abs(model / replay(prog, topo, 64 << 20) - 1) <= 0.10
+
+
+def test_shape_chooser_takes_the_family_and_the_choice_verifies():
+    from tacos.msccl.shape_choose import choose_shape
+
+    topo = _two_dgx()
+    fam = _family(topo, "allreduce")
+    cands = [Shape(i, p) for i in (1, 2) for p in ("Simple", "LL128")]
+    choice = choose_shape({HIERARCHICAL: fam}, topo, 64 << 20, base=MscclOptions(inplace=True),
+                          candidates=cands)
+    assert choice.plan == HIERARCHICAL
+    assert choice.shape.instances == 2  # more channels win at 64 MiB
+    assert "<algo" in choice.xml()  # verified on the way out
