@@ -103,3 +103,39 @@ def test_shape_chooser_takes_the_family_and_the_choice_verifies():
     assert choice.plan == HIERARCHICAL
     assert choice.shape.instances == 2  # more channels win at 64 MiB
     assert "<algo" in choice.xml()  # verified on the way out
+
+
+def test_model_follows_the_replay_over_several_iterations():
+    """Over several loop iterations the second trails the first by more than the busiest
+    resource's work (dependency chains across thread blocks); the model times the second
+    iteration behind the first and stays within 10 % of the replay, which plays every
+    iteration out."""
+    from tacos.runtime import estimate_program
+
+    topo = _two_dgx()
+    prog = _family(topo, "allreduce").lower(Shape(1, "LL128"), MscclOptions(inplace=True))
+    nbytes = 256 << 20
+    est = estimate_program(prog, topo, nbytes)
+    assert est.detail["iterations"] >= 4
+    assert abs(est.time / replay(prog, topo, nbytes) - 1) <= 0.10
+
+
+def test_ll128_over_a_nic_is_refused_where_nccl_disables_it():
+    """NCCL runs LL128 over the network only behind the GPU's own PCIe switch: NDv2's one
+    NIC hangs off the CPU, DGX-A100 pairs every GPU with its NIC."""
+    from tacos.errors import TacosError
+    from tacos.runtime import estimate_program
+
+    ndv2 = tacos.load(ROOT / "examples" / "ndv2_2node.tdl").topology
+    coll = patterns.build("allgather", list(ndv2.live_npus), size=1 << 20, chunks_per_npu=1)
+    sched = tacos.synthesize(ndv2, coll, solver="nccl-ring")
+    from tacos.msccl.lower import lower
+
+    prog = lower(sched, options=MscclOptions(proto="LL128"))
+    with pytest.raises(TacosError, match="LL128 over the network"):
+        estimate_program(prog, ndv2, 1 << 20)
+    simple = lower(sched, options=MscclOptions(proto="Simple"))
+    assert estimate_program(simple, ndv2, 1 << 20).time > 0
+    dgx = _two_dgx()
+    ll128 = _family(dgx, "allgather").lower(Shape(1, "LL128"), MscclOptions(inplace=True))
+    assert estimate_program(ll128, dgx, 1 << 20).time > 0
