@@ -114,7 +114,7 @@ def test_model_follows_the_replay_over_several_iterations():
 
     topo = _two_dgx()
     prog = _family(topo, "allreduce").lower(Shape(1, "LL128"), MscclOptions(inplace=True))
-    nbytes = 256 << 20
+    nbytes = 512 << 20  # 4 iterations; the busiest resource alone: 0.86x the replay
     est = estimate_program(prog, topo, nbytes)
     assert est.detail["iterations"] >= 4
     assert abs(est.time / replay(prog, topo, nbytes) - 1) <= 0.10
