@@ -156,3 +156,17 @@ def test_port_shared_among_the_connections_active_on_average():
     _verified(prog)
     model = estimate_program(prog, topo, 64 << 20).time
     assert abs(model / replay(prog, topo, 64 << 20) - 1) <= 0.03
+
+
+@pytest.mark.slow
+def test_size_window_on_two_dgx_takes_the_hierarchical_all_reduce():
+    """``tacosc TOPO -c allreduce -o plans/``'s chooser, at 64 MiB on 2x DGX-A100: the
+    hierarchical program beats every lowered schedule (about 25 s of shaping)."""
+    from tacos.sweep import sweep
+    from tacos.sweep_shaped import choose_windows
+
+    topo = _two_dgx()
+    res = sweep(topo, "allreduce", "64MiB", workers=1, trials=1)
+    (choice,) = choose_windows(res, base=MscclOptions(inplace=True))
+    assert choice.plan == HIERARCHICAL
+    assert "<algo" in choice.xml()
