@@ -51,8 +51,12 @@ def test_nodes_are_the_groups_joined_by_non_nic_links():
     assert rail_layout(one, coll) is None  # a single node: no multi-node program
 
 
-def test_no_hierarchical_program_where_a_node_lacks_routes_between_its_gpus():
-    topo = tacos.load(ROOT / "examples" / "ndv2_2node.tdl").topology  # DGX-1 cube mesh
+@pytest.mark.parametrize("example", ["ndv2_2node", "mi250_2node"])
+def test_no_hierarchical_program_where_a_node_lacks_routes_between_its_gpus(example):
+    """NDv2's cube mesh has no route between some GPUs of a node; MI250's partial xGMI mesh
+    routes some pairs of a node through the network switch: the node phases would not stay
+    inside the node."""
+    topo = tacos.load(ROOT / "examples" / f"{example}.tdl").topology
     coll = patterns.build("allreduce", list(topo.live_npus), size=1 << 20, chunks_per_npu=1)
     assert multinode_candidates(topo, coll) == {}
 

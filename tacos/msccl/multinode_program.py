@@ -70,7 +70,7 @@ def node_groups(topology: Topology, group: Sequence[int]) -> list[list[int]]:
         return x
 
     for lk in topology.links:
-        if (lk.tag or "").lower().startswith(NIC_TAGS):
+        if _is_nic(lk):
             continue
         a, b = find(lk.src), find(lk.dst)
         if a != b:
@@ -84,18 +84,27 @@ def node_groups(topology: Topology, group: Sequence[int]) -> list[list[int]]:
 def rail_layout(topology: Topology, collective: Collective) -> list[list[int]] | None:
     """The collective's ranks per node when the hierarchical programs apply (at least two
     nodes of the same size, at least two ranks each, a route between every two ranks of a
-    node and between every two ranks of a rail), else None."""
+    node that stays off the network and one between every two ranks of a rail), else None."""
     group = list(collective.group)
     nodes = node_groups(topology, group)
     if len(nodes) < 2 or len({len(n) for n in nodes}) != 1 or len(nodes[0]) < 2:
         return None
     rails = [list(r) for r in zip(*nodes, strict=True)]
-    for ranks in (*nodes, *rails):
+    for ranks, inside in [(n, True) for n in nodes] + [(r, False) for r in rails]:
         for a in ranks:
             for b in ranks:
-                if a != b and topology.routing.best(group[a], group[b], 1.0) is None:
+                if a == b:
+                    continue
+                route = topology.routing.best(group[a], group[b], 1.0)
+                if route is None:
                     return None
+                if inside and any(_is_nic(topology.links[i]) for i in route.links):
+                    return None  # the node's own phases would cross the network
     return nodes
+
+
+def _is_nic(link: object) -> bool:
+    return str(getattr(link, "tag", "") or "").lower().startswith(NIC_TAGS)
 
 
 class _Tb:
