@@ -12,21 +12,22 @@ Nodes are the groups of ranks joined by links that are not NIC links
 (:func:`node_groups`); every node must hold the same number of ranks.  Rank ``(n, g)`` is the
 g-th rank of node n in the collective's order.
 
-Chunk layout (all-reduce, ``I`` instances, ``G`` ranks per node, ``M`` nodes, ``Q`` reduction
-sub-chunks): chunk ``((p·G + b)·M + m)·Q + q`` is instance p, block b (owned by local rank b
-inside the node), node sub-block m (owned by node m on the rail), sub-chunk q; so a block is
-``M·Q`` consecutive chunks and a sub-block ``Q``.  Per instance (channel p) every rank runs:
+Chunk layout (all-reduce, ``I`` instances, ``K`` pipeline stages, ``G`` ranks per node, ``M``
+nodes, ``Q`` reduction sub-chunks): chunk ``(((p·K + k)·G + b)·M + m)·Q + q`` is instance p,
+stage k, block b (owned by local rank b inside the node), node sub-block m (owned by node m
+on the rail), sub-chunk q; a block is ``M·Q`` consecutive chunks and a sub-block ``Q``.  Per
+instance (channel p) every rank runs, each thread block taking the stages in turn:
 
-* one thread block per intra-node peer w (``send=w recv=w``): send my partial of block w to
-  w's scratch, receive w's partial of my block into mine;
-* reducers (the local thread block and the first ``Q-1`` peer thread blocks): reducer j sums
-  the ``G-1`` partials of sub-chunk j of every sub-block into my block (fused ``re`` chains),
-  then, once the rail partials are in, the ``M-1`` rail partials of sub-chunk j of my node's
-  sub-block;
-* one thread block per rail peer v (``send=v recv=v``): once the block is reduced in the node,
-  send the sub-block v's node owns to v's scratch and receive v's partial of mine; once my
-  sub-block is reduced, send it to v and receive v's;
-* then every peer thread block sends the finished block to its peer and receives the peer's.
+* per intra-node peer w a send and a receive thread block: send my partial of block w to w's
+  scratch, receive w's partial of my block into mine;
+* ``M·Q`` reducing thread blocks (no peer): reducer (m, q) adds the ``G-1`` partials of
+  sub-chunk q of sub-block m into my block, each as it arrives, and for my node's sub-block
+  then the ``M-1`` rail partials;
+* per rail peer v a send and a receive thread block: once sub-block v is reduced in the node,
+  send it to v's scratch and receive v's partial of mine; once my sub-block is reduced, send
+  it to v and receive v's;
+* then the intra-node send thread blocks send the finished block to their peers, the receive
+  thread blocks take the peers' blocks.
 
 It is a candidate of the shape chooser like the lowered schedules (the classes have their
 ``collective`` and a ``lower(shape, base)``).
