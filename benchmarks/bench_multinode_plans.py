@@ -1,25 +1,31 @@
 """Runtime-shaped MSCCL plans on multi-node systems against NCCL, in the runtime model.
 
-For each system (``examples/dgx_a100_2node.tdl`` by default) and size, the all-reduce plan
-and shape ``tacosc TOPO -c allreduce -o plans/`` writes for that size's window
-(:func:`tacos.sweep_shaped.choose_windows`, each program verified), NCCL's modelled best
-without in-switch reduction (ring or tree), the CPU seconds of the sweep and of the shaping,
-and the independent stream replay of the emitted program (:mod:`benchmarks.replay_streams`).
+For each system (an ``examples/NAME.tdl`` or a preset ``NAME:nodes=4``), collective and
+size, the plan and shape ``tacosc TOPO -c COLL -o plans/`` writes for that size's window
+(:func:`tacos.sweep_shaped.choose_windows`, each program verified; the candidates include the
+hierarchical multi-node programs of :mod:`tacos.msccl.multinode_program`), NCCL's modelled
+best without in-switch reduction (the fastest of ring and tree that NCCL has for the
+collective), the CPU seconds of the sweep and of the shaping, and the independent stream
+replay of the emitted program (:mod:`benchmarks.replay_streams`).
 
-``python -m benchmarks.bench_multinode_plans [--systems a,b] [--sizes 64MiB,256MiB,1GiB]``
-prints a markdown table.
+``python -m benchmarks.bench_multinode_plans [--systems a,b] [--collectives allreduce,allgather]
+[--sizes 1MiB,64MiB,256MiB,1GiB]`` prints a markdown table and, per system and collective,
+the geometric mean of the speedups over NCCL at 64 MiB-1 GiB.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import time
 from pathlib import Path
 
 from benchmarks.__main__ import machine
 from benchmarks.replay_streams import replay
-from tacos import load
+from tacos import load, preset
+from tacos.errors import TacosError
+from tacos.model.topology import Topology
 from tacos.model.units import format_size
 from tacos.msccl.lower import MscclOptions
 from tacos.runtime import estimate_nccl
@@ -29,38 +35,77 @@ from tacos.sweep_shaped import choose_windows
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(systems: list[str], sizes: str, kind: str) -> list[str]:
-    lines = ["| system | size | tacos µs | plan | proto | inst | chan | tbs | NCCL ring/tree µs "
-             "| vs NCCL | replay µs | model/replay | sweep CPU s | shaping CPU s |",
-             "|" + "---|" * 14]
+def topology_of(name: str) -> Topology:
+    """``examples/NAME.tdl``, or the preset ``NAME:param=value,...``."""
+    if ":" in name:
+        base, _, params = name.partition(":")
+        kw = {k: int(v) for k, v in (p.split("=") for p in params.split(";") if p)}
+        return preset(base, **kw).topology
+    return load(ROOT / "examples" / f"{name}.tdl").topology
+
+
+def nccl_best(topo: Topology, kind: str, nbytes: int) -> float:
+    """NCCL's modelled time with its fastest of ring and tree (those it has for ``kind``)."""
+    times = []
+    for algo in ("ring", "tree"):
+        try:
+            times.append(estimate_nccl(topo, kind, nbytes, group=list(topo.live_npus),
+                                       algorithm=algo).time)
+        except TacosError:
+            pass
+    return min(times)
+
+
+LARGE = (64 << 20, 1 << 30)  #: the size range of the geometric-mean target
+
+
+def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64
+        ) -> list[str]:
+    """Table lines, then one geometric-mean line per system and collective."""
+    lines = ["| system | coll | size | tacos µs | plan | proto | inst | chan | tbs "
+             "| NCCL ring/tree µs | vs NCCL | replay µs | model/replay | sweep CPU s "
+             "| shaping CPU s |", "|" + "---|" * 15]
+    means = []
     for name in systems:
-        topo = load(ROOT / "examples" / f"{name}.tdl").topology
-        t0 = time.process_time()
-        res = sweep(topo, kind, sizes, workers=1, trials=1)
-        t1 = time.process_time()
-        choices = choose_windows(res, base=MscclOptions(inplace=True))
-        t2 = time.process_time()
-        for row, ch in zip(sorted(res.rows, key=lambda r: r.size), choices, strict=True):
-            ch.xml()  # verified
-            nccl = min(estimate_nccl(topo, kind, row.size, group=list(topo.live_npus),
-                                     algorithm=a).time for a in ("ring", "tree"))
-            f = ch.facts()
-            r = replay(ch.program, topo, row.size)
-            lines.append(f"| {name} | {format_size(row.size)} | {ch.time * 1e6:.1f} | {ch.plan} "
-                         f"| {ch.shape.proto} | {ch.shape.instances} | {f['nchannels']} | "
-                         f"{f['tbs_per_gpu']} | {nccl * 1e6:.1f} | {nccl / ch.time:.2f}x | "
-                         f"{r * 1e6:.1f} | {ch.time / r:.2f} | {t1 - t0:.1f} | {t2 - t1:.1f} |")
-    return lines
+        topo = topology_of(name)
+        for kind in kinds:
+            t0 = time.process_time()
+            res = sweep(topo, kind, sizes, workers=1, trials=1)
+            t1 = time.process_time()
+            choices = choose_windows(res, base=MscclOptions(inplace=True))
+            t2 = time.process_time()
+            logs = []
+            for row, ch in zip(sorted(res.rows, key=lambda r: r.size), choices, strict=True):
+                ch.xml()  # verified
+                nccl = nccl_best(topo, kind, row.size)
+                f = ch.facts()
+                r = (replay(ch.program, topo, row.size)
+                     if ch.program.ngpus <= replay_ranks else math.nan)
+                if LARGE[0] <= row.size <= LARGE[1]:
+                    logs.append(math.log(nccl / ch.time))
+                lines.append(
+                    f"| {name} | {kind} | {format_size(row.size)} | {ch.time * 1e6:.1f} "
+                    f"| {ch.plan} | {ch.shape.proto} | {ch.shape.instances} "
+                    f"| {f['nchannels']} | {f['tbs_per_gpu']} | {nccl * 1e6:.1f} "
+                    f"| {nccl / ch.time:.2f}x | {r * 1e6:.1f} | {ch.time / r:.2f} "
+                    f"| {t1 - t0:.1f} | {t2 - t1:.1f} |")
+            if logs:
+                means.append(f"* {name} {kind}: geometric mean vs NCCL at 64 MiB-1 GiB "
+                             f"{math.exp(sum(logs) / len(logs)):.2f}x")
+    return lines + [""] + means
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--systems", default="dgx_a100_2node")
-    ap.add_argument("--sizes", default="64MiB,256MiB,1GiB")
-    ap.add_argument("--collective", default="allreduce")
+    ap.add_argument("--sizes", default="1MiB,64MiB,256MiB,1GiB")
+    ap.add_argument("--collectives", default="allreduce,allgather")
+    ap.add_argument("--replay-ranks", type=int, default=64,
+                    help="replay only programs of at most this many ranks")
     args = ap.parse_args()
     print(f"<!-- {dt.date.today().isoformat()}, {machine()} -->")
-    print("\n".join(run(args.systems.split(","), args.sizes, args.collective)))
+    print("\n".join(run(args.systems.split(","), args.sizes, args.collectives.split(","),
+                         args.replay_ranks)), flush=True)
 
 
 if __name__ == "__main__":

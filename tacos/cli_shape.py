@@ -102,6 +102,9 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
         from tacos.msccl.ring_program import ring_families
 
         plans.update(ring_families(topology, plans["allpairs"].collective))
+    from tacos.msccl.multinode_program import multinode_candidates
+
+    plans.update(multinode_candidates(topology, coll))
     protos, instances = _tried(args)
     choice = choose_shape(plans, topology, nbytes, base=_base(args),
                           candidates=shapes(protos=protos, instances=instances))

@@ -60,6 +60,7 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
     """Per row of ``result`` (in size order), the fastest plan and shape in the runtime model
     (or ``estimator``); ``protos`` and ``instances`` restrict the shapes tried."""
     from tacos.model import patterns
+    from tacos.msccl.multinode_program import multinode_candidates
     from tacos.solvers.allpairs import KINDS, allpairs_schedule
 
     rows = sorted(result.rows, key=lambda r: r.size)
@@ -84,6 +85,7 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
     out = []
     for n, row in enumerate(rows, 1):
         plans = candidate_plans(row, allpairs, result.topology)
+        plans.update(multinode_candidates(result.topology, coll))
         out.append(choose_shape(plans, result.topology, row.size, base=base, candidates=cands,
                                 limits=limits, estimator=estimator, cache=cache))
         if progress is not None:

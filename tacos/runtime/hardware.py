@@ -66,6 +66,8 @@ class Hardware:
     common: dict[str, float]
     latency: dict[str, Any]
     sources: dict[str, str] = field(default_factory=dict)
+    #: LL128 may cross NIC links (NCCL enables it over the network only on GPU-near NICs)
+    ll128_net: bool = True
 
     # -- protocols -------------------------------------------------------------------------
     def proto_index(self, protocol: str) -> int:
@@ -163,6 +165,7 @@ def hardware(name: str) -> Hardware:
         common={k: float(v) for k, v in data["common"].items()},
         latency=dict(data["latency"]),
         sources=dict(g.get("src", {})),
+        ll128_net=bool(g.get("ll128_net", True)),
     )
 
 

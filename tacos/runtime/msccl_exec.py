@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tacos.errors import TacosError
@@ -74,13 +74,13 @@ def _route(topology: Topology, a: int, b: int, nbytes: float) -> tuple[int, ...]
 
 
 def _connections(model: Model, topology: Topology, ranks: Sequence[int], hw: Hardware,
-                 proto: str, chunk: float, concurrent: dict[int, int] | None = None
+                 proto: str, chunk: float, concurrent: dict[int, float] | None = None
                  ) -> dict[tuple[int, int, int], _Conn]:
     """The program's connections placed on the topology, each with the rate it gets: a port is
     split evenly among the connections that cross it (``concurrent``: among at most that many
-    per port, the most that are ever active together)."""
+    per port, the mean number active together while the port is busy)."""
     conns: dict[tuple[int, int, int], _Conn] = {}
-    users: dict[int, int] = {}
+    users: dict[int, float] = {}
     for key in sorted(model.sender):
         a, b, _c = key
         links = _route(topology, ranks[a], ranks[b], chunk)
@@ -90,7 +90,7 @@ def _connections(model: Model, topology: Topology, ranks: Sequence[int], hw: Har
         for i in links:
             users[i] = users.get(i, 0) + 1
     if concurrent:
-        users = {i: max(1, min(n, concurrent.get(i, n))) for i, n in users.items()}
+        users = {i: max(1.0, min(n, concurrent.get(i, n))) for i, n in users.items()}
     cta = hw.cta_rate[proto]
     pay = hw.payload(proto)
     for conn in conns.values():
@@ -217,28 +217,49 @@ def _steady(it: IterationTiming, topology: Topology, hw: Hardware, proto: str,
 
 
 def _concurrency(it: IterationTiming, conns: dict[tuple[int, int, int], _Conn]
-                 ) -> dict[int, int]:
-    """Per port, the most connections whose transfers are active at one instant of the first
-    iteration (as timed with every connection of the port sharing it)."""
-    events: dict[int, list[tuple[float, int, tuple]]] = {}
+                 ) -> dict[int, float]:
+    """Per port, the mean number of connections with a transfer on it while it is busy
+    (time-weighted over the first iteration as timed with every connection of the port
+    sharing it).  NVSwitch ports and NICs arbitrate among the flows active at each instant
+    (a flow alone gets the whole port), so a connection's share is the port over the flows
+    it meets on average, not over the most that ever meet."""
+    events: dict[int, list[tuple[float, int]]] = {}
     for key, spans in it.spans.items():
         for a, b in spans:
             if b <= a:
                 continue
             for i in conns[key].links:
-                events.setdefault(i, []).extend(((a, 1, key), (b, -1, key)))
-    out: dict[int, int] = {}
+                events.setdefault(i, []).extend(((a, 1), (b, -1)))
+    out: dict[int, float] = {}
     for i, evs in events.items():
-        evs.sort(key=lambda e: (e[0], e[1]))
-        active: dict[tuple, int] = {}
-        most = 0
-        for _t, d, key in evs:
-            active[key] = active.get(key, 0) + d
-            if active[key] == 0:
-                del active[key]
-            most = max(most, len(active))
-        out[i] = max(1, most)
+        evs.sort()
+        active, last, busy, area = 0, 0.0, 0.0, 0.0
+        for t, d in evs:
+            if active > 0:
+                busy += t - last
+                area += active * (t - last)
+            active += d
+            last = t
+        out[i] = max(1.0, area / busy) if busy > 0 else 1.0
     return out
+
+
+def _check_ll128_net(conns: dict[tuple[int, int, int], _Conn], topology: Topology,
+                     hw: Hardware, proto: str) -> None:
+    """Refuse LL128 on a connection through a NIC where the runtime does not run it: NCCL
+    (and the MSCCL executor on its transports) enables LL128 over the network only when the
+    NIC sits behind the GPU's own PCIe switch (``tuning.cc``: ``typeInter <= PATH_PXB``; an
+    LL128 line's flag relies on 128-byte writes arriving whole), which the hardware data
+    states per generation (``ll128_net``)."""
+    if proto != "LL128" or hw.ll128_net:
+        return
+    for (a, b, _c), conn in sorted(conns.items()):
+        if any(hw.classify(topology.links[i]) == "nic" for i in conn.links):
+            raise TacosError(
+                f"LL128 over the network (rank {a} -> rank {b} crosses a NIC) is disabled on "
+                f"{hw.title}: NCCL runs LL128 over a NIC only behind the GPU's own PCIe "
+                "switch (tuning.cc, typeInter <= PATH_PXB)",
+                hint="use Simple or LL for plans that cross nodes on this system")
 
 
 #: The folded model and happens-before graph of the last few programs timed, by the identity
@@ -248,17 +269,34 @@ _ANALYSED: dict[int, tuple[Any, Model, Any]] = {}
 _ANALYSED_MAX = 8
 
 
-def _analysed(program: Program) -> tuple[Model, Any]:
-    key = id(program.gpus)
+def _analysed(program: Program, twice: bool = False) -> tuple[Model, Any]:
+    key = (id(program.gpus), twice)
     got = _ANALYSED.get(key)
     if got is not None and got[0] is program.gpus:
         return got[1], got[2]
-    model = build_model(program)
+    model = build_model(_twice(program) if twice else program)
     hb = build_hb(model)
     if len(_ANALYSED) >= _ANALYSED_MAX:
         _ANALYSED.pop(next(iter(_ANALYSED)))
     _ANALYSED[key] = (program.gpus, model, hb)
     return model, hb
+
+
+def _twice(program: Program) -> Program:
+    """The program with every thread block running its steps two times over (two loop
+    iterations back to back: a step of the second waits for the same step of the tb it names
+    in the second), for timing how far the second iteration trails the first."""
+    gpus = []
+    for g in program.gpus:
+        size = {tb.id: len(tb.steps) for tb in g.tbs}
+        tbs = []
+        for tb in g.tbs:
+            n = len(tb.steps)
+            again = tuple(replace(st, s=st.s + n, deps=st.deps + size.get(st.depid, 0)
+                                  if st.depid >= 0 else st.deps) for st in tb.steps)
+            tbs.append(replace(tb, steps=tb.steps + again))
+        gpus.append(replace(g, tbs=tuple(tbs)))
+    return replace(program, gpus=tuple(gpus))
 
 
 def estimate_program(program: Program, topology: Topology, nbytes: int | None = None, *,
@@ -283,11 +321,12 @@ def estimate_program(program: Program, topology: Topology, nbytes: int | None = 
     first = min(chunk, per_call)
     calls_per_chunk = max(1, min(71, int(per_call // max(first, 1.0))))
     conns = _connections(model, topology, rank_npus, hw, proto, chunk)
+    _check_ll128_net(conns, topology, hw, proto)
     it = time_iteration(model, conns, hw, proto, first, calls_per_chunk, hb=hb)
     concurrent = _concurrency(it, conns)
     if any(n < sum(i in c.links for c in conns.values()) for i, n in concurrent.items()):
-        # connections that never run together do not share a port: re-time with the most
-        # that are active together on each port
+        # connections that do not all run together do not all share a port: re-time with
+        # the mean number active together while each port is busy
         conns = _connections(model, topology, rank_npus, hw, proto, chunk, concurrent)
         it = time_iteration(model, conns, hw, proto, first, calls_per_chunk, hb=hb)
     base = hw.base_latency(proto)
@@ -299,6 +338,16 @@ def estimate_program(program: Program, topology: Topology, nbytes: int | None = 
         last = chunk - per_call * (iters - 1)
         step_full, name = _steady(it, topology, hw, proto, 1.0)
         step_last, _ = _steady(it, topology, hw, proto, last / first)
+        # the second iteration timed event by event behind the first: dependency chains
+        # across thread blocks and FIFO back-pressure can make it trail by more than the
+        # busiest resource's work
+        model2, hb2 = _analysed(program, twice=True)
+        trail = time_iteration(model2, conns, hw, proto, first, calls_per_chunk,
+                               hb=hb2).makespan - it.makespan
+        if trail > step_full:
+            step_full, name = trail, f"pipeline: iterations trail by {trail * 1e6:.1f} us " \
+                f"(busiest resource: {name})"
+            step_last = max(step_last, trail * last / first)
         steady_total = step_full * (full - 1) + step_last
         time += steady_total
         bound = name

@@ -1,0 +1,379 @@
+"""Hierarchical multi-node all-reduce and all-gather written directly as MSCCL programs.
+
+Multi-node plans that run fast keep the NICs for the bytes that must cross them: an all-reduce
+reduce-scatters inside every node over NVLink (or xGMI), all-reduces each GPU's block with the
+GPUs of the same local index on the other nodes (its *rail*: on DGX and MI250 systems GPU g of
+every node has its own NIC on rail switch g), then all-gathers inside the node.  Each GPU's
+NIC then carries ``2 (M-1)/M`` of its block, the least an all-reduce over ``M`` nodes can, and
+the inside-node phases run at NVLink rate.  An all-gather exchanges every GPU's shard on its
+rail first, then all-gathers the ``M`` shards inside the node.
+
+Nodes are the groups of ranks joined by links that are not NIC links
+(:func:`node_groups`); every node must hold the same number of ranks.  Rank ``(n, g)`` is the
+g-th rank of node n in the collective's order.
+
+Chunk layout (all-reduce, ``I`` instances, ``K`` pipeline stages, ``G`` ranks per node, ``M``
+nodes, ``Q`` reduction sub-chunks): chunk ``(((p·K + k)·G + b)·M + m)·Q + q`` is instance p,
+stage k, block b (owned by local rank b inside the node), node sub-block m (owned by node m
+on the rail), sub-chunk q; a block is ``M·Q`` consecutive chunks and a sub-block ``Q``.  Per
+instance (channel p) every rank runs, each thread block taking the stages in turn:
+
+* per intra-node peer w a send and a receive thread block: send my partial of block w to w's
+  scratch, receive w's partial of my block into mine;
+* ``M·Q`` reducing thread blocks (no peer): reducer (m, q) adds the ``G-1`` partials of
+  sub-chunk q of sub-block m into my block, each as it arrives, and for my node's sub-block
+  then the ``M-1`` rail partials;
+* per rail peer v a send and a receive thread block: once sub-block v is reduced in the node,
+  send it to v's scratch and receive v's partial of mine; once my sub-block is reduced, send
+  it to v and receive v's;
+* then the intra-node send thread blocks send the finished block to their peers, the receive
+  thread blocks take the peers' blocks.
+
+It is a candidate of the shape chooser like the lowered schedules (the classes have their
+``collective`` and a ``lower(shape, base)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tacos.errors import TacosError
+from tacos.model.collective import Collective
+from tacos.model.topology import Topology
+from tacos.msccl.lower import MscclOptions
+from tacos.msccl.program import Gpu, Program, Step, Threadblock, nop_step
+from tacos.msccl.shape import Shape
+
+#: Link tags of network links (NICs); the other links join the GPUs of one node.
+NIC_TAGS = ("nic", "ib", "net", "eth", "roce")
+#: Reduction sub-chunks per sub-block: thread blocks per instance and node sub-block that
+#: reduce.
+REDUCERS = 4
+#: Pipeline stages per instance: each thread block runs its phase for stage 0, 1, ... in
+#: turn, so the NIC phase of one stage overlaps the NVLink phases of the others.
+STAGES = 4
+
+Wait = tuple[int, int]  # (tb id, step index) of the same rank
+
+
+def node_groups(topology: Topology, group: Sequence[int]) -> list[list[int]]:
+    """The ranks of ``group`` (indices into it) per node, nodes in the order of their first
+    rank: ranks are in one node when links other than NIC links (tags ``nic``, ``ib``,
+    ``net``, ``eth``, ``roce``) join them, through switches or not."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for lk in topology.links:
+        if _is_nic(lk):
+            continue
+        a, b = find(lk.src), find(lk.dst)
+        if a != b:
+            parent[a] = b
+    nodes: dict[int, list[int]] = {}
+    for r, npu in enumerate(group):
+        nodes.setdefault(find(npu), []).append(r)
+    return list(nodes.values())
+
+
+def rail_layout(topology: Topology, collective: Collective) -> list[list[int]] | None:
+    """The collective's ranks per node when the hierarchical programs apply (at least two
+    nodes of the same size, at least two ranks each, a route between every two ranks of a
+    node that stays off the network and one between every two ranks of a rail), else None."""
+    group = list(collective.group)
+    nodes = node_groups(topology, group)
+    if len(nodes) < 2 or len({len(n) for n in nodes}) != 1 or len(nodes[0]) < 2:
+        return None
+    rails = [list(r) for r in zip(*nodes, strict=True)]
+    for ranks, inside in [(n, True) for n in nodes] + [(r, False) for r in rails]:
+        for a in ranks:
+            for b in ranks:
+                if a == b:
+                    continue
+                route = topology.routing.best(group[a], group[b], 1.0)
+                if route is None:
+                    return None
+                if inside and any(_is_nic(topology.links[i]) for i in route.links):
+                    return None  # the node's own phases would cross the network
+    return nodes
+
+
+def _is_nic(link: object) -> bool:
+    return str(getattr(link, "tag", "") or "").lower().startswith(NIC_TAGS)
+
+
+class _Tb:
+    """A thread block being written: its steps and the dependencies others take on it."""
+
+    def __init__(self, tid: int, send: int, recv: int, chan: int) -> None:
+        self.id, self.send, self.recv, self.chan = tid, send, recv, chan
+        self.steps: list[Step] = []
+
+    def add(self, kind: str, src: tuple[str, int], dst: tuple[str, int], cnt: int,
+            waits: Sequence[Wait] = ()) -> int:
+        """Append a step after nops for all of ``waits`` but the last (which it carries);
+        returns its index."""
+        own = [w for w in waits if w[0] != self.id]
+        for tb, st in own[:-1]:
+            self.steps.append(nop_step(len(self.steps), tb, st))
+        dep = own[-1] if own else (-1, -1)
+        self.steps.append(Step(len(self.steps), kind, src[0], src[1], dst[0], dst[1], cnt,
+                               dep[0], dep[1], 0))
+        return len(self.steps) - 1
+
+    def reduce(self, sources: Sequence[tuple[str, int]], dst: tuple[str, int],
+               waits: Sequence[Wait] = ()) -> int:
+        """A fused ``re`` chain summing ``sources`` into ``dst``; returns its last index."""
+        last = self.add("re", sources[0], dst, 1, waits)
+        for src in sources[1:]:
+            last = self.add("re", src, dst, 1)
+        return last
+
+
+def _rail_order(stages: int) -> list[tuple[str, int]]:
+    """The order of a rail's phases: the reduce-scatter of every stage, then the all-gather
+    of every stage (starting an all-gather after the next stage's reduce-scatter timed 6 %
+    slower on 2x DGX-A100: it delays the reduce-scatters the reductions wait for)."""
+    return [("rs", k) for k in range(stages)] + [("ag", k) for k in range(stages)]
+
+
+def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool
+              ) -> tuple[dict[int, _Tb], dict[int, _Tb]]:
+    """Per peer, the thread block that sends to it and the one that receives from it (one
+    ``send=w recv=w`` block when ``paired``), numbered from ``base`` on channel ``chan``."""
+    if paired:
+        both = {w: _Tb(base + j, w, w, chan) for j, w in enumerate(peers)}
+        return both, both
+    sends = {w: _Tb(base + j, w, -1, chan) for j, w in enumerate(peers)}
+    recvs = {w: _Tb(base + len(peers) + j, -1, w, chan) for j, w in enumerate(peers)}
+    return sends, recvs
+
+
+def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[Gpu]:
+    """Threadblocks with ``hasdep`` set on every step another tb waits for."""
+    wanted = {(r, st.depid, st.deps) for r, tbs in ranks.items() for tb in tbs.values()
+              for st in tb.steps if st.depid >= 0}
+    gpus = []
+    for r in sorted(ranks):
+        blocks = []
+        for tid in sorted(ranks[r]):
+            tb = ranks[r][tid]
+            steps = tuple(Step(st.s, st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff,
+                               st.cnt, st.depid, st.deps, int((r, tid, k) in wanted))
+                          for k, st in enumerate(tb.steps))
+            blocks.append(Threadblock(tid, tb.send, tb.recv, tb.chan, steps))
+        gpus.append(blocks)
+    return gpus  # type: ignore[return-value]
+
+
+def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: MscclOptions,
+                           stages: int = STAGES, paired: bool = False) -> Program:
+    """The all-reduce program (module docstring) for ``nodes`` (ranks per node), each
+    instance's data cut into ``stages`` pipeline stages (fewer when the steps would not fit
+    the step limit).  ``paired=False`` gives every peer a send and a receive thread block
+    of its own, so a thread block's receive copies do not wait for its sends."""
+    m_nodes, g_size = len(nodes), len(nodes[0])
+    n_ranks = m_nodes * g_size
+    inst, q_n = instances, REDUCERS
+    per_stage = max(g_size - 1 + m_nodes - 1, 2 * q_n + 4, 2 + 2 * q_n + m_nodes)
+    k_n = max(1, min(stages, (options.max_steps_per_tb - 1) // per_stage))
+    inplace = bool(options.inplace)
+    out = "o" if options.out_of_place else "i"
+    where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
+    a_slots = (g_size - 1) * m_nodes * q_n  # scratch per stage: intra partials ...
+    per_k = a_slots + (m_nodes - 1) * q_n  # ... then rail partials
+
+    def chunk(p: int, k: int, b: int, m: int = 0, q: int = 0) -> int:
+        return ((((p * k_n + k) * g_size + b) * m_nodes + m) * q_n) + q
+
+    def a_slot(p: int, k: int, g: int, w: int, m: int = 0, q: int = 0) -> int:
+        """Local rank g's scratch for local peer w's partial."""
+        j = w - 1 if w > g else w
+        return (p * k_n + k) * per_k + (j * m_nodes + m) * q_n + q
+
+    def b_slot(p: int, k: int, n: int, v: int, q: int = 0) -> int:
+        """Node n's scratch for rail peer node v's partial."""
+        j = v - 1 if v > n else v
+        return (p * k_n + k) * per_k + a_slots + j * q_n + q
+
+    ways = 1 if paired else 2
+    per_tb = ways * ((g_size - 1) + (m_nodes - 1)) + m_nodes * q_n
+    ranks: dict[int, dict[int, _Tb]] = {}
+    for r, (n, g) in where.items():
+        tbs: dict[int, _Tb] = {}
+        intra = [w for w in range(g_size) if w != g]
+        rails = [v for v in range(m_nodes) if v != n]
+        for p in range(inst):
+            base = p * per_tb
+            red = {(m, q): _Tb(base + m * q_n + q, -1, -1, p)
+                   for m in range(m_nodes) for q in range(q_n)}
+            base += m_nodes * q_n
+            peers = [nodes[n][w] for w in intra] + [nodes[v][g] for v in rails]
+            send_tb, recv_tb = _peer_tbs(peers, base, p, paired)
+            for tb in (*red.values(), *send_tb.values(), *recv_tb.values()):
+                tbs[tb.id] = tb
+            peer_tb = {w: (send_tb[nodes[n][w]], recv_tb[nodes[n][w]]) for w in intra}
+            rail_tb = {v: (send_tb[nodes[v][g]], recv_tb[nodes[v][g]]) for v in rails}
+            block = m_nodes * q_n
+            recv_a: dict[tuple[int, int], Wait] = {}
+            for w, (stb, rtb) in peer_tb.items():
+                for k in range(k_n):
+                    stb.add("s", ("i", chunk(p, k, w)), ("s", a_slot(p, k, w, g)), block)
+                    recv_a[(k, w)] = (rtb.id, rtb.add("r", ("i", chunk(p, k, w)),
+                                                      ("s", a_slot(p, k, g, w)), block))
+            end_a: dict[tuple[int, int], list[Wait]] = {}
+            for (m, q), tb in red.items():
+                for k in range(k_n):
+                    dst = (out, chunk(p, k, g, m, q))
+                    if out != "i":  # out-of-place: my own partial first
+                        tb.add("cpy", ("i", dst[1]), dst, 1)
+                    for w in intra:
+                        last = tb.add("re", ("s", a_slot(p, k, g, w, m, q)), dst, 1,
+                                      [recv_a[(k, w)]])
+                    end_a.setdefault((k, m), []).append((tb.id, last))
+            recv_b: dict[tuple[int, int], Wait] = {}
+            end_b: dict[int, list[Wait]] = {}
+            recv_c: dict[int, list[Wait]] = {}
+            for what, k in _rail_order(k_n):
+                if what == "rs":  # my partial of sub-block v to v, v's of mine to me
+                    for v, (stb, rtb) in rail_tb.items():
+                        stb.add("s", (out, chunk(p, k, g, v)), ("s", b_slot(p, k, v, n)), q_n,
+                                end_a[(k, v)])
+                        recv_b[(k, v)] = (rtb.id, rtb.add("r", (out, chunk(p, k, g, v)),
+                                                          ("s", b_slot(p, k, n, v)), q_n))
+                    continue
+                for q in range(q_n):  # sum the rail partials, then send the sum around
+                    last = red[(n, q)].reduce(
+                        [("s", b_slot(p, k, n, v, q)) for v in rails],
+                        (out, chunk(p, k, g, n, q)), [recv_b[(k, v)] for v in rails])
+                    end_b.setdefault(k, []).append((red[(n, q)].id, last))
+                for v, (stb, rtb) in rail_tb.items():
+                    stb.add("s", (out, chunk(p, k, g, n)), (out, chunk(p, k, g, n)), q_n,
+                            end_b[k])
+                    recv_c.setdefault(k, []).append(
+                        (rtb.id, rtb.add("r", (out, chunk(p, k, g, v)),
+                                         (out, chunk(p, k, g, v)), q_n)))
+            for w, (stb, rtb) in peer_tb.items():
+                for k in range(k_n):
+                    stb.add("s", (out, chunk(p, k, g)), (out, chunk(p, k, g)), block,
+                            end_b[k] + recv_c[k])
+                    rtb.add("r", (out, chunk(p, k, w)), (out, chunk(p, k, w)), block)
+        ranks[r] = tbs
+    c = inst * k_n * g_size * m_nodes * q_n
+    gpus = [Gpu(r, c, 0 if inplace else c, per_k * k_n * inst, tuple(blocks))
+            for r, blocks in enumerate(_finish(ranks))]
+    return Program(options.name or f"tacos_hier_allreduce_{m_nodes}x{g_size}", options.proto,
+                   inst, c, n_ranks, "allreduce", int(inplace), int(options.out_of_place),
+                   options.min_bytes, options.max_bytes, tuple(gpus), options.redop)
+
+
+def hierarchical_allgather(nodes: list[list[int]], instances: int, options: MscclOptions,
+                           stages: int = STAGES, paired: bool = False) -> Program:
+    """The all-gather program: per instance (channel p) and pipeline stage k, rank (n, g)
+    sends its shard to every rail peer (into its output), then sends the ``M`` shards of its
+    rail to every local peer, each once it has arrived.  Chunk ``(r·I + p)·K + k`` of the
+    output is rank r's shard, instance p, stage k.  ``paired``: one ``send=w recv=w`` thread
+    block per peer instead of a send and a receive block."""
+    m_nodes, g_size = len(nodes), len(nodes[0])
+    n_ranks = m_nodes * g_size
+    inst = instances
+    k_n = max(1, min(stages, (options.max_steps_per_tb - 1) // (2 * m_nodes)))
+    inplace = bool(options.inplace)
+    where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
+    ways = 1 if paired else 2
+    per_tb = ways * ((g_size - 1) + (m_nodes - 1))
+
+    def shard(r: int, p: int, k: int) -> int:
+        return (r * inst + p) * k_n + k
+
+    ranks: dict[int, dict[int, _Tb]] = {}
+    for r, (n, g) in where.items():
+        tbs: dict[int, _Tb] = {}
+        intra = [nodes[n][w] for w in range(g_size) if w != g]
+        rails = [nodes[v][g] for v in range(m_nodes) if v != n]
+        for p in range(inst):
+            send_tb, recv_tb = _peer_tbs(rails + intra, p * per_tb, p, paired)
+            for tb in (*send_tb.values(), *recv_tb.values()):
+                tbs[tb.id] = tb
+
+            def mine(p: int, k: int, r: int = r) -> tuple[str, int]:
+                return ("o", shard(r, p, k)) if inplace else ("i", p * k_n + k)
+
+            arrived: dict[tuple[int, int], Wait] = {}
+            for k in range(k_n):
+                for v in rails:
+                    send_tb[v].add("s", mine(p, k), ("o", shard(r, p, k)), 1)
+                    arrived[(v, k)] = (recv_tb[v].id, recv_tb[v].add(
+                        "r", ("o", shard(v, p, k)), ("o", shard(v, p, k)), 1))
+            for w in intra:
+                for k in range(k_n):
+                    for v in range(m_nodes):
+                        owner = nodes[v][g]
+                        src = mine(p, k) if owner == r else ("o", shard(owner, p, k))
+                        send_tb[w].add("s", src, ("o", shard(owner, p, k)), 1,
+                                       [arrived[(owner, k)]] if owner != r else [])
+                        theirs = nodes[v][where[w][1]]
+                        recv_tb[w].add("r", ("o", shard(theirs, p, k)),
+                                       ("o", shard(theirs, p, k)), 1)
+        if not inplace:  # my own shard into my output
+            tb = tbs[inst * per_tb] = _Tb(inst * per_tb, -1, -1, 0)
+            for p in range(inst):
+                for k in range(k_n):
+                    tb.add("cpy", ("i", p * k_n + k), ("o", shard(r, p, k)), 1)
+        ranks[r] = tbs
+    c = inst * k_n
+    gpus = [Gpu(r, c, n_ranks * c, 0, tuple(blocks))
+            for r, blocks in enumerate(_finish(ranks))]
+    return Program(options.name or f"tacos_hier_allgather_{m_nodes}x{g_size}", options.proto,
+                   inst, n_ranks * c, n_ranks, "allgather", int(inplace),
+                   int(options.out_of_place), options.min_bytes, options.max_bytes,
+                   tuple(gpus), options.redop)
+
+
+@dataclass(frozen=True)
+class Hierarchical:
+    """The hierarchical program family for ``collective`` on ``nodes`` (ranks per node):
+    any shape's instances and protocol; port order and pairing do not apply (every peer has
+    a send and a receive thread block of its own: a block's receive copies then do not wait
+    for its sends, which timed 1.25x faster on 2x DGX-A100 at 64 MiB)."""
+
+    collective: Collective
+    nodes: tuple[tuple[int, ...], ...]
+
+    @property
+    def label(self) -> str:
+        """What the family is, for reports."""
+        m, g = len(self.nodes), len(self.nodes[0])
+        return f"hierarchical {self.collective.kind}: {m} nodes x {g} ranks, rails between"
+
+    def lower(self, shape: Shape, base: MscclOptions | None = None) -> Program:
+        """The program for ``shape`` with ``base``'s header fields."""
+        opts = shape.options(base)
+        opts.validate()
+        nodes = [list(n) for n in self.nodes]
+        if self.collective.kind == "allreduce":
+            return hierarchical_allreduce(nodes, shape.instances, opts, paired=False)
+        if self.collective.kind == "allgather":
+            return hierarchical_allgather(nodes, shape.instances, opts, paired=False)
+        raise TacosError(f"no hierarchical program for {self.collective.kind}")
+
+
+HIERARCHICAL = "hierarchical"
+KINDS = ("allreduce", "allgather")
+
+
+def multinode_candidates(topology: Topology, collective: Collective) -> dict[str, Hierarchical]:
+    """The multi-node program families for ``collective`` on ``topology`` (name -> family):
+    the hierarchical program when the ranks span two or more equal nodes, else none."""
+    if collective.kind not in KINDS:
+        return {}
+    nodes = rail_layout(topology, collective)
+    if nodes is None:
+        return {}
+    return {HIERARCHICAL: Hierarchical(collective, tuple(tuple(n) for n in nodes))}
