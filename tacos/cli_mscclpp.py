@@ -1,0 +1,111 @@
+"""``tacosc ... --format mscclpp -o plan.json``: the plan written, shaped by the runtime model,
+and used at the size it was made for.
+
+The MSCCL++ executor throws, rather than falls back, when a call's size does not cut into the
+plan's chunks (``checkMessageSize``: bytes / ``buffer_alignment`` divisible by the input and
+output chunk counts).  So after :func:`tacos.msccl.mscclpp_choose.choose_mscclpp` has picked the
+thread blocks, a plan that would not load at its own size is replaced: the collective is
+synthesized again with chunk counts that divide (:func:`rechunk_candidates`: for the forest
+solver its number of trees per root, else the chunks per NPU), each candidate written and timed,
+the fastest that loads kept - and said so.  With no ``--min-bytes`` the plan's window starts at
+the smallest size its chunks divide (:func:`smallest_loading_size`), so a runtime selecting by
+size never hands it a message it cannot cut.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tacos.errors import TacosError
+
+__all__ = ["mscclpp_file", "rechunk_candidates", "smallest_loading_size"]
+
+#: Chunks per NPU (trees per root for forest) tried when a plan's chunks do not divide.
+RECHUNK = (1, 2, 4, 8, 16)
+
+
+def rechunk_candidates(solver: str) -> list[tuple[int, dict[str, Any]]]:
+    """``(chunks_per_npu, solver options)`` to synthesize again with: powers of two."""
+    if solver == "forest":
+        return [(1, {"trees": k}) for k in RECHUNK if k <= 8]
+    return [(k, {}) for k in RECHUNK]
+
+
+def smallest_loading_size(doc: dict[str, Any]) -> int:
+    """The smallest collective size (tacos' convention) whose buffers cut into the plan's chunk
+    counts in ``buffer_alignment`` units (the executor's ``checkMessageSize``)."""
+    from math import lcm
+
+    g = doc["gpus"][0]
+    n = len(doc["gpus"])
+    align = int(doc.get("buffer_alignment", 16) or 16)
+    ic, oc = int(g["input_chunks"]), int(g["output_chunks"])
+    coll = doc.get("collective")
+    # tacos' size is the larger buffer; the smaller one is size / n for allgather/reducescatter
+    big, small = (oc, ic) if coll == "allgather" else (ic, oc) if coll == "reducescatter" \
+        else (max(ic, oc), max(ic, oc))
+    if coll in ("allgather", "reducescatter"):
+        return align * lcm(max(1, big), max(1, small) * n)
+    return align * max(1, big)
+
+
+def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: Any,
+                 reporter: Any) -> tuple[Any, Any, list[str]]:
+    """``(choice, schedule, notes)``: the MSCCL++ plan for ``schedule`` (thread blocks chosen
+    by the runtime model), or, when it would not load at the collective's size, the fastest
+    plan of a re-synthesis with chunk counts that divide (``synth(collective, **options)``
+    synthesizes and verifies).  ``notes`` say what was changed and why."""
+    from tacos.model import patterns
+    from tacos.msccl.mscclpp_choose import choose_mscclpp
+
+    coll = schedule.collective
+    size = int(coll.size)
+    notes: list[str] = []
+    try:
+        choice = choose_mscclpp(schedule, options, nbytes=size)
+    except TacosError as exc:
+        if "loads at" not in exc.message:
+            raise
+        first = exc.message
+        best = None
+        tried = []
+        for per, extra in rechunk_candidates(args.solver):
+            try:
+                again = patterns.build(coll.kind, coll.group, size=size, chunks_per_npu=per,
+                                       root=coll.root)
+                with reporter.phase(f"re-synthesizing ({_label(per, extra)})"):
+                    cand = synth(again, **extra)
+                    got = choose_mscclpp(cand, options, nbytes=size)
+            except TacosError as err:
+                tried.append(f"{_label(per, extra)}: {err.message[:80]}")
+                continue
+            tried.append(f"{_label(per, extra)}: {got.time * 1e6:.1f} us")
+            if best is None or got.time < best[0].time:
+                best = (got, cand, per, extra)
+        if best is None:
+            raise TacosError(first, hint="no power-of-two chunk count loads either: "
+                             + "; ".join(tried)) from None
+        choice, schedule = best[0], best[1]
+        notes.append(f"the solver's {coll.n_chunks} chunks do not cut {size} bytes into "
+                     f"MSCCL++'s 16-byte units; re-synthesized with "
+                     f"{_label(best[2], best[3])} (fastest that loads; "
+                     + "; ".join(tried) + ")")
+    values_min = getattr(args, "min_bytes", None)
+    if not values_min:
+        import json
+
+        doc = json.loads(choice.text)
+        low = smallest_loading_size(doc)
+        if low > int(doc.get("min_message_size", 0) or 0) and low <= size:
+            doc["min_message_size"] = low
+            choice.text = json.dumps(doc, indent=2) + "\n"
+            notes.append(f"window starts at {low} bytes, the smallest size the plan's chunks "
+                         "divide")
+    return choice, schedule, notes
+
+
+def _label(per: int, extra: dict[str, Any]) -> str:
+    if "trees" in extra:
+        return f"{extra['trees']} tree(s) per root"
+    return f"{per} chunk(s) per NPU"
