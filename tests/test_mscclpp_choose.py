@@ -1,0 +1,86 @@
+"""The MSCCL++ plan tacosc writes: thread blocks per peer chosen by the runtime model, and a
+plan used at the size it was made for (chunk counts re-chosen, window starting where the
+chunks divide)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+import tacos
+from tacos.cli import main
+from tacos.cli_mscclpp import rechunk_candidates, smallest_loading_size
+from tacos.msccl.lower import MscclOptions
+from tacos.msccl.mscclpp_choose import choose_mscclpp
+from tacos.msccl.mscclpp_loader import loader_problems, size_problems
+from tacos.msccl.mscclpp_reader import read_plan_text
+from tacos.msccl.mscclpp_writer import emit_mscclpp_json
+from tacos.runtime.mscclpp_exec import estimate_mscclpp
+from tacos.verify_plan import verify
+
+
+@pytest.fixture(scope="module")
+def a100_allgather():
+    topo = tacos.parse("use dgx_a100_node()\n").topology
+    coll = tacos.collective("allgather", range(8), size="16MiB")
+    return topo, tacos.synthesize(topo, coll, solver="greedy", workers=1)
+
+
+def test_instances_chosen_are_the_runtime_models_fastest(a100_allgather):
+    topo, schedule = a100_allgather
+    choice = choose_mscclpp(schedule, instances=(1, 2, 4))
+    times = {}
+    for i in (1, 2, 4):
+        text = emit_mscclpp_json(schedule, options=replace(MscclOptions(), instances=i))
+        times[i] = estimate_mscclpp(read_plan_text(text)[0], topo, 16 << 20).time
+    assert choice.tried == pytest.approx(times)
+    fastest = min(times.values())
+    assert times[choice.value] <= fastest * 1.005
+    assert all(times[i] > fastest * 1.005 for i in times if i < choice.value)
+    doc = json.loads(choice.text)
+    assert loader_problems(doc) == [] and verify(choice.text, topology=topo).ok
+    assert any("instances" in line for line in choice.lines())
+
+
+def test_a_candidate_the_executor_would_refuse_is_rejected_with_its_reason(a100_allgather):
+    _topo, schedule = a100_allgather
+    odd = (16 << 20) + 16 * 8 * 3  # cuts into 8 chunks of 16-byte units, not into 16 or 32
+    choice = choose_mscclpp(schedule, nbytes=odd, instances=(1, 2, 4))
+    assert choice.value == 1 and isinstance(choice.tried[1], float)
+    assert all("not multiples" in choice.tried[i] for i in (2, 4))
+    with pytest.raises(tacos.TacosError, match="no MSCCL.. plan of this schedule loads"):
+        choose_mscclpp(schedule, nbytes=odd + 16, instances=(1, 2))
+
+
+def test_smallest_loading_size_is_where_the_chunks_start_to_divide():
+    doc = {"collective": "allgather", "buffer_alignment": 16,
+           "gpus": [{"input_chunks": 2, "output_chunks": 16}] * 8}
+    low = smallest_loading_size(doc)
+    assert size_problems(doc, low) == [] and low == 16 * 16
+    assert size_problems(doc, low // 2) != []
+    doc["collective"] = "allreduce"
+    doc["gpus"] = [{"input_chunks": 12, "output_chunks": 12}] * 4
+    assert smallest_loading_size(doc) == 16 * 12 and size_problems(doc, 16 * 12) == []
+
+
+def test_rechunk_candidates_are_powers_of_two():
+    assert [o["trees"] for _, o in rechunk_candidates("forest")] == [1, 2, 4, 8]
+    assert [k for k, _ in rechunk_candidates("greedy")] == [1, 2, 4, 8, 16]
+
+
+def test_plan_whose_chunks_do_not_cut_its_size_is_rechunked(tmp_path, capsys):
+    """DGX-1's forest packs 6 trees per root: 48 chunks never cut a power-of-two size into
+    16-byte units, so MSCCL++ would refuse the plan at its own size."""
+    out = tmp_path / "ag.json"
+    assert main(["tacos/presets/dgx1.tdl", "-c", "allgather", "--size", "1MiB", "--solver",
+                 "forest", "--format", "mscclpp", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "48 chunks do not cut" in err and "re-synthesized with" in err
+    assert "warning" not in err
+    doc = json.loads(out.read_text())
+    assert size_problems(doc, 1 << 20) == []
+    assert doc["min_message_size"] == smallest_loading_size(doc) > 0
+    assert main(["verify", str(out), "--topology", "tacos/presets/dgx1.tdl",
+                 "--size", "1MiB"]) == 0
