@@ -70,7 +70,13 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
         first = exc.message
         best = None
         tried = []
-        for per, extra in rechunk_candidates(args.solver):
+        n = len(coll.group)
+        odd = n // (n & -n)  # every layout has n x (power of two) chunks, or n^2 for alltoall
+        futile = (size // 16) % odd != 0
+        if futile:
+            tried.append(f"every chunk count is a multiple of {n} ranks, and {odd} does not "
+                         f"divide {size // 16} 16-byte units")
+        for per, extra in [] if futile else rechunk_candidates(args.solver):
             try:
                 again = patterns.build(coll.kind, coll.group, size=size, chunks_per_npu=per,
                                        root=coll.root)
@@ -78,31 +84,58 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
                     cand = synth(again, **extra)
                     got = choose_mscclpp(cand, options, nbytes=size)
             except TacosError as err:
-                tried.append(f"{_label(per, extra)}: {err.message[:80]}")
+                why = "its chunks do not cut the size" if "loads at" in err.message \
+                    else err.message[:80]
+                tried.append(f"{_label(per, extra)}: {why}")
                 continue
             tried.append(f"{_label(per, extra)}: {got.time * 1e6:.1f} us")
             if best is None or got.time < best[0].time:
                 best = (got, cand, per, extra)
-        if best is None:
-            raise TacosError(first, hint="no power-of-two chunk count loads either: "
-                             + "; ".join(tried)) from None
-        choice, schedule = best[0], best[1]
-        notes.append(f"the solver's {coll.n_chunks} chunks do not cut {size} bytes into "
-                     f"MSCCL++'s 16-byte units; re-synthesized with "
-                     f"{_label(best[2], best[3])} (fastest that loads; "
-                     + "; ".join(tried) + ")")
+        if best is None:  # e.g. all-reduce on 6, 12 or 20 ranks: chunks are a multiple of n
+            choice = _nearest(schedule, options, size, first, tried, notes)
+        else:
+            choice, schedule = best[0], best[1]
+            notes.append(f"the solver's {coll.n_chunks} chunks do not cut {size} bytes into "
+                         f"MSCCL++'s 16-byte units; re-synthesized with "
+                         f"{_label(best[2], best[3])} (fastest that loads; "
+                         + "; ".join(tried) + ")")
     values_min = getattr(args, "min_bytes", None)
     if not values_min:
         import json
 
         doc = json.loads(choice.text)
         low = smallest_loading_size(doc)
-        if low > int(doc.get("min_message_size", 0) or 0) and low <= size:
+        if low > int(doc.get("min_message_size", 0) or 0):
             doc["min_message_size"] = low
             choice.text = json.dumps(doc, indent=2) + "\n"
             notes.append(f"window starts at {low} bytes, the smallest size the plan's chunks "
                          "divide")
     return choice, schedule, notes
+
+
+def _nearest(schedule: Any, options: Any, size: int, first: str, tried: list[str],
+             notes: list[str]) -> Any:
+    """No chunk count cuts ``size``: the plan shaped at the nearest size it loads at, its
+    window starting at the smallest; the caller warns that ``size`` is not served."""
+    import json
+
+    from tacos.msccl.mscclpp_choose import choose_mscclpp
+    from tacos.msccl.mscclpp_writer import emit_mscclpp_json
+
+    unit = smallest_loading_size(json.loads(emit_mscclpp_json(schedule, options=options)))
+    nearest = max(unit, size // unit * unit)
+    try:
+        choice = choose_mscclpp(schedule, options, nbytes=nearest, instances=(1, 2, 4, 8))
+    except TacosError:
+        raise TacosError(first, hint="no power-of-two chunk count loads either: "
+                         + "; ".join(t[:60] for t in tried)) from None
+    unit = smallest_loading_size(json.loads(choice.text))
+    below = size // unit * unit
+    notes.append(f"no chunk count cuts {size} bytes ("
+                 + "; ".join(t[:90] for t in tried) + f"); the plan loads at multiples of "
+                 f"{unit} bytes (nearest: {below or unit} and {below + unit}); shaped at "
+                 f"{nearest}")
+    return choice
 
 
 def _label(per: int, extra: dict[str, Any]) -> str:

@@ -84,3 +84,21 @@ def test_plan_whose_chunks_do_not_cut_its_size_is_rechunked(tmp_path, capsys):
     assert doc["min_message_size"] == smallest_loading_size(doc) > 0
     assert main(["verify", str(out), "--topology", "tacos/presets/dgx1.tdl",
                  "--size", "1MiB"]) == 0
+
+
+def test_all_reduce_on_six_ranks_says_which_sizes_it_serves(tmp_path, capsys):
+    """Every all-reduce layout on 6 ranks has 6 x 2^k chunks: no 2^m size cuts into them, so
+    the plan is shaped at the nearest size it loads at and the note names those sizes."""
+    topo = tmp_path / "six.tdl"
+    topo.write_text("use dgx_a100_node()\ncollective allreduce group gpu[0..5] size 1MiB\n")
+    out = tmp_path / "six.json"
+    assert main([str(topo), "--format", "mscclpp", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "multiple of 6 ranks" in err and "the plan loads at multiples of" in err
+    doc = json.loads(out.read_text())
+    unit = smallest_loading_size(doc)
+    assert unit % (16 * 6) == 0 and doc["min_message_size"] == unit
+    near = (1 << 20) // unit * unit
+    assert f"nearest: {near} and {near + unit}" in err
+    assert size_problems(doc, near) == [] and size_problems(doc, 1 << 20) != []
+    assert verify(out.read_text(), nbytes=near).ok

@@ -106,9 +106,13 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
             tried[i] = exc.message.split(";")[0]
             continue
         doc = json.loads(text)
-        problems = loader_problems(doc) + size_problems(doc, size)
+        problems = loader_problems(doc)
         if problems:
-            tried[i] = problems[0].split(":")[0][:90]
+            tried[i] = problems[0][:100]
+            continue
+        if size_problems(doc, size):
+            tried[i] = f"its {_chunks(doc)} chunks do not cut {size} bytes into 16-byte units " \
+                "(not multiples)"
             continue
         plan, _ = read_plan(doc)
         try:
@@ -124,7 +128,8 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
     if best is None:
         reasons = "; ".join(f"instances {k}: {v}" for k, v in tried.items())
         raise TacosError(f"no MSCCL++ plan of this schedule loads at {size} bytes ({reasons})",
-                         hint="use another chunk count (--chunks) or size")
+                         hint="use another chunk count (--chunks) or a size that is a "
+                              "multiple of 16 bytes x the plan's chunks")
     return MscclppChoice(best[2], "channels", "instances", best[1], best[0], tried,
                          _chunks(json.loads(best[2])))
 
