@@ -805,6 +805,12 @@ def _sweep(args: argparse.Namespace) -> int:
 
             print(f"# wrote {len(paths)} MSCCL XML file(s) to {out}/ (disjoint minBytes/"
                   "maxBytes windows)")
+            from tacos.msccl.size_fit import window_gaps
+            from tacos.msccl.xml_reader import load_xml
+
+            for line in window_gaps([(p.name, load_xml(p)) for p in paths],
+                                    top=max(1 << 30, 4 * max(sizes))):
+                print(f"# gap: {line}")
             print(recipe("xml-dir", out, nranks=len(coll.group), kind=coll.kind))
     if args.plot:
         from tacos.backends.plot_sweep import plot_sweep
