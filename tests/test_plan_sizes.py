@@ -91,9 +91,11 @@ def test_fit_windows_hands_sizes_a_plan_cannot_cut_to_the_window_below():
 
     assert smallest_served(64) == 128 and smallest_served(48) is None
     # window 2's 4096 chunks serve 8 KiB and up: 2049..8191 go to window 1 (8 chunks)
-    assert fit_windows([(0, 2048, 8), (2049, 0, 4096)]) == [(16, 8191), (8192, 0)]
+    assert fit_windows([(0, 2048, 8), (2049, 0, 4096)]) == [(0, 8191), (8192, 0)]
     # a window whose plan serves no power of two is left for window_gaps to name
-    assert fit_windows([(0, 2048, 8), (2049, 0, 48)]) == [(16, 2048), (2049, 0)]
+    assert fit_windows([(0, 2048, 8), (2049, 0, 48)]) == [(0, 2048), (2049, 0)]
+    # nor is a boundary moved when the window below cannot serve the sizes either
+    assert fit_windows([(0, 2048, 48), (2049, 0, 4096)]) == [(0, 2048), (2049, 0)]
 
 
 def test_window_gaps_name_the_sizes_left_to_nccl_and_why():

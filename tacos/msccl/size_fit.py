@@ -58,20 +58,20 @@ def smallest_served(chunks: int, element_bytes: int = ELEMENT_BYTES[0]) -> int |
 
 
 def fit_windows(spans: Sequence[tuple[int, int, int]]) -> list[tuple[int, int]]:
-    """Windows ``(lo, hi)`` (``hi`` 0: no limit) narrowed to the power-of-two sizes their
-    plan's chunks per loop divide, the sizes cut off handed to the window below when its plan
-    serves them: ``spans`` are ``(lo, hi, nchunksperloop)`` in size order, disjoint and
-    adjacent.  A window whose plan serves no power of two (odd factor) is left as it is
-    (:func:`window_gaps` names it)."""
+    """Windows ``(lo, hi)`` (``hi`` 0: no limit) whose boundaries move up to the smallest
+    power-of-two size the upper window's plan divides (its ``nchunksperloop``, 2-byte
+    elements) when the window below serves the sizes in between: ``spans`` are ``(lo, hi,
+    nchunksperloop)`` in size order, disjoint and adjacent; the windows stay adjacent.  Sizes
+    no window's plan serves are left where they are, for :func:`window_gaps` to name."""
     out = [[lo, hi] for lo, hi, _c in spans]
-    for i, (lo, hi, chunks) in enumerate(spans):
+    for i in range(1, len(spans)):
+        lo, hi, chunks = out[i][0], out[i][1], spans[i][2]
         fit = smallest_served(chunks)
-        if fit is None or fit <= lo or (hi and fit > hi):
+        below = smallest_served(spans[i - 1][2])
+        if fit is None or fit <= lo or (hi and fit > hi) or below is None or below > lo:
             continue
         out[i][0] = fit
-        below = smallest_served(spans[i - 1][2]) if i else None
-        if i and below is not None and below <= lo:
-            out[i - 1][1] = fit - 1  # the window below serves lo .. fit-1 too
+        out[i - 1][1] = fit - 1  # the window below serves lo .. fit-1 too
     return [(lo, hi) for lo, hi in out]
 
 

@@ -12,11 +12,11 @@ whole range, so the order never matters and no size falls through to NCCL by acc
   (default 0: no limit);
 * adjacent windows whose plans lower to the same program (same XML apart from the name and the
   window) are merged into one file;
-* a window starts no lower than the smallest power-of-two size its plan's ``nchunksperloop``
-  divides (2-byte elements), the sizes below handed to the window underneath when its plan
-  runs them (:func:`tacos.msccl.size_fit.fit_windows`): the runtime would skip the plan there
-  anyway, now the file says so.  :func:`tacos.msccl.size_fit.window_gaps` names the sizes a
-  folder still leaves to NCCL and why (``tacosc`` prints them after a sweep).
+* a boundary moves up to the smallest power-of-two size the upper window's plan's
+  ``nchunksperloop`` divides (2-byte elements) when the window below runs the sizes in between
+  (:func:`tacos.msccl.size_fit.fit_windows`): the runtime would skip the upper plan there and
+  run NCCL's own algorithm.  :func:`tacos.msccl.size_fit.window_gaps` names the sizes a folder
+  still leaves to NCCL and why (``tacosc`` prints them after a sweep).
 """
 
 from __future__ import annotations
