@@ -92,8 +92,8 @@ def has_switch_groups(schedule: Schedule) -> bool:
 
 def _refuse(message: str) -> TacosError:
     return TacosError(message, hint="write the schedule as JSON (it keeps the groups), or "
-                      "synthesize without in-switch groups (-O in_switch=false) for "
-                      "memory/port channels")
+                      "synthesize without in-switch groups (--solver auto, or forest with -O "
+                      "in_switch=false) for memory/port channels")
 
 
 def switch_ops(schedule: Schedule, *, inplace: bool = True) -> tuple[Any, list[SwitchOp]]:
@@ -197,20 +197,19 @@ def switch_plan(schedule: Schedule, *, threadblocks: int = 1, inplace: bool = Tr
     if not 1 <= threadblocks <= 32:
         raise TacosError("threadblocks must be 1 to 32")
     n, coll = layout.ngpus, layout.coll
-    total = len(layout.in_slot) if coll != "alltoall" else 0
-    share = total // n if coll in ("allgather", "reducescatter") else total
-    unit = total
+    total = len(layout.in_slot)  # the collective's chunk slots (the larger buffer)
+    unit = total  # coarsest slot count that keeps every operation (and rank share) whole
     for op in ops:
         unit = gcd(gcd(unit, op.start), op.count)
     if coll in ("allgather", "reducescatter"):
-        unit = gcd(unit, share)
+        unit = gcd(unit, total // n)
     t = threadblocks
-    scale = t  # plan chunks per schedule slot: (1 / unit) coarse units, t pieces each
-    chunks = total // unit * t
+    chunks = total // unit * t  # each coarse unit cut into t plan chunks
     per_rank = chunks // n
 
     def span(op: SwitchOp) -> tuple[int, int]:
-        return op.start // unit * scale, op.count // unit  # first plan chunk, length per tb
+        """First plan chunk of ``op`` and the chunks each of its t thread blocks does."""
+        return op.start // unit * t, op.count // unit
 
     types = {"allreduce": ("i",) if inplace else ("i", "o"), "allgather": ("o",),
              "reducescatter": ("i", "s")}[coll]
