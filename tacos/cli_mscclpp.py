@@ -122,9 +122,9 @@ def _nearest(schedule: Any, options: Any, size: int, first: str, tried: list[str
     from tacos.msccl.mscclpp_choose import choose_mscclpp
     from tacos.msccl.mscclpp_writer import emit_mscclpp_json
 
-    unit = smallest_loading_size(json.loads(emit_mscclpp_json(schedule, options=options)))
-    nearest = max(unit, size // unit * unit)
     try:
+        unit = smallest_loading_size(json.loads(emit_mscclpp_json(schedule, options=options)))
+        nearest = max(unit, size // unit * unit)
         choice = choose_mscclpp(schedule, options, nbytes=nearest, instances=(1, 2, 4, 8))
     except TacosError:
         raise TacosError(first, hint="no power-of-two chunk count loads either: "

@@ -35,8 +35,9 @@ def test_instances_chosen_are_the_runtime_models_fastest(a100_allgather):
     for i in (1, 2, 4):
         text = emit_mscclpp_json(schedule, options=replace(MscclOptions(), instances=i))
         times[i] = estimate_mscclpp(read_plan_text(text)[0], topo, 16 << 20).time
-    assert choice.tried == pytest.approx(times)
-    fastest = min(times.values())
+    for i, value in choice.tried.items():  # larger counts stop once one is slower
+        assert value == pytest.approx(times[i])
+    fastest = min(times.values())  # over every count, tried or not
     assert times[choice.value] <= fastest * 1.005
     assert all(times[i] > fastest * 1.005 for i in times if i < choice.value)
     doc = json.loads(choice.text)

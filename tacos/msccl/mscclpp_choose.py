@@ -10,8 +10,10 @@ the writer does not fix by itself is how many thread blocks carry the bytes:
   channel and thread block, so each peer connection gets ``I`` thread blocks and the plan
   ``I x`` the chunks.  Each ``I`` of :data:`INSTANCES` is lowered, written, checked against the
   executor's loader rules (64 operations and 16 channels per thread block, the size check at
-  the plan's own size) and timed by :func:`tacos.runtime.mscclpp_exec.estimate_mscclpp`; the
-  fastest wins, a plan within :data:`NEAR` of it with fewer thread blocks wins over it;
+  the plan's own size) and timed by :func:`tacos.runtime.mscclpp_exec.estimate_mscclpp`, in
+  increasing order until one is slower than the best so far (more thread blocks help until the
+  ports are saturated, then only add work); the fastest wins, a plan within :data:`NEAR` of it
+  with fewer thread blocks wins over it;
 * **switch plans**: the thread blocks per rank (:func:`tacos.msccl.mscclpp_switch.
   best_switch_plan`).
 
@@ -99,11 +101,14 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
                              _chunks(doc))
     tried: dict[int, float | str] = {}
     best: tuple[float, int, str, int] | None = None
+    first: TacosError | None = None
+    sized = False  # some candidate was refused only for the size
     for i in instances:
         try:
             text = emit_mscclpp_json(schedule, options=replace(base, instances=i))
         except TacosError as exc:
             tried[i] = exc.message.split(";")[0]
+            first = first or exc
             continue
         doc = json.loads(text)
         problems = loader_problems(doc)
@@ -113,6 +118,7 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
         if size_problems(doc, size):
             tried[i] = f"its {_chunks(doc)} chunks do not cut {size} bytes into 16-byte units " \
                 "(not multiples)"
+            sized = True
             continue
         plan, _ = read_plan(doc)
         try:
@@ -121,10 +127,14 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
             tried[i] = exc.message
             continue
         tried[i] = time
+        if best is not None and time > best[0] * (1 + NEAR):
+            break  # more thread blocks only add to what already stopped paying off
         tbs = max(len(g["threadblocks"]) for g in doc["gpus"])
         if best is None or time < best[0] * (1 - NEAR) or \
                 (time <= best[0] * (1 + NEAR) and tbs < best[3]):
             best = (time, i, text, tbs)
+    if best is None and not sized and first is not None:
+        raise first  # the schedule has no MSCCL++ form at all (e.g. too many channels)
     if best is None:
         reasons = "; ".join(f"instances {k}: {v}" for k, v in tried.items())
         raise TacosError(f"no MSCCL++ plan of this schedule loads at {size} bytes ({reasons})",
