@@ -135,3 +135,15 @@ def test_cli_forest_mscclpp_writes_a_switch_plan(tmp_path, capsys):
     assert any(ch["channel_type"] == "switch" for ch in doc["gpus"][0]["channels"])
     assert main(["verify", str(out), "--topology", "tacos/presets/dgx_h100_node.tdl",
                  "--size", "64MiB"]) == 0
+
+
+def test_process_group_switch_plan_in_its_own_numbering(h100):
+    group = (1, 3, 4, 6)
+    coll = tacos.collective("allreduce", group, size=SIZE)
+    schedule = tacos.synthesize(h100, coll, solver="forest", workers=1)
+    doc, _ = best_switch_plan(schedule)
+    assert len(doc["gpus"]) == 4
+    switch = [ch for ch in doc["gpus"][2]["channels"] if ch["channel_type"] == "switch"]
+    assert switch[0]["rank_groups"][0]["ranks"] == [0, 1, 2, 3]
+    report = verify(json.dumps(doc), topology=h100, ranks=list(group), nbytes=SIZE)
+    assert report.ok and report.checks["symbolic"] == "passed", report.text()
