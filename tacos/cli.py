@@ -546,6 +546,9 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     if args.output and fmt == "xml" and args.solver == "auto":
         # rank by the runtime time of the file written: shaped unless --shape fixed
         options.setdefault("emit", "xml" if args.shape == "fixed" else "shaped")
+    elif args.output and fmt == "mscclpp" and args.solver == "auto":
+        # MSCCL++ plans go through the MSCCL lowering: rank by it, drop what it cannot lower
+        options.setdefault("emit", "xml")
     schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
                    trials=args.trials, workers=args.workers, cluster=args.cluster,
                    time_limit=args.time_limit, relays=args.relays or "members",
@@ -578,11 +581,12 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     elif args.output and fmt == "mscclpp":
         from tacos.cli_mscclpp import mscclpp_file
 
-        def synth(coll: Any, **extra: Any) -> Any:
-            again = run(spec.topology, coll, solver=args.solver, seed=args.seed,
+        def synth(coll: Any, solver: str | None = None, **extra: Any) -> Any:
+            opts = {**options, **extra} if solver is None else extra
+            again = run(spec.topology, collective if coll is None else coll,
+                        solver=solver or args.solver, seed=args.seed,
                         trials=args.trials, workers=args.workers, cluster=args.cluster,
-                        time_limit=args.time_limit, relays=args.relays or "members",
-                        **{**options, **extra})
+                        time_limit=args.time_limit, relays=args.relays or "members", **opts)
             verify_schedule(again).raise_if_failed()
             return again
 

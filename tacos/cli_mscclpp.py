@@ -55,7 +55,9 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
     """``(choice, schedule, notes)``: the MSCCL++ plan for ``schedule`` (thread blocks chosen
     by the runtime model), or, when it would not load at the collective's size, the fastest
     plan of a re-synthesis with chunk counts that divide (``synth(collective, **options)``
-    synthesizes and verifies).  ``notes`` say what was changed and why."""
+    synthesizes and verifies; ``synth(None, solver=NAME)`` the user's collective with another
+    solver), or, when ``auto``'s winner has no MSCCL++ form, its best runner-up that has one.
+    ``notes`` say what was changed and why."""
     from tacos.model import patterns
     from tacos.msccl.mscclpp_choose import choose_mscclpp
 
@@ -66,7 +68,12 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
         choice = choose_mscclpp(schedule, options, nbytes=size)
     except TacosError as exc:
         if "loads at" not in exc.message:
-            raise
+            alt = _runner_up(schedule, options, size, synth, reporter, exc)
+            if alt is None:
+                raise
+            choice, schedule, note = alt
+            notes.append(note)
+            return choice, schedule, notes
         first = exc.message
         best = None
         tried = []
@@ -111,6 +118,32 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
             notes.append(f"window starts at {low} bytes, the smallest size the plan's chunks "
                          "divide")
     return choice, schedule, notes
+
+
+def _runner_up(schedule: Any, options: Any, size: int, synth: Any, reporter: Any,
+               exc: TacosError) -> tuple[Any, Any, str] | None:
+    """``auto`` won with a plan MSCCL++ cannot run (say NCCL's ring needing more channels than
+    the lowering has): the next candidates of the portfolio in its ranking, each synthesized
+    alone, the first that writes kept.  None when ``schedule`` is not ``auto``'s."""
+    from tacos.msccl.mscclpp_choose import choose_mscclpp
+
+    facts = schedule.meta.get("auto")
+    if not isinstance(facts, dict) or not isinstance(facts.get("times"), dict):
+        return None
+    times = facts["times"]
+    order = sorted((k for k in times if k != facts.get("winner") and "+" not in k),
+                   key=lambda k: (times[k], k))
+    for label in order:
+        try:
+            with reporter.phase(f"writing the runner-up ({label})"):
+                cand = synth(None, solver=label)  # the collective as the user asked it
+                choice = choose_mscclpp(cand, options, nbytes=size)
+        except TacosError:
+            continue
+        return choice, cand, (f"auto's winner {facts.get('winner')} has no MSCCL++ plan "
+                              f"({exc.message[:80]}); wrote {label}, the fastest candidate "
+                              "that has one")
+    return None
 
 
 def _nearest(schedule: Any, options: Any, size: int, first: str, tried: list[str],

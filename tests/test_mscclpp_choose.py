@@ -103,3 +103,33 @@ def test_all_reduce_on_six_ranks_says_which_sizes_it_serves(tmp_path, capsys):
     assert f"nearest: {near} and {near + unit}" in err
     assert size_problems(doc, near) == [] and size_problems(doc, 1 << 20) != []
     assert verify(out.read_text(), nbytes=near).ok
+
+
+def test_auto_winner_without_an_mscclpp_form_gives_way_to_its_runner_up(a100_allgather):
+    import contextlib
+
+    from tacos.cli_mscclpp import _runner_up
+
+    _topo, schedule = a100_allgather
+    facts = {"winner": "nccl-ring", "times": {"nccl-ring": 1.0, "greedy+in-switch": 1.5,
+                                              "forest": 2.0, "greedy": 3.0}}
+    won = replace(schedule, meta={**schedule.meta, "auto": facts})
+    asked = []
+
+    def synth(coll, solver=None, **extra):
+        assert coll is None  # the user's collective, not the winner's refinement
+        asked.append(solver)
+        if solver == "forest":
+            raise tacos.TacosError("no MSCCL++ form either")
+        return schedule
+
+    class Quiet:
+        def phase(self, *_a, **_k):
+            return contextlib.nullcontext()
+
+    got = _runner_up(won, None, 16 << 20, synth, Quiet(), tacos.TacosError("33 channels"))
+    assert got is not None and asked == ["forest", "greedy"]
+    choice, cand, note = got
+    assert cand is schedule and "wrote greedy" in note and "33 channels" in note
+    assert loader_problems(json.loads(choice.text)) == []
+    assert _runner_up(schedule, None, 16 << 20, synth, Quiet(), tacos.TacosError("x")) is None
