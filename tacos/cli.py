@@ -538,19 +538,24 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         from tacos.solvers.greedy.chunks import synthesize_chunked as run
     elif getattr(args, "auto_chunks", False) and args.solver == "auto":
         options["greedy_chunks"] = True
-    if args.output and fmt in ("xml", "mscclpp") and args.solver in ("auto", "forest"):
-        # MSCCL cannot express in-switch groups: pick among the plans it can run
+    if args.output and (fmt == "xml" and args.solver in ("auto", "forest")
+                        or fmt == "mscclpp" and args.solver == "auto"):
+        # MSCCL cannot express in-switch groups: pick among the plans it can run (MSCCL++
+        # runs them on switch channels when every transfer is in a group: forest's star)
         options.setdefault("in_switch", False)
     if args.output and fmt == "xml" and args.solver == "auto":
         # rank by the runtime time of the file written: shaped unless --shape fixed
         options.setdefault("emit", "xml" if args.shape == "fixed" else "shaped")
+    elif args.output and fmt == "mscclpp" and args.solver == "auto":
+        # MSCCL++ plans go through the MSCCL lowering: rank by it, drop what it cannot lower
+        options.setdefault("emit", "xml")
     schedule = run(spec.topology, collective, solver=args.solver, seed=args.seed,
                    trials=args.trials, workers=args.workers, cluster=args.cluster,
                    time_limit=args.time_limit, relays=args.relays or "members",
                    progress=reporter, **options)
     with reporter.phase("verifying"):
         verify_schedule(schedule).raise_if_failed()
-    program = runtime = choice = None
+    program = runtime = choice = mchoice = None
     if args.output and fmt == "xml" and args.shape != "fixed":
         from tacos.cli_shape import shaped_file
 
@@ -573,12 +578,29 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
                 write_output("-", header + "".join(iter_xml(program)))
             else:
                 write_xml(program, args.output, header=header)
+    elif args.output and fmt == "mscclpp":
+        from tacos.cli_mscclpp import mscclpp_file
+
+        def synth(coll: Any, solver: str | None = None, **extra: Any) -> Any:
+            opts = {**options, **extra} if solver is None else extra
+            again = run(spec.topology, collective if coll is None else coll,
+                        solver=solver or args.solver, seed=args.seed,
+                        trials=args.trials, workers=args.workers, cluster=args.cluster,
+                        time_limit=args.time_limit, relays=args.relays or "members", **opts)
+            verify_schedule(again).raise_if_failed()
+            return again
+
+        mchoice, schedule, notes = mscclpp_file(schedule, args, _msccl_options(args), synth,
+                                                reporter)
+        with reporter.phase(f"writing {args.output}"):
+            write_output(args.output, mchoice.text)
+        for line in notes:
+            print(f"note: {line}", file=sys.stderr)
+        runtime = _mscclpp_runtime(schedule, spec.topology, mchoice.text)
     elif args.output:
         with reporter.phase(f"writing {args.output}"):
             text = _render(schedule, fmt, args)
             write_output(args.output, text)
-        if fmt == "mscclpp":
-            runtime = _mscclpp_runtime(schedule, spec.topology, text)
     if args.output and args.output != "-" and not args.json:  # no file to read back or run
         from tacos.recipes import recipe
 
@@ -608,6 +630,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             doc = report(schedule, topology=spec.topology, runtime=runtime)
             if choice is not None:
                 doc["msccl_shape"] = choice.as_dict()
+            if mchoice is not None:
+                doc["mscclpp_shape"] = mchoice.as_dict()
             from tacos.report_schema import envelope
 
             print(json.dumps(envelope("compile", doc, doc.get("verified", True)), indent=2))
@@ -618,6 +642,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             print(format_report(schedule, topology=spec.topology, runtime=runtime))
             if choice is not None:
                 print("\n".join(choice.lines()))
+            if mchoice is not None:
+                print("\n".join(mchoice.lines()))
     else:  # -o alone: one line says what was written
         from tacos.compile_line import compile_line
 
@@ -783,6 +809,12 @@ def _sweep(args: argparse.Namespace) -> int:
 
             print(f"# wrote {len(paths)} MSCCL XML file(s) to {out}/ (disjoint minBytes/"
                   "maxBytes windows)")
+            from tacos.msccl.size_fit import window_gaps
+            from tacos.msccl.xml_reader import load_xml
+
+            for line in window_gaps([(p.name, load_xml(p)) for p in paths],
+                                    top=max(1 << 30, 4 * max(sizes))):
+                print(f"# gap: {line}")
             print(recipe("xml-dir", out, nranks=len(coll.group), kind=coll.kind))
     if args.plot:
         from tacos.backends.plot_sweep import plot_sweep

@@ -194,18 +194,33 @@ def _verify_folder(folder: Path, args: Any) -> int:
                                    strict=args.strict)) for f in files]
     problems = check_set(files)
     ok = all(r.ok for _, r in results) and not problems
+    gaps = _size_gaps(files) if not problems else []
     if args.json:
         from tacos.report_schema import envelope
 
         files = [{**r.as_dict(), "source": str(f), "format": "msccl-xml"} for f, r in results]
-        print(json.dumps(envelope("verify-folder", {"files": files, "set_problems": problems},
-                                  ok), indent=2))
+        print(json.dumps(envelope("verify-folder", {"files": files, "set_problems": problems,
+                                                    "size_gaps": gaps}, ok), indent=2))
     else:
         for f, r in results:
             print(f"{f.name}: " + ("verified" if r.ok else r.text()))
         print("windows: " + ("disjoint and contiguous (the files load as one set)"
                              if not problems else "; ".join(problems)))
+        for line in gaps:
+            print(f"gap: {line}")
     return 0 if ok else 1
+
+
+def _size_gaps(files: list[Path]) -> list[str]:
+    """The power-of-two sizes (to 1 TiB) the folder's windows leave to NCCL, and why
+    (:func:`tacos.msccl.size_fit.window_gaps`); empty when a file does not read back."""
+    from tacos.msccl.size_fit import window_gaps
+    from tacos.msccl.xml_reader import load_xml
+
+    try:
+        return window_gaps([(f.name, load_xml(f)) for f in files])
+    except TacosError:
+        return []
 
 
 def cmd_verify(argv: Sequence[str]) -> int:

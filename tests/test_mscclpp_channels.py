@@ -100,8 +100,9 @@ def test_nvls_plan_that_reduces_a_slice_twice_fails_verification():
     (lambda d: d["gpus"][0]["channels"][0].update(channel_type="nvlink"), "channel_type"),
     (lambda d: d["gpus"][1].update(id=0), "GPU rank does not match"),
     (lambda d: d.update(protocol="LL128"), "protocol"),
-    (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].append({"name": "gstore"}),
+    (lambda d: d["gpus"][0]["threadblocks"][0]["ops"].append({"name": "glre"}),
      "invalid operation"),
+    (lambda d: d["gpus"][2]["channels"].pop(), "switch channel groups"),
     (lambda d: d["gpus"][0]["threadblocks"][0]["ops"][0].update(channel_ids=[9]),
      "channel_ids"),
     (lambda d: d["gpus"][2]["channels"][0]["connected_to"].pop(), "lists"),
@@ -136,13 +137,39 @@ def test_verify_size_fails_a_plan_the_executor_would_refuse():
                                     "p3_8xlarge(nodes=2)"])
 @pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce", "alltoall"])
 def test_every_preset_plan_loads_with_possible_channels(preset, kind):
+    from tacos.msccl.mscclpp_choose import choose_mscclpp
+
     name = preset if "(" in preset else f"{preset}()"
     topo = _topology(f"use {name}\n")
-    text = _plan(topo, kind, size="16MiB")
-    doc = json.loads(text)
+    coll = tacos.collective(kind, range(len(topo.npus)), size="16MiB")
+    schedule = tacos.synthesize(topo, coll, solver="greedy", workers=1)
+    choice = choose_mscclpp(schedule)  # what tacosc writes: thread blocks by the model
+    doc = json.loads(choice.text)
     assert loader_problems(doc) == []
-    report = verify(text, topology=topo)
+    assert size_problems(doc, 16 << 20) == []  # loads at the size it was made for
+    report = verify(choice.text, topology=topo, nbytes=16 << 20)
     assert report.ok, report.text()
+    assert report.checks["channels"] == "passed"
+    assert isinstance(choice.tried[choice.value], float)
+    assert choice.time == min(v for v in choice.tried.values() if isinstance(v, float)) \
+        or choice.time <= 1.005 * min(v for v in choice.tried.values() if isinstance(v, float))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, solver", [("allreduce", "forest"), ("allreduce", "nvls"),
+                                          ("allgather", "nvls"), ("reducescatter", "nvls")])
+def test_dgx_h100_in_switch_plans_use_switch_channels(kind, solver):
+    from tacos.msccl.mscclpp_choose import choose_mscclpp
+
+    topo = _topology(ONE_H100)
+    coll = tacos.collective(kind, range(8), size="16MiB")
+    choice = choose_mscclpp(tacos.synthesize(topo, coll, solver=solver, workers=1))
+    doc = json.loads(choice.text)
+    assert choice.kind == "switch" and loader_problems(doc) == []
+    assert all(any(ch["channel_type"] == "switch" for ch in g["channels"]) for g in doc["gpus"])
+    assert size_problems(doc, 16 << 20) == []
+    report = verify(choice.text, topology=topo, nbytes=16 << 20)
+    assert report.ok and report.checks["symbolic"] == "passed", report.text()
 
 
 def test_process_group_plan_uses_its_own_rank_numbering():

@@ -84,3 +84,45 @@ def test_a_shaped_plan_is_used_at_its_own_size(tmp_path, capsys):
                  "64MiB", "--solver", "greedy", "-o", str(out)]) == 0
     assert "skips the plan" not in capsys.readouterr().err
     assert main(["verify", str(out), "--size", "64MiB"]) == 0
+
+
+def test_fit_windows_hands_sizes_a_plan_cannot_cut_to_the_window_below():
+    from tacos.msccl.size_fit import fit_windows, smallest_served
+
+    assert smallest_served(64) == 128 and smallest_served(48) is None
+    # window 2's 4096 chunks serve 8 KiB and up: 2049..8191 go to window 1 (8 chunks)
+    assert fit_windows([(0, 2048, 8), (2049, 0, 4096)]) == [(0, 8191), (8192, 0)]
+    # a window whose plan serves no power of two is left for window_gaps to name
+    assert fit_windows([(0, 2048, 8), (2049, 0, 48)]) == [(0, 2048), (2049, 0)]
+    # nor is a boundary moved when the window below cannot serve the sizes either
+    assert fit_windows([(0, 2048, 48), (2049, 0, 4096)]) == [(0, 2048), (2049, 0)]
+
+
+def test_window_gaps_name_the_sizes_left_to_nccl_and_why():
+    from tacos.msccl.size_fit import window_gaps
+
+    topo = tacos.parse("use dgx_a100_node()\n").topology
+    progs = []
+    for chunks, lo, hi in ((1, 16, 32768), (3, 32769, 0)):
+        coll = tacos.collective("allgather", range(8), size=f"{48 * chunks}KiB",
+                                chunks_per_npu=chunks)
+        schedule = tacos.synthesize(topo, coll, solver="greedy", workers=1)
+        text = schedule_to_xml(schedule, MscclOptions(min_bytes=lo, max_bytes=hi))
+        from tacos.msccl.xml_reader import parse_xml
+
+        progs.append((f"w{chunks}.xml", parse_xml(text)))
+    gaps = window_gaps(progs, top=1 << 20)
+    assert gaps[0].startswith("power-of-two sizes 1 B .. 8 B: no window covers it")
+    assert any("65536 B .. 1048576 B: w3.xml's 24 chunks per loop do not divide it" in g
+               for g in gaps)
+    assert not any("w1.xml" in g for g in gaps)  # 8 chunks cut 16 B .. 32 KiB
+    assert window_gaps(progs[:1], top=32768) == [gaps[0]]
+
+
+def test_sweep_prints_where_its_windows_leave_sizes_to_nccl(tmp_path, capsys):
+    out = tmp_path / "plans"
+    assert main(["tacos/presets/dgx_a100_node.tdl", "-c", "allgather", "--sizes",
+                 "96KiB,96MiB", "--chunks", "3", "--solver", "greedy", "--shape", "fixed",
+                 "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "# gap: power-of-two sizes" in text and "24 chunks per loop do not divide" in text

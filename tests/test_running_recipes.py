@@ -63,7 +63,7 @@ def test_every_command_runs_and_its_files_load(tmp_path, monkeypatch, capsys):
             doc = json.loads(path.read_text())
             assert loader_problems(doc) == []
             assert verify(path).ok
-            if "--nvls" in argv:
+            if "--nvls" in argv or "forest" in argv or "nvls" in argv:
                 assert any(ch["channel_type"] == "switch" for ch in doc["gpus"][0]["channels"])
             if "2node" in argv[0]:
                 assert any(ch["channel_type"] == "port" for ch in doc["gpus"][0]["channels"])

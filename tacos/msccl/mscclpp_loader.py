@@ -21,7 +21,8 @@ __all__ = ["OP_NAMES", "buffer_sizes", "loader_problems", "size_problems"]
 OP_NAMES = frozenset({
     "nop", "barrier", "put", "pws", "pwsf", "get", "copy", "signal", "wait", "flush", "re",
     "res", "rre", "rres", "ppkt", "rppkt", "respkt", "cpkt", "upkt", "repkt", "recpkt",
-    "recspkt", "glres", "rlxsignal", "rlxwait", "pipeline", "sem_acquire", "sem_release"})
+    "recspkt", "glres", "gstore", "gstorepkt", "rlxsignal", "rlxwait", "pipeline",
+    "sem_acquire", "sem_release"})
 CHANNEL_TYPES = ("memory", "port", "none", "switch")
 BUFFER_TYPES = ("i", "o", "s")
 PROTOCOLS = ("Simple", "LL")
@@ -59,6 +60,7 @@ def loader_problems(doc: Any) -> list[str]:
     for rank, gpu in enumerate(gpus):
         out += _gpu_problems(gpu, rank, nranks)
     out += _pairing_problems(gpus)
+    out += _switch_group_problems(gpus)
     return out
 
 
@@ -217,6 +219,34 @@ def _pairing_problems(gpus: list[Any]) -> list[str]:
     return [f"rank {a} lists {n} {t} channel(s) to rank {b}, which lists "
             f"{have.get((b, a, t), 0)} back" for (a, b, t), n in sorted(have.items())
             if have.get((b, a, t), 0) != n]
+
+
+def _switch_group_problems(gpus: list[Any]) -> list[str]:
+    """Every rank of a switch channel's rank group lists that group, and two ranks list the
+    groups they share in one order: the executor connects each group collectively
+    (``connectNvlsCollective`` over its ranks, in each rank's channel order), so a rank that
+    skips a group or lists it elsewhere leaves the others waiting."""
+    lists: list[list[tuple[int, ...]]] = []
+    for gpu in gpus:
+        seq: list[tuple[int, ...]] = []
+        for ch in gpu.get("channels", []) if isinstance(gpu, dict) else []:
+            if isinstance(ch, dict) and ch.get("channel_type") == "switch":
+                for grp in ch.get("rank_groups", []) or []:
+                    ranks = grp.get("ranks") if isinstance(grp, dict) else None
+                    if isinstance(ranks, list) and all(_is_int(r) for r in ranks):
+                        seq.append(tuple(ranks))
+        lists.append(seq)
+    out: list[str] = []
+    for a, seq in enumerate(lists):
+        for b in sorted({m for grp in seq for m in grp if m != a and 0 <= m < len(lists)}):
+            mine = [g for g in seq if b in g]
+            theirs = [g for g in lists[b] if a in g]
+            if mine != theirs and (a < b or not theirs):  # each pair reported once
+                out.append(f"ranks {a} and {b} list the switch channel groups they share "
+                           f"differently ({[list(g) for g in mine]} against "
+                           f"{[list(g) for g in theirs]}): the NVLS connection setup would "
+                           "hang")
+    return out
 
 
 def buffer_sizes(collective: str, nbytes: int, nranks: int) -> tuple[int, int]:

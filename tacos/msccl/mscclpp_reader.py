@@ -19,9 +19,9 @@ from tacos.msccl.verify_report import Violation
 
 OPS_MODELLED = frozenset({"nop", "put", "get", "copy", "re", "signal", "wait", "rlxsignal",
                           "rlxwait", "flush", "pws", "pwsf", "sem_acquire", "sem_release",
-                          "barrier", "rre", "rres", "res", "glres"})
+                          "barrier", "rre", "rres", "res", "glres", "gstore"})
 OPS_KNOWN = OPS_MODELLED | {"ppkt", "rppkt", "cpkt", "upkt", "repkt", "recpkt", "respkt",
-                            "recspkt", "gstore", "gstorepkt", "pipeline"}
+                            "recspkt", "gstorepkt", "pipeline"}
 BUFFERS = ("i", "o", "s")
 MAX_OPERATIONS = 64
 

@@ -343,7 +343,8 @@ def emit_mscclpp_json(plan: Schedule | Program, *, options=None, name: str | Non
     """MSCCL++ JSON text for a schedule (lowered and verified here) or an MSCCL program.
 
     A schedule's ranks talk over memory channels inside a node and port channels across nodes
-    (:mod:`tacos.msccl.mscclpp_channels`).  A schedule is lowered with
+    (:mod:`tacos.msccl.mscclpp_channels`); a schedule with in-switch groups becomes a plan of
+    switch-channel operations (:mod:`tacos.msccl.mscclpp_switch`).  A schedule is lowered with
     :func:`tacos.msccl.lower.lower` (``options``; its step limit is
     lowered step by step from 16 until every tb fits in the executor's 64 operations) and the
     program is verified with :func:`tacos.msccl.verify.verify_program` first.  A program is
@@ -351,6 +352,16 @@ def emit_mscclpp_json(plan: Schedule | Program, *, options=None, name: str | Non
     """
     if isinstance(plan, Program):
         return json.dumps(program_to_mscclpp(plan, name=name), indent=indent) + "\n"
+    from tacos.msccl.mscclpp_switch import has_switch_groups, switch_plan_json
+
+    if has_switch_groups(plan):  # in-switch groups: switch channels (NVLS multimem)
+        opts = options
+        return switch_plan_json(plan, inplace=bool(opts.inplace) if opts else True,
+                                name=name or (opts.name if opts and opts.name else
+                                              "tacos_switch"),
+                                min_bytes=int(opts.min_bytes) if opts else 0,
+                                max_bytes=int(opts.max_bytes or 0) if opts and opts.max_bytes
+                                else 2**64 - 1)
     from tacos.msccl.lower import MscclOptions, lower
     from tacos.msccl.mscclpp_channels import node_of_ranks
 

@@ -11,7 +11,12 @@ whole range, so the order never matters and no size falls through to NCCL by acc
 * the first window starts at ``min_bytes`` (default 0) and the last ends at ``max_bytes``
   (default 0: no limit);
 * adjacent windows whose plans lower to the same program (same XML apart from the name and the
-  window) are merged into one file.
+  window) are merged into one file;
+* a boundary moves up to the smallest power-of-two size the upper window's plan's
+  ``nchunksperloop`` divides (2-byte elements) when the window below runs the sizes in between
+  (:func:`tacos.msccl.size_fit.fit_windows`): the runtime would skip the upper plan there and
+  run NCCL's own algorithm.  :func:`tacos.msccl.size_fit.window_gaps` names the sizes a folder
+  still leaves to NCCL and why (``tacosc`` prints them after a sweep).
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ def write_windows(result: Sweep, folder: Path, *, min_bytes: int = 0, max_bytes:
             merged[-1][1] = hi
         else:
             merged.append([lo, hi, body, row])
+    _fit(merged)
     coll = result.rows[0].schedule.collective
     mode = "inplace" if inplace else "outofplace"
 
@@ -104,6 +110,7 @@ def _write_choices(rows: list, choices: list[Choice], folder: Path, min_bytes: i
             merged[-1][1] = hi
         else:
             merged.append([lo, hi, body, ch])
+    _fit(merged)
     coll = rows[0].schedule.collective
     mode = "inplace" if inplace else "outofplace"
 
@@ -114,6 +121,20 @@ def _write_choices(rows: list, choices: list[Choice], folder: Path, min_bytes: i
             yield name, named(ch, label, lo, hi).xml()
 
     return _write_all(folder, texts(), mode)
+
+
+def _fit(merged: list[list]) -> None:
+    """Narrow ``[lo, hi, body, ...]`` windows in place to the sizes their plans run at."""
+    import re
+
+    from tacos.msccl.size_fit import fit_windows
+
+    spans = []
+    for lo, hi, body, *_ in merged:
+        m = re.search(r'nchunksperloop="(\d+)"', body)
+        spans.append((lo, hi, int(m.group(1)) if m else 1))
+    for item, (lo, hi) in zip(merged, fit_windows(spans), strict=True):
+        item[0], item[1] = lo, hi
 
 
 def _write_all(folder: Path, texts: Iterable[tuple[str, str]],

@@ -21,9 +21,10 @@ for it to mean anything):
    contribution exactly once), in-place aliasing applied when the plan is in-place.
 
 NVLS ``glres`` (switch channel multimem load-reduce-store) reads the chunks of every rank of
-the switch channel's group and writes the sum back to all of them.  LL packet operations, other
-switch operations and ``pipeline`` are not modelled: a plan using them is reported as not
-verified (an error), never as correct.
+the switch channel's group and writes the sum to all of them (to the destination switch
+channel's buffer); ``gstore`` (multimem store) writes a local range to every rank of the
+group.  LL packet operations, ``gstorepkt`` and ``pipeline`` are not modelled: a plan using
+them is reported as not verified (an error), never as correct.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from tacos.msccl.verify_symbolic import (
     label,
 )
 
-DATA_OPS = frozenset({"put", "get", "copy", "re", "rre", "res", "rres", "glres"})
+DATA_OPS = frozenset({"put", "get", "copy", "re", "rre", "res", "rres", "glres", "gstore"})
 PUBLISH = frozenset({"signal", "sem_release"})
 GUARD = frozenset({"wait", "sem_acquire"})
 LIMIT = 10

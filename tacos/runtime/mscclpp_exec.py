@@ -8,7 +8,12 @@ Semantics (``docs/msccl-xml.md`` §4; microsoft/mscclpp ``execution_kernel.hpp``
   plan's chunk unit (``nbytes`` / the collective's chunk count).  A memory or port op runs at
   the smaller of the CTA's rate and its share of every port on the route to the peer (the
   port's effective payload rate split among the plan's flows that cross it); LL packet ops at
-  half the payload; switch ops at the generation's NVLS rate shared by the GPU's switch flows.
+  half the payload.  A switch op (``glres``/``gstore``) moves its range once through every
+  member's switch port, whichever rank issues it (a ``glres`` of ``s`` bytes: every port sends
+  ``s`` up and receives ``s`` down), so it runs at the smaller of the CTA's rate and the
+  generation's NVLS rate (``nvls_algbw``, what NCCL's NVLS all-reduce reaches) shared by every
+  thread block of the plan that issues switch ops: one root issuing every ``glres`` on ``T``
+  thread blocks and every rank issuing its ``1/n`` on ``T/n`` load the ports alike.
 * ``signal`` costs one hop latency and is seen by the peer's ``wait`` one hop later;
   semaphores and barriers order the CTAs of one GPU.
 * The kernel pays the protocol's base latency once.
@@ -59,7 +64,7 @@ def estimate_mscclpp(plan: Plan, topology: Topology, nbytes: int, *,
     unit = nbytes / _chunk_count(plan)
     routes: dict[tuple[int, int], tuple[int, ...]] = {}
     users: dict[int, int] = defaultdict(int)
-    switch_users: dict[int, int] = defaultdict(int)
+    switch_users = 0  # thread blocks of the plan that issue switch ops
     for (g, _t), ops in sorted(plan.tbs.items()):
         flows = set()
         for op in ops:
@@ -70,7 +75,7 @@ def estimate_mscclpp(plan: Plan, topology: Topology, nbytes: int, *,
                     flows.add((g, peer))
         for f in flows:
             if f[0] == "switch":
-                switch_users[g] += 1
+                switch_users += 1
                 continue
             a, b = f
             if (a, b) not in routes:
@@ -88,12 +93,13 @@ def estimate_mscclpp(plan: Plan, topology: Topology, nbytes: int, *,
     def duration(op: Op) -> float:
         size = max((r.size for r in op.dst), default=0) or max((r.size for r in op.src),
                                                                default=0)
-        nb = size * unit * max(1, len([r for r in op.dst if r.rank != op.rank]) or 1)
+        fan = 1 if op.name in _SWITCH else len([r for r in op.dst if r.rank != op.rank])
+        nb = size * unit * max(1, fan)
         pay = 0.5 if op.name in _PACKET else 1.0
         rate, why = (hw.cta_reduce_rate(proto) if op.name in _REDUCE else
                      hw.cta_rate[proto]), "cta"
         if op.name in _SWITCH:
-            share = hw.nvls_algbw / max(1, switch_users[op.rank]) if hw.nvls_algbw else rate
+            share = hw.nvls_algbw / max(1, switch_users) if hw.nvls_algbw else rate
             if share < rate:
                 rate, why = share, "nvls"
         for peer in _remote_ranks(op):

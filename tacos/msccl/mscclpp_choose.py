@@ -1,0 +1,149 @@
+"""Choose the shape of an MSCCL++ plan with the runtime model: thread blocks per peer and the
+chunk split.
+
+A schedule becomes an MSCCL++ plan in one of two ways (:func:`tacos.msccl.mscclpp_writer.
+emit_mscclpp_json`): through the MSCCL lowering (memory and port channels), or, when it is made
+of in-switch groups, as switch-channel operations (:mod:`tacos.msccl.mscclpp_switch`).  What
+the writer does not fix by itself is how many thread blocks carry the bytes:
+
+* **channel plans**: ``instances`` cuts every chunk into ``I`` pieces that travel on their own
+  channel and thread block, so each peer connection gets ``I`` thread blocks and the plan
+  ``I x`` the chunks.  Each ``I`` of :data:`INSTANCES` is lowered, written, checked against the
+  executor's loader rules (64 operations and 16 channels per thread block, the size check at
+  the plan's own size) and timed by :func:`tacos.runtime.mscclpp_exec.estimate_mscclpp`, in
+  increasing order until one is slower than the best so far (more thread blocks help until the
+  ports are saturated, then only add work); the fastest wins, a plan within :data:`NEAR` of it
+  with fewer thread blocks wins over it;
+* **switch plans**: the thread blocks per rank (:func:`tacos.msccl.mscclpp_switch.
+  best_switch_plan`).
+
+:class:`MscclppChoice` keeps every candidate with its time or why it was rejected, for
+``tacosc --report``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tacos.errors import TacosError
+from tacos.model.schedule import Schedule
+
+__all__ = ["INSTANCES", "NEAR", "MscclppChoice", "choose_mscclpp"]
+
+#: Thread blocks per peer connection tried for channel plans.
+INSTANCES = (1, 2, 4, 8)
+#: A candidate this close to the fastest (fraction) with fewer thread blocks is preferred.
+NEAR = 0.005
+
+
+@dataclass
+class MscclppChoice:
+    """The plan text written and why: ``kind`` (``'switch'`` or ``'channels'``), the knob
+    chosen (``instances`` or thread blocks per rank), the model's time of every candidate
+    (seconds) or the reason it was rejected."""
+
+    text: str
+    kind: str
+    knob: str
+    value: int
+    time: float
+    tried: dict[int, float | str] = field(default_factory=dict)
+    chunks: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready facts (``tacosc --json``)."""
+        return {"channels": self.kind, self.knob.replace(" ", "_"): self.value,
+                "chunks": self.chunks, "time_us": round(self.time * 1e6, 3),
+                "tried": {str(k): round(v * 1e6, 3) if isinstance(v, float) else v
+                          for k, v in sorted(self.tried.items())}}
+
+    def lines(self) -> list[str]:
+        """Report lines (``tacosc --report``)."""
+        what = "switch channels (NVLS multimem)" if self.kind == "switch" else \
+            "memory/port channels"
+        out = [f"mscclpp       {what}, {self.knob} {self.value}, {self.chunks} chunks per "
+               f"buffer; runtime model {self.time * 1e6:.1f} us"]
+        parts = []
+        for k, v in sorted(self.tried.items()):
+            parts.append(f"{k}: {v * 1e6:.1f} us" if isinstance(v, float) else f"{k}: {v}")
+        out.append(f"  {self.knob} tried  " + "; ".join(parts))
+        return out
+
+
+def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | None = None,
+                   instances: tuple[int, ...] = INSTANCES) -> MscclppChoice:
+    """The fastest MSCCL++ plan of ``schedule`` by the runtime model at ``nbytes`` (default the
+    collective's size), see the module doc; ``options`` are the MSCCL lowering's
+    (:class:`tacos.msccl.lower.MscclOptions`: name, in place, window)."""
+    from tacos.msccl.lower import MscclOptions
+    from tacos.msccl.mscclpp_loader import loader_problems, size_problems
+    from tacos.msccl.mscclpp_reader import read_plan
+    from tacos.msccl.mscclpp_switch import best_switch_plan, has_switch_groups
+    from tacos.msccl.mscclpp_writer import emit_mscclpp_json
+    from tacos.runtime.mscclpp_exec import estimate_mscclpp
+
+    base = options or MscclOptions()
+    size = int(nbytes or schedule.collective.size)
+    group = list(schedule.collective.group)
+    if has_switch_groups(schedule):
+        doc, why = best_switch_plan(
+            schedule, inplace=bool(base.inplace), name=base.name or "tacos_switch",
+            min_bytes=int(base.min_bytes or 0),
+            max_bytes=int(base.max_bytes) if base.max_bytes else 2**64 - 1, nbytes=size)
+        problems = loader_problems(doc)
+        if problems:
+            raise TacosError("the switch plan would not load: " + problems[0])
+        times = {t: v / 1e6 for t, v in why["times_us"].items()}
+        return MscclppChoice(json.dumps(doc, indent=2) + "\n", "switch", "thread blocks",
+                             why["threadblocks"], times[why["threadblocks"]], dict(times),
+                             _chunks(doc))
+    tried: dict[int, float | str] = {}
+    best: tuple[float, int, str, int] | None = None
+    first: TacosError | None = None
+    sized = False  # some candidate was refused only for the size
+    for i in instances:
+        try:
+            text = emit_mscclpp_json(schedule, options=replace(base, instances=i))
+        except TacosError as exc:
+            tried[i] = exc.message.split(";")[0]
+            first = first or exc
+            continue
+        doc = json.loads(text)
+        problems = loader_problems(doc)
+        if problems:
+            tried[i] = problems[0][:100]
+            continue
+        if size_problems(doc, size):
+            tried[i] = f"its {_chunks(doc)} chunks do not cut {size} bytes into 16-byte units " \
+                "(not multiples)"
+            sized = True
+            continue
+        plan, _ = read_plan(doc)
+        try:
+            time = estimate_mscclpp(plan, schedule.topology, size, ranks=group).time
+        except TacosError as exc:
+            tried[i] = exc.message
+            continue
+        tried[i] = time
+        if best is not None and time > best[0] * (1 + NEAR):
+            break  # more thread blocks only add to what already stopped paying off
+        tbs = max(len(g["threadblocks"]) for g in doc["gpus"])
+        if best is None or time < best[0] * (1 - NEAR) or \
+                (time <= best[0] * (1 + NEAR) and tbs < best[3]):
+            best = (time, i, text, tbs)
+    if best is None and not sized and first is not None:
+        raise first  # the schedule has no MSCCL++ form at all (e.g. too many channels)
+    if best is None:
+        reasons = "; ".join(f"instances {k}: {v}" for k, v in tried.items())
+        raise TacosError(f"no MSCCL++ plan of this schedule loads at {size} bytes ({reasons})",
+                         hint="use another chunk count (--chunks) or a size that is a "
+                              "multiple of 16 bytes x the plan's chunks")
+    return MscclppChoice(best[2], "channels", "instances", best[1], best[0], tried,
+                         _chunks(json.loads(best[2])))
+
+
+def _chunks(doc: dict[str, Any]) -> int:
+    g = doc["gpus"][0]
+    return max(int(g["input_chunks"]), int(g["output_chunks"]))
