@@ -33,8 +33,9 @@ Options (``Problem.options``):
     No trial starts after this much time (at least one always runs); the best so far wins.
     Results then depend on machine speed, like any time-limited search.
 ``jit`` (bool, default True)
-    Run the trials the compiled core covers (:mod:`tacos.solvers.greedy.jit`: switch-free,
-    uniform chunks, no relays, no speculation) in compiled code; same schedules either way.
+    Run the trials the compiled cores cover in compiled code (:mod:`tacos.solvers.greedy.jit`:
+    switch-free, uniform chunks, no relays; :mod:`tacos.solvers.greedy.jit_ports`: the
+    physical model, uniform chunks, no relays); same schedules either way.
     ``TACOS_JIT=0`` in the environment also turns it off; without numba it is off.
 ``model`` (``'physical'`` or ``'unwound'``, default ``'physical'``)
     ``'unwound'`` is the seed paper's model: the greedy runs on the switch-unwound view
@@ -163,6 +164,10 @@ class GreedySolver(SolverBase):
         total = len(jobs) + len(extra)
         limit = opts.get("time_limit")
         deadline = t0 + float(limit) if limit is not None else None
+        if jit and inst.physical:
+            from tacos.solvers.greedy.jit_ports import prepare
+
+            prepare(inst, total)
         runner = _Runner(inst, seed, speculate, workers, progress, total, deadline, jit,
                          opts.get("cluster"))
         try:
