@@ -61,6 +61,18 @@ def test_same_schedule_bytes(name, k, monkeypatch):
         assert tacos.emit(compiled, "json") == tacos.emit(python, "json")
 
 
+@pytest.mark.parametrize("name", ["dgx2_2node", "dragonfly"])
+def test_unequal_chunk_sizes_match(name):
+    """Chunks that differ by a byte (a buffer that does not split evenly) time by their sizes."""
+    topo = tacos.parse(SYSTEMS[name]).topology
+    n = len(topo.live_npus)
+    coll = build("allgather", topo.live_npus, size=n * 1_000_003, chunks_per_npu=3)
+    assert len({c.size for c in coll.chunks}) > 1
+    a = _solve(topo, coll, 2, jit=True, trials=3)
+    b = _solve(topo, coll, 2, jit=False, trials=3)
+    assert tacos.emit(a, "json") == tacos.emit(b, "json")
+
+
 def test_reduce_scatter_and_groups_match():
     """A reduction (inverted to its non-combining dual) and a sub-group on a two-node system."""
     spec = tacos.parse("use dgx_a100(nodes=2)")

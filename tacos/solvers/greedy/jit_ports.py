@@ -8,7 +8,7 @@ schedule for every ``(seed, trial, cap)``: the trial's Mersenne Twister state is
 order the Python trial does (group keys in group order, candidate keys in entry order, the
 re-pushed groups' keys as their links fill up, the second copies' order).
 
-It covers port trials on uniform chunks without relay chunks (:func:`supported`); other
+It covers port trials without relay chunks (:func:`supported`); other
 trials, runs with the greedy's ``jit`` option off, and ``TACOS_JIT=0`` use the Python trial.
 """
 
@@ -30,9 +30,8 @@ Python port trial spends on some 10,000-15,000 requests (35-50 µs each on 32-64
 
 def supported(inst: Instance) -> bool:
     """True when the compiled port trial reproduces the Python one for ``inst``: a physical
-    instance with uniform chunk sizes and no relay chunks."""
-    return (inst.physical and inst.uniform_size is not None and not inst.relay_mask
-            and inst.n_chunks > 0)
+    instance without relay chunks."""
+    return inst.physical and not inst.relay_mask and inst.n_chunks > 0
 
 
 def worth_it(inst: Instance) -> bool:
@@ -82,7 +81,7 @@ def _arrays(inst: Instance) -> dict[str, np.ndarray]:
     ch_links = [sorted({li for r in rs for li in route_links[r]}) for rs in routes]
     d_ports = [sorted({ch_last[c] for c in inst.in_links[v]}) for v in range(n)]
     fabric = [any(inst.res_fabric[li] for li in lks) for lks in ch_links]
-    one = inst.uniform_size or 1
+    one = inst.uniform_size or min(inst.sizes, default=1)
     fastest = [min((inst.duration(c, one) for c in inst.in_links[v]), default=0)
                for v in range(n)]
     npu_isl = inst.npu_islands or [()] * n
@@ -103,7 +102,7 @@ def _arrays(inst: Instance) -> dict[str, np.ndarray]:
         isl_claimed=bit_rows(island_claims(inst), words) if inst.guard
         else np.zeros((1, words), dtype=np.uint64),
         pre=bit_rows(inst.pre, words), need=bit_rows(inst.need, words),
-        fastest=np.asarray(fastest, dtype=i64),
+        fastest=np.asarray(fastest, dtype=i64), sizes=np.asarray(inst.sizes, dtype=i64),
     )
     inst._jit_port_arrays = a  # type: ignore[attr-defined]
     return a
@@ -128,7 +127,7 @@ def run_port_trial_compiled(inst: Instance, seed: int, trial: int, cap: int):
         a["dp_ptr"], a["dp_idx"], a["rd_ptr"], a["rd_idx"], a["ch_first"], a["ch_last"],
         a["guard"], a["fabric"], caps, a["alpha"], a["bw"], a["res_mult"], a["isl_ptr"],
         a["isl_idx"], a["isl_claimed"].copy(), a["pre"], a["need"], a["fastest"],
-        int(inst.total_need), int(inst.uniform_size), max(1, inst.n_chunks), mt, pos)
+        int(inst.total_need), a["sizes"], max(1, inst.n_chunks), mt, pos)
     if status == 2:  # times beyond 64-bit ticks: the Python trial has no such limit
         return run_port_trial(inst, seed, trial, cap)
     if status:

@@ -21,6 +21,7 @@ from tacos.solvers.greedy.jit_bits import (
     _duration,
     _grow,
     any_bit,
+    first_from,
     pick,
     popcount,
     random01,
@@ -91,12 +92,17 @@ def _rarest(x, q, level, nb, mt, pos, out, y, got):
 
 
 @njit(cache=True)
-def _launch(t, ch, r, d, bits, usize, alpha, bw, rl_ptr, rl_idx, res_free, res_busy, claimed,
+def _launch(t, ch, r, d, bits, sizes, alpha, bw, rl_ptr, rl_idx, res_free, res_busy, claimed,
             isl_ptr, isl_idx, isl_claimed, copies, level, T_start, T_end, T_link, T_route,
             T_ptr, T_ids, ntr, nid, heap, flags):
     """Start a transfer of ``bits`` on channel ``ch`` over route ``r`` towards ``d`` at ``t``."""
-    cnt = popcount(bits)
-    w = _duration(alpha[ch], bw[ch], usize * cnt)
+    nbytes = 0
+    for wd in range(bits.shape[0]):
+        x = bits[wd]
+        while x:
+            nbytes += sizes[(wd << 6) + _ctz(x)]
+            x &= x - _U1
+    w = _duration(alpha[ch], bw[ch], nbytes)
     e = t + w
     if e >= TICK_LIMIT:
         flags[0] = 1
@@ -132,12 +138,12 @@ def _launch(t, ch, r, d, bits, usize, alpha, bw, rl_ptr, rl_idx, res_free, res_b
 def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, cr_ptr, cr_idx, rl_ptr, rl_idx,
            cl_ptr, cl_idx, dp_ptr, dp_idx, rd_ptr, rd_idx, ch_first, ch_last, guard, fabric,
            caps, alpha, bw, res_mult, isl_ptr, isl_idx, isl_claimed, pre, need, fastest,
-           total_need, usize, nb, mt, pos):
-    """One port trial; returns ``(status, tick, left, start, end, channel, route, chunk_ptr,
-    chunk_ids)`` with ``status`` 1 when stuck (no transfer in flight, ``left`` requests
-    open) and 2 when event times outgrow 64-bit ticks.  ``res_mult`` has one more entry than
-    the physical links: the always-free link that ``ch_first``/``ch_last``/``dp_idx`` name for
-    "no common end link"."""
+           total_need, sizes, nb, mt, pos):
+    """One port trial (``sizes``: bytes of every chunk); returns ``(status, tick, left, start,
+    end, channel, route, chunk_ptr, chunk_ids)`` with ``status`` 1 when stuck (no transfer
+    in flight, ``left`` requests open) and 2 when event times outgrow 64-bit ticks.
+    ``res_mult`` has one more entry than the physical links: the always-free link that
+    ``ch_first``/``ch_last``/``dp_idx`` name for "no common end link"."""
     n = pre.shape[0]
     W = pre.shape[1]
     C = src.shape[0]
@@ -414,7 +420,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, cr_ptr, cr_idx, rl_ptr, r
                             _rarest(tmp, q - cnt, level, nb, mt, pos, b2, y, got)
                             for w in range(W):
                                 b[w] |= b2[w]
-                        ntr, nid = _launch(t, ch, r, d, b, usize, alpha, bw, rl_ptr, rl_idx,
+                        ntr, nid = _launch(t, ch, r, d, b, sizes, alpha, bw, rl_ptr, rl_idx,
                                            res_free, res_busy, claimed, isl_ptr, isl_idx,
                                            isl_claimed, copies, level, T_start, T_end, T_link,
                                            T_route, T_ptr, T_ids, ntr, nid, heap, flags)
@@ -459,11 +465,12 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, cr_ptr, cr_idx, rl_ptr, r
                     if r < 0:
                         continue
                     left = popcount(tmp)
-                    if left * fastest[d] < _duration(alpha[ch], bw[ch], usize):
+                    if left * fastest[d] < _duration(alpha[ch], bw[ch],
+                                                     sizes[first_from(a, 0)]):
                         continue
                     b[:] = _U0
                     set_bit(b, pick(a, nb, mt, pos))
-                    ntr, nid = _launch(t, ch, r, d, b, usize, alpha, bw, rl_ptr, rl_idx,
+                    ntr, nid = _launch(t, ch, r, d, b, sizes, alpha, bw, rl_ptr, rl_idx,
                                        res_free, res_busy, claimed, isl_ptr, isl_idx,
                                        isl_claimed, copies, level, T_start, T_end, T_link,
                                        T_route, T_ptr, T_ids, ntr, nid, heap, flags)
