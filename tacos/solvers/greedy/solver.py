@@ -35,7 +35,7 @@ Options (``Problem.options``):
 ``jit`` (bool, default True)
     Run the trials the compiled cores cover in compiled code (:mod:`tacos.solvers.greedy.jit`:
     switch-free, uniform chunks, no relays; :mod:`tacos.solvers.greedy.jit_ports`: the
-    physical model, uniform chunks, no relays); same schedules either way.
+    physical model, no relays); same schedules either way.
     ``TACOS_JIT=0`` in the environment also turns it off; without numba it is off.
 ``model`` (``'physical'`` or ``'unwound'``, default ``'physical'``)
     ``'unwound'`` is the seed paper's model: the greedy runs on the switch-unwound view
@@ -89,8 +89,8 @@ IN_PROCESS_WORK = 100_000
 """Below this many (chunk, NPU) deliveries × trials, trials run in-process (no pool start-up)."""
 
 COMPILED_SPEEDUP = 10
-"""How much faster a compiled trial runs than a Python one (8-12x measured on 16-64 NPUs,
-``docs/benchmarks/greedy-ports.md``): compiled runs stay in-process up to this many times
+"""About how much faster a compiled trial runs than a Python one (9-20x measured on 16-256
+GPUs, ``docs/benchmarks/greedy-ports.md``): compiled runs stay in-process up to this many times
 :data:`IN_PROCESS_WORK`."""
 
 _Key = tuple[int, int, int]
