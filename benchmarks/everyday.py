@@ -27,11 +27,12 @@ NOT_ONE_COLLECTIVE = {"reshard_p3", "jobs_fattree", "multijob_fattree", "multite
 MAX_NPUS = 64
 
 
-def _run(argv: list[str]) -> tuple[float, float, str]:
-    """(CPU seconds, wall seconds, last output line) of one run of ``argv``."""
+def _run(argv: list[str], cwd: Path = ROOT) -> tuple[float, float, str]:
+    """(CPU seconds, wall seconds, last output line) of one run of ``argv`` in ``cwd`` (whose
+    ``tacos`` package ``python -m tacos`` runs)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT,
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -70,16 +71,23 @@ def main(argv: list[str] | None = None) -> int:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated label prefixes")
+    parser.add_argument("--before", default="",
+                        help="a checkout (e.g. `git archive` of an earlier commit) whose tacos "
+                             "runs each command first, in the same run")
     args = parser.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
     print(f"machine: {platform.machine()} {os.cpu_count()} cores (shared), "
           f"python {platform.python_version()}, date {dt.date.today()}")
-    print("| command | CPU s | wall s | verdict |\n|---|---:|---:|---|")
+    if args.before:
+        print("| command | before CPU s | CPU s | wall s | verdict |\n|---|---:|---:|---:|---|")
+    else:
+        print("| command | CPU s | wall s | verdict |\n|---|---:|---:|---|")
     for label, cmd in commands():
         if only and not any(label.startswith(p) for p in only):
             continue
+        first = f" {_run(cmd, Path(args.before))[0]:.1f} |" if args.before else ""
         cpu, wall, last = _run(cmd)
-        print(f"| {label} | {cpu:.1f} | {wall:.1f} | {last[:110]} |", flush=True)
+        print(f"| {label} |{first} {cpu:.1f} | {wall:.1f} | {last[:110]} |", flush=True)
     return 0
 
 

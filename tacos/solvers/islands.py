@@ -147,7 +147,11 @@ def _flow_graph(topology: Topology, npus: Sequence[int]) -> nx.DiGraph:
 def cut_into(g: nx.DiGraph, inside: Iterable[int], outside: Iterable[int],
              drop: Iterable[int] = ()) -> float:
     """Max-flow (B/s) from the NPUs ``outside`` into the NPUs ``inside`` over ``g`` without
-    the nodes ``drop``."""
+    the nodes ``drop``.  Where every capacity is a whole number of B/s (as the presets' and
+    TDL's rates are), OR-Tools' integer max-flow answers, exactly as networkx would."""
+    arcs = _integer_arcs(g)
+    if arcs is not None:
+        return _ortools_cut(arcs, set(inside), set(outside), set(drop))
     h = g.copy()
     h.remove_nodes_from(drop)
     src, dst = "_outside", "_inside"
@@ -156,6 +160,58 @@ def cut_into(g: nx.DiGraph, inside: Iterable[int], outside: Iterable[int],
     for v in inside:
         h.add_edge(v, dst)
     return float(nx.maximum_flow_value(h, src, dst, flow_func=dinitz))
+
+
+def _integer_arcs(g: nx.DiGraph) -> tuple[list[int], list[int], list[int], int] | None:
+    """``(tails, heads, capacities, total)`` of ``g`` when OR-Tools loads and every capacity
+    is a whole number below 2^53 (then both max-flows are exact and equal), else None;
+    computed once per graph."""
+    got = g.graph.get("_integer_arcs", False)
+    if got is not False:
+        return got
+    from tacos.check.bounds import _has_ortools
+
+    got = None
+    caps = [c for _, _, c in g.edges(data="capacity")]
+    if _has_ortools() and all(float(c).is_integer() for c in caps) \
+            and sum(caps) < 2**53:
+        tails = [u for u, _ in g.edges()]
+        heads = [v for _, v in g.edges()]
+        got = (tails, heads, [int(c) for c in caps], int(sum(caps)))
+    g.graph["_integer_arcs"] = got
+    return got
+
+
+def _ortools_cut(arcs: tuple[list[int], list[int], list[int], int], inside: set[int],
+                 outside: set[int], drop: set[int]) -> float:
+    """:func:`cut_into` on integer capacities with OR-Tools' ``SimpleMaxFlow``."""
+    from ortools.graph.python import max_flow
+
+    tails, heads, caps, total = arcs
+    smf = max_flow.SimpleMaxFlow()
+    ids: dict[int, int] = {}
+
+    def node(v: int) -> int:
+        i = ids.get(v)
+        if i is None:
+            i = ids[v] = len(ids) + 2  # 0: the outside's source, 1: the inside's sink
+        return i
+
+    for u, v, c in zip(tails, heads, caps, strict=True):
+        if u not in drop and v not in drop:
+            smf.add_arc_with_capacity(node(u), node(v), c)
+    inf = total + 1  # unbounded: more than every capacity together
+    sources = [node(v) for v in outside if v not in drop]
+    sinks = [node(v) for v in inside if v not in drop]
+    if not sources or not sinks:
+        return 0.0
+    for i in sources:
+        smf.add_arc_with_capacity(0, i, inf)
+    for i in sinks:
+        smf.add_arc_with_capacity(i, 1, inf)
+    if smf.solve(0, 1) != smf.OPTIMAL:
+        raise RuntimeError("OR-Tools max-flow failed on a finite network")
+    return float(smf.optimal_flow())
 
 
 class _Cuts:

@@ -330,23 +330,36 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                 heapq.heappush(ready[hid], (groups.step[g2], groups.tallest[g2], g2, 0, 0))
                 touched.add(hid)
 
-    def lanes_for(hop: Hop) -> tuple[int, ...] | None:
-        route = []
-        for choice in hop.links:
+    # hops whose every link has one choice: their route is fixed (most hops)
+    fixed = [tuple(c[0] for c in hop.links) if all(len(c) == 1 for c in hop.links) else None
+             for hop in hops]
+
+    def lanes_for(hid: int) -> tuple[int, ...] | None:
+        route = fixed[hid]
+        if route is not None:
+            for li in route:
+                if free[li] <= 0:
+                    return None
+            return route
+        out = []
+        for choice in hops[hid].links:
             for li in choice:
                 if free[li] > 0:
-                    route.append(li)
+                    out.append(li)
                     break
             else:
                 return None
-        return tuple(route)
+        return tuple(out)
 
     def start(touched: set[int], now: float) -> None:
         nonlocal seq
-        for hid in sorted((h for h in touched if ready[h]), key=lambda h: ready[h][0]):
+        # lanes only get taken while starting, so a hop blocked now stays blocked: leave it out
+        # before ordering the rest (same order, fewer hops to sort and try)
+        for hid in sorted((h for h in touched if ready[h] and lanes_for(h) is not None),
+                          key=lambda h: ready[h][0]):
             queue, hop = ready[hid], hops[hid]
             while queue:
-                route = lanes_for(hop)
+                route = lanes_for(hid)
                 if route is None:
                     break
                 key, _, i, j, e = heapq.heappop(queue)
@@ -369,7 +382,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
                     nbytes = sum(round_bytes[i2][j2] for i2, j2, _ in group)
                 routes = [route]
                 while stripe and not queue and len(routes) < len(chunks):  # idle lanes too
-                    more = lanes_for(hop)
+                    more = lanes_for(hid)
                     if more is None:
                         break
                     for li in more:

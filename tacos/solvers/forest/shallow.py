@@ -31,6 +31,7 @@ the solver keeps the other packings (:func:`have_cp_sat`).
 from __future__ import annotations
 
 import importlib.util
+from collections import OrderedDict
 
 from tacos.solvers.forest.pack import Tree, _map_paths, checked
 from tacos.solvers.forest.rate import Edge
@@ -48,9 +49,34 @@ IMPROVE_TIME = 4.0
 """Deterministic seconds to minimize the total depth of the packing found."""
 
 
+_AUTOMORPHISMS: OrderedDict[tuple, list[dict[int, int]]] = OrderedDict()
+AUTOMORPHISMS_KEPT = 16
+"""Capacity patterns whose automorphisms are kept (a solve asks for the same ones for the
+step-timed and the depth-bounded programs, at every tree count and for a sweep's sizes)."""
+
+
 def automorphisms(nodes: tuple[int, ...], caps: dict[Edge, int]) -> list[dict[int, int]]:
     """Permutations of ``nodes`` that map every positive-capacity arc to an arc of equal
-    capacity (at most :data:`MAX_AUTOMORPHISMS`, identity first)."""
+    capacity (at most :data:`MAX_AUTOMORPHISMS`, identity first).
+
+    The enumeration depends only on the nodes, the positive arcs in their order and which of
+    them have equal capacities, so its result is kept by that pattern (the most recent
+    :data:`AUTOMORPHISMS_KEPT`): capacities scaled for another tree count give the same list."""
+    ids: dict[int, int] = {}
+    pattern = tuple((x, y, ids.setdefault(c, len(ids))) for (x, y), c in caps.items() if c > 0)
+    key = (tuple(nodes), pattern)
+    found = _AUTOMORPHISMS.get(key)
+    if found is None:
+        found = _AUTOMORPHISMS[key] = _enumerate(nodes, caps)
+        while len(_AUTOMORPHISMS) > AUTOMORPHISMS_KEPT:
+            _AUTOMORPHISMS.popitem(last=False)
+    else:
+        _AUTOMORPHISMS.move_to_end(key)
+    return [dict(m) for m in found]
+
+
+def _enumerate(nodes: tuple[int, ...], caps: dict[Edge, int]) -> list[dict[int, int]]:
+    """:func:`automorphisms`, enumerated (networkx's VF2 on the positive arcs)."""
     import networkx as nx
     from networkx.algorithms.isomorphism import DiGraphMatcher
 

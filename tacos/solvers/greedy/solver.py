@@ -33,8 +33,9 @@ Options (``Problem.options``):
     No trial starts after this much time (at least one always runs); the best so far wins.
     Results then depend on machine speed, like any time-limited search.
 ``jit`` (bool, default True)
-    Run the trials the compiled core covers (:mod:`tacos.solvers.greedy.jit`: switch-free,
-    uniform chunks, no relays, no speculation) in compiled code; same schedules either way.
+    Run the trials the compiled cores cover in compiled code (:mod:`tacos.solvers.greedy.jit`:
+    switch-free, uniform chunks, no relays; :mod:`tacos.solvers.greedy.jit_ports`: the
+    physical model, no relays); same schedules either way.
     ``TACOS_JIT=0`` in the environment also turns it off; without numba it is off.
 ``model`` (``'physical'`` or ``'unwound'``, default ``'physical'``)
     ``'unwound'`` is the seed paper's model: the greedy runs on the switch-unwound view
@@ -86,6 +87,11 @@ TRIAL_BUDGET = 2_000_000
 
 IN_PROCESS_WORK = 100_000
 """Below this many (chunk, NPU) deliveries × trials, trials run in-process (no pool start-up)."""
+
+COMPILED_SPEEDUP = 10
+"""About how much faster a compiled trial runs than a Python one (9-20x measured on 16-256
+GPUs, ``docs/benchmarks/greedy-ports.md``): compiled runs stay in-process up to this many times
+:data:`IN_PROCESS_WORK`."""
 
 _Key = tuple[int, int, int]
 MODELS = ("physical", "unwound")
@@ -164,7 +170,7 @@ class GreedySolver(SolverBase):
         limit = opts.get("time_limit")
         deadline = t0 + float(limit) if limit is not None else None
         runner = _Runner(inst, seed, speculate, workers, progress, total, deadline, jit,
-                         opts.get("cluster"))
+                         opts.get("cluster"), compiled=jit and _preload(inst, total))
         try:
             best = runner.run(jobs)
             if extra and best.makespan > unmerged_lower_bound(inst):
@@ -186,6 +192,22 @@ class GreedySolver(SolverBase):
         )
         stats = dict(best.stats, trials_run=runner.done, synthesis_time=elapsed)
         return SolveResult("feasible", schedule, stats=stats)
+
+
+def _preload(inst: Instance, trials: int) -> bool:
+    """Whether the ``trials`` trials of ``inst`` will run compiled; loads the compiled core
+    first when they pay for its loading together (each trial alone may be too small to)."""
+    from tacos.solvers.greedy import jit as greedy_jit
+    from tacos.solvers.greedy import jit_ports
+
+    if inst.physical:
+        jit_ports.prepare(inst, trials)
+        return jit_ports.supported(inst) and jit_ports.available() and jit_ports.worth_it(inst)
+    if not (greedy_jit.supported(inst) and greedy_jit.available()):
+        return False
+    if inst.total_need * trials >= greedy_jit.MIN_WORK:
+        greedy_jit.kernels()
+    return greedy_jit.worth_it(inst)
 
 
 def has_switch_links(topology) -> bool:
@@ -330,8 +352,10 @@ class _Runner:
 
     def __init__(self, inst: Instance, seed: int, speculate: bool, workers: int,
                  progress: Callable[[int, int], None] | None, total: int,
-                 deadline: float | None = None, jit: bool = True, cluster: Any = None) -> None:
+                 deadline: float | None = None, jit: bool = True, cluster: Any = None,
+                 compiled: bool = False) -> None:
         self.inst, self.seed, self.speculate, self.jit = inst, seed, speculate, jit
+        self.compiled = compiled
         self.workers, self.progress, self.total = workers, progress, total
         self.deadline, self.cluster = deadline, cluster
         self.done = 0
@@ -344,7 +368,8 @@ class _Runner:
     def _engine(self, jobs: list[tuple[int, int]]) -> Engine:
         if self.cluster is not None and len(jobs) > 1:
             return engine_for(cluster=self.cluster)
-        if self.inst.total_need * len(jobs) < IN_PROCESS_WORK:
+        scale = COMPILED_SPEEDUP if self.compiled else 1
+        if self.inst.total_need * len(jobs) < IN_PROCESS_WORK * scale:
             return SerialEngine()  # a pool would take longer to start than the trials
         return engine_for(self.workers, tasks=len(jobs))
 

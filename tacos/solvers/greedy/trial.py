@@ -1,5 +1,6 @@
 """One greedy trial on the engine that fits it: the port engine for instances on physical
-links (:mod:`tacos.solvers.greedy.ports`), the compiled core when it covers the instance and
+links (:mod:`tacos.solvers.greedy.ports`, compiled by :mod:`tacos.solvers.greedy.jit_ports`
+when it covers the instance), the compiled core when it covers the instance and
 pays (:mod:`tacos.solvers.greedy.jit`), else the pure-Python core
 (:mod:`tacos.solvers.greedy.core`).  All three give the same result for the same
 ``(seed, trial, cap)``."""
@@ -19,6 +20,11 @@ def run_trial(inst: Instance, seed: int, trial: int, cap: int, speculate: bool =
     covers (:func:`tacos.solvers.greedy.jit.supported`) run there, with the same result, when
     it pays (:func:`tacos.solvers.greedy.jit.worth_it`)."""
     if inst.physical:
+        from tacos.solvers.greedy import jit_ports
+
+        if jit and jit_ports.supported(inst) and jit_ports.worth_it(inst) \
+                and jit_ports.available():
+            return jit_ports.run_port_trial_compiled(inst, seed, trial, cap)
         from tacos.solvers.greedy.ports import run_port_trial
 
         return run_port_trial(inst, seed, trial, cap)
