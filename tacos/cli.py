@@ -726,14 +726,12 @@ def _mscclpp_runtime(schedule: Any, topology: Any, text: str) -> Any:
     return est, "the MSCCL++ plan written"
 
 
-#: Collectives PyTorch calls in place (``all_reduce``, ``all_gather_into_tensor`` and
-#: ``reduce_scatter_tensor`` on views of one buffer, as FSDP does): their plans are in place
-#: unless ``--out-of-place``.
-IN_PLACE_KINDS = frozenset({"allreduce", "allgather", "reducescatter"})
-
 
 def in_place(flag: bool | None, kind: str | None) -> bool:
-    """``--inplace`` / ``--out-of-place`` when given, else in place for :data:`IN_PLACE_KINDS`."""
+    """``--inplace`` / ``--out-of-place`` when given, else in place for the collectives
+    PyTorch calls in place (:data:`tacos.msccl.lower.IN_PLACE_KINDS`)."""
+    from tacos.msccl.lower import IN_PLACE_KINDS
+
     if flag is not None:
         return bool(flag)
     return kind in IN_PLACE_KINDS

@@ -39,6 +39,11 @@ SIZE_FIELDS = ("min_bytes", "max_bytes")
 MAX_ROUNDS = 200
 
 
+#: the collectives frameworks call in place (PyTorch's all_reduce, all_gather_into_tensor and
+#: reduce_scatter_tensor on one buffer): their plans are written in place unless asked otherwise
+IN_PLACE_KINDS = frozenset({"allreduce", "allgather", "reducescatter"})
+
+
 @dataclass(frozen=True)
 class MscclOptions:
     """How to lower and label an MSCCL program.

@@ -242,15 +242,18 @@ def _shaped_times(topology: Topology, collective: Collective, plans: dict[str, S
     beat the best shape found is not lowered further and leaves the ranking, with the
     reason).  The file written is then shaped with the full search.  None when no plan can
     be shaped (the caller then ranks the fixed lowering)."""
+    from tacos.msccl.lower import IN_PLACE_KINDS, MscclOptions
     from tacos.msccl.shape import shapes
     from tacos.msccl.shape_choose import choose_shape
 
+    inplace = collective.kind in IN_PLACE_KINDS  # as the file is written: its programs are reused
     plain = {k: plans[k] for k in link_times
              if not any(t.group is not None for t in plans[k].transfers)}
     if not plain:
         return None
     try:
         choice = choose_shape(plain, topology, max(1, int(collective.size)), quick=True,
+                              base=MscclOptions(inplace=inplace, outofplace=not inplace),
                               candidates=shapes(instances=RANK_INSTANCES, port_orders=(False,)))
     except (TacosError, ImportError):
         return None
