@@ -75,6 +75,7 @@ def run(quick: bool, fixtures: Path) -> list[dict]:
             choices = choose_windows(res, base=MscclOptions(inplace=True))
             seconds = time.perf_counter() - t0
             ms = microsoft(pattern, kind, fixtures)
+            ms_programs = dict(ms)
             for row, ch in zip(sorted(res.rows, key=lambda r: r.size), choices, strict=True):
                 ch.xml()  # verified (raises on a violation)
                 best, own, label = nccl_times(topo, kind, row.size)
@@ -94,16 +95,20 @@ def run(quick: bool, fixtures: Path) -> list[dict]:
                     "microsoft_us": theirs[0][1] * 1e6 if theirs else None,
                     "vs_microsoft": theirs[0][1] / ch.time if theirs else None,
                     "replay_us": replay(ch.program, topo, row.size) * 1e6,
+                    "microsoft_replay_us": (replay(ms_programs[theirs[0][0]], topo, row.size)
+                                            * 1e6 if theirs else None),
                     "choose_s": seconds})
                 rows[-1]["model_vs_replay"] = rows[-1]["tacos_us"] / rows[-1]["replay_us"]
+                mr = rows[-1]["microsoft_replay_us"]
+                rows[-1]["vs_microsoft_replay"] = mr / rows[-1]["replay_us"] if mr else None
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
     head = ("| system | coll | size | tacos µs | plan | proto | inst | chan | tbs "
             "| NCCL ring/tree µs | vs NCCL | NCCL pick µs | Microsoft µs | vs MS "
-            "| replay µs | model/replay |")
-    lines = [head, "|" + "---|" * 16]
+            "| replay µs | model/replay | Microsoft replay µs | vs MS (replay) |")
+    lines = [head, "|" + "---|" * 18]
 
     def f(x, fmt="{:.2f}"):
         return "-" if x is None else fmt.format(x)
@@ -115,7 +120,8 @@ def markdown(rows: list[dict]) -> str:
             f"{r['channels']} | {r['tbs_per_gpu']} | {f(r['nccl_plain_us'])} | "
             f"{f(r['vs_nccl_plain'], '{:.2f}x')} | {r['nccl_own_us']:.2f} ({r['nccl_own']}) | "
             f"{f(r['microsoft_us'])} | {f(r['vs_microsoft'], '{:.2f}x')} | "
-            f"{r['replay_us']:.2f} | {r['model_vs_replay']:.3f} |")
+            f"{r['replay_us']:.2f} | {r['model_vs_replay']:.3f} | "
+            f"{f(r['microsoft_replay_us'])} | {f(r['vs_microsoft_replay'], '{:.2f}x')} |")
     return "\n".join(lines)
 
 
