@@ -4,6 +4,8 @@ slots against 8 slots per connection) and passes when the whole step is one call
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tacos.msccl.fifo_calls import NCCL_STEPS, call_split, split_for
@@ -70,3 +72,38 @@ def test_variants_that_run_are_accepted(xml: str) -> None:
 def test_size_given_overrides_the_window() -> None:
     assert verify_xml(paired(0), nbytes=1 << 20).ok
     assert not verify_xml(paired(1 << 20), nbytes=GIB).ok
+
+
+def test_staged_allpairs_at_1gib_is_rejected_and_never_chosen() -> None:
+    """The staged all-pairs all-reduce sends ``cnt`` = 8 before receiving on every paired
+    thread block: in Simple at 1 GiB each chunk fills a call, so it hangs; the chooser rejects
+    those shapes with the reason and picks one that runs."""
+    import tacos
+    from tacos.model import patterns
+    from tacos.msccl.allpairs_program import AllPairsAllReduce
+    from tacos.msccl.lower import MscclOptions
+    from tacos.msccl.shape import Shape, shapes
+    from tacos.msccl.shape_choose import ShapeCache, choose_shape
+    from tacos.msccl.verify import verify_program
+    from tacos.msccl.verify_fifo import split_deadlocks
+
+    topo = tacos.load(Path(tacos.__file__).parent / "presets" / "dgx_a100_node.tdl").topology
+    coll = patterns.build("allreduce", topo.live_npus, size=GIB, chunks_per_npu=1)
+    staged = AllPairsAllReduce(coll)
+    prog = staged.lower(Shape(1, "Simple"), MscclOptions(inplace=True))
+    report = verify_program(prog, nbytes=GIB)
+    assert not report.ok and report.checks["fifo"] == "failed"
+    assert any("free FIFO slot" in v.message for v in report.violations)
+    assert verify_program(prog, nbytes=1 << 20).ok  # one call per step: runs
+    assert "free FIFO slot" in split_deadlocks(prog, GIB)[0].message
+
+    choice = choose_shape({"allpairs-staged": staged}, topo, GIB,
+                          base=MscclOptions(inplace=True),
+                          candidates=shapes(protos=("LL", "Simple"), instances=(1, 2)),
+                          cache=ShapeCache())
+    simple = [c for c in choice.considered if c.shape.proto == "Simple"]
+    assert simple and all(c.time is None for c in simple)
+    assert any("primitive calls" in p for c in simple for p in c.problems)
+    assert choice.shape.proto != "Simple"
+    assert verify_program(choice.program, nbytes=GIB).ok
+    assert not split_deadlocks(choice.program, 2 * GIB)

@@ -35,6 +35,8 @@ CHUNK_BYTES = {"Simple": 4 * (4 << 20) // NCCL_STEPS, "LL": 32768, "LL128": 5760
 """Payload bytes of one call at full size (Simple 4 x 512 KiB; LL, LL128 one step)."""
 MAX_ALLOWED_COUNT = 71
 """Largest ``maxAllowedCount`` (below the runtime's ``MSCCL_MAX_COUNT`` = 72)."""
+WINDOW_REACH = 2
+"""How far above the size it is chosen for a plan's emitted window may reach."""
 UNBOUNDED = 1 << 62
 """``maxBytes`` at or above this is "no upper bound" (the XML writes 2^64 - 1)."""
 
@@ -76,6 +78,15 @@ def judged_size(program: Program, nbytes: int | None = None) -> int | None:
         return int(nbytes)
     hi = int(program.maxBytes or 0)
     return hi if 0 < hi < UNBOUNDED else None
+
+
+def widest_size(program: Program, nbytes: int) -> int:
+    """The largest size a program chosen for ``nbytes`` is judged at: the top of its window
+    when it has one, else ``WINDOW_REACH x nbytes`` (the window it is then emitted with, the
+    geometric means to the neighbouring sizes of a sweep of sizes up to 4x apart or of
+    ``tacosc shape``, ends there); calls only get more numerous with the size."""
+    top = judged_size(program)
+    return max(int(nbytes), top if top is not None else WINDOW_REACH * int(nbytes))
 
 
 def call_split(program: Program, nbytes: int | None = None) -> CallSplit:

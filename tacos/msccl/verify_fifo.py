@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
-from tacos.msccl.fifo_calls import CallSplit
-from tacos.msccl.program import RECEIVING_TYPES, SENDING_TYPES
-from tacos.msccl.verify_model import ConnKey, Model, TbKey, Tx
+from tacos.msccl.fifo_calls import CallSplit, call_split, split_matters
+from tacos.msccl.program import RECEIVING_TYPES, SENDING_TYPES, Program
+from tacos.msccl.verify_model import ConnKey, Model, TbKey, Tx, build_model
 from tacos.msccl.verify_report import Violation
 
 Event = tuple[int, str]  # (transmission gid, "exec" | "recv" | "send")
@@ -204,3 +204,18 @@ def check_deadlock(model: Model, run: FifoRun, *, limit: int = 20) -> list[Viola
     if len(stuck) > limit:
         out.append(Violation("deadlock", f"... and {len(stuck) - limit} more blocked tbs"))
     return out
+
+
+def split_deadlocks(program: Program, nbytes: int | None = None) -> list[Violation]:
+    """The deadlocks of ``program`` run call by call at ``nbytes`` (default: the top of its
+    window, :func:`tacos.msccl.fifo_calls.judged_size`) - empty when no step needs more slots
+    than its connection holds (the whole-message execution of ``tacosc verify`` then decides
+    alone).  The rule the shape chooser applies to a candidate at the size it is chosen for;
+    ``tacosc verify`` applies the same execution."""
+    split = call_split(program, nbytes)
+    if not split_matters(program, split):
+        return []
+    model = build_model(program)
+    found = check_deadlock(model, run_fifo(model, split=split), limit=len(model.by_tb))
+    # the sends stuck on full slots first: the others wait on them
+    return sorted(found, key=lambda v: "FIFO slot" not in v.message)
