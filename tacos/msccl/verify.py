@@ -13,7 +13,9 @@ found the program too broken for it to mean anything):
 5. ``happens-before`` - acyclicity;
 6. ``races`` - unordered conflicting accesses within a GPU, in-place aliasing applied
    (:mod:`~tacos.msccl.verify_races`);
-7. ``fifo`` - capacity-1 execution, deadlocks (:mod:`~tacos.msccl.verify_fifo`);
+7. ``fifo`` - capacity-1 execution, steps cut into the executor's primitive calls where they
+   need more FIFO slots than a connection holds, deadlocks (:mod:`~tacos.msccl.verify_fifo`,
+   :mod:`~tacos.msccl.fifo_calls`);
 8. ``symbolic`` - final buffers against the collective's postcondition, once per in-place mode
    the file declares (:mod:`~tacos.msccl.verify_symbolic`);
 9. ``timing`` - α-β time when a topology is given (:mod:`~tacos.msccl.timing`), rank r on

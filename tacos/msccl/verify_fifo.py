@@ -7,6 +7,12 @@ kernel's step counter).  A receive needs a message at the head of its connection
 Fused receive-and-send ops (``rcs``, ``rrs``, ``rrcs``) pop first and then wait for room to
 push, as the runtime streams them slice by slice.
 
+With a :class:`~tacos.msccl.fifo_calls.CallSplit`, each step is the executor's primitive calls
+(``split.calls(cnt)``, ``split.slots`` FIFO slots each): a message's first call needs fewer than
+``capacity`` messages in the connection, every call a free slot of the connection's
+``split.capacity``; receives pop and fused ops forward call by call.  Without one (or when
+every step fits the slots) this is the whole-message execution above.
+
 Each tb's behaviour is fixed and every enabling condition, once true, stays true until that tb
 acts (one reader and one writer per connection, monotone flags), so the outcome does not depend
 on the interleaving: one run decides deadlock freedom.  The run also yields an execution order
