@@ -107,3 +107,14 @@ def test_staged_allpairs_at_1gib_is_rejected_and_never_chosen() -> None:
     assert choice.shape.proto != "Simple"
     assert verify_program(choice.program, nbytes=GIB).ok
     assert not split_deadlocks(choice.program, 2 * GIB)
+
+
+def test_large_files_read_by_columns_are_not_vouched_for_past_the_split() -> None:
+    """A file large enough for the column reader, which checks whole messages, still gets the
+    call-by-call execution."""
+    from tacos.msccl import verify_columns
+
+    pad = "<!-- " + "x" * verify_columns.MIN_BYTES + " -->\n"
+    bad = verify_xml(paired(GIB).replace("</algo>", pad + "</algo>"))
+    assert not bad.ok and any(v.rule == "deadlock" for v in bad.violations)
+    assert verify_xml(paired(GIB, fixed=True).replace("</algo>", pad + "</algo>")).ok
