@@ -7,11 +7,11 @@ kernel's step counter).  A receive needs a message at the head of its connection
 Fused receive-and-send ops (``rcs``, ``rrs``, ``rrcs``) pop first and then wait for room to
 push, as the runtime streams them slice by slice.
 
-With a :class:`~tacos.msccl.fifo_calls.CallSplit`, each step is the executor's primitive calls
-(``split.calls(cnt)``, ``split.slots`` FIFO slots each): a message's first call needs fewer than
-``capacity`` messages in the connection, every call a free slot of the connection's
-``split.capacity``; receives pop and fused ops forward call by call.  Without one (or when
-every step fits the slots) this is the whole-message execution above.
+With a :class:`~tacos.msccl.fifo_calls.CallSplit`, a step that needs more FIFO slots than a
+connection holds is run as the executor's primitive calls (``split.calls(cnt)`` of
+``split.slots`` slots each): its first call still needs fewer than ``capacity`` messages in the
+connection, every later one a free slot of the connection's ``split.capacity``; its receive
+pops and a fused op forwards call by call.  Steps that fit stay whole messages, as above.
 
 Each tb's behaviour is fixed and every enabling condition, once true, stays true until that tb
 acts (one reader and one writer per connection, monotone flags), so the outcome does not depend
@@ -72,7 +72,7 @@ def run_fifo(model: Model, *, capacity: int = 1, split: CallSplit | None = None)
         tb = model.tbs[key]
         rconn, sconn = (tb.recv, key[0], tb.chan), (key[0], tb.send, tb.chan)
         kinds = [(tx.type in RECEIVING_TYPES, tx.type in SENDING_TYPES, tx.steps[0].cnt,
-                  split.calls(tx.steps[0].cnt) if split is not None else 1) for tx in txs]
+                  _calls(split, tx.steps[0].cnt)) for tx in txs]
         ends[key] = (txs, kinds, fifo[rconn], held[rconn], sender.get(rconn), fifo[sconn],
                      held[sconn], receiver.get(sconn))
     work = deque(model.by_tb)
@@ -110,7 +110,8 @@ def run_fifo(model: Model, *, capacity: int = 1, split: CallSplit | None = None)
                     if hj != j or head.steps[0].cnt != cnt:
                         break
                     rq.popleft()
-                    rheld[0] -= slots
+                    if hk > 1:
+                        rheld[0] -= slots
                     if hj == hk - 1:
                         rheld[1] -= 1
                     if j == k - 1:
@@ -122,13 +123,11 @@ def run_fifo(model: Model, *, capacity: int = 1, split: CallSplit | None = None)
                 elif not send:
                     order.append((tx.gid, "exec"))
             if ph == 1 or (send and not recv):
-                if j == 0:
-                    if sheld[1] >= capacity or (sheld[0] and sheld[0] + slots > room):
-                        break
-                elif sheld[0] + slots > room:
+                if (j == 0 and sheld[1] >= capacity) or (k > 1 and sheld[0] + slots > room):
                     break
                 sq.append((tx, j, k))
-                sheld[0] += slots
+                if k > 1:
+                    sheld[0] += slots
                 if j == 0:
                     sheld[1] += 1
                 if j == k - 1:
@@ -154,11 +153,16 @@ def run_fifo(model: Model, *, capacity: int = 1, split: CallSplit | None = None)
     return run
 
 
+def _calls(split: CallSplit | None, cnt: int) -> int:
+    """Calls a step of ``cnt`` chunks is run as: one message unless it overflows the slots."""
+    return split.calls(cnt) if split is not None and split.overflows(cnt) else 1
+
+
 def _why(model: Model, tx: Tx, phase: int, at: int, flag: dict[TbKey, int],
          fifo: dict[ConnKey, deque[tuple[Tx, int, int]]], capacity: int,
          split: CallSplit | None) -> str:
     st = tx.step
-    calls = split.calls(st.cnt) if split is not None else 1
+    calls = _calls(split, st.cnt)
     part = f"call {at + 1} of {calls}: " if calls > 1 else ""
     if phase == 0:
         for d, k, pos in tx.waits:
@@ -183,7 +187,7 @@ def _why(model: Model, tx: Tx, phase: int, at: int, flag: dict[TbKey, int],
     a, b, c = conn
     rcv = model.receiver.get(conn)
     who = f"rank {b} tb {rcv[1]}" if rcv else f"no tb on rank {b}"
-    if calls > 1 and split is not None:
+    if calls > 1 and split is not None and at > 0:
         return (f"{part}waits for a free FIFO slot on connection {a}->{b} chan {c} "
                 f"(cnt={st.cnt} is {calls} primitive calls of {split.slots} slots, "
                 f"{split.capacity} slots per connection; {split.describe()}); {who} does not "
