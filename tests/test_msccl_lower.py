@@ -250,8 +250,16 @@ def test_inplace_alltoall_stages_busy_slots_in_scratch():
 
 
 def test_contiguous_chunks_travel_as_one_step():
-    program = check(ring_allgather(4, 3), MscclOptions(inplace=True))
+    # every rank sends its 3 chunks before receiving: one Simple call each fits the FIFO's 8
+    # slots only while 3 chunks share a call (1 MiB window); at any size 3 calls of 4 slots
+    # hang on every rank, which the verifier reports
+    program = check(ring_allgather(4, 3), MscclOptions(inplace=True, max_bytes=1 << 20))
     assert {st.cnt for st in steps_of(program)} == {3}
+    unbounded = verify_xml(emit_xml(lower(ring_allgather(4, 3),
+                                          options=MscclOptions(inplace=True))))
+    assert not unbounded.ok
+    assert {v.rule for v in unbounded.violations} == {"deadlock"}
+    assert all("free FIFO slot" in v.message for v in unbounded.violations)
     # chunks 0 and 2 of a rank are not adjacent in the buffer: two steps per transfer
     coll = patterns.build("allgather", range(2), size=2 * 3 * 1024, chunks_per_npu=3)
     s = make(uni_ring(2), coll, [(0, 0, 1, (0, 2), "copy"), (1, 0, 1, (1,), "copy"),

@@ -22,9 +22,11 @@ from typing import Any
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
+from tacos.msccl.fifo_calls import widest_size
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
+from tacos.msccl.verify_fifo import split_deadlocks
 
 Estimator = Callable[[Program, Topology, int], float]
 ELEMENT_BYTES = 4  #: element size assumed when checking that ``nchunksperloop`` divides
@@ -366,6 +368,11 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
             considered.append(Candidate(plan, shape, None, problems))
             return None
         program = _with_proto(got, shape.proto)
+        dead = split_deadlocks(program, widest_size(program, nbytes))
+        if dead:  # the runtime would hang on it (tacosc verify rejects it the same way)
+            considered.append(Candidate(plan, shape, None, [
+                f"deadlocks when its steps are cut into primitive calls: {dead[0].message}"]))
+            return None
         if model and not force and plan in loads and not isinstance(loads[plan], str):
             from tacos.msccl.shape_bounds import program_bounds
 

@@ -13,7 +13,9 @@ found the program too broken for it to mean anything):
 5. ``happens-before`` - acyclicity;
 6. ``races`` - unordered conflicting accesses within a GPU, in-place aliasing applied
    (:mod:`~tacos.msccl.verify_races`);
-7. ``fifo`` - capacity-1 execution, deadlocks (:mod:`~tacos.msccl.verify_fifo`);
+7. ``fifo`` - capacity-1 execution, steps cut into the executor's primitive calls where they
+   need more FIFO slots than a connection holds, deadlocks (:mod:`~tacos.msccl.verify_fifo`,
+   :mod:`~tacos.msccl.fifo_calls`);
 8. ``symbolic`` - final buffers against the collective's postcondition, once per in-place mode
    the file declares (:mod:`~tacos.msccl.verify_symbolic`);
 9. ``timing`` - α-β time when a topology is given (:mod:`~tacos.msccl.timing`), rank r on
@@ -22,6 +24,7 @@ found the program too broken for it to mean anything):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from typing import Any
 from tacos.errors import TacosError
 from tacos.model.topology import Topology
 from tacos.msccl import verify_columns, verify_jit
+from tacos.msccl.fifo_calls import CallSplit, call_split, split_matters
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.ranks import declared_ranks, resolve_ranks
 from tacos.msccl.timing import alpha_beta_time
@@ -106,7 +110,11 @@ def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
             checks[name] = "skipped: fix the structural errors first"
         return None, {}
     modes = _modes(program)
-    if not found and _compiled_clean(program, capacity, modes, progress):
+    split = call_split(program, nbytes)
+    # the compiled checks run whole messages: a step cut into more calls than its connection
+    # holds is run call by call in Python
+    if not found and not split_matters(program, split) and \
+            _compiled_clean(program, capacity, modes, progress):
         model = hb = None
         for name in later[:-1]:
             checks[name] = "passed"
@@ -114,7 +122,7 @@ def _analyse(program: Program, out: list[Violation], checks: dict[str, str], *,
             checks[name] = "passed"
     else:
         model, hb = _python_passes(program, out, checks, record, capacity=capacity,
-                                   modes=modes, progress=progress)
+                                   split=split, modes=modes, progress=progress)
     if topology is None:
         return None, {}
     if model is None or hb is None:
@@ -165,8 +173,8 @@ def _compiled_clean(program: Program, capacity: int, modes: list[bool],
 
 def _python_passes(program: Program, out: list[Violation], checks: dict[str, str],
                    record: Callable[[str, list[Violation]], None],
-                   *, capacity: int, modes: list[bool], progress: Reporter
-                   ) -> tuple[Model, HappensBefore]:
+                   *, capacity: int, modes: list[bool], progress: Reporter,
+                   split: CallSplit | None = None) -> tuple[Model, HappensBefore]:
     """Connections to symbolic data flow, each pass in Python with its exact report."""
     with progress.phase("connections and dependencies"):
         model = build_model(program)
@@ -181,7 +189,7 @@ def _python_passes(program: Program, out: list[Violation], checks: dict[str, str
     else:
         checks["races"] = "skipped: dependencies point to missing steps"
     with progress.phase("FIFO execution"):
-        run = run_fifo(model, capacity=capacity)
+        run = run_fifo(model, capacity=capacity, split=split)
     record("fifo", check_deadlock(model, run))
     for aliased, name in zip(modes, _symbolic_names(modes), strict=True):
         with progress.phase(f"{name} data flow"):
@@ -193,6 +201,7 @@ def _python_passes(program: Program, out: list[Violation], checks: dict[str, str
     return model, hb
 
 
+_CNT = re.compile(r"\bcnt\s*=\s*[\"'](\d+)")
 _Ranks = dict  # keyword arguments of resolve_ranks: explicit, embedded, declared
 
 
@@ -281,7 +290,8 @@ def verify_xml(text: str, *, source: str = "<string>", topology: Topology | None
     """
     groups = list(groups)
     fast = _vouched(text, source, topology=topology, strict=strict, max_steps=max_steps,
-                    sms=sms, capacity=capacity, ranks=ranks, groups=groups, progress=progress)
+                    sms=sms, capacity=capacity, ranks=ranks, groups=groups, progress=progress,
+                    nbytes=nbytes)
     if fast is not None:
         return fast
     with paused_gc(), as_reporter(progress).phase("parsing"):
@@ -318,7 +328,8 @@ def verify_xml_file(path: str | Path, *, topology: Topology | None = None,
 
 def _vouched(text: str, source: str, *, topology: Topology | None, strict: bool,
              max_steps: int, sms: int, capacity: int, ranks: Sequence[int] | None,
-             groups: list[Sequence[int]], progress: Any) -> MscclReport | None:
+             groups: list[Sequence[int]], progress: Any,
+             nbytes: int | None = None) -> MscclReport | None:
     """The report of a large correct file read without building its steps
     (:mod:`tacos.msccl.verify_columns`); None when that path cannot vouch for it."""
     if topology is not None or len(text) < verify_columns.MIN_BYTES:
@@ -331,6 +342,9 @@ def _vouched(text: str, source: str, *, topology: Topology | None, strict: bool,
     if got is None:
         return None
     program, lens = got
+    cnts = [int(c) for c in _CNT.findall(text)]
+    if cnts and call_split(program, nbytes).overflows(max(cnts)):
+        return None  # steps cut into more calls than a connection holds: the full passes
     summary = summarize(program)
     summary["steps_total"] = int(lens.sum())
     summary["max_steps_per_tb"] = int(lens.max(initial=0))
