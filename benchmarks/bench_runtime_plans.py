@@ -30,10 +30,11 @@ from tacos import load
 from tacos.errors import TacosError
 from tacos.model.units import format_size
 from tacos.msccl.lower import MscclOptions
+from tacos.msccl.sweep_xml import windows
 from tacos.msccl.xml_reader import load_xml
 from tacos.runtime import estimate_nccl, estimate_program
 from tacos.sweep import sweep
-from tacos.sweep_shaped import choose_windows
+from tacos.sweep_shaped import choose_windows, named
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = ROOT / "tacos" / "presets"
@@ -76,8 +77,10 @@ def run(quick: bool, fixtures: Path) -> list[dict]:
             seconds = time.perf_counter() - t0
             ms = microsoft(pattern, kind, fixtures)
             ms_programs = dict(ms)
-            for row, ch in zip(sorted(res.rows, key=lambda r: r.size), choices, strict=True):
-                ch.xml()  # verified (raises on a violation)
+            ordered = sorted(res.rows, key=lambda r: r.size)
+            spans = windows([r.size for r in ordered])
+            for row, ch, (lo, hi) in zip(ordered, choices, spans, strict=True):
+                named(ch, "tacos", lo, hi).xml()  # verified in its window, as -o DIR writes it
                 best, own, label = nccl_times(topo, kind, row.size)
                 theirs = [(name, estimate_program(p, topo, row.size).time) for name, p in ms
                           if (p.minBytes or 0) <= row.size <= (p.maxBytes or 1 << 62)]
