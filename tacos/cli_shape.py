@@ -105,15 +105,15 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     from tacos.msccl.multinode_program import multinode_candidates
 
     plans.update(multinode_candidates(topology, coll))
-    protos, instances = _tried(args)
-    choice = choose_shape(plans, topology, nbytes, base=_base(args),
-                          candidates=shapes(protos=protos, instances=instances))
     from tacos.cli_flags import msccl_values
 
     values = msccl_values(args)
     lo, hi = values["min_bytes"], values["max_bytes"]
     if not lo and not hi:
         lo, hi = windows([max(1, nbytes // 4), nbytes, nbytes * 4])[1]
+    protos, instances = _tried(args)
+    choice = choose_shape(plans, topology, nbytes, base=_base(args), top=hi,
+                          candidates=shapes(protos=protos, instances=instances))
     name = "tacos" if args.output == "-" else (Path(args.output).stem or "tacos")
     write_output(args.output, named(choice, name, lo, hi).xml(
         max_steps=values["max_steps_per_tb"]))

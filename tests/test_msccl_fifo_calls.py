@@ -118,3 +118,36 @@ def test_large_files_read_by_columns_are_not_vouched_for_past_the_split() -> Non
     bad = verify_xml(paired(GIB).replace("</algo>", pad + "</algo>"))
     assert not bad.ok and any(v.rule == "deadlock" for v in bad.violations)
     assert verify_xml(paired(GIB, fixed=True).replace("</algo>", pad + "</algo>")).ok
+
+
+def test_the_window_a_file_serves_is_the_one_judged() -> None:
+    """A program chosen for 1 MiB whose window has no upper limit (``top=0``) is judged at every
+    size, so the staged all-pairs program's Simple shapes, which run at 1-2 MiB, are rejected;
+    with the default window (twice the size) they stand, and the chosen program verifies in
+    the window it is written with."""
+    import tacos
+    from tacos.model import patterns
+    from tacos.msccl.allpairs_program import AllPairsAllReduce
+    from tacos.msccl.lower import MscclOptions
+    from tacos.msccl.shape import shapes
+    from tacos.msccl.shape_choose import ShapeCache, choose_shape
+    from tacos.msccl.verify import verify_program
+    from tacos.msccl.verify_fifo import split_deadlocks
+
+    mib = 1 << 20
+    topo = tacos.load(Path(tacos.__file__).parent / "presets" / "dgx_a100_node.tdl").topology
+    staged = AllPairsAllReduce(patterns.build("allreduce", topo.live_npus, size=mib,
+                                              chunks_per_npu=1))
+    cands = shapes(protos=("Simple",), instances=(1,))
+
+    def choose(top: int | None):
+        return choose_shape({"allpairs-staged": staged}, topo, mib, top=top, cache=ShapeCache(),
+                            base=MscclOptions(inplace=True), candidates=cands)
+
+    windowed = choose(None)
+    assert windowed.shape.proto == "Simple" and not split_deadlocks(windowed.program, 2 * mib)
+    assert verify_program(windowed.program, nbytes=2 * mib).ok
+    from tacos.errors import TacosError
+
+    with pytest.raises(TacosError, match="primitive calls"):
+        choose(0)  # no upper limit: every Simple shape hangs at large sizes; nothing else allowed

@@ -281,7 +281,7 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
                  base: MscclOptions | None = None, candidates: Sequence[Shape] | None = None,
                  limits: RuntimeLimits | None = None, estimator: Estimator | None = None,
                  cache: ShapeCache | None = None, default_plan: str | None = None,
-                 quick: bool = False) -> Choice:
+                 quick: bool = False, top: int | None = None) -> Choice:
     """The plan of ``schedules`` (label -> schedule, or a program family with a
     ``collective`` and ``lower(shape, base) -> Program``) and the shape of ``candidates`` (default
     :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
@@ -294,6 +294,9 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     choice is never slower than it.  With the runtime model as the estimator, shapes whose
     lower bound (:mod:`tacos.msccl.shape_bounds`) is no faster than the best found are not
     timed.  ``quick`` narrows the search (see :func:`_search`): for ranking many plans.
+    ``top`` is the largest message the chosen program will serve, where a program whose steps
+    the executor cuts into more FIFO calls than a connection holds is rejected (0: no limit;
+    None: :func:`tacos.msccl.fifo_calls.widest_size`, the top of a sweep window).
     Raises :class:`~tacos.errors.TacosError` when no combination fits."""
     if not schedules:
         raise TacosError("no candidate plan to shape")
@@ -368,7 +371,9 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
             considered.append(Candidate(plan, shape, None, problems))
             return None
         program = _with_proto(got, shape.proto)
-        dead = split_deadlocks(program, widest_size(program, nbytes))
+        judged = (widest_size(program, nbytes) if top is None
+                  else None if top == 0 else max(top, nbytes))
+        dead = split_deadlocks(program, judged)
         if dead:  # the runtime would hang on it (tacosc verify rejects it the same way)
             considered.append(Candidate(plan, shape, None, [
                 f"deadlocks when its steps are cut into primitive calls: {dead[0].message}"]))
