@@ -73,6 +73,10 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
                 raise
             choice, schedule, note = alt
             notes.append(note)
+            rival = switch_rival(schedule, choice, options, synth, reporter)
+            if rival is not None:
+                choice, schedule, note = rival
+                notes.append(note)
             return choice, schedule, notes
         first = exc.message
         best = None
