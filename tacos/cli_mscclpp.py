@@ -9,7 +9,9 @@ synthesized again with chunk counts that divide (:func:`rechunk_candidates`: for
 solver its number of trees per root, else the chunks per NPU), each candidate written and timed,
 the fastest that loads kept - and said so.  With no ``--min-bytes`` the plan's window starts at
 the smallest size its chunks divide (:func:`smallest_loading_size`), so a runtime selecting by
-size never hands it a message it cannot cut.
+size never hands it a message it cannot cut.  With ``--solver auto`` on a node whose ranks one
+multicast switch joins, the in-switch plans are timed beside it and the fastest is written
+(:func:`switch_rival`).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
     by the runtime model), or, when it would not load at the collective's size, the fastest
     plan of a re-synthesis with chunk counts that divide (``synth(collective, **options)``
     synthesizes and verifies; ``synth(None, solver=NAME)`` the user's collective with another
-    solver), or, when ``auto``'s winner has no MSCCL++ form, its best runner-up that has one.
+    solver), or, when ``auto``'s winner has no MSCCL++ form, its best runner-up that has one;
+    with ``auto``, an in-switch plan instead when it is faster (:func:`switch_rival`).
     ``notes`` say what was changed and why."""
     from tacos.model import patterns
     from tacos.msccl.mscclpp_choose import choose_mscclpp
