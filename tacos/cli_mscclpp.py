@@ -9,7 +9,9 @@ synthesized again with chunk counts that divide (:func:`rechunk_candidates`: for
 solver its number of trees per root, else the chunks per NPU), each candidate written and timed,
 the fastest that loads kept - and said so.  With no ``--min-bytes`` the plan's window starts at
 the smallest size its chunks divide (:func:`smallest_loading_size`), so a runtime selecting by
-size never hands it a message it cannot cut.
+size never hands it a message it cannot cut.  With ``--solver auto`` on a node whose ranks one
+multicast switch joins, the in-switch plans are timed beside it and the fastest is written
+(:func:`switch_rival`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from tacos.errors import TacosError
 
-__all__ = ["mscclpp_file", "rechunk_candidates", "smallest_loading_size"]
+__all__ = ["mscclpp_file", "rechunk_candidates", "smallest_loading_size", "switch_rival"]
 
 #: Chunks per NPU (trees per root for forest) tried when a plan's chunks do not divide.
 RECHUNK = (1, 2, 4, 8, 16)
@@ -56,7 +58,8 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
     by the runtime model), or, when it would not load at the collective's size, the fastest
     plan of a re-synthesis with chunk counts that divide (``synth(collective, **options)``
     synthesizes and verifies; ``synth(None, solver=NAME)`` the user's collective with another
-    solver), or, when ``auto``'s winner has no MSCCL++ form, its best runner-up that has one.
+    solver), or, when ``auto``'s winner has no MSCCL++ form, its best runner-up that has one;
+    with ``auto``, an in-switch plan instead when it is faster (:func:`switch_rival`).
     ``notes`` say what was changed and why."""
     from tacos.model import patterns
     from tacos.msccl.mscclpp_choose import choose_mscclpp
@@ -73,6 +76,10 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
                 raise
             choice, schedule, note = alt
             notes.append(note)
+            rival = switch_rival(schedule, choice, options, synth, reporter)
+            if rival is not None:
+                choice, schedule, note = rival
+                notes.append(note)
             return choice, schedule, notes
         first = exc.message
         best = None
@@ -106,6 +113,11 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
                          f"MSCCL++'s 16-byte units; re-synthesized with "
                          f"{_label(best[2], best[3])} (fastest that loads; "
                          + "; ".join(tried) + ")")
+    if args.solver == "auto":
+        rival = switch_rival(schedule, choice, options, synth, reporter)
+        if rival is not None:
+            choice, schedule, note = rival
+            notes.append(note)
     values_min = getattr(args, "min_bytes", None)
     if not values_min:
         import json
@@ -118,6 +130,68 @@ def mscclpp_file(schedule: Any, args: argparse.Namespace, options: Any, synth: A
             notes.append(f"window starts at {low} bytes, the smallest size the plan's chunks "
                          "divide")
     return choice, schedule, notes
+
+
+def switch_rival(schedule: Any, choice: Any, options: Any, synth: Any,
+                 reporter: Any) -> tuple[Any, Any, str] | None:
+    """``auto`` ranks plans MSCCL XML can express; MSCCL++ also runs in-switch plans on switch
+    channels.  Where one switch with ``multicast`` (and ``reduce`` unless all-gather) joins
+    every rank of an all-reduce, all-gather or reduce-scatter, the in-switch plans - NCCL's
+    NVLS schedule (``nvls``) and, for all-reduce, forest's star (``forest-star``) - are
+    written and timed by the runtime model (:func:`tacos.msccl.mscclpp_choose.
+    choose_mscclpp`) beside ``choice``; ``(choice, schedule, note)`` of the fastest when it
+    beats ``choice``, else None.  The schedule's ``meta['auto']`` then names it the winner."""
+    from dataclasses import replace
+
+    from tacos.check.verify import verify_schedule
+    from tacos.msccl.mscclpp_channels import switch_for
+    from tacos.msccl.mscclpp_choose import choose_mscclpp
+    from tacos.msccl.mscclpp_switch import SWITCH_KINDS, has_switch_groups
+    from tacos.solvers.forest.in_switch import in_switch_allreduce
+
+    coll = schedule.collective
+    topo = schedule.topology
+    if coll.kind not in SWITCH_KINDS or coll.tenants or \
+            switch_for(topo, list(coll.group), reduce=coll.kind != "allgather") is None:
+        return None
+    facts = schedule.meta.get("auto")
+    best: tuple[Any, Any, str] | None = None
+    tried = []
+    for label in ("nvls", "forest-star"):
+        try:
+            with reporter.phase(f"timing the in-switch plan ({label})"):
+                if label == "nvls":
+                    cand = synth(None, solver="nvls")
+                else:
+                    cand = in_switch_allreduce(topo, coll) if coll.kind == "allreduce" \
+                        else None
+                    if cand is None:
+                        continue
+                    verify_schedule(cand).raise_if_failed()
+                if not has_switch_groups(cand):
+                    continue
+                got = choose_mscclpp(cand, options, nbytes=int(coll.size))
+        except TacosError as exc:
+            tried.append(f"{label}: {exc.message[:60]}")
+            continue
+        tried.append(f"{label} {got.time * 1e6:.1f} us")
+        if got.time < (best[0].time if best else choice.time):
+            best = (got, cand, label)
+    if best is None:
+        return None
+    got, cand, label = best
+    before = facts.get("winner", "auto's plan") if isinstance(facts, dict) else "auto's plan"
+    if isinstance(facts, dict):
+        new = {**facts, "winner": label, "runner_up": before,
+               "margin": choice.time / got.time if got.time > 0 else None,
+               "mscclpp_switch": True}
+        if facts.get("nccl_time"):
+            new["speedup_vs_nccl"] = float(facts["nccl_time"]) / got.time
+        cand = replace(cand, meta={**cand.meta, "auto": new})
+    note = (f"auto: the in-switch plan {label} (MSCCL++ switch channels) is fastest in the "
+            f"runtime model: {got.time * 1e6:.1f} us vs {choice.time * 1e6:.1f} us for "
+            f"{before} (" + "; ".join(tried) + ")")
+    return got, cand, note
 
 
 def _runner_up(schedule: Any, options: Any, size: int, synth: Any, reporter: Any,

@@ -49,4 +49,7 @@ def compile_line(schedule: Any, topology: Any, written: str, runtime: Any,
             factor = speedup if speedup >= 1 else 1 / speedup
             text += (f", {factor:.2f}x {how} than NCCL's modelled best ({label}, "
                      f"{format_time(ref)})")
+    auto = schedule.meta.get("auto")
+    if isinstance(auto, dict) and auto.get("mscclpp_switch"):
+        text += f", in-switch plan {auto['winner']} (switch channels) chosen by auto"
     return text + (", verified" if verified else ", NOT verified")

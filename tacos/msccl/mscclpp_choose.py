@@ -13,7 +13,11 @@ the writer does not fix by itself is how many thread blocks carry the bytes:
   the plan's own size) and timed by :func:`tacos.runtime.mscclpp_exec.estimate_mscclpp`, in
   increasing order until one is slower than the best so far (more thread blocks help until the
   ports are saturated, then only add work); the fastest wins, a plan within :data:`NEAR` of it
-  with fewer thread blocks wins over it;
+  with fewer thread blocks wins over it.  Counts that cannot load are skipped without being
+  lowered (:func:`_doomed`): a plan with ``k x I`` instances has ``k x`` the chunks, channels
+  and thread blocks of one with ``I``, so when ``I``'s chunks do not cut the size (predicted
+  from the layout before lowering) or its lowering runs out of channels or depended-on thread
+  blocks, every multiple of ``I`` fails the same way;
 * **switch plans**: the thread blocks per rank (:func:`tacos.msccl.mscclpp_switch.
   best_switch_plan`).
 
@@ -73,10 +77,18 @@ class MscclppChoice:
 
 
 def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | None = None,
-                   instances: tuple[int, ...] = INSTANCES) -> MscclppChoice:
+                   instances: tuple[int, ...] = INSTANCES,
+                   search: str = "pruned") -> MscclppChoice:
     """The fastest MSCCL++ plan of ``schedule`` by the runtime model at ``nbytes`` (default the
     collective's size), see the module doc; ``options`` are the MSCCL lowering's
-    (:class:`tacos.msccl.lower.MscclOptions`: name, in place, window)."""
+    (:class:`tacos.msccl.lower.MscclOptions`: name, in place, window).
+
+    ``search``: ``'pruned'`` (default) climbs the counts and skips those that cannot load;
+    ``'climb'`` lowers every count it climbs to; ``'exhaustive'`` lowers and times every count
+    (no early stop).  All three choose the same count where the climb's premise holds; the
+    last two exist to check and measure that."""
+    if search not in ("pruned", "climb", "exhaustive"):
+        raise TacosError(f"unknown search {search!r}", hint="pruned, climb or exhaustive")
     from tacos.msccl.lower import MscclOptions
     from tacos.msccl.mscclpp_loader import loader_problems, size_problems
     from tacos.msccl.mscclpp_reader import read_plan
@@ -103,12 +115,23 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
     best: tuple[float, int, str, int] | None = None
     first: TacosError | None = None
     sized = False  # some candidate was refused only for the size
+    dead: dict[int, str] = {}  # count -> why it and its multiples cannot load
     for i in instances:
+        if search == "pruned":
+            why = next((f"skipped: as with {d} ({w})" for d, w in dead.items() if i % d == 0),
+                       None) or _doomed(schedule, replace(base, instances=i), size)
+            if why:
+                tried[i] = why
+                sized = sized or "cut" in why
+                dead.setdefault(i, why)
+                continue
         try:
             text = emit_mscclpp_json(schedule, options=replace(base, instances=i))
         except TacosError as exc:
             tried[i] = exc.message.split(";")[0]
             first = first or exc
+            if search == "pruned" and _grows(exc.message):
+                dead[i] = tried[i][:60]
             continue
         doc = json.loads(text)
         problems = loader_problems(doc)
@@ -127,7 +150,7 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
             tried[i] = exc.message
             continue
         tried[i] = time
-        if best is not None and time > best[0] * (1 + NEAR):
+        if search != "exhaustive" and best is not None and time > best[0] * (1 + NEAR):
             break  # more thread blocks only add to what already stopped paying off
         tbs = max(len(g["threadblocks"]) for g in doc["gpus"])
         if best is None or time < best[0] * (1 - NEAR) or \
@@ -147,3 +170,34 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
 def _chunks(doc: dict[str, Any]) -> int:
     g = doc["gpus"][0]
     return max(int(g["input_chunks"]), int(g["output_chunks"]))
+
+
+#: Lowering failures that grow with the thread blocks per peer (channels, depended-on blocks).
+_GROWING = ("channels but at most", "depid is an int8")
+
+
+def _grows(message: str) -> bool:
+    """Whether a lowering failure recurs for every multiple of the instance count."""
+    return any(g in message for g in _GROWING)
+
+
+def _doomed(schedule: Schedule, options: Any, size: int) -> str | None:
+    """Why the plan lowered with ``options`` could not load at ``size``, known before lowering:
+    its chunk counts (:func:`tacos.msccl.program.chunk_geometry` of the layout, what the writer
+    declares) do not cut ``size`` into 16-byte units.  None when it may load."""
+    from tacos.msccl.lower_layout import build_layout
+    from tacos.msccl.mscclpp_loader import size_problems
+    from tacos.msccl.program import chunk_geometry
+
+    try:
+        layout = build_layout(schedule.collective, inplace=bool(options.inplace),
+                              instances=options.instances)
+    except TacosError:
+        return None  # the lowering says why
+    ic, oc = chunk_geometry(layout.coll, layout.ngpus, layout.nchunksperloop)
+    doc = {"collective": layout.coll, "buffer_alignment": 16,
+           "gpus": [{"input_chunks": ic, "output_chunks": oc}] * layout.ngpus}
+    if size_problems(doc, size):
+        return f"its {max(ic, oc)} chunks do not cut {size} bytes into 16-byte units " \
+            "(not multiples)"
+    return None
