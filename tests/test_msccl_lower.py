@@ -252,11 +252,15 @@ def test_inplace_alltoall_stages_busy_slots_in_scratch():
 def test_contiguous_chunks_travel_as_one_step():
     # every rank sends its 3 chunks before receiving: one Simple call each fits the FIFO's 8
     # slots only while 3 chunks share a call (1 MiB window); at any size 3 calls of 4 slots
-    # hang on every rank, which the verifier reports
+    # would hang on every rank, so a window without a top splits the run into steps of at
+    # most 2 chunks (2 calls of 4 slots), which runs at every size
     program = check(ring_allgather(4, 3), MscclOptions(inplace=True, max_bytes=1 << 20))
     assert {st.cnt for st in steps_of(program)} == {3}
-    unbounded = verify_xml(emit_xml(lower(ring_allgather(4, 3),
-                                          options=MscclOptions(inplace=True))))
+    capped = lower(ring_allgather(4, 3), options=MscclOptions(inplace=True))
+    assert {st.cnt for st in steps_of(capped) if st.type != "nop"} <= {1, 2}
+    assert verify_xml(emit_xml(capped)).ok
+    merged = lower(ring_allgather(4, 3), options=MscclOptions(inplace=True, fit_fifo=False))
+    unbounded = verify_xml(emit_xml(merged))  # the merged run, judged at any size, hangs
     assert not unbounded.ok
     assert {v.rule for v in unbounded.violations} == {"deadlock"}
     assert all("free FIFO slot" in v.message for v in unbounded.violations)
@@ -264,7 +268,7 @@ def test_contiguous_chunks_travel_as_one_step():
     coll = patterns.build("allgather", range(2), size=2 * 3 * 1024, chunks_per_npu=3)
     s = make(uni_ring(2), coll, [(0, 0, 1, (0, 2), "copy"), (1, 0, 1, (1,), "copy"),
                                  (0, 1, 0, (3, 4, 5), "copy")])
-    p = check(s, MscclOptions(inplace=True))
+    p = check(s, MscclOptions(inplace=True, max_bytes=1 << 20))  # 3 chunks fit one call
     assert sorted(st.cnt for st in steps_of(p, 0) if st.sends) == [1, 1, 1]
     assert [st.cnt for st in steps_of(p, 1) if st.sends] == [3]
 

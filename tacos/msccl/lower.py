@@ -60,6 +60,10 @@ class MscclOptions:
     (dependencies between their thread blocks, :mod:`tacos.msccl.lower_ports`).
     ``pair_peers`` also pairs the send and receive peers the fusion matching leaves single into
     shared tbs (fewer, evenly loaded tbs; :func:`tacos.msccl.lower_channels.plan_tbs`).
+    ``fit_fifo`` caps each step's ``cnt`` so that the primitive calls the executor cuts it into
+    fit a connection's FIFO slots at the top of the window (``max_bytes``; 0: at any size), so
+    the program cannot hang however large the message (:mod:`tacos.msccl.fifo_calls`); the
+    shape chooser, which rejects such programs itself, turns it off to keep steps merged.
     """
 
     name: str = ""
@@ -74,6 +78,7 @@ class MscclOptions:
     redop: str = "sum"
     port_order: bool = False
     pair_peers: bool = False
+    fit_fifo: bool = True
 
     @property
     def out_of_place(self) -> bool:
@@ -145,13 +150,25 @@ def lower(schedule: Schedule, *, options: MscclOptions | None = None,
         return _lower(schedule, opts, as_reporter(progress))
 
 
+def _fifo_count(opts: MscclOptions, nchunksperloop: int) -> int:
+    """The largest ``cnt`` whose primitive calls fit a connection's FIFO slots at the top of
+    ``opts``'s window (``MAX_COUNT`` when ``opts.fit_fifo`` is off)."""
+    from tacos.msccl.fifo_calls import NCCL_STEPS, slots_per_call, split_for
+    from tacos.msccl.program import MAX_COUNT
+
+    if not opts.fit_fifo:
+        return MAX_COUNT
+    per_call = split_for(opts.proto, nchunksperloop, opts.max_bytes or None).max_count
+    return max(1, min(MAX_COUNT, per_call * (NCCL_STEPS // slots_per_call(opts.proto))))
+
+
 def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Program:
     hints = schedule.meta.get("channel_of_transfer")
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
         hints = None
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
     with progress.phase(f"ordering {len(schedule.transfers)} transfers"):
-        flow = build_flow(schedule, layout)
+        flow = build_flow(schedule, layout, max_count=_fifo_count(opts, layout.nchunksperloop))
     ports = _port_slots(schedule, flow) if opts.port_order else None
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()

@@ -129,8 +129,9 @@ def _split(entries: list[tuple], limit: int = MAX_COUNT) -> list[list[tuple]]:
     return runs
 
 
-def build_flow(schedule: Schedule, layout: Layout) -> Flow:
-    """Order, version, place and split the schedule's transfers (see the module docstring)."""
+def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow:
+    """Order, version, place and split the schedule's transfers (see the module docstring);
+    no run moves more than ``max_count`` chunks."""
     ts = schedule.transfers
     members = set(layout.group)
     for i, t in enumerate(ts):
@@ -218,7 +219,7 @@ def build_flow(schedule: Schedule, layout: Layout) -> Flow:
                 rsrc = loc[x.prev * pieces + p] if x.prev is not None else None
                 entries.append((c, loc[ri[c] * pieces + p], rsrc, target))
             conn = (u, v, p, ln)
-            for part, group in enumerate(_split(entries)):
+            for part, group in enumerate(_split(entries, max_count)):
                 cs = tuple(e[0] for e in group)
                 creates = tuple(ci[c] for c in cs)
                 prevs = tuple(versions[vid].prev for vid in creates)

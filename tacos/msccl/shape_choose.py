@@ -232,9 +232,12 @@ class ShapeCache:
     def program(self, schedule: Schedule, shape: Shape, base: MscclOptions) -> Program | str:
         """The lowered program (protocol ``Simple``), or why it could not be lowered."""
         key = (self.structure(schedule), shape.instances, shape.port_order, shape.paired,
-               replace(base, proto="Simple", instances=1, port_order=False, pair_peers=False))
+               replace(base, proto="Simple", instances=1, port_order=False, pair_peers=False,
+                       fit_fifo=False))
         got = self._programs.get(key)
         if got is None:
+            # steps stay merged: evaluate() rejects programs whose calls overflow the FIFO
+            base = replace(base, fit_fifo=False)
             opts = replace(shape, proto="Simple").options(base)
             try:
                 got = (lower(schedule, options=opts) if isinstance(schedule, Schedule)
