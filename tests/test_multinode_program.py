@@ -109,6 +109,7 @@ def test_shape_chooser_takes_the_family_and_the_choice_verifies():
     assert "<algo" in choice.xml()  # verified on the way out
 
 
+@pytest.mark.slow
 def test_model_follows_the_replay_over_several_iterations():
     """Over several loop iterations the second trails the first by more than the busiest
     resource's work (dependency chains across thread blocks); the model times the second
