@@ -29,6 +29,7 @@ def preset(name: str, **params):
     return tacos.parse(f"use {name}" + (f"({args})" if args else "")).topology
 
 
+@pytest.mark.slow
 def test_auto_keeps_the_fastest_verified_plan_and_never_loses_to_nccl():
     topo = preset("dgx_a100", nodes=2)
     for size in (64 * 1024, 64 * MiB):
@@ -58,6 +59,7 @@ def test_auto_says_why_a_candidate_was_skipped():
     assert verify_schedule(sched).ok and winner in facts["times"]
 
 
+@pytest.mark.slow
 def test_auto_without_in_switch_plans_for_msccl_xml(tmp_path, capsys):
     topo = preset("dgx_h100_node")
     coll = build("allreduce", topo.live_npus, size=64 * MiB)
@@ -177,6 +179,7 @@ def test_sweep_lets_the_greedy_choose_its_chunks_unless_told():
     assert free.time <= fixed.time
 
 
+@pytest.mark.slow
 def test_cli_sweep_prints_table_writes_folder_and_verifies_it(tmp_path, capsys):
     tdl = tmp_path / "box.tdl"
     tdl.write_text('topology "box"\nuse dgx1\n')

@@ -51,6 +51,7 @@ def test_example_compiles_verifies_and_emits_xml(name, tmp_path, capsys):
     assert code == 0, text
 
 
+@pytest.mark.slow
 def test_two_jobs_on_one_fat_tree(tmp_path, capsys):
     tdl = EXAMPLES / "multijob_fattree.tdl"
     spec = tacos.load(tdl)

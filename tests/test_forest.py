@@ -270,6 +270,7 @@ def test_tree_groups_get_their_own_channels():
     assert int(re.search(r'nchannels="(\d+)"', xml).group(1)) >= len(set(hints))
 
 
+@pytest.mark.slow
 def test_cli_writes_verified_xml(tmp_path, capsys):
     """The forest plan itself (``--shape fixed``), reported as the forest, verifies; the
     default (``--shape auto``) writes whichever plan and shape the runtime model times

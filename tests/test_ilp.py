@@ -156,6 +156,7 @@ def table1_topology(n: int) -> Topology:
                                                      for s in t.switches)))
 
 
+@pytest.mark.slow
 def test_time_limit_respected_and_schedule_still_correct():
     # 32 NPUs: proving the minimal horizon takes HiGHS > 10 s on the reference machine
     topology = table1_topology(32)

@@ -28,6 +28,7 @@ def test_default_mode(flag, kind, want):
     assert in_place(flag, kind) is want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce"])
 def test_compile_is_in_place_by_default_and_out_of_place_on_request(tmp_path, kind):
     ip, oop = tmp_path / "ip.xml", tmp_path / "oop.xml"
@@ -60,6 +61,7 @@ def test_mscclpp_plan_is_in_place_by_default(tmp_path):
     assert verify(out).ok
 
 
+@pytest.mark.slow
 def test_a_folder_holds_both_sets(tmp_path, capsys):
     out = tmp_path / "plans"
     base = [NODE, "-c", "allgather", "--sizes", "1KiB,64MiB", "--workers", "1", "-o", str(out),

@@ -318,6 +318,7 @@ def test_a_plan_the_estimator_cannot_time_is_rejected_with_its_reason():
 # the chooser never loses to the fixed lowering, and its bounds are bounds
 # ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_fixed_lowering_is_a_candidate_and_never_beaten_by_a_slower_choice():
     """On a 4x4 mesh a tree plan lowered with paired peers is several times slower than with
     single peers; the choice still times the fixed lowering's shape (1 instance, Simple,
@@ -382,6 +383,7 @@ def test_auto_ranks_plans_by_their_shaped_program_when_writing_xml():
     verified(ch.program)
 
 
+@pytest.mark.slow
 def test_sync_bound_prunes_without_changing_the_choice():
     """Each sending step pays a hop latency in its thread block, whatever the instance count:
     on the 4x4 mesh the all-pairs plan's long forwarding chains lose to that bound alone, so

@@ -55,6 +55,7 @@ def test_auto_writes_the_in_switch_plan_on_an_nvls_node_when_it_is_fastest(tmp_p
     assert ours < theirs  # written because it is faster in the runtime model
 
 
+@pytest.mark.slow
 def test_a_node_without_a_multicast_switch_gets_no_switch_channels(tmp_path, capsys):
     doc, out, err = _compile(tmp_path, "dgx_a100_node", "allreduce", capsys)
     assert _switch_channels(doc) == 0

@@ -71,6 +71,7 @@ def test_rechunk_candidates_are_powers_of_two():
     assert [k for k, _ in rechunk_candidates("greedy")] == [1, 2, 4, 8, 16]
 
 
+@pytest.mark.slow
 def test_plan_whose_chunks_do_not_cut_its_size_is_rechunked(tmp_path, capsys):
     """DGX-1's forest packs 6 trees per root: 48 chunks never cut a power-of-two size into
     16-byte units, so MSCCL++ would refuse the plan at its own size."""

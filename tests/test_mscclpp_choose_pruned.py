@@ -29,6 +29,7 @@ def _schedule(tdl: str, kind: str, size: str, per: int):
     return topo, tacos.synthesize(topo, coll, solver="greedy", workers=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tdl,kind,size,per", CASES)
 def test_pruned_search_chooses_what_the_exhaustive_search_chooses(tdl, kind, size, per):
     topo, schedule = _schedule(tdl, kind, size, per)

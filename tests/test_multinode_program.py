@@ -87,6 +87,7 @@ def test_allreduce_nic_carries_only_what_must_cross_it():
         assert out == pytest.approx(2 * (m - 1) / m * nbytes / size)
 
 
+@pytest.mark.slow
 def test_model_agrees_with_the_replay_on_the_hierarchical_allreduce():
     from tacos.runtime import estimate_program
 
