@@ -68,6 +68,7 @@ def test_declared_collectives(example: Path) -> None:
     "fixed",
     pytest.param("auto", marks=pytest.mark.slow),  # the default: shaping takes ~12 s here
 ])
+@pytest.mark.slow
 def test_cli_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str], shape: str) -> None:
     topo = Path(__file__).parent.parent / "examples" / "mesh4x4.tdl"
     xml, js = tmp_path / "plan.xml", tmp_path / "plan.json"

@@ -109,6 +109,7 @@ def test_staged_allpairs_at_1gib_is_rejected_and_never_chosen() -> None:
     assert not split_deadlocks(choice.program, 2 * GIB)
 
 
+@pytest.mark.slow
 def test_large_files_read_by_columns_are_not_vouched_for_past_the_split() -> None:
     """A file large enough for the column reader, which checks whole messages, still gets the
     call-by-call execution."""

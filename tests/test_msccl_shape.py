@@ -261,6 +261,7 @@ def _node_plans(topo, kind: str) -> dict:
             "ring": synthesize(topo, coll, solver="nccl-ring")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["allreduce", "allgather"])
 def test_runtime_model_picks_ll_small_and_more_channels_large(kind):
     """On an NVSwitch node the runtime model's best shape is LL for small messages and Simple

@@ -214,6 +214,7 @@ def test_point_to_point_all_to_all_on_a_switch():
     assert s.makespan == pytest.approx(5 * (2e-6 + size / 6 / 25e9), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_nccl_best_is_the_fastest_model_and_says_which():
     topo = preset("dgx_h100", nodes=2).with_capabilities(NVLS)
     coll = build("allreduce", topo.live_npus, size=256 * MiB)

@@ -89,6 +89,7 @@ def torus(tmp_path: Path) -> str:
 @pytest.mark.parametrize("sig", [signal.SIGTERM,
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
                          ids=["TERM", "INT"])
+@pytest.mark.slow
 def test_greedy_workers_end_with_tacosc(sig: int, tmp_path: Path) -> None:
     interrupt([torus(tmp_path), "-c", "allgather", "--solver", "greedy", "--chunks", "4",
                "--trials", "2000", "--workers", "2", "-q"], sig, 2, tmp_path)
@@ -96,6 +97,7 @@ def test_greedy_workers_end_with_tacosc(sig: int, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
                                  signal.SIGINT], ids=["TERM", "INT"])
+@pytest.mark.slow
 def test_ilp_worker_ends_with_tacosc(sig: int, tmp_path: Path) -> None:
     """The HiGHS back end runs in a worker process (it clashes with OR-Tools in one process)."""
     if not _have("highspy") or not ilp_backends.must_isolate("highs"):
@@ -116,6 +118,7 @@ def _timed(limit: float, path: str, kind: str, chunks: int = 1) -> None:
     tacos.verify(schedule).raise_if_failed()
 
 
+@pytest.mark.slow
 def test_ilp_time_limit_is_honoured() -> None:
     if not _have("highspy"):
         pytest.skip("no ILP back end")
