@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import itertools
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
-from tacos.check.simulate import simulate
-from tacos.check.verify import verify_schedule
-from tacos.errors import UsageError
-from tacos.model.patterns import build
-from tacos.model.topology import Link, Npu, Topology
-from tacos.solvers.ilp.link_grid import LinkGrid, replay_in_ticks
-from tacos.solvers.ilp.solver import IlpSolver
-from tacos.solvers.registry import Problem, get_solver
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks: from the checkout
+
+from benchmarks.bench_ilp import random_graph  # noqa: E402  (the benchmark's graphs)
+from tacos.check.simulate import simulate  # noqa: E402
+from tacos.check.verify import verify_schedule  # noqa: E402
+from tacos.errors import UsageError  # noqa: E402
+from tacos.model.patterns import build  # noqa: E402
+from tacos.model.topology import Link, Npu, Topology  # noqa: E402
+from tacos.solvers.ilp.link_grid import LinkGrid, replay_in_ticks  # noqa: E402
+from tacos.solvers.ilp.solver import IlpSolver  # noqa: E402
+from tacos.solvers.registry import Problem, get_solver  # noqa: E402
 
 pytest.importorskip("ortools.sat.python.cp_model")
 
@@ -166,16 +171,6 @@ def test_merged_transfer_pays_alpha_once():
     assert two.status == "optimal"
     assert two.schedule.makespan == pytest.approx(24e-6)  # 12 + 12
     assert brute_force(topology, collective) == pytest.approx(33e-6)
-
-
-def random_graph(rng: random.Random, n: int) -> Topology:
-    order = list(range(n))
-    rng.shuffle(order)
-    pairs = {tuple(sorted((order[i], order[rng.randrange(i)]))) for i in range(1, n)}
-    for _ in range(n // 2):
-        u, v = rng.sample(range(n), 2)
-        pairs.add((min(u, v), max(u, v)))
-    return topo(n, both([(u, v, rng.choice((50, 100, 200))) for u, v in sorted(pairs)]))
 
 
 @pytest.mark.parametrize("seed", range(4))

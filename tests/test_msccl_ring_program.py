@@ -6,31 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from msccl_programs import node, verified
 
 import tacos
 from tacos.errors import TacosError
 from tacos.model import patterns
 from tacos.msccl.allpairs_program import AllPairsAllReduce
 from tacos.msccl.lower import MscclOptions
-from tacos.msccl.program import Program
 from tacos.msccl.ring_program import RingAllReduce, ring_allreduce, ring_families
 from tacos.msccl.shape import Shape, balance, tb_bytes
 from tacos.msccl.shape_choose import choose_shape
-from tacos.msccl.xml_writer import emit_xml
 from tacos.runtime import estimate_nccl, estimate_program
 
-PRESETS = Path(tacos.__file__).parent / "presets"
 EXAMPLES = Path(tacos.__file__).parent.parent / "examples"
-
-
-def node(name: str = "dgx_a100_node"):
-    return tacos.load(PRESETS / f"{name}.tdl").topology
-
-
-def verified(program: Program) -> Program:
-    report = tacos.verify(emit_xml(program))
-    assert report.ok, report.text()
-    return program
 
 
 def options(inplace: bool) -> MscclOptions:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from msccl_programs import node, verified
 
 import tacos
 from tacos.check.verify import verify_schedule
@@ -16,21 +17,8 @@ from tacos.msccl.program import Program
 from tacos.msccl.shape import RuntimeLimits, Shape, balance, shape_problems, shapes, tb_bytes
 from tacos.msccl.shape_choose import NEAR, ShapeCache, choose_shape
 from tacos.msccl.sweep_xml import check_set, write_windows
-from tacos.msccl.xml_writer import emit_xml
 from tacos.solvers.allpairs import allpairs_schedule
 from tacos.synthesize import synthesize
-
-PRESETS = Path(tacos.__file__).parent / "presets"
-
-
-def node(name: str = "dgx_a100_node"):
-    return tacos.load(PRESETS / f"{name}.tdl").topology
-
-
-def verified(program: Program) -> Program:
-    report = tacos.verify(emit_xml(program))
-    assert report.ok, report.text()
-    return program
 
 
 def reachable(program: Program, rank: int, a: tuple[int, int], b: tuple[int, int]) -> bool:
