@@ -20,7 +20,11 @@ time of the plans tacos emits.  How it replays:
   receive ``depth`` messages back has completed (``NCCL_STEPS`` slots over the slots a call
   takes).  A receive (``r``, ``rrc``) ends when its data has arrived and its CTA has copied or
   reduced it; a fused ``rcs``/``rrs``/``rrcs`` starts forwarding one hop after the upstream
-  send started and ends no earlier than one hop after the upstream send ended.
+  send started (that hop *is* its first call's synchronization: the flag it waits for is the
+  upstream's data landing, so a chain of forwards pays one hop latency per hop, NCCL's ring
+  latency ``nsteps x hwLat`` in ``tuning.cc``; a stream that reaches the step later pays its
+  own calls' latency from then) and ends no earlier than one hop after the upstream send
+  ended.
 * ``cpy``/``re`` run at the CTA's copy/reduce rate; ``nop`` only orders.  The protocol's base
   latency is added once.
 """
@@ -170,10 +174,11 @@ def replay(program: Program, topology: Topology, nbytes: int,
                  ("recvwork", stream, it, i, up))
         else:  # s or fused: latency, then a flow
             links, lat = route(r, tb.send)
-            if st.type in FUSED:
-                t = max(t, send_start[up] + lat)
-            push(t + calls * lat, ("flow", stream, it, i, me, up, size, links, lat,
-                                   cta_red if st.type in REDUCES else cta))
+            start = t + calls * lat
+            if st.type in FUSED:  # the first call's wait is the upstream data's hop
+                start = max(start, send_start[up] + lat)
+            push(start, ("flow", stream, it, i, me, up, size, links, lat,
+                         cta_red if st.type in REDUCES else cta))
 
     running: set = set()
     for key in tbs:
