@@ -72,10 +72,11 @@ def test_a_chain_of_forwards_pays_one_hop_latency_per_hop():
     charges one hop latency per hop (the flag a fused step waits for is the upstream data
     landing), NCCL's ring latency ``baseLat + 2(N-1) x hwLat`` (``tuning.cc``), as the
     runtime model does; charging the hop and the step's own call apart doubled it."""
+    from msccl_programs import verified
+
     from tacos.msccl.ring_program import ring_allreduce
     from tacos.runtime import estimate_program
     from tacos.runtime.hardware import hardware_for
-    from msccl_programs import verified
 
     topo = tacos.load(PRESETS / "dgx_a100_node.tdl").topology
     hw = hardware_for(topo)
