@@ -117,16 +117,21 @@ def ring_allreduce(n: int, instances: int, options: MscclOptions, *,
                    options.min_bytes, options.max_bytes, tuple(gpus), options.redop)
 
 
+#: Channels per ring the shape search tries (those dividing ``N``, so every thread block of a
+#: ring carries about the same bytes): Microsoft's ``r48ll*`` plans use 4 on 8 GPUs.
+CHANNELS_PER_RING = (2, 4)
+
+
 def ring_families(topology: Topology, collective: Collective) -> dict[str, RingAllReduce]:
     """The ring programs a shape search adds for an all-reduce: on a topology where every
     pair of the group is the same number of hops apart (an NVSwitch node), the two directions
-    of the ring on every channel (``rings-2``) and every stride coprime with ``N``
-    (``rings-all``, when that is more than two); none otherwise (a ring of strides would cross
-    the fabric several times) or for other collectives.
+    of the ring on every channel (``rings-2``), every stride coprime with ``N``
+    (``rings-all``, when that is more than two), and the two directions spread over ``k``
+    channels per ring (``rings-2-kch``, ``k`` of :data:`CHANNELS_PER_RING` dividing ``N``:
+    Microsoft's shape, whose chains of forwards run side by side); none otherwise (a ring of
+    strides would cross the fabric several times) or for other collectives.
 
-    One ring per channel is NCCL's ring, already a candidate from the schedules; several
-    channels per ring (Microsoft's shape) are not added: the runtime model and the stream
-    replay disagree on them by up to 19 % (``docs/benchmarks/runtime-plans.md``)."""
+    One ring per channel is NCCL's ring, already a candidate from the schedules."""
     group = list(collective.group)
     n = len(group)
     if collective.kind != "allreduce" or n < 3 or not _uniform(topology, group):
@@ -135,6 +140,9 @@ def ring_families(topology: Topology, collective: Collective) -> dict[str, RingA
     coprime = tuple(d for d in range(1, n) if math.gcd(d, n) == 1)
     if len(coprime) > 2:
         out["rings-all"] = RingAllReduce(collective, coprime)
+    for k in CHANNELS_PER_RING:
+        if n % k == 0 and k < n:
+            out[f"rings-2-{k}ch"] = RingAllReduce(collective, (1, n - 1), k)
     return out
 
 

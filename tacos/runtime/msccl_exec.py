@@ -216,13 +216,22 @@ def _steady(it: IterationTiming, topology: Topology, hw: Hardware, proto: str,
     return best, name
 
 
-def _concurrency(it: IterationTiming, conns: dict[tuple[int, int, int], _Conn]
-                 ) -> dict[int, float]:
-    """Per port, the mean number of connections with a transfer on it while it is busy
-    (time-weighted over the first iteration as timed with every connection of the port
-    sharing it).  NVSwitch ports and NICs arbitrate among the flows active at each instant
-    (a flow alone gets the whole port), so a connection's share is the port over the flows
-    it meets on average, not over the most that ever meet."""
+def _concurrency(it: IterationTiming, conns: dict[tuple[int, int, int], _Conn], *,
+                 topology: Topology | None = None, hw: Hardware | None = None,
+                 proto: str = "Simple") -> dict[int, float]:
+    """Per port, the number of connections its payload rate is split among: from the
+    first iteration as timed with every connection of the port sharing it.  NVSwitch ports
+    and NICs arbitrate among the flows active at each instant (a flow alone gets the whole
+    port), so a connection's share is what a flow gets there on average, not the port over
+    the most flows that ever meet.
+
+    With ``topology`` and ``hw``: the time-average, over the port's busy time, of what one
+    flow gets at each instant -- ``min(CTA rate, port / flows active)`` -- expressed as the
+    number of flows that splits the port to it.  A flow cannot take more than its CTA's rate
+    while the port is nearly empty, so the quiet spells at the start and the end of an
+    iteration do not speed up the flows that run through the crowded middle.  Without them
+    (the CTA rate unbounded): the port over the mean number of flows active while it is
+    busy."""
     events: dict[int, list[tuple[float, int]]] = {}
     for key, spans in it.spans.items():
         for a, b in spans:
@@ -233,15 +242,37 @@ def _concurrency(it: IterationTiming, conns: dict[tuple[int, int, int], _Conn]
     out: dict[int, float] = {}
     for i, evs in events.items():
         evs.sort()
+        line, mult, cta = 0.0, 1, 0.0
+        if topology is not None and hw is not None:
+            lk = topology.links[i]
+            line, mult, cta = hw.link_rate(lk) * hw.payload(proto), lk.multiplicity, \
+                hw.cta_rate[proto]
         active, last, busy, area = 0, 0.0, 0.0, 0.0
         for t, d in evs:
             if active > 0:
                 busy += t - last
-                area += active * (t - last)
+                area += (t - last) * (min(cta, line * min(mult, active) / active) if line
+                                      else active)
             active += d
             last = t
-        out[i] = max(1.0, area / busy) if busy > 0 else 1.0
+        if busy <= 0:
+            out[i] = 1.0
+        elif line:  # the flows that split the port to the mean rate a flow gets
+            out[i] = max(1.0, float(mult), line * mult * busy / area)
+        else:
+            out[i] = max(1.0, area / busy)
     return out
+
+
+def _port_floor(it: IterationTiming, topology: Topology, hw: Hardware, proto: str) -> float:
+    """The least time the iteration's bytes take through its busiest port at the port's full
+    payload rate.  A connection's static share of a port is what a flow gets there on
+    average (:func:`_concurrency`), so while the port is more crowded than average the
+    shares add up to more than the port: the iteration cannot end before its port has
+    carried its bytes."""
+    pay = hw.payload(proto)
+    return max((load / (hw.link_rate(topology.links[i]) * pay * topology.links[i].multiplicity)
+                for i, load in it.link_load.items()), default=0.0)
 
 
 def _check_ll128_net(conns: dict[tuple[int, int, int], _Conn], topology: Topology,
@@ -323,14 +354,15 @@ def estimate_program(program: Program, topology: Topology, nbytes: int | None = 
     conns = _connections(model, topology, rank_npus, hw, proto, chunk)
     _check_ll128_net(conns, topology, hw, proto)
     it = time_iteration(model, conns, hw, proto, first, calls_per_chunk, hb=hb)
-    concurrent = _concurrency(it, conns)
+    concurrent = _concurrency(it, conns, topology=topology, hw=hw, proto=proto)
     if any(n < sum(i in c.links for c in conns.values()) for i, n in concurrent.items()):
         # connections that do not all run together do not all share a port: re-time with
         # the mean number active together while each port is busy
         conns = _connections(model, topology, rank_npus, hw, proto, chunk, concurrent)
         it = time_iteration(model, conns, hw, proto, first, calls_per_chunk, hb=hb)
     base = hw.base_latency(proto)
-    time = base + it.makespan
+    first_it = max(it.makespan, _port_floor(it, topology, hw, proto))
+    time = base + first_it
     bound = "latency"
     steady_total = 0.0
     if iters > 1:
@@ -361,4 +393,4 @@ def estimate_program(program: Program, topology: Topology, nbytes: int | None = 
         time, nbytes, program.coll, program.ngpus, f"msccl-executor/{hw.name}",
         f"{bound} ({proto}, {sms} CTAs per GPU, {channels} channels, {iters} iterations)",
         protocol=proto, iterations=iters, ctas=sms, channels=channels,
-        first_iteration=it.makespan, steady=steady_total)
+        first_iteration=first_it, steady=steady_total)
