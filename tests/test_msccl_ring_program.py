@@ -94,9 +94,10 @@ def test_two_rings_per_channel_beat_nccls_ring_at_one_gib_on_a100():
     assert "tacos_ring_allreduce" in choice.xml()  # verified on the way out
 
 
-@pytest.mark.parametrize(("nbytes", "fixture"), [(1 << 20, "executor_ndv4_r48ll.xml"),
-                                                 (4 << 20, "executor_ndv4_r48ll128.xml"),
-                                                 (16 << 20, "executor_ndv4_r48ll128.xml")])
+@pytest.mark.parametrize(("nbytes", "fixture"), [
+    pytest.param(1 << 20, "executor_ndv4_r48ll.xml", marks=pytest.mark.slow),
+    (4 << 20, "executor_ndv4_r48ll128.xml"),
+    pytest.param(16 << 20, "executor_ndv4_r48ll128.xml", marks=pytest.mark.slow)])
 def test_channels_per_ring_is_chosen_where_it_beats_microsofts_plan(nbytes, fixture):
     """Both directions of the ring spread over several channels each, 64 thread blocks:
     the chooser takes it from 1 MiB on one DGX-A100, where it is faster than Microsoft's
@@ -117,8 +118,9 @@ def test_channels_per_ring_is_chosen_where_it_beats_microsofts_plan(nbytes, fixt
     assert "tacos_ring_allreduce" in choice.xml()  # verified on the way out
     theirs = load_xml(Path(__file__).parent / "fixtures" / "msccl" / fixture)
     assert choice.time < estimate_program(theirs, topo, nbytes).time
-    assert replay(choice.program, topo, nbytes) < replay(theirs, topo, nbytes)
-    assert abs(choice.time / replay(choice.program, topo, nbytes) - 1) <= 0.10
+    ours = replay(choice.program, topo, nbytes)
+    assert ours < replay(theirs, topo, nbytes)
+    assert abs(choice.time / ours - 1) <= 0.10
 
 
 @pytest.mark.slow
