@@ -28,7 +28,7 @@ test changes three capacities instead of one per tree).
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from tacos.solvers.forest.flow import INF, FlowNetwork
@@ -219,6 +219,26 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
     for tree in sorted(done, key=lambda t: t.root):
         out += _map_paths(tree, pools)
     return out, p.tests
+
+
+def pack_cached(cache: dict | None, compute: tuple[int, ...], roots: tuple[int, ...],
+                split: SplitGraph, k: int, interleave: bool = True,
+                islands: list[tuple[int, ...]] = ()) -> tuple[list[Tree], int]:
+    """:func:`pack_trees`, kept in ``cache`` (None: no cache) under its exact inputs: the
+    capacities and paths in their order (the packer's choices follow it), so a hit returns what
+    packing again would (copies: callers may rebuild trees).  An all-reduce's reduction phase on
+    a topology whose reversed capacities equal the forward ones, in the same order, packs
+    once."""
+    if cache is None:
+        return pack_trees(compute, roots, split, k, interleave, islands)
+    key = (tuple(compute), tuple(roots), k, interleave, tuple(map(tuple, islands)),
+           tuple(split.caps.items()),
+           tuple((e, tuple(pool)) for e, pool in split.paths.items()))
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = pack_trees(compute, roots, split, k, interleave, islands)
+    trees, tests = hit
+    return [replace(t, edges=list(t.edges), paths=list(t.paths)) for t in trees], tests
 
 
 def _eccentricity(compute: tuple[int, ...], caps: dict[Edge, int]) -> dict[int, int]:

@@ -86,7 +86,7 @@ from tacos.solvers.forest.bound import cannot_win, load_bound, rate_floor
 from tacos.solvers.forest.candidates import ONCE, PER_PACKING, Context, named_candidates
 from tacos.solvers.forest.in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest.memo import shape_caches
-from tacos.solvers.forest.pack import Tree, check_packing, pack_trees
+from tacos.solvers.forest.pack import Tree, check_packing, pack_cached
 from tacos.solvers.forest.packing import Forest, group_topology
 from tacos.solvers.forest.pipeline import emit, slice_count
 from tacos.solvers.forest.rate import choose_rate, link_capacities
@@ -149,13 +149,16 @@ def _order(t: Transfer) -> tuple:
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
                 phase: str, reverse: bool, trees: int | str = "auto",
                 relays: str = "members", islands: bool = True,
-                symmetric: bool = True) -> Forest:
+                symmetric: bool = True, packs: dict | None = None) -> Forest:
     """Rate, switch splitting and tree packing for one phase.  NPUs outside ``group`` are left
     out unless ``relays='all'``; then they are relays, split off like switches.  ``islands``
     lets trees enter each island (:func:`~tacos.solvers.islands.find_islands`) once and spread
     inside it (:func:`~tacos.solvers.forest.pack.pack_trees`).  With ``symmetric``, a topology
     whose translations are verified automorphisms gets one root's trees translated to every
-    root (:mod:`~tacos.solvers.forest.symmetric`) instead."""
+    root (:mod:`~tacos.solvers.forest.symmetric`) instead.  ``packs`` keeps the Lovász
+    packings by their exact inputs (:func:`~tacos.solvers.forest.pack.pack_cached`): a
+    reduction phase whose reversed topology has the same capacities, in the same order, as the
+    copy phase's gets the same trees without packing them again."""
     clock = time.perf_counter()
     topo = topology if relays == "all" else group_topology(topology, group)
     if reverse:
@@ -173,8 +176,8 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     if packed is None:
         how = "lovasz"
         found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
-        packed, tests = pack_trees(group, graph.sources, split, rate.k,
-                                   interleave=len(group) <= INTERLEAVE_MAX, islands=found)
+        packed, tests = pack_cached(packs, group, graph.sources, split, rate.k,
+                                    interleave=len(group) <= INTERLEAVE_MAX, islands=found)
     check_packing(group, graph.sources, packed, rate.k, rate.caps)
     t_pack = time.perf_counter()
     return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,
@@ -376,7 +379,8 @@ class ForestSolver(SolverBase):
             if forests is None:
                 forests = memo["plans"][choice, order] = [
                     plan_forest(topo, group, group if who == "group" else (int(coll.root),),
-                                phase, reverse, choice, relays, order, symmetric)
+                                phase, reverse, choice, relays, order, symmetric,
+                                memo["packs"])
                     for phase, reverse, who in PHASES[coll.kind]]
             bases.append((forests, order, Context(forests, topo, group, order, fixed, stepped,
                                                   deep)))
@@ -601,6 +605,12 @@ class ForestSolver(SolverBase):
                              "base_chunks_per_npu": q * big_k, "batched": batch,
                              "slices_per_round": list(groups),
                              "channel_groups": channel_groups(forests, q * big_k)}}
+        if plan is not None and len(forests) < len(PHASES[coll.kind]):
+            # the slice search times the last phase alone: its transfers, unshifted (assemble
+            # would delay them by the absent first phase's makespan, 0), give the same
+            # makespan and count, and the whole schedule is built for the plan kept
+            (phase,) = (f.phase for f in forests)
+            return Schedule(topo, parts[phase][0], scheds[phase].transfers, meta)
         if plan is not None:
             out = assemble(topo, refined, plan, scheds.get("reduce"), scheds.get("copy"))
             return Schedule(topo, refined, out.transfers, meta)
