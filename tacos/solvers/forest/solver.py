@@ -88,7 +88,7 @@ from tacos.solvers.forest.in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest.memo import shape_caches
 from tacos.solvers.forest.pack import Tree, check_packing, pack_cached
 from tacos.solvers.forest.packing import Forest, group_topology
-from tacos.solvers.forest.pipeline import emit, slice_count
+from tacos.solvers.forest.pipeline import emit, localize, slice_count
 from tacos.solvers.forest.rate import choose_rate, link_capacities
 from tacos.solvers.forest.split import split_switches
 from tacos.solvers.forest.symmetric import find_symmetry, pack_symmetric
@@ -347,6 +347,8 @@ class ForestSolver(SolverBase):
         # one phase's timed transfers, by (forest, rounds, batch, q, K): all-reduce's last
         # phase is timed once, not twice
         self._emitted: dict[tuple, tuple[Forest, list[Transfer]]] = {}
+        # every forest's trees on local node ids (pipeline.localize), by the forest
+        self._local: dict[int, tuple[Forest, list]] = {}
         coll, topo, opts = problem.collective, problem.topology, problem.options
         _check_collective(coll)
         trees_opt = opts.get("trees", "auto")
@@ -450,6 +452,7 @@ class ForestSolver(SolverBase):
                                   max(1, coll.chunks_per_npu), info["slices_per_round"],
                                   info["batched"])
         self._emitted.clear()
+        self._local.clear()
         # the list schedule lets transfers ending within TIE of each other start together;
         # the simulator's replay in the same order starts each as early as it can
         best = simulate(best).schedule
@@ -594,8 +597,14 @@ class ForestSolver(SolverBase):
             if transfers is None:
                 rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
                 sizes = [c.size for c in sub.chunks]
+                local = getattr(self, "_local", {}).get(id(f))  # the entry holds f (below)
+                if local is None or local[0] is not f:
+                    local = (f, localize(f.trees, view.topology.is_switch))
+                    if hasattr(self, "_local"):
+                        self._local[id(f)] = local
                 transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
-                                 lanes, batch=batch, is_switch=view.topology.is_switch)
+                                 lanes, batch=batch, is_switch=view.topology.is_switch,
+                                 local=local[1])
                 transfers.sort(key=_order)
                 cache[key] = (f, transfers)
             scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
