@@ -81,7 +81,8 @@ def main() -> None:
     ap.add_argument("--tree", help="import tacos from this checkout instead")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else None
-    print("| system | coll. | size | CPU (s) | wall (s) | fraction | verified | schedule sha256[:16] |")
+    print("| system | coll. | size | CPU (s) | wall (s) | fraction | verified "
+          "| schedule sha256[:16] |")
     print("|---|---|---|---|---|---|---|---|")
     for name, text in SYSTEMS.items():
         if only and name not in only:

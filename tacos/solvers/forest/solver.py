@@ -122,6 +122,9 @@ SOLVE_TRANSFERS = 200_000
 """Transfers timed in all by one solve (screening and search): list-scheduling costs about
 40 µs per transfer, so this keeps the pipeline search of a 64-NPU system to a few seconds.
 Every tree count still gets one schedule, and the best one at least one more."""
+PHASE_ALONE = True
+"""The slice search times all-reduce's last phase as its own schedule (the same makespan and
+transfers as assembling it behind an empty first phase, without the copy); off: assembled."""
 MODES: tuple[tuple[bool | str, int], ...] = tuple(
     (batch, depth) for depth in (2, 0, 4) for batch in (False, True))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
@@ -614,7 +617,7 @@ class ForestSolver(SolverBase):
                              "base_chunks_per_npu": q * big_k, "batched": batch,
                              "slices_per_round": list(groups),
                              "channel_groups": channel_groups(forests, q * big_k)}}
-        if plan is not None and len(forests) < len(PHASES[coll.kind]):
+        if plan is not None and PHASE_ALONE and len(forests) < len(PHASES[coll.kind]):
             # the slice search times the last phase alone: its transfers, unshifted (assemble
             # would delay them by the absent first phase's makespan, 0), give the same
             # makespan and count, and the whole schedule is built for the plan kept
