@@ -158,8 +158,9 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     lets trees enter each island (:func:`~tacos.solvers.islands.find_islands`) once and spread
     inside it (:func:`~tacos.solvers.forest.pack.pack_trees`).  With ``symmetric``, a topology
     whose translations are verified automorphisms gets one root's trees translated to every
-    root (:mod:`~tacos.solvers.forest.symmetric`) instead.  ``packs`` keeps the Lovász
-    packings by their exact inputs (:func:`~tacos.solvers.forest.pack.pack_cached`): a
+    root (:mod:`~tacos.solvers.forest.symmetric`) instead.  ``packs`` keeps the switch
+    splittings and the Lovász packings by their exact inputs
+    (:func:`~tacos.solvers.forest.pack.pack_cached`): a
     reduction phase whose reversed topology has the same capacities, in the same order, as the
     copy phase's gets the same trees without packing them again."""
     clock = time.perf_counter()
@@ -169,7 +170,12 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     graph = link_capacities(topo, group, roots)
     rate = choose_rate(topo, graph, trees)
     t_rate = time.perf_counter()
-    split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
+    key = ("split", graph.n_nodes, group, graph.sources, tuple(rate.caps.items()), rate.k)
+    split = packs.get(key) if packs is not None else None
+    if split is None:  # (the same inputs, in the same order: the same split graph)
+        split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
+        if packs is not None:
+            packs[key] = split
     t_split = time.perf_counter()
     packed, tests, how = None, 0, "lovasz"
     if symmetric and set(graph.sources) == set(group):
