@@ -358,6 +358,8 @@ class ForestSolver(SolverBase):
         self._emitted: dict[tuple, tuple[Forest, list[Transfer]]] = {}
         # every forest's trees on local node ids (pipeline.localize), by the forest
         self._local: dict[int, tuple[Forest, list]] = {}
+        # the refined collective and its inversion plan, by chunks per NPU (_schedule)
+        self._refined: dict[int, tuple[Collective, Any]] = {}
         coll, topo, opts = problem.collective, problem.topology, problem.options
         _check_collective(coll)
         trees_opt = opts.get("trees", "auto")
@@ -462,6 +464,7 @@ class ForestSolver(SolverBase):
                                   info["batched"])
         self._emitted.clear()
         self._local.clear()
+        self._refined.clear()
         # the list schedule lets transfers ending within TIE of each other start together;
         # the simulator's replay in the same order starts each as early as it can
         best = simulate(best).schedule
@@ -585,10 +588,13 @@ class ForestSolver(SolverBase):
         """The schedule of ``coll`` (refined) with rounds of ``groups`` slices."""
         s = sum(groups)
         per = q * big_k * s
-        refined = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per,
-                                 root=coll.root, name=coll.name)
-        if refined.combining:
-            plan = plan_inversion(refined)
+        known = getattr(self, "_refined", {})  # solve()'s: by chunks per NPU (one collective)
+        if per not in known:
+            refined = patterns.build(coll.kind, coll.group, size=coll.size,
+                                     chunks_per_npu=per, root=coll.root, name=coll.name)
+            known[per] = (refined, plan_inversion(refined) if refined.combining else None)
+        refined, plan = known[per]
+        if plan is not None:
             parts = {"reduce": (plan.dual, plan.dual_ids), "copy": (plan.forward, plan.forward_ids)}
         else:
             plan = None
