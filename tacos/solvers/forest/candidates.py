@@ -92,9 +92,18 @@ def _shared(forests: list[Forest], topology: Topology,
     """The forests with their switch stars rebuilt to share hops across roots
     (:func:`~tacos.solvers.forest.shared.share_switch_hops`), or None if no phase changes."""
     out, changed = [], False
+    done: dict[tuple, list[Tree] | None] = {}  # by the inputs: all-reduce's phases often agree
     for f in forests:
-        trees = share_switch_hops(f.trees, group, f.roots, f.rate.k,
-                                  f.rate.caps, topology.is_switch)
+        key = (tuple((t.root, t.mult, tuple(t.edges), tuple(t.paths),
+                      None if t.steps is None else tuple(t.steps),
+                      None if t.order is None else tuple(t.order)) for t in f.trees),
+               f.roots, f.rate.k, tuple(f.rate.caps.items()))
+        if key not in done:
+            done[key] = share_switch_hops(f.trees, group, f.roots, f.rate.k,
+                                          f.rate.caps, topology.is_switch)
+        trees = done[key]
+        if trees is not None:  # (each phase its own trees: callers may rebuild them)
+            trees = [replace(t, edges=list(t.edges), paths=list(t.paths)) for t in trees]
         changed |= trees is not None
         out.append(replace(f, trees=trees) if trees is not None else f)
     return out if changed else None

@@ -25,11 +25,12 @@ def shape_caches(topology: Topology, group: tuple[int, ...], kind: str, root: An
                  options: tuple) -> dict[str, dict]:
     """The caches of this shape: ``plans`` (tree count and island order → forests),
     ``stepped`` and ``deep`` (the integer programs' trees, see
-    :class:`~tacos.solvers.forest.candidates.Context`); new empty ones for a new shape."""
+    :class:`~tacos.solvers.forest.candidates.Context`), ``packs`` (Lovász packings by their
+    inputs, :func:`~tacos.solvers.forest.pack.pack_cached`); new empty ones for a new shape."""
     key = (topology, group, kind, root, options)
     found = _SHAPES.get(key)
     if found is None:
-        found = _SHAPES[key] = {"plans": {}, "stepped": {}, "deep": {}}
+        found = _SHAPES[key] = {"plans": {}, "stepped": {}, "deep": {}, "packs": {}}
         while len(_SHAPES) > MAX_SHAPES:
             _SHAPES.popitem(last=False)
     else:

@@ -28,7 +28,7 @@ test changes three capacities instead of one per tree).
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from tacos.solvers.forest.flow import INF, FlowNetwork
@@ -88,10 +88,15 @@ class _Packer:
         self.caps = {e: c for e, c in caps.items() if c > 0}
         self.arc = {e: self.net.add_arc(e[0], e[1], c) for e, c in self.caps.items()}
         self.to_hub = {x: self.net.add_arc(x, self.hub, 0) for x in compute}
+        # the test only needs the flow up to what the arc could take: a source in front of x
+        # whose one arc carries just that much (the same answer, less flow to push)
+        self.limit = self.net.add_node()
+        self.from_limit = {x: self.net.add_arc(self.limit, x, 0) for x in compute}
         self.succ: dict[int, list[int]] = defaultdict(list)
         for x, y in sorted(self.caps):
             self.succ[x].append(y)
         self.live = 0  # Σ C over unfinished trees
+        self.cover: dict[int, int] = defaultdict(int)  # Σ C over unfinished trees holding v
         self.tests = 0
         self.enter = _entered(list(islands), self.caps)
         self.island_of: dict[int, list[int]] = defaultdict(list)
@@ -107,18 +112,28 @@ class _Packer:
              "rank": 0, "islands": {i for v in nodes for i in self.island_of.get(v, ())}}
         for v in nodes:
             self.net.add_arc(s, v, INF)
+            self.cover[v] += mult
         self.live += mult
         return t
 
     def test(self, t: dict, x: int, y: int) -> int:
         self.tests += 1
         mult = t["tree"].mult
+        cap = self.caps[(x, y)]
+        # units = min(mult, cap, flow - (live - mult)): a flow above this cannot change it
+        enough = self.live - mult + min(mult, cap)
+        if cap + self.cover[y] >= enough:
+            # that much flows anyway: x → y directly, and x → hub → every other unfinished
+            # tree that holds y → y (disjoint paths); no need to solve
+            return min(mult, cap)
         self.net.set_cap(self.to_hub[x], INF)
         self.net.set_cap(t["hub"], 0)
-        value, _ = self.net.max_flow(x, y)
+        self.net.set_cap(self.from_limit[x], enough)
+        value, _ = self.net.max_flow(self.limit, y)
+        self.net.set_cap(self.from_limit[x], 0)
         self.net.set_cap(self.to_hub[x], 0)
         self.net.set_cap(t["hub"], mult)
-        return max(0, min(mult, self.caps[(x, y)], value - (self.live - mult)))
+        return max(0, min(mult, cap, value - (self.live - mult)))
 
     def expand(self, t: dict, x: int, trees: deque) -> bool:
         """Try every arc out of ``x`` for tree ``t``; True when some arc joined it."""
@@ -142,9 +157,12 @@ class _Packer:
                 copy["islands"] = set(t["islands"])
                 trees.append(copy)
                 tree.mult = units
+                for v in t["nodes"]:  # the copy holds the rest on these nodes now
+                    self.cover[v] -= rest
                 self.net.set_cap(t["hub"], units)
             tree.edges.append((x, y))
             t["nodes"].add(y)
+            self.cover[y] += tree.mult
             t["islands"].update(self.island_of.get(y, ()))
             t["depth"][y] = t["depth"][x] + 1
             if t["depth"][y] < t["limit"]:
@@ -158,6 +176,8 @@ class _Packer:
     def finish(self, t: dict) -> None:
         self.net.set_cap(t["hub"], 0)
         self.live -= t["tree"].mult
+        for v in t["nodes"]:
+            self.cover[v] -= t["tree"].mult
 
 
 def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGraph,
@@ -219,6 +239,26 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
     for tree in sorted(done, key=lambda t: t.root):
         out += _map_paths(tree, pools)
     return out, p.tests
+
+
+def pack_cached(cache: dict | None, compute: tuple[int, ...], roots: tuple[int, ...],
+                split: SplitGraph, k: int, interleave: bool = True,
+                islands: list[tuple[int, ...]] = ()) -> tuple[list[Tree], int]:
+    """:func:`pack_trees`, kept in ``cache`` (None: no cache) under its exact inputs: the
+    capacities and paths in their order (the packer's choices follow it), so a hit returns what
+    packing again would (copies: callers may rebuild trees).  An all-reduce's reduction phase on
+    a topology whose reversed capacities equal the forward ones, in the same order, packs
+    once."""
+    if cache is None:
+        return pack_trees(compute, roots, split, k, interleave, islands)
+    key = (tuple(compute), tuple(roots), k, interleave, tuple(map(tuple, islands)),
+           tuple(split.caps.items()),
+           tuple((e, tuple(pool)) for e, pool in split.paths.items()))
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = pack_trees(compute, roots, split, k, interleave, islands)
+    trees, tests = hit
+    return [replace(t, edges=list(t.edges), paths=list(t.paths)) for t in trees], tests
 
 
 def _eccentricity(compute: tuple[int, ...], caps: dict[Edge, int]) -> dict[int, int]:

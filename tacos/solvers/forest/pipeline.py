@@ -48,7 +48,7 @@ from tacos.solvers.forest.pack import Tree
 from tacos.solvers.forest.split import Path
 from tacos.solvers.forest.steps import StepTable, step_groups, step_table
 
-__all__ = ["Hop", "emit", "make_transfer", "slice_count", "step_groups"]
+__all__ = ["Hop", "emit", "localize", "make_transfer", "slice_count", "step_groups"]
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,13 @@ def _local(tree: Tree, is_switch: Callable[[int], bool] | None) -> tuple[Tree, l
     same = len(edges) == len(tree.edges)
     steps = tree.steps if tree.steps and same else None
     return Tree(0, tree.mult, edges, paths, steps, tree.order if same else None), npus
+
+
+def localize(trees: list[Tree], is_switch: Callable[[int], bool] | None
+             ) -> list[tuple[Tree, list[int]]]:
+    """Every tree on local node ids, with each local node's NPU (what :func:`emit` schedules;
+    the same for every slicing of the same trees)."""
+    return [_local(t, is_switch) for t in trees]
 
 
 def slice_count(trees: list[Tree], tree_bytes: list[float], hop_of: Callable[[Path], Hop],
@@ -253,7 +260,8 @@ class _GroupView:
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
          hop_of: Callable[[Path], Hop], lanes: list[int], op: str = "copy",
          batch: bool | str = True, is_switch: Callable[[int], bool] | None = None,
-         stripe: bool = True) -> list[Transfer]:
+         stripe: bool = True, local: list[tuple[Tree, list[int]]] | None = None
+         ) -> list[Transfer]:
     """List-schedule every (tree, round) along its tree; ``rounds[i][j]`` = chunk ids tree i
     sends in round j; ``lanes[l]`` = transfers link l carries at once; ``batch`` merges a
     round's ready slices on a route into one transfer, and ``batch='steps'`` merges every
@@ -261,8 +269,10 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     rounds whose tree edges share sender, receiver and route, which then pay α once);
     ``is_switch`` tells relay NPUs on a path (stored and forwarded) from switches (cut
     through); ``stripe`` spreads a slice over the idle parallel lanes of its route when nothing
-    else waits for them.  Returns the timed transfers."""
-    local = [_local(t, is_switch) for t in trees]
+    else waits for them.  ``local`` is :func:`localize`'s result for these trees, when the
+    caller keeps it across calls.  Returns the timed transfers."""
+    if local is None:
+        local = localize(trees, is_switch)
     trees = [t for t, _ in local]
     npu_of = [n for _, n in local]
     steps = batch == "steps" and bool(trees)  # (no trees: nothing to group)
@@ -354,9 +364,25 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     def start(touched: set[int], now: float) -> None:
         nonlocal seq
         # lanes only get taken while starting, so a hop blocked now stays blocked: leave it out
-        # before ordering the rest (same order, fewer hops to sort and try)
-        for hid in sorted((h for h in touched if ready[h] and lanes_for(h) is not None),
-                          key=lambda h: ready[h][0]):
+        # before ordering the rest (same order, fewer hops to sort and try); a fixed route's
+        # check is lanes_for's, inline (the hottest loop of the list schedule)
+        heads = []
+        for h in touched:
+            queue = ready[h]
+            if not queue:
+                continue
+            route = fixed[h]
+            if route is None:
+                if lanes_for(h) is not None:
+                    heads.append((queue[0], h))
+                continue
+            for li in route:
+                if free[li] <= 0:
+                    break
+            else:
+                heads.append((queue[0], h))
+        heads.sort()  # by the head of each queue (unique: it names its tree, round and edge)
+        for _, hid in heads:
             queue, hop = ready[hid], hops[hid]
             while queue:
                 route = lanes_for(hid)

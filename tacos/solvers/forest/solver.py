@@ -86,9 +86,9 @@ from tacos.solvers.forest.bound import cannot_win, load_bound, rate_floor
 from tacos.solvers.forest.candidates import ONCE, PER_PACKING, Context, named_candidates
 from tacos.solvers.forest.in_switch import in_switch_allreduce, star_optimum
 from tacos.solvers.forest.memo import shape_caches
-from tacos.solvers.forest.pack import Tree, check_packing, pack_trees
+from tacos.solvers.forest.pack import Tree, check_packing, pack_cached
 from tacos.solvers.forest.packing import Forest, group_topology
-from tacos.solvers.forest.pipeline import emit, slice_count
+from tacos.solvers.forest.pipeline import emit, localize, slice_count
 from tacos.solvers.forest.rate import choose_rate, link_capacities
 from tacos.solvers.forest.split import split_switches
 from tacos.solvers.forest.symmetric import find_symmetry, pack_symmetric
@@ -122,6 +122,9 @@ SOLVE_TRANSFERS = 200_000
 """Transfers timed in all by one solve (screening and search): list-scheduling costs about
 40 µs per transfer, so this keeps the pipeline search of a 64-NPU system to a few seconds.
 Every tree count still gets one schedule, and the best one at least one more."""
+PHASE_ALONE = True
+"""The slice search times all-reduce's last phase as its own schedule (the same makespan and
+transfers as assembling it behind an empty first phase, without the copy); off: assembled."""
 MODES: tuple[tuple[bool | str, int], ...] = tuple(
     (batch, depth) for depth in (2, 0, 4) for batch in (False, True))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
@@ -149,13 +152,17 @@ def _order(t: Transfer) -> tuple:
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
                 phase: str, reverse: bool, trees: int | str = "auto",
                 relays: str = "members", islands: bool = True,
-                symmetric: bool = True) -> Forest:
+                symmetric: bool = True, packs: dict | None = None) -> Forest:
     """Rate, switch splitting and tree packing for one phase.  NPUs outside ``group`` are left
     out unless ``relays='all'``; then they are relays, split off like switches.  ``islands``
     lets trees enter each island (:func:`~tacos.solvers.islands.find_islands`) once and spread
     inside it (:func:`~tacos.solvers.forest.pack.pack_trees`).  With ``symmetric``, a topology
     whose translations are verified automorphisms gets one root's trees translated to every
-    root (:mod:`~tacos.solvers.forest.symmetric`) instead."""
+    root (:mod:`~tacos.solvers.forest.symmetric`) instead.  ``packs`` keeps the switch
+    splittings and the Lovász packings by their exact inputs
+    (:func:`~tacos.solvers.forest.pack.pack_cached`): a
+    reduction phase whose reversed topology has the same capacities, in the same order, as the
+    copy phase's gets the same trees without packing them again."""
     clock = time.perf_counter()
     topo = topology if relays == "all" else group_topology(topology, group)
     if reverse:
@@ -163,7 +170,12 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     graph = link_capacities(topo, group, roots)
     rate = choose_rate(topo, graph, trees)
     t_rate = time.perf_counter()
-    split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
+    key = ("split", graph.n_nodes, group, graph.sources, tuple(rate.caps.items()), rate.k)
+    split = packs.get(key) if packs is not None else None
+    if split is None:  # (the same inputs, in the same order: the same split graph)
+        split = split_switches(graph.n_nodes, group, graph.sources, rate.caps, rate.k)
+        if packs is not None:
+            packs[key] = split
     t_split = time.perf_counter()
     packed, tests, how = None, 0, "lovasz"
     if symmetric and set(graph.sources) == set(group):
@@ -173,8 +185,8 @@ def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ..
     if packed is None:
         how = "lovasz"
         found = find_islands(topo, group) if islands and len(group) <= INTERLEAVE_MAX else []
-        packed, tests = pack_trees(group, graph.sources, split, rate.k,
-                                   interleave=len(group) <= INTERLEAVE_MAX, islands=found)
+        packed, tests = pack_cached(packs, group, graph.sources, split, rate.k,
+                                    interleave=len(group) <= INTERLEAVE_MAX, islands=found)
     check_packing(group, graph.sources, packed, rate.k, rate.caps)
     t_pack = time.perf_counter()
     return Forest(phase, reverse, graph.sources, rate, graph.unit, split, packed, tests,
@@ -344,6 +356,10 @@ class ForestSolver(SolverBase):
         # one phase's timed transfers, by (forest, rounds, batch, q, K): all-reduce's last
         # phase is timed once, not twice
         self._emitted: dict[tuple, tuple[Forest, list[Transfer]]] = {}
+        # every forest's trees on local node ids (pipeline.localize), by the forest
+        self._local: dict[int, tuple[Forest, list]] = {}
+        # the refined collective and its inversion plan, by chunks per NPU (_schedule)
+        self._refined: dict[int, tuple[Collective, Any]] = {}
         coll, topo, opts = problem.collective, problem.topology, problem.options
         _check_collective(coll)
         trees_opt = opts.get("trees", "auto")
@@ -376,7 +392,8 @@ class ForestSolver(SolverBase):
             if forests is None:
                 forests = memo["plans"][choice, order] = [
                     plan_forest(topo, group, group if who == "group" else (int(coll.root),),
-                                phase, reverse, choice, relays, order, symmetric)
+                                phase, reverse, choice, relays, order, symmetric,
+                                memo["packs"])
                     for phase, reverse, who in PHASES[coll.kind]]
             bases.append((forests, order, Context(forests, topo, group, order, fixed, stepped,
                                                   deep)))
@@ -446,6 +463,8 @@ class ForestSolver(SolverBase):
                                   max(1, coll.chunks_per_npu), info["slices_per_round"],
                                   info["batched"])
         self._emitted.clear()
+        self._local.clear()
+        self._refined.clear()
         # the list schedule lets transfers ending within TIE of each other start together;
         # the simulator's replay in the same order starts each as early as it can
         best = simulate(best).schedule
@@ -569,10 +588,13 @@ class ForestSolver(SolverBase):
         """The schedule of ``coll`` (refined) with rounds of ``groups`` slices."""
         s = sum(groups)
         per = q * big_k * s
-        refined = patterns.build(coll.kind, coll.group, size=coll.size, chunks_per_npu=per,
-                                 root=coll.root, name=coll.name)
-        if refined.combining:
-            plan = plan_inversion(refined)
+        known = getattr(self, "_refined", {})  # solve()'s: by chunks per NPU (one collective)
+        if per not in known:
+            refined = patterns.build(coll.kind, coll.group, size=coll.size,
+                                     chunks_per_npu=per, root=coll.root, name=coll.name)
+            known[per] = (refined, plan_inversion(refined) if refined.combining else None)
+        refined, plan = known[per]
+        if plan is not None:
             parts = {"reduce": (plan.dual, plan.dual_ids), "copy": (plan.forward, plan.forward_ids)}
         else:
             plan = None
@@ -590,8 +612,14 @@ class ForestSolver(SolverBase):
             if transfers is None:
                 rounds = _rounds(f, sub, ids, refined, per, groups, q * big_k)
                 sizes = [c.size for c in sub.chunks]
+                local = getattr(self, "_local", {}).get(id(f))  # the entry holds f (below)
+                if local is None or local[0] is not f:
+                    local = (f, localize(f.trees, view.topology.is_switch))
+                    if hasattr(self, "_local"):
+                        self._local[id(f)] = local
                 transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
-                                 lanes, batch=batch, is_switch=view.topology.is_switch)
+                                 lanes, batch=batch, is_switch=view.topology.is_switch,
+                                 local=local[1])
                 transfers.sort(key=_order)
                 cache[key] = (f, transfers)
             scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
@@ -601,6 +629,12 @@ class ForestSolver(SolverBase):
                              "base_chunks_per_npu": q * big_k, "batched": batch,
                              "slices_per_round": list(groups),
                              "channel_groups": channel_groups(forests, q * big_k)}}
+        if plan is not None and PHASE_ALONE and len(forests) < len(PHASES[coll.kind]):
+            # the slice search times the last phase alone: its transfers, unshifted (assemble
+            # would delay them by the absent first phase's makespan, 0), give the same
+            # makespan and count, and the whole schedule is built for the plan kept
+            (phase,) = (f.phase for f in forests)
+            return Schedule(topo, parts[phase][0], scheds[phase].transfers, meta)
         if plan is not None:
             out = assemble(topo, refined, plan, scheds.get("reduce"), scheds.get("copy"))
             return Schedule(topo, refined, out.transfers, meta)

@@ -34,8 +34,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_flow
 
 from tacos.model.topology import Topology
 from tacos.solvers.forest.pack import Tree
@@ -228,6 +226,9 @@ def _parents(sym: Symmetry, caps: dict[Edge, int], k: int, same_layer: bool
         rows.append(base + oi[x])
         cols.append(sink)
         data.append(caps[(r0, x)])
+    from scipy.sparse import csr_matrix  # (here: systems without translations never load it)
+    from scipy.sparse.csgraph import maximum_flow
+
     graph = csr_matrix((np.array(data, dtype=np.int32), (rows, cols)), shape=(sink + 1,) * 2)
     result = maximum_flow(graph, 0, sink)
     if result.flow_value < k * len(others):
