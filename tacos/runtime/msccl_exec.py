@@ -112,13 +112,21 @@ def _order(model: Model, preds: list[list[int]]) -> list[int] | None:
 
 def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: Hardware,
                    proto: str, slice_bytes: float, calls_per_chunk: int, *,
-                   hb: Any = None) -> IterationTiming:
+                   hb: Any = None, compiled: bool | None = None) -> IterationTiming:
     """Event times of one loop iteration on ``slice_bytes`` per MSCCL chunk (``hb``: the
-    model's happens-before graph, when already built)."""
+    model's happens-before graph, when already built).  ``compiled``: run the same loop
+    compiled (:mod:`tacos.runtime.msccl_sim`, same result); None: when it pays."""
     hb = build_hb(model) if hb is None else hb
     if not hb.acyclic:
         raise TacosError("cannot time a program whose happens-before graph has a cycle",
                          hint="tacosc verify names the cycle")
+    from tacos.runtime import msccl_sim
+
+    if compiled or (compiled is None and msccl_sim.worth_it(model)):
+        got = msccl_sim.time_iteration(model, conns, hw, proto, slice_bytes, calls_per_chunk,
+                                       hb)
+        if got is not None:
+            return got
     n = len(model.txs)
     slots_per_call = hw.slots_per_call(proto)
     match: dict[int, int] = {}  # receive gid -> send gid
