@@ -206,5 +206,5 @@ def time_iteration(model: Model, conns: dict, hw: Any, proto: str, slice_bytes: 
         bounds = np.flatnonzero(np.diff(sconn[spans])) + 1
         for part in np.split(spans, bounds):
             out.spans[keys[int(sconn[part[0]])]] = list(zip(span_a[part].tolist(),
-                                                            span_b[part].tolist()))
+                                                            span_b[part].tolist(), strict=True))
     return out
