@@ -332,7 +332,11 @@ def estimate_program(program: Program, topology: Topology, nbytes: int | None = 
     _check_ll128_net(conns, topology, hw, proto)
     it = time_iteration(model, conns, hw, proto, first, calls_per_chunk, hb=hb)
     concurrent = _concurrency(it, conns)
-    if any(n < sum(i in c.links for c in conns.values()) for i, n in concurrent.items()):
+    crossing: dict[int, int] = {}  # per port, the connections that cross it
+    for c in conns.values():
+        for i in set(c.links):
+            crossing[i] = crossing.get(i, 0) + 1
+    if any(n < crossing.get(i, 0) for i, n in concurrent.items()):
         # connections that do not all run together do not all share a port: re-time with
         # the mean number active together while each port is busy
         conns = _connections(model, topology, rank_npus, hw, proto, chunk, concurrent)
