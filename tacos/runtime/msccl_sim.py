@@ -139,6 +139,17 @@ def model_arrays(model: Model, hb: Any) -> ModelArrays:
     return out
 
 
+def topological_order(preds: list[list[int]]) -> list[int]:
+    """:func:`tacos.msccl.verify_deps.topological_order` compiled (the same order)."""
+    from tacos.runtime import msccl_sim_kernel as kernel
+
+    n = len(preds)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter((len(p) for p in preds), np.int64, n), out=ptr[1:])
+    flat = np.fromiter((u for p in preds for u in p), np.int64, int(ptr[-1]))
+    return kernel.kahn(ptr, flat).tolist()
+
+
 def _fifo(a: ModelArrays, n: int, nccl_steps: int, slots_per_call: int,
           calls_per_chunk: int) -> np.ndarray:
     """Per send, the receive it waits to have drained (``-1``: none): the k-th send of a

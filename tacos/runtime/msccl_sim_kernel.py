@@ -18,9 +18,10 @@ SKIP, LOCAL, SEND, FUSED, RECV = 0, 1, 2, 3, 4
 
 
 @njit(cache=True)
-def _order(pred_ptr, pred_idx, fifo, hb_order):  # pragma: no cover - compiled
-    """Kahn's order of the happens-before graph plus the FIFO edges (``hb_order`` when they
-    close a cycle), as :func:`tacos.msccl.verify_deps.topological_order` computes it."""
+def _order(pred_ptr, pred_idx, fifo):  # pragma: no cover - compiled
+    """Kahn's order of the happens-before graph plus the FIFO edges (``fifo[v]``: one more
+    predecessor of ``v``, or -1), as :func:`tacos.msccl.verify_deps.topological_order`
+    computes it: nodes on or behind a cycle are left out."""
     n = pred_ptr.shape[0] - 1
     indeg = np.zeros(n, np.int64)
     outdeg = np.zeros(n, np.int64)
@@ -60,9 +61,15 @@ def _order(pred_ptr, pred_idx, fifo, hb_order):  # pragma: no cover - compiled
                 order[m] = w
                 m += 1
         i += 1
-    if m < n:
-        return hb_order.astype(np.int64)
-    return order
+    return order[:m]
+
+
+@njit(cache=True)
+def kahn(pred_ptr, pred_idx):  # pragma: no cover - compiled
+    """Kahn's order of a graph given as predecessor lists (nodes on or behind a cycle left
+    out), as :func:`tacos.msccl.verify_deps.topological_order` computes it."""
+    n = pred_ptr.shape[0] - 1
+    return _order(pred_ptr, pred_idx, np.full(n, -1, np.int64))
 
 
 @njit(cache=True)
@@ -71,7 +78,9 @@ def simulate(kind, cnt, mult, reducing, sconn, rconn, src, tb, pred_ptr, pred_id
              cta, cta_reduce, slice_bytes, calls_per_chunk):  # pragma: no cover - compiled
     """Event times of one iteration; see :func:`tacos.runtime.msccl_sim.time_iteration`."""
     n = kind.shape[0]
-    order = _order(pred_ptr, pred_idx, fifo, hb_order)
+    order = _order(pred_ptr, pred_idx, fifo)
+    if order.shape[0] < n:  # the FIFO edges close a cycle: the happens-before order
+        order = hb_order
     start = np.zeros(n)
     finish = np.zeros(n)
     span_a = np.zeros(n)
