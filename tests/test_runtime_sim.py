@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from msccl_programs import node, verified
 
@@ -88,3 +89,32 @@ def test_estimates_agree_with_the_python_loop(label, program, topo, monkeypatch)
         assert math.isclose(jit.time, py.time, rel_tol=1e-9)
         assert jit.bound == py.bound
         assert jit.to_json() == py.to_json()
+
+
+@pytest.mark.parametrize("label,program,topo", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_two_iterations_derived_are_the_folded_two_iterations(label, program, topo):
+    """The arrays of two loop iterations derived from one iteration's are those of the
+    doubled program folded; Microsoft's all-pairs plan, whose ``re`` steps fuse, is folded."""
+    model, hb = msccl_exec._analysed(program)
+    derived = msccl_sim.twice_arrays(model, hb)
+    if label == "executor_ndv4_ap2ll.xml":
+        assert derived is None
+        return
+    assert derived is not None
+    model2, hb2 = msccl_exec._analysed(program, twice=True)
+    folded = msccl_sim.model_arrays(model2, hb2)
+    assert len(folded.kind) == 2 * len(model.txs)
+    for name in ("kind", "cnt", "mult", "reducing", "src", "tb", "pred_ptr", "hb_order",
+                 "fifo_send", "fifo_k", "fifo_cnt", "fifo_base", "fifo_recvs"):
+        assert np.array_equal(getattr(derived, name), getattr(folded, name)), name
+    assert derived.send_key == folded.send_key and derived.recv_key == folded.recv_key
+    for v in range(len(folded.kind)):
+        lo, hi = folded.pred_ptr[v], folded.pred_ptr[v + 1]
+        assert sorted(derived.pred_idx[lo:hi]) == sorted(folded.pred_idx[lo:hi])
+
+
+def test_compiled_topological_order_is_kahns():
+    from tacos.msccl.verify_deps import topological_order
+
+    for preds in ([[2], [0], [1], [], [3, 3]], [[], [0], [0, 1], [2], []], [[1], [0]]):
+        assert msccl_sim.topological_order(preds) == topological_order(preds)

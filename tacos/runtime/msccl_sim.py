@@ -163,16 +163,13 @@ def _fifo(a: ModelArrays, n: int, nccl_steps: int, slots_per_call: int,
     return fifo
 
 
-def time_iteration(model: Model, conns: dict, hw: Any, proto: str, slice_bytes: float,
-                   calls_per_chunk: int, hb: Any) -> Any:
-    """:func:`tacos.runtime.msccl_exec.time_iteration` (same arguments, ``hb`` built),
-    compiled; None when a transmission names a connection ``conns`` lacks (the Python loop
-    then runs and reports it as it does)."""
+def _simulate(a: ModelArrays, conns: dict, hw: Any, proto: str, slice_bytes: float,
+              calls_per_chunk: int) -> tuple | None:
+    """The kernel's outputs for arrays ``a``, with the connection keys and the port ids
+    its indices stand for; None when a transmission names a connection ``conns`` lacks."""
     from tacos.runtime import msccl_sim_kernel as kernel
-    from tacos.runtime.msccl_exec import IterationTiming
 
-    a = model_arrays(model, hb)
-    n = len(model.txs)
+    n = len(a.kind)
     keys = list(conns)
     index = {k: i for i, k in enumerate(keys)}
     sconn = np.full(n, -1, np.int64)
@@ -194,15 +191,31 @@ def time_iteration(model: Model, conns: dict, hw: Any, proto: str, slice_bytes: 
     np.cumsum([len(conns[k].links) for k in keys], out=link_ptr[1:])
     link_idx = np.asarray([link_of[i] for k in keys for i in conns[k].links], np.int64)
     fifo = _fifo(a, n, int(hw.common["nccl_steps"]), hw.slots_per_call(proto), calls_per_chunk)
-    (finish, pos, span_a, span_b, has_span, tb_busy, tb_sync, tb_limit, tb_first, link_load,
-     link_first, conn_first) = kernel.simulate(
+    got = kernel.simulate(
         a.kind, a.cnt, a.mult, a.reducing, sconn, rconn, a.src, a.tb, a.pred_ptr, a.pred_idx,
         fifo, a.hb_order, np.asarray([conns[k].latency for k in keys], np.float64),
         np.asarray([conns[k].rate for k in keys], np.float64),
         np.asarray([conns[k].bound == "cta" for k in keys], np.bool_), link_ptr, link_idx,
         len(a.tb_keys), len(links), float(hw.cta_rate[proto]),
         float(hw.cta_reduce_rate(proto)), float(slice_bytes), int(calls_per_chunk))
-    out = IterationTiming(float(finish.max()) if n else 0.0)
+    return got, keys, links, sconn
+
+
+def time_iteration(model: Model, conns: dict, hw: Any, proto: str, slice_bytes: float,
+                   calls_per_chunk: int, hb: Any) -> Any:
+    """:func:`tacos.runtime.msccl_exec.time_iteration` (same arguments, ``hb`` built),
+    compiled; None when a transmission names a connection ``conns`` lacks (the Python loop
+    then runs and reports it as it does)."""
+    from tacos.runtime.msccl_exec import IterationTiming
+
+    a = model_arrays(model, hb)
+    run = _simulate(a, conns, hw, proto, slice_bytes, calls_per_chunk)
+    if run is None:
+        return None
+    got, keys, links, sconn = run
+    (finish, pos, span_a, span_b, has_span, tb_busy, tb_sync, tb_limit, tb_first, link_load,
+     link_first, conn_first) = got
+    out = IterationTiming(float(finish.max()) if len(finish) else 0.0)
     for t in np.argsort(tb_first, kind="stable")[np.count_nonzero(tb_first < 0):].tolist():
         key = a.tb_keys[t]
         out.tb_limit[key] = "cta" if tb_limit[t] < 0 else conns[keys[tb_limit[t]]].bound
@@ -219,3 +232,140 @@ def time_iteration(model: Model, conns: dict, hw: Any, proto: str, slice_bytes: 
             out.spans[keys[int(sconn[part[0]])]] = list(zip(span_a[part].tolist(),
                                                             span_b[part].tolist(), strict=True))
     return out
+
+
+def twice_makespan(model: Model, hb: Any, conns: dict, hw: Any, proto: str,
+                   slice_bytes: float, calls_per_chunk: int) -> float | None:
+    """The makespan :func:`tacos.runtime.msccl_exec.time_iteration` gives the model of two
+    loop iterations back to back (``msccl_exec._twice``), from ``model``'s arrays without
+    folding the doubled program (:func:`twice_arrays`); None when that is not provably the
+    same model or a connection is missing (then the doubled program is folded)."""
+    if not worth_it(model):
+        return None
+    a = twice_arrays(model, hb)
+    if a is None:
+        return None
+    run = _simulate(a, conns, hw, proto, slice_bytes, calls_per_chunk)
+    if run is None:
+        return None
+    finish = run[0][0]
+    return float(finish.max()) if len(finish) else 0.0
+
+
+def _fusable(a: Any, b: Any) -> bool:
+    """Whether the runtime's folding would fuse stored step ``b`` into the ``re`` chain of
+    the stored step ``a`` before it (the 16-reduction cut aside)."""
+    return a.type == "re" and b.type == "re" and b.depid == -1 and a.hasdep != 1 and \
+        (a.dstbuf, a.dstoff, a.srcbuf) == (b.dstbuf, b.dstoff, b.srcbuf)
+
+
+def _doubles_cleanly(model: Model) -> bool:
+    """True when folding every tb's steps twice over gives two copies of its single folding
+    (so :func:`twice_arrays` may derive the doubled model): no tb ends in nops (their waits
+    would pass to the second copy), the kernel's step counter ends at the tb's step count
+    (the second copy's shifted ``deps`` then name the second copy's flags), every wait is
+    released within one copy, no two stored ``re`` steps could fuse (so the cut at a tb's
+    16th reduction, which falls in one copy only, changes nothing), and every connection
+    has as many receives as sends or none."""
+    for key, tbo in model.tbs.items():
+        steps = tbo.steps
+        txs = model.by_tb.get(key, [])
+        if not steps:
+            continue
+        if steps[-1].is_nop or not txs or txs[-1].post + 1 != len(steps):
+            return False
+        stored = [st for st in steps if not st.is_nop]
+        if any(_fusable(x, y) for x, y in zip(stored, stored[1:] + stored[:1], strict=True)):
+            return False
+        for tx in txs:
+            if len(tx.steps) > 1:
+                return False
+            for depid, deps, _ in tx.waits:
+                if model.release(tx.rank, depid, deps) is None:
+                    return False
+    for conn, sends in model.sends.items():
+        if len(model.recvs.get(conn, ())) not in (0, len(sends)):
+            return False
+    return True
+
+
+_TWICE: dict[int, tuple[Model, ModelArrays | None]] = {}
+
+
+def twice_arrays(model: Model, hb: Any) -> ModelArrays | None:
+    """The arrays of the model of ``msccl_exec._twice(model.program)``, derived from
+    ``model``'s: the same transmission ids (per tb, the first copy's then the second's), the
+    same happens-before edges (each copy's own, plus the first copy's last transmission of a
+    tb before the second's first), the k-th send matched to the k-th receive of its
+    connection over both copies.  None when the program does not double cleanly
+    (:func:`_doubles_cleanly`).  Remembered for the last few models."""
+    got = _TWICE.get(id(model))
+    if got is not None and got[0] is model:
+        return got[1]
+    out = _twice_arrays(model, hb) if _doubles_cleanly(model) else None
+    if len(_TWICE) >= _ARRAYS_MAX:
+        _TWICE.pop(next(iter(_TWICE)))
+    _TWICE[id(model)] = (model, out)
+    return out
+
+
+def _twice_arrays(model: Model, hb: Any) -> ModelArrays | None:
+    from tacos.runtime import msccl_sim_kernel as kernel
+
+    a = model_arrays(model, hb)
+    n = len(a.kind)
+    sizes = np.bincount(a.tb, minlength=len(a.tb_keys)).astype(np.int64)
+    offset = np.zeros(len(sizes), np.int64)
+    np.cumsum(sizes[:-1], out=offset[1:])
+    one = np.arange(n, dtype=np.int64) + offset[a.tb]  # first copy's ids
+    two = one + sizes[a.tb]  # second copy's ids
+    m = 2 * n
+
+    def both(x: np.ndarray) -> np.ndarray:
+        out = np.empty(m, x.dtype)
+        out[one] = x
+        out[two] = x
+        return out
+
+    src = np.full(m, -1, np.int64)
+    has = a.src >= 0
+    src[one[has]] = one[a.src[has]]
+    src[two[has]] = two[a.src[has]]
+    send_key: list = [None] * m
+    recv_key: list = [None] * m
+    for v in range(n):
+        if a.send_key[v] is not None:
+            send_key[one[v]] = send_key[two[v]] = a.send_key[v]
+            recv_key[one[v]] = recv_key[two[v]] = a.recv_key[v]
+    target = np.repeat(np.arange(n, dtype=np.int64), np.diff(a.pred_ptr))
+    firsts = np.flatnonzero(np.r_[True, a.tb[1:] != a.tb[:-1]]) if n else np.zeros(0, np.int64)
+    lasts = np.r_[firsts[1:] - 1, n - 1] if n else np.zeros(0, np.int64)
+    to = np.concatenate([one[target], two[target], two[firsts]])
+    frm = np.concatenate([one[a.pred_idx], two[a.pred_idx], one[lasts]])
+    order = np.argsort(to, kind="stable")
+    pred_ptr = np.zeros(m + 1, np.int64)
+    np.cumsum(np.bincount(to, minlength=m), out=pred_ptr[1:])
+    pred_idx = frm[order]
+    hb_order = kernel.kahn(pred_ptr, pred_idx)
+    if len(hb_order) < m:
+        return None
+    sends, ks, cnts, bases, recvs = [], [], [], [], []
+    starts = np.flatnonzero(np.r_[True, a.fifo_k[1:] == 0]) if len(a.fifo_k) else []
+    ends = list(starts[1:]) + [len(a.fifo_k)]
+    for lo, hi in zip(starts, ends, strict=True):
+        k = hi - lo
+        s = a.fifo_send[lo:hi]
+        r = a.fifo_recvs[a.fifo_base[lo]:a.fifo_base[lo] + k]
+        sends += [one[s], two[s]]
+        ks.append(np.arange(2 * k, dtype=np.int64))
+        cnts += [a.fifo_cnt[lo:hi]] * 2
+        bases.append(np.full(2 * k, 2 * a.fifo_base[lo], np.int64))
+        recvs += [one[r], two[r]]
+
+    def cat(parts: list, dtype: Any) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+    return ModelArrays(
+        both(a.kind), both(a.cnt), both(a.mult), both(a.reducing), send_key, recv_key, src,
+        both(a.tb), a.tb_keys, pred_ptr, pred_idx, hb_order, cat(sends, np.int64),
+        cat(ks, np.int64), cat(cnts, np.float64), cat(bases, np.int64), cat(recvs, np.int64))
