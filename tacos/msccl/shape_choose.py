@@ -301,6 +301,19 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     the executor cuts into more FIFO calls than a connection holds is rejected (0: no limit;
     None: :func:`tacos.msccl.fifo_calls.widest_size`, the top of a sweep window).
     Raises :class:`~tacos.errors.TacosError` when no combination fits."""
+    from tacos.nogc import paused_gc
+
+    with paused_gc():  # lowering and timing allocate much and make no cycles
+        return _choose_shape(schedules, topology, nbytes, base=base, candidates=candidates,
+                             limits=limits, estimator=estimator, cache=cache,
+                             default_plan=default_plan, quick=quick, top=top)
+
+
+def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbytes: int, *,
+                  base: MscclOptions | None, candidates: Sequence[Shape] | None,
+                  limits: RuntimeLimits | None, estimator: Estimator | None,
+                  cache: ShapeCache | None, default_plan: str | None, quick: bool,
+                  top: int | None) -> Choice:
     if not schedules:
         raise TacosError("no candidate plan to shape")
     base = base or MscclOptions()

@@ -282,10 +282,12 @@ def _analysed(program: Program, twice: bool = False) -> tuple[Model, Any]:
     got = _ANALYSED.get(key)
     if got is not None and got[0] is program.gpus:
         return got[1], got[2]
-    model = build_model(_twice(program) if twice else program)
+    from tacos.nogc import paused_gc
     from tacos.runtime import msccl_sim
 
-    hb = build_hb(model, msccl_sim.topological_order if msccl_sim.worth_it(model) else None)
+    with paused_gc():  # many small objects, no cycles: full collections only cost
+        model = build_model(_twice(program) if twice else program)
+        hb = build_hb(model, msccl_sim.topological_order if msccl_sim.worth_it(model) else None)
     if len(_ANALYSED) >= _ANALYSED_MAX:
         _ANALYSED.pop(next(iter(_ANALYSED)))
     _ANALYSED[key] = (program.gpus, model, hb)

@@ -82,6 +82,17 @@ def model_arrays(model: Model, hb: Any) -> ModelArrays:
     got = _ARRAYS.get(id(model))
     if got is not None and got[0] is model:
         return got[1]
+    from tacos.nogc import paused_gc
+
+    with paused_gc():
+        out = _model_arrays(model, hb)
+    if len(_ARRAYS) >= _ARRAYS_MAX:
+        _ARRAYS.pop(next(iter(_ARRAYS)))
+    _ARRAYS[id(model)] = (model, out)
+    return out
+
+
+def _model_arrays(model: Model, hb: Any) -> ModelArrays:
     n = len(model.txs)
     kind = np.empty(n, np.int8)
     cnt = np.empty(n, np.float64)
@@ -128,15 +139,11 @@ def model_arrays(model: Model, hb: Any) -> ModelArrays:
     pred_ptr = np.zeros(n + 1, np.int64)
     np.cumsum(lens, out=pred_ptr[1:])
     flat = [u for p in hb.preds for u in p]
-    out = ModelArrays(
+    return ModelArrays(
         kind, cnt, mult, reducing, send_key, recv_key, src, tb, list(tb_index), pred_ptr,
         np.asarray(flat, np.int64), np.asarray(hb.order, np.int64),
         np.asarray(sends, np.int64), np.asarray(ks, np.int64), np.asarray(cnts, np.float64),
         np.asarray(bases, np.int64), np.asarray(recvs, np.int64))
-    if len(_ARRAYS) >= _ARRAYS_MAX:
-        _ARRAYS.pop(next(iter(_ARRAYS)))
-    _ARRAYS[id(model)] = (model, out)
-    return out
 
 
 def topological_order(preds: list[list[int]]) -> list[int]:
