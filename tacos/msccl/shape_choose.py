@@ -353,6 +353,15 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
             return seen[(plan, shape)]
         seen[(plan, shape)] = None
         schedule = schedules[plan]
+        got_loads = loads.get(plan)
+        if model and not force and isinstance(got_loads, dict):
+            from tacos.msccl.shape_bounds import port_bound
+
+            # the plan's port bound holds for every shape of it: no lowering needed to prune
+            if port_bound(got_loads, topology, shape.proto) >= best[0]:
+                considered.append(Candidate(plan, shape, None, [
+                    "pruned: its port bound is no faster than the best shape found"]))
+                return PORT_BOUND
         same = None if force else cache.same_as(schedule, shape, base)
         if same is not None:  # lowers to the program of a simpler shape: not timed twice
             considered.append(Candidate(plan, shape, None, [f"same program as {same}"]))
