@@ -16,6 +16,7 @@ It runs when numba is installed, ``TACOS_JIT`` does not disable it (see
 from __future__ import annotations
 
 import sys
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,9 @@ class ModelArrays:
     fifo_recvs: np.ndarray
 
 
-_ARRAYS: dict[int, tuple[Model, ModelArrays]] = {}
+#: arrays of the last few models, by identity (a weak reference: the cache does not keep a
+#: model alive)
+_ARRAYS: dict[int, tuple[weakref.ref, ModelArrays]] = {}
 _ARRAYS_MAX = 8
 
 
@@ -80,7 +83,7 @@ def model_arrays(model: Model, hb: Any) -> ModelArrays:
     """The event loop's arrays of ``model`` with happens-before graph ``hb`` (remembered for
     the last few models)."""
     got = _ARRAYS.get(id(model))
-    if got is not None and got[0] is model:
+    if got is not None and got[0]() is model:
         return got[1]
     from tacos.nogc import paused_gc
 
@@ -88,7 +91,7 @@ def model_arrays(model: Model, hb: Any) -> ModelArrays:
         out = _model_arrays(model, hb)
     if len(_ARRAYS) >= _ARRAYS_MAX:
         _ARRAYS.pop(next(iter(_ARRAYS)))
-    _ARRAYS[id(model)] = (model, out)
+    _ARRAYS[id(model)] = (weakref.ref(model), out)
     return out
 
 
@@ -296,7 +299,7 @@ def _doubles_cleanly(model: Model) -> bool:
     return True
 
 
-_TWICE: dict[int, tuple[Model, ModelArrays | None]] = {}
+_TWICE: dict[int, tuple[weakref.ref, ModelArrays | None]] = {}
 
 
 def twice_arrays(model: Model, hb: Any) -> ModelArrays | None:
@@ -307,12 +310,12 @@ def twice_arrays(model: Model, hb: Any) -> ModelArrays | None:
     connection over both copies.  None when the program does not double cleanly
     (:func:`_doubles_cleanly`).  Remembered for the last few models."""
     got = _TWICE.get(id(model))
-    if got is not None and got[0] is model:
+    if got is not None and got[0]() is model:
         return got[1]
     out = _twice_arrays(model, hb) if _doubles_cleanly(model) else None
     if len(_TWICE) >= _ARRAYS_MAX:
         _TWICE.pop(next(iter(_TWICE)))
-    _TWICE[id(model)] = (model, out)
+    _TWICE[id(model)] = (weakref.ref(model), out)
     return out
 
 
