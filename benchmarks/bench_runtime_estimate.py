@@ -8,7 +8,7 @@ runs is printed with the estimate.  Run it under ``PYTHONPATH=OTHER_TREE`` to ti
 tree's tacos (it uses only ``estimate_program``), and with ``TACOS_JIT=0`` for the Python
 event loop.
 
-``python -P -m benchmarks.bench_runtime_estimate [--example multidim.tdl] [--instances 4]
+``python -m benchmarks.bench_runtime_estimate [--example multidim.tdl] [--instances 4]
 [--repeat 3]``
 """
 
