@@ -126,7 +126,7 @@ def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: H
         got = msccl_sim.time_iteration(model, conns, hw, proto, slice_bytes, calls_per_chunk,
                                        hb)
         if got is not None:
-            return got
+            return IterationTiming(**got)
     n = len(model.txs)
     slots_per_call = hw.slots_per_call(proto)
     match: dict[int, int] = {}  # receive gid -> send gid

@@ -4,9 +4,10 @@
 Python, a few microseconds each; the shaping search times programs of some 100,000 of them
 many times over.  :func:`time_iteration` here runs the same loop in one numba function
 (:mod:`tacos.runtime.msccl_sim_kernel`) over arrays built once per folded model
-(:func:`model_arrays`) and gives the same :class:`~tacos.runtime.msccl_exec.IterationTiming`:
-the same topological order, the same floating-point operations in the same order, the same
-dictionary order -- bit for bit the Python loop's result.
+(:func:`model_arrays`) and gives the fields of the same
+:class:`~tacos.runtime.msccl_exec.IterationTiming`: the same topological order, the same
+floating-point operations in the same order, the same dictionary order -- bit for bit the
+Python loop's result.
 
 It runs when numba is installed, ``TACOS_JIT`` does not disable it (see
 :func:`tacos.solvers.greedy.jit.available`) and the work pays for loading the kernel
@@ -18,6 +19,7 @@ from __future__ import annotations
 import sys
 import weakref
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -212,12 +214,11 @@ def _simulate(a: ModelArrays, conns: dict, hw: Any, proto: str, slice_bytes: flo
 
 
 def time_iteration(model: Model, conns: dict, hw: Any, proto: str, slice_bytes: float,
-                   calls_per_chunk: int, hb: Any) -> Any:
+                   calls_per_chunk: int, hb: Any) -> dict[str, Any] | None:
     """:func:`tacos.runtime.msccl_exec.time_iteration` (same arguments, ``hb`` built),
-    compiled; None when a transmission names a connection ``conns`` lacks (the Python loop
-    then runs and reports it as it does)."""
-    from tacos.runtime.msccl_exec import IterationTiming
-
+    compiled: the fields of its ``IterationTiming`` (``makespan``, ``tb_busy``, ``tb_sync``,
+    ``tb_limit``, ``link_load``, ``spans``); None when a transmission names a connection
+    ``conns`` lacks (the Python loop then runs and reports it as it does)."""
     a = model_arrays(model, hb)
     run = _simulate(a, conns, hw, proto, slice_bytes, calls_per_chunk)
     if run is None:
@@ -225,7 +226,8 @@ def time_iteration(model: Model, conns: dict, hw: Any, proto: str, slice_bytes: 
     got, keys, links, sconn = run
     (finish, pos, span_a, span_b, has_span, tb_busy, tb_sync, tb_limit, tb_first, link_load,
      link_first, conn_first) = got
-    out = IterationTiming(float(finish.max()) if len(finish) else 0.0)
+    out = SimpleNamespace(makespan=float(finish.max()) if len(finish) else 0.0, tb_busy={},
+                          tb_sync={}, tb_limit={}, link_load={}, spans={})
     for t in np.argsort(tb_first, kind="stable")[np.count_nonzero(tb_first < 0):].tolist():
         key = a.tb_keys[t]
         out.tb_limit[key] = "cta" if tb_limit[t] < 0 else conns[keys[tb_limit[t]]].bound
@@ -241,7 +243,7 @@ def time_iteration(model: Model, conns: dict, hw: Any, proto: str, slice_bytes: 
         for part in np.split(spans, bounds):
             out.spans[keys[int(sconn[part[0]])]] = list(zip(span_a[part].tolist(),
                                                             span_b[part].tolist(), strict=True))
-    return out
+    return vars(out)
 
 
 def twice_makespan(model: Model, hb: Any, conns: dict, hw: Any, proto: str,
