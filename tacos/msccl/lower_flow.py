@@ -129,6 +129,31 @@ def _split(entries: list[tuple], limit: int = MAX_COUNT) -> list[list[tuple]]:
     return runs
 
 
+#: The event order of the last few schedules lowered (by identity, with the layout facts it
+#: depends on): the instance count, channels and thread blocks do not change it, so the
+#: shapes a search lowers one schedule into share it.  Nothing downstream mutates it.
+_ORDERED: dict[int, tuple[Schedule, tuple, tuple]] = {}
+_ORDERED_MAX = 4
+
+
+def _ordered(schedule: Schedule, layout: Layout, tol: float) -> tuple:
+    """``(lane, versions, read, created, cur, pos_s, pos_r)`` of :func:`lanes`,
+    :func:`replay_versions` and :func:`order_transfers`, remembered per schedule."""
+    key = (len(schedule.transfers), tol, layout.ngpus, tuple(layout.ranks.items()),
+           layout.pre)
+    got = _ORDERED.get(id(schedule))
+    if got is not None and got[0] is schedule and got[1] == key:
+        return got[2]
+    lane, prev_on_lane = lanes(schedule, tol)
+    versions, read, created, cur = replay_versions(schedule, layout, tol)
+    pos_s, pos_r = order_transfers(schedule, versions, prev_on_lane, tol)
+    out = (lane, versions, read, created, cur, pos_s, pos_r)
+    if len(_ORDERED) >= _ORDERED_MAX:
+        _ORDERED.pop(next(iter(_ORDERED)))
+    _ORDERED[id(schedule)] = (schedule, key, out)
+    return out
+
+
 def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow:
     """Order, version, place and split the schedule's transfers (see the module docstring);
     no run moves more than ``max_count`` chunks."""
@@ -142,10 +167,7 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
                                  "the communicator")
     makespan = max((abs(t.end) for t in ts), default=0.0)
     tol = TIME_RTOL * makespan
-    lane, prev_on_lane = lanes(schedule, tol)
-    versions, read, created, cur = replay_versions(schedule, layout, tol)
-    pos_s, pos_r = order_transfers(schedule, versions, prev_on_lane, tol)
-    del prev_on_lane
+    lane, versions, read, created, cur, pos_s, pos_r = _ordered(schedule, layout, tol)
     pieces = layout.instances
     ngpus = layout.ngpus
     post = layout.post

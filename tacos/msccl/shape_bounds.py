@@ -97,6 +97,21 @@ def program_bounds(program: Program, topology: Topology, nbytes: int, proto: str
     return ProgramBounds(hw.base_latency(proto), link, cta, sync)
 
 
+def port_bound(loads: dict[int, float], topology: Topology, proto: str) -> float:
+    """``base + link`` of :func:`program_bounds` from a program's :func:`link_bytes` alone:
+    the same for every shape of a plan (instances, pairing and port order move the same
+    bytes between the same ranks)."""
+    from tacos.runtime.hardware import hardware_for
+
+    hw = hardware_for(topology)
+    pay = hw.payload(proto)
+    link = 0.0
+    for i, load in loads.items():
+        lk = topology.links[i]
+        link = max(link, load / (hw.link_rate(lk) * pay * lk.multiplicity))
+    return hw.base_latency(proto) + link
+
+
 def min_hop_latency(topology: Topology, proto: str) -> float:
     """The smallest per-hop synchronization latency (s) a connection on ``topology`` pays per
     primitive call in ``proto``: NCCL's ``hwLat`` of the fastest link class it has."""

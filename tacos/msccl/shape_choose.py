@@ -301,6 +301,19 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     the executor cuts into more FIFO calls than a connection holds is rejected (0: no limit;
     None: :func:`tacos.msccl.fifo_calls.widest_size`, the top of a sweep window).
     Raises :class:`~tacos.errors.TacosError` when no combination fits."""
+    from tacos.nogc import paused_gc
+
+    with paused_gc():  # lowering and timing allocate much and make no cycles
+        return _choose_shape(schedules, topology, nbytes, base=base, candidates=candidates,
+                             limits=limits, estimator=estimator, cache=cache,
+                             default_plan=default_plan, quick=quick, top=top)
+
+
+def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbytes: int, *,
+                  base: MscclOptions | None, candidates: Sequence[Shape] | None,
+                  limits: RuntimeLimits | None, estimator: Estimator | None,
+                  cache: ShapeCache | None, default_plan: str | None, quick: bool,
+                  top: int | None) -> Choice:
     if not schedules:
         raise TacosError("no candidate plan to shape")
     base = base or MscclOptions()
@@ -340,6 +353,15 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
             return seen[(plan, shape)]
         seen[(plan, shape)] = None
         schedule = schedules[plan]
+        got_loads = loads.get(plan)
+        if model and not force and isinstance(got_loads, dict):
+            from tacos.msccl.shape_bounds import port_bound
+
+            # the plan's port bound holds for every shape of it: no lowering needed to prune
+            if port_bound(got_loads, topology, shape.proto) >= best[0]:
+                considered.append(Candidate(plan, shape, None, [
+                    "pruned: its port bound is no faster than the best shape found"]))
+                return PORT_BOUND
         same = None if force else cache.same_as(schedule, shape, base)
         if same is not None:  # lowers to the program of a simpler shape: not timed twice
             considered.append(Candidate(plan, shape, None, [f"same program as {same}"]))

@@ -12,6 +12,7 @@ wait) and the k-th send -> k-th receive of each connection.  A cycle is a certai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tacos.msccl.program import MAX_DEPENDED_TB, MAX_REDUCE_FUSION
@@ -188,8 +189,10 @@ def topological_order(preds: list[list[int]]) -> list[int]:
     return order
 
 
-def build_hb(model: Model) -> HappensBefore:
-    """Program-order, dependency and send->receive edges, then a topological sort."""
+def build_hb(model: Model, order: Callable[[list[list[int]]], list[int]] | None = None
+             ) -> HappensBefore:
+    """Program-order, dependency and send->receive edges, then a topological sort (``order``:
+    a function computing :func:`topological_order`'s result, e.g. compiled)."""
     n = len(model.txs)
     preds: list[list[int]] = [[] for _ in range(n)]
     wait_preds: dict[int, set[int]] = {}
@@ -205,7 +208,7 @@ def build_hb(model: Model) -> HappensBefore:
     for conn, sends in model.sends.items():
         for s, r in zip(sends, model.recvs.get(conn, ()), strict=False):
             preds[r.gid].append(s.gid)
-    order = topological_order(preds)
+    order = (order or topological_order)(preds)
     done = set(order)
     stuck = [v for v in range(n) if v not in done]
     return HappensBefore(preds, order, stuck, wait_preds)

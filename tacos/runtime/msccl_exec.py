@@ -112,13 +112,21 @@ def _order(model: Model, preds: list[list[int]]) -> list[int] | None:
 
 def time_iteration(model: Model, conns: dict[tuple[int, int, int], _Conn], hw: Hardware,
                    proto: str, slice_bytes: float, calls_per_chunk: int, *,
-                   hb: Any = None) -> IterationTiming:
+                   hb: Any = None, compiled: bool | None = None) -> IterationTiming:
     """Event times of one loop iteration on ``slice_bytes`` per MSCCL chunk (``hb``: the
-    model's happens-before graph, when already built)."""
+    model's happens-before graph, when already built).  ``compiled``: run the same loop
+    compiled (:mod:`tacos.runtime.msccl_sim`, same result); None: when it pays."""
     hb = build_hb(model) if hb is None else hb
     if not hb.acyclic:
         raise TacosError("cannot time a program whose happens-before graph has a cycle",
                          hint="tacosc verify names the cycle")
+    from tacos.runtime import msccl_sim
+
+    if compiled or (compiled is None and msccl_sim.worth_it(model)):
+        got = msccl_sim.time_iteration(model, conns, hw, proto, slice_bytes, calls_per_chunk,
+                                       hb)
+        if got is not None:
+            return IterationTiming(**got)
     n = len(model.txs)
     slots_per_call = hw.slots_per_call(proto)
     match: dict[int, int] = {}  # receive gid -> send gid
@@ -305,8 +313,12 @@ def _analysed(program: Program, twice: bool = False) -> tuple[Model, Any]:
     got = _ANALYSED.get(key)
     if got is not None and got[0] is program.gpus:
         return got[1], got[2]
-    model = build_model(_twice(program) if twice else program)
-    hb = build_hb(model)
+    from tacos.nogc import paused_gc
+    from tacos.runtime import msccl_sim
+
+    with paused_gc():  # many small objects, no cycles: full collections only cost
+        model = build_model(_twice(program) if twice else program)
+        hb = build_hb(model, msccl_sim.topological_order if msccl_sim.worth_it(model) else None)
     if len(_ANALYSED) >= _ANALYSED_MAX:
         _ANALYSED.pop(next(iter(_ANALYSED)))
     _ANALYSED[key] = (program.gpus, model, hb)
@@ -355,7 +367,11 @@ def estimate_program(program: Program, topology: Topology, nbytes: int | None = 
     _check_ll128_net(conns, topology, hw, proto)
     it = time_iteration(model, conns, hw, proto, first, calls_per_chunk, hb=hb)
     concurrent = _concurrency(it, conns, topology=topology, hw=hw, proto=proto)
-    if any(n < sum(i in c.links for c in conns.values()) for i, n in concurrent.items()):
+    crossing: dict[int, int] = {}  # per port, the connections that cross it
+    for c in conns.values():
+        for i in set(c.links):
+            crossing[i] = crossing.get(i, 0) + 1
+    if any(n < crossing.get(i, 0) for i, n in concurrent.items()):
         # connections that do not all run together do not all share a port: re-time with
         # the mean number active together while each port is busy
         conns = _connections(model, topology, rank_npus, hw, proto, chunk, concurrent)
@@ -373,9 +389,14 @@ def estimate_program(program: Program, topology: Topology, nbytes: int | None = 
         # the second iteration timed event by event behind the first: dependency chains
         # across thread blocks and FIFO back-pressure can make it trail by more than the
         # busiest resource's work
-        model2, hb2 = _analysed(program, twice=True)
-        trail = time_iteration(model2, conns, hw, proto, first, calls_per_chunk,
-                               hb=hb2).makespan - it.makespan
+        from tacos.runtime import msccl_sim
+
+        span2 = msccl_sim.twice_makespan(model, hb, conns, hw, proto, first, calls_per_chunk)
+        if span2 is None:  # fold the doubled program
+            model2, hb2 = _analysed(program, twice=True)
+            span2 = time_iteration(model2, conns, hw, proto, first, calls_per_chunk,
+                                   hb=hb2).makespan
+        trail = span2 - it.makespan
         if trail > step_full:
             step_full, name = trail, f"pipeline: iterations trail by {trail * 1e6:.1f} us " \
                 f"(busiest resource: {name})"
