@@ -80,11 +80,13 @@ def template_sizes(system: SymmetricSystem, kind: str, part_size: int,
 
 
 class TemplateSolver:
-    """Solves (template, kind, size) once each, keeping the fastest verified schedule."""
+    """Solves (template, kind, size) once each, keeping the fastest verified schedule of the
+    solvers and, on switched groups, of Bruck's algorithm (:mod:`tacos.scale.bruck`)."""
 
-    def __init__(self, solvers: Sequence[str], seed: int) -> None:
+    def __init__(self, solvers: Sequence[str], seed: int, bruck: bool = True) -> None:
         self.solvers = tuple(solvers)
         self.seed = seed
+        self.bruck = bruck  # also try Bruck's schedule on switched groups (tacos.scale.bruck)
         self.cache: dict[tuple[Topology, str, int], Schedule] = {}
         self.solves = 0
 
@@ -121,6 +123,13 @@ class TemplateSolver:
                 continue
             if best is None or s.makespan < best.makespan:
                 best = s
+        if self.bruck:
+            from tacos.scale.bruck import bruck
+
+            s = bruck(topology, kind, size)
+            if s is not None and (best is None or s.makespan < best.makespan) \
+                    and verify_schedule(s).ok:
+                best = s
         if best is None:
             raise TacosError(f"no solver found a {kind} on {topology.name}: "
                              + "; ".join(reasons))
@@ -144,8 +153,8 @@ def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
     """Part weights to try: equal parts (``counts``), and for reductions ramps that start and
     end with small parts (the first part's reduce-scatter inside the node and the last part's
     all-gather are the pipeline's fill and drain): weights 1, 2, 4 ... up to 2^k, ``m`` parts
-    of 2^k, and back down.  Rotated all-gathers (``rotate``) take equal parts, a multiple of
-    the axis count."""
+    of 2^k, and back down, and the same with ratios 2.5 and 2.75.  Rotated all-gathers
+    (``rotate``) take equal parts, a multiple of the axis count."""
     if kind == "allgather" and rotate:
         return [(1,) * c for c in sorted({max(1, c // n_axes) * n_axes for c in counts})]
     out = [(1,) * c for c in counts]
@@ -153,7 +162,15 @@ def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
         ramp = [2**i for i in range(k)]
         for m in (1, 2, 4, 8):
             out.append(tuple(ramp + [2**k] * m + ramp[::-1]))
-    return out
+    # steeper ramps (ratio 2.5 to 2.75): fewer parts for the same small first and last part;
+    # the NVSwitch of a DGX node reduces a part in about 0.39 of its rail time, so a part up
+    # to about 2.6 times the previous one is ready when the rails are free for it
+    for ratio in (2.5, 2.75):
+        for k in (2, 3, 4, 5):
+            ramp = [round(2 * ratio**i) for i in range(k)]
+            for m in (1, 2):
+                out.append(tuple(ramp + [round(2 * ratio**k)] * m + ramp[::-1]))
+    return list(dict.fromkeys(out))
 
 
 def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
