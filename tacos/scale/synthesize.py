@@ -197,6 +197,23 @@ def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
     return SymmetricPlan(system, kind, sum(parts), parts, phases, {"parts": len(parts)})
 
 
+LP_COUNTS = tuple(range(3, 11))
+
+
+def _lp_candidates(equal: dict[int, SymmetricPlan]) -> list[tuple[int, ...]]:
+    """Layouts from the critical-path LP (:mod:`tacos.scale.layout_lp`), its stage times fitted
+    through the plans of one part and of the most equal parts tried."""
+    from tacos.scale.layout_lp import affine, lp_layouts, stage_times
+
+    k = max(equal, default=1)
+    if 1 not in equal or k == 1:
+        return []
+    whole, piece = stage_times(equal[1]), stage_times(equal[k])
+    if len(whole) != len(piece) or len(whole) > 4:
+        return []
+    return lp_layouts(affine(whole, piece, k), LP_COUNTS)
+
+
 def system_of(topology: Topology) -> SymmetricSystem:
     """The symmetric system a loaded topology is: a multi-rail Clos built as
     ``use clos_h100(...)`` builds it (:func:`tacos.model.clos.recognize`); otherwise a
@@ -221,7 +238,9 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     :func:`system_of`; the plan's ids are the topology's).
 
     ``parts``: None tries the layouts of :func:`layouts` (equal parts, counts
-    :data:`DEFAULT_PARTS`, and ramps) and keeps the fastest plan; an int cuts the buffer in that
+    :data:`DEFAULT_PARTS`, and ramps), then the part sizes of the critical-path LP
+    (:mod:`tacos.scale.layout_lp`, fitted to the equal layouts' stage times), and keeps the
+    fastest plan; an int cuts the buffer in that
     many equal parts; a sequence gives part weights.  Every part is a multiple of the NPU count
     (whole bytes per piece), so ``size`` is rounded down to one (``meta['size_requested']``
     keeps the asked size).  ``solvers``: tried on every template, fastest verified kept.
@@ -242,15 +261,27 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     t0 = time.process_time()
     solve = TemplateSolver(solvers, seed)
     best: SymmetricPlan | None = None
-    tried = {}
-    for weights in candidates:
+    tried: dict[str, float] = {}
+    equal: dict[int, SymmetricPlan] = {}
+
+    def attempt(weights: tuple[int, ...]) -> None:
+        nonlocal best
+        key = ",".join(map(str, weights))
         sizes = split(size, weights, n)
-        if min(sizes) < n:
-            continue
+        if key in tried or min(sizes) < n:
+            return
         plan = _plan(system, kind, sizes, solve)
-        tried[",".join(map(str, weights))] = plan.makespan
+        tried[key] = plan.makespan
+        if len(set(weights)) == 1:
+            equal[len(weights)] = plan
         if best is None or plan.makespan < best.makespan:
             best = plan
+
+    for weights in candidates:
+        attempt(weights)
+    if parts is None and not (kind == "allgather" and rotates(system)):
+        for weights in _lp_candidates(equal):
+            attempt(weights)
     if best is None:
         raise TacosError(f"{size} bytes is less than one byte per NPU and part",
                          hint=f"use at least {n} bytes")
