@@ -128,7 +128,7 @@ CLI_CASES = {"clos-1024": "use clos_h100(nodes=1024, tiers=2)\n",
                           "leaves_per_pod=25)\n"}
 
 
-def run_cli(size: str = "1GiB") -> None:
+def run_cli(size: str = "1GiB", only: list[str] | None = None) -> None:
     """``tacosc clos.tdl -c allreduce --size 1GiB -o plan.json`` then ``tacosc verify
     plan.json``, each a process of its own: CPU (user + system) and peak RSS of the child."""
     import resource
@@ -139,6 +139,8 @@ def run_cli(size: str = "1GiB") -> None:
     print("|" + "---|" * 6)
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in CLI_CASES.items():
+            if only and name not in only:
+                continue
             tdl = Path(tmp) / f"{name}.tdl"
             tdl.write_text(text)
             plan = Path(tmp) / f"{name}.json"
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         run_expanded()
         return
     if args.cli:
-        run_cli()
+        run_cli(only=args.only)
         return
     rows = []
     print("| case | NPUs | collective | size | synthesis CPU (s) | verify CPU (s) | peak RSS "

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 import tacos
@@ -15,6 +16,7 @@ from tacos.cli import main
 from tacos.errors import TacosError
 from tacos.model.clos import clos_h100
 from tacos.model.torus_axes import TorusAxes
+from tacos.report_schema import report_schema
 from tacos.scale.cli import SYMMETRIC_FROM, wants_symmetric
 from tacos.scale.plan_json import dumps, loads, system_doc
 from tacos.scale.synthesize import synthesize_symmetric
@@ -59,6 +61,13 @@ def test_tacosc_writes_a_verified_symmetric_plan(compiled, capsys) -> None:
     assert main(["verify", str(out), "--topology", str(tdl), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] and doc["format"] == "symmetric-json" and doc["violations"] == []
+    jsonschema.validate(doc, report_schema())
+    assert main([str(tdl), "-c", "reducescatter", "--size", "256KiB", "--symmetric",
+                 "--solver", "direct", "--json", "-q"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, report_schema())
+    assert doc["kind"] == "compile" and doc["verified"] and doc["gap"] >= 1.0
+    assert doc["collective"] == {"kind": "reducescatter", "size": 256 << 10, "npus": 32}
 
 
 def test_verify_rejects_a_tampered_plan_file(compiled, tmp_path, capsys) -> None:
