@@ -123,6 +123,16 @@ def run_expanded() -> None:
                   f"{'yes' if r['ok'] else 'NO'} |", flush=True)
 
 
+CHILD_CLI = r"""
+import json, resource, sys
+from tacos.cli import main
+rc = main(sys.argv[1:])
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"cpu": use.ru_utime + use.ru_stime, "rss_mib": use.ru_maxrss / 1024}),
+      file=sys.stderr)
+sys.exit(rc)
+"""
+
 CLI_CASES = {"clos-1024": "use clos_h100(nodes=1024, tiers=2)\n",
              "clos-5000": "use clos_h100(nodes=5000, tiers=3, hosts_per_leaf=25, "
                           "leaves_per_pod=25)\n"}
@@ -130,8 +140,7 @@ CLI_CASES = {"clos-1024": "use clos_h100(nodes=1024, tiers=2)\n",
 
 def run_cli(size: str = "1GiB", only: list[str] | None = None) -> None:
     """``tacosc clos.tdl -c allreduce --size 1GiB -o plan.json`` then ``tacosc verify
-    plan.json``, each a process of its own: CPU (user + system) and peak RSS of the child."""
-    import resource
+    plan.json``, each a process of its own: CPU (user + system) and peak RSS of that process."""
     import tempfile
     from pathlib import Path
 
@@ -147,16 +156,13 @@ def run_cli(size: str = "1GiB", only: list[str] | None = None) -> None:
             for cmd in (["-c", "allreduce", "--size", size, "-o", str(plan), "-q"],
                         ["verify", str(plan)]):
                 argv = cmd if cmd[0] == "verify" else [str(tdl), *cmd]
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                out = subprocess.run([sys.executable, "-P", "-c", "import sys; from tacos.cli "
-                                      "import main; sys.exit(main(sys.argv[1:]))", *argv],
+                out = subprocess.run([sys.executable, "-P", "-c", CHILD_CLI, *argv],
                                      capture_output=True, text=True, check=True)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                own = json.loads(out.stderr.strip().splitlines()[-1])
                 shown = " ".join(["tacosc", *(a if a != str(tdl) else tdl.name for a in argv)])
                 shown = shown.replace(str(plan), "plan.json")
                 line = out.stdout.strip().splitlines()[-1].replace(str(plan), "plan.json")
-                print(f"| {name} | `{shown}` | {cpu:.1f} | {after.ru_maxrss / 1024:.0f} | "
+                print(f"| {name} | `{shown}` | {own['cpu']:.1f} | {own['rss_mib']:.0f} | "
                       f"{plan.stat().st_size / 1024:.0f} | {line} |", flush=True)
 
 
