@@ -13,6 +13,7 @@ Usage::
     nice python -m benchmarks.bench_scale_clos --only clos-1024
     nice python -m benchmarks.bench_scale_clos --json out.json
     nice python -m benchmarks.bench_scale_clos --expanded       # unexpanded vs expanded check
+    nice python -m benchmarks.bench_scale_clos --cli            # tacosc -o plan.json; verify
 
 ``--expanded`` compares, on systems small enough, :func:`verify_symmetric` with writing the plan
 out (:func:`tacos.model.symmetric_plan.expand`) and running the full verifier on it, each in a
@@ -36,6 +37,12 @@ CASES: dict[str, tuple[str, dict, str, tuple[float, ...]]] = {
     "clos-1024": ("clos", {"nodes": 1024, "tiers": 2}, "allreduce", (1, 4, 16)),
     "clos-5000": ("clos", {"nodes": 5000, "tiers": 3, "hosts_per_leaf": 25,
                            "leaves_per_pod": 25}, "allreduce", (1, 4, 16)),
+    "clos-1024-ag": ("clos", {"nodes": 1024, "tiers": 2}, "allgather", (1,)),
+    "clos-1024-rs": ("clos", {"nodes": 1024, "tiers": 2}, "reducescatter", (1,)),
+    "clos-5000-ag": ("clos", {"nodes": 5000, "tiers": 3, "hosts_per_leaf": 25,
+                              "leaves_per_pod": 25}, "allgather", (1,)),
+    "clos-5000-rs": ("clos", {"nodes": 5000, "tiers": 3, "hosts_per_leaf": 25,
+                              "leaves_per_pod": 25}, "reducescatter", (1,)),
     "torus-8": ("torus", {"shape": (8, 8, 8)}, "allgather", (1,)),
     "torus-16": ("torus", {"shape": (16, 16, 16)}, "allgather", (1,)),
     "torus-34": ("torus", {"shape": (34, 34, 34)}, "allgather", (1,)),
@@ -116,6 +123,49 @@ def run_expanded() -> None:
                   f"{'yes' if r['ok'] else 'NO'} |", flush=True)
 
 
+CHILD_CLI = r"""
+import json, resource, sys
+from tacos.cli import main
+rc = main(sys.argv[1:])
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"cpu": use.ru_utime + use.ru_stime, "rss_mib": use.ru_maxrss / 1024}),
+      file=sys.stderr)
+sys.exit(rc)
+"""
+
+CLI_CASES = {"clos-1024": "use clos_h100(nodes=1024, tiers=2)\n",
+             "clos-5000": "use clos_h100(nodes=5000, tiers=3, hosts_per_leaf=25, "
+                          "leaves_per_pod=25)\n"}
+
+
+def run_cli(size: str = "1GiB", only: list[str] | None = None) -> None:
+    """``tacosc clos.tdl -c allreduce --size 1GiB -o plan.json`` then ``tacosc verify
+    plan.json``, each a process of its own: CPU (user + system) and peak RSS of that process."""
+    import tempfile
+    from pathlib import Path
+
+    print("| system | command | CPU (s) | peak RSS (MiB) | file (KiB) | output |")
+    print("|" + "---|" * 6)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in CLI_CASES.items():
+            if only and name not in only:
+                continue
+            tdl = Path(tmp) / f"{name}.tdl"
+            tdl.write_text(text)
+            plan = Path(tmp) / f"{name}.json"
+            for cmd in (["-c", "allreduce", "--size", size, "-o", str(plan), "-q"],
+                        ["verify", str(plan)]):
+                argv = cmd if cmd[0] == "verify" else [str(tdl), *cmd]
+                out = subprocess.run([sys.executable, "-P", "-c", CHILD_CLI, *argv],
+                                     capture_output=True, text=True, check=True)
+                own = json.loads(out.stderr.strip().splitlines()[-1])
+                shown = " ".join(["tacosc", *(a if a != str(tdl) else tdl.name for a in argv)])
+                shown = shown.replace(str(plan), "plan.json")
+                line = out.stdout.strip().splitlines()[-1].replace(str(plan), "plan.json")
+                print(f"| {name} | `{shown}` | {own['cpu']:.1f} | {own['rss_mib']:.0f} | "
+                      f"{plan.stat().st_size / 1024:.0f} | {line} |", flush=True)
+
+
 def run(name: str, size_gib: float) -> dict:
     """One case in a fresh interpreter; its JSON line."""
     kind, opts, coll, _ = CASES[name]
@@ -139,11 +189,17 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", help="case names")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--sizes", nargs="*", type=float, help="only these sizes (GiB) of each case")
     ap.add_argument("--expanded", action="store_true",
                     help="compare the unexpanded check with the expanded one instead")
+    ap.add_argument("--cli", action="store_true",
+                    help="time tacosc's symmetric path and tacosc verify instead")
     args = ap.parse_args(argv)
     if args.expanded:
         run_expanded()
+        return
+    if args.cli:
+        run_cli(only=args.only)
         return
     rows = []
     print("| case | NPUs | collective | size | synthesis CPU (s) | verify CPU (s) | peak RSS "
@@ -151,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
           "represented | verified |")
     print("|" + "---|" * 14)
     for name in args.only or CASES:
-        for size in CASES[name][3]:
+        for size in [x for x in CASES[name][3] if not args.sizes or x in args.sizes]:
             r = run(name, size)
             rows.append(r)
             print(f"| {name} | {r['npus']:,} | {r['collective']} | {size:g} GiB | "

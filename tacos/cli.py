@@ -208,6 +208,10 @@ def _compile_parser() -> argparse.ArgumentParser:
                    "options); files "
                    "with reshard or job statements: multicast (default), and for reshards the "
                    "baselines sendrecv, alpa, broadcast")
+    p.add_argument("--symmetric", action="store_true",
+                   help="symmetric synthesis: one solve per group shape of a multi-rail Clos "
+                        "(use clos_h100), written as a symmetric plan file; the default on "
+                        "such fabrics of 256 NPUs or more without --solver (docs/scale.md)")
     p.add_argument("--objective", choices=("makespan", "fairness", "priority"),
                    help="jobs: what the joint plan optimizes (default makespan)")
     p.add_argument("--trials", type=int, help="randomized trials (greedy; the ILP's start)")
@@ -525,6 +529,10 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         from tacos.reshard.cli import compile_reshards
 
         return compile_reshards(spec, args, fmt, reporter)
+    from tacos.scale.cli import compile_symmetric, wants_symmetric
+
+    if wants_symmetric(spec, args):  # large Clos: one solve per group shape, not per chunk
+        return compile_symmetric(spec, args, fmt, reporter)
     args.solver = args.solver or "auto"
     collective = _choose_collective(spec, args)
     args.inplace = in_place(args.inplace, collective.kind)

@@ -2,7 +2,8 @@
 
 :func:`verify` takes a :class:`~tacos.schedule.Schedule`, a path, or the text of a plan, and
 tells the format from the content (not the file name): MSCCL XML (``<algo ...>``), a tacos JSON
-schedule (``"schema": "tacos.schedule/..."``) or an MSCCL++ JSON execution plan (``"gpus"`` and
+schedule (``"schema": "tacos.schedule/..."``), a symmetric plan file
+(``"schema": "tacos.symmetric-plan/..."``) or an MSCCL++ JSON execution plan (``"gpus"`` and
 ``"collective"``).  It returns the format's report (``.ok``, ``.text()``, ``.as_dict()``,
 ``.raise_if_failed()``) and raises :class:`~tacos.errors.TacosError` only when the input is none
 of these or cannot be read.
@@ -18,11 +19,12 @@ from tacos.errors import TacosError, VerificationError
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 
-FORMATS = ("msccl-xml", "schedule-json", "mscclpp-json")
+FORMATS = ("msccl-xml", "schedule-json", "mscclpp-json", "symmetric-json")
 
 
 def sniff(text: str) -> str:
-    """``'msccl-xml'``, ``'schedule-json'`` or ``'mscclpp-json'`` for plan text.
+    """``'msccl-xml'``, ``'schedule-json'``, ``'mscclpp-json'`` or ``'symmetric-json'`` (the
+    symmetric plan file, :mod:`tacos.scale.plan_json`) for plan text.
 
     >>> sniff('<algo name="x">'), sniff('{"schema": "tacos.schedule/1"}')
     ('msccl-xml', 'schedule-json')
@@ -38,8 +40,12 @@ def sniff(text: str) -> str:
         if isinstance(doc, dict):
             if str(doc.get("schema", "")).startswith("tacos.schedule"):
                 return "schedule-json"
+            if str(doc.get("schema", "")).startswith("tacos.symmetric-plan"):
+                return "symmetric-json"
             if "gpus" in doc and "collective" in doc:
                 return "mscclpp-json"
+        if '"tacos.symmetric-plan' in text[:4096]:
+            return "symmetric-json"
         if '"tacos.schedule' in text[:4096]:
             return "schedule-json"
         if '"gpus"' in text:
@@ -110,6 +116,10 @@ def verify(plan: Schedule | str | Path, *, topology: Topology | None = None,
         if topology is not None and report.ok:
             report = _time_mscclpp(report, text, topology, nbytes, ranks)
         return report
+    if kind == "symmetric-json":
+        from tacos.scale.verify_file import verify_symmetric_text
+
+        return verify_symmetric_text(text, source, topology=topology)
     from tacos.check.verify import verify_schedule
     from tacos.frontends.json_schedule import check_against_topology, loads
 

@@ -39,6 +39,7 @@ systems).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +71,33 @@ class SymmetricReport:
         if self.ok:
             return f"OK: symmetric plan, makespan {self.makespan:.6g} s"
         return "\n".join(f"{r}: {t}" for r, t in self.problems[:20])
+
+    def text(self, limit: int | None = None) -> str:
+        """Human-readable summary, one broken rule per line (first ``limit`` if given), in
+        the words of :meth:`tacos.check.verify.VerifyReport.text`."""
+        if self.ok:
+            return f"symmetric plan verified: no violations (makespan {self.makespan:.6g} s)"
+        shown = self.problems if limit is None else self.problems[:limit]
+        total = len(self.problems)
+        lines = [f"symmetric plan has {total} violation{'s' if total != 1 else ''}:"]
+        lines += [f"  [{r}] {t}" for r, t in shown]
+        if total > len(shown):
+            lines.append(f"  ... and {total - len(shown)} more")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe dict ``{ok, makespan, violations: [{rule, message}], stats}``."""
+        return {"ok": self.ok, "makespan": self.makespan,
+                "violations": [{"rule": r, "message": t} for r, t in self.problems],
+                "stats": dict(self.stats)}
+
+    def raise_if_failed(self, limit: int = 10) -> SymmetricReport:
+        """Raise :class:`~tacos.errors.VerificationError` listing the first violations."""
+        if not self.ok:
+            from tacos.errors import VerificationError
+
+            raise VerificationError(self.text(limit), hint="the symmetric plan is wrong")
+        return self
 
 
 def _late(a: float, b: float) -> bool:

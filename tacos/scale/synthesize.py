@@ -80,11 +80,13 @@ def template_sizes(system: SymmetricSystem, kind: str, part_size: int,
 
 
 class TemplateSolver:
-    """Solves (template, kind, size) once each, keeping the fastest verified schedule."""
+    """Solves (template, kind, size) once each, keeping the fastest verified schedule of the
+    solvers and, on switched groups, of Bruck's algorithm (:mod:`tacos.scale.bruck`)."""
 
-    def __init__(self, solvers: Sequence[str], seed: int) -> None:
+    def __init__(self, solvers: Sequence[str], seed: int, bruck: bool = True) -> None:
         self.solvers = tuple(solvers)
         self.seed = seed
+        self.bruck = bruck  # also try Bruck's schedule on switched groups (tacos.scale.bruck)
         self.cache: dict[tuple[Topology, str, int], Schedule] = {}
         self.solves = 0
 
@@ -121,6 +123,13 @@ class TemplateSolver:
                 continue
             if best is None or s.makespan < best.makespan:
                 best = s
+        if self.bruck:
+            from tacos.scale.bruck import bruck
+
+            s = bruck(topology, kind, size)
+            if s is not None and (best is None or s.makespan < best.makespan) \
+                    and verify_schedule(s).ok:
+                best = s
         if best is None:
             raise TacosError(f"no solver found a {kind} on {topology.name}: "
                              + "; ".join(reasons))
@@ -144,8 +153,8 @@ def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
     """Part weights to try: equal parts (``counts``), and for reductions ramps that start and
     end with small parts (the first part's reduce-scatter inside the node and the last part's
     all-gather are the pipeline's fill and drain): weights 1, 2, 4 ... up to 2^k, ``m`` parts
-    of 2^k, and back down.  Rotated all-gathers (``rotate``) take equal parts, a multiple of
-    the axis count."""
+    of 2^k, and back down, and the same with ratios 2.5 and 2.75.  Rotated all-gathers
+    (``rotate``) take equal parts, a multiple of the axis count."""
     if kind == "allgather" and rotate:
         return [(1,) * c for c in sorted({max(1, c // n_axes) * n_axes for c in counts})]
     out = [(1,) * c for c in counts]
@@ -153,7 +162,15 @@ def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
         ramp = [2**i for i in range(k)]
         for m in (1, 2, 4, 8):
             out.append(tuple(ramp + [2**k] * m + ramp[::-1]))
-    return out
+    # steeper ramps (ratio 2.5 to 2.75): fewer parts for the same small first and last part;
+    # the NVSwitch of a DGX node reduces a part in about 0.39 of its rail time, so a part up
+    # to about 2.6 times the previous one is ready when the rails are free for it
+    for ratio in (2.5, 2.75):
+        for k in (2, 3, 4, 5):
+            ramp = [round(2 * ratio**i) for i in range(k)]
+            for m in (1, 2):
+                out.append(tuple(ramp + [round(2 * ratio**k)] * m + ramp[::-1]))
+    return list(dict.fromkeys(out))
 
 
 def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
@@ -180,6 +197,23 @@ def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
     return SymmetricPlan(system, kind, sum(parts), parts, phases, {"parts": len(parts)})
 
 
+LP_COUNTS = tuple(range(3, 11))
+
+
+def _lp_candidates(equal: dict[int, SymmetricPlan]) -> list[tuple[int, ...]]:
+    """Layouts from the critical-path LP (:mod:`tacos.scale.layout_lp`), its stage times fitted
+    through the plans of one part and of the most equal parts tried."""
+    from tacos.scale.layout_lp import affine, lp_layouts, stage_times
+
+    k = max(equal, default=1)
+    if 1 not in equal or k == 1:
+        return []
+    whole, piece = stage_times(equal[1]), stage_times(equal[k])
+    if len(whole) != len(piece) or len(whole) > 4:
+        return []
+    return lp_layouts(affine(whole, piece, k), LP_COUNTS)
+
+
 def system_of(topology: Topology) -> SymmetricSystem:
     """The symmetric system a loaded topology is: a multi-rail Clos built as
     ``use clos_h100(...)`` builds it (:func:`tacos.model.clos.recognize`); otherwise a
@@ -204,7 +238,9 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     :func:`system_of`; the plan's ids are the topology's).
 
     ``parts``: None tries the layouts of :func:`layouts` (equal parts, counts
-    :data:`DEFAULT_PARTS`, and ramps) and keeps the fastest plan; an int cuts the buffer in that
+    :data:`DEFAULT_PARTS`, and ramps), then the part sizes of the critical-path LP
+    (:mod:`tacos.scale.layout_lp`, fitted to the equal layouts' stage times), and keeps the
+    fastest plan; an int cuts the buffer in that
     many equal parts; a sequence gives part weights.  Every part is a multiple of the NPU count
     (whole bytes per piece), so ``size`` is rounded down to one (``meta['size_requested']``
     keeps the asked size).  ``solvers``: tried on every template, fastest verified kept.
@@ -225,15 +261,27 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     t0 = time.process_time()
     solve = TemplateSolver(solvers, seed)
     best: SymmetricPlan | None = None
-    tried = {}
-    for weights in candidates:
+    tried: dict[str, float] = {}
+    equal: dict[int, SymmetricPlan] = {}
+
+    def attempt(weights: tuple[int, ...]) -> None:
+        nonlocal best
+        key = ",".join(map(str, weights))
         sizes = split(size, weights, n)
-        if min(sizes) < n:
-            continue
+        if key in tried or min(sizes) < n:
+            return
         plan = _plan(system, kind, sizes, solve)
-        tried[",".join(map(str, weights))] = plan.makespan
+        tried[key] = plan.makespan
+        if len(set(weights)) == 1:
+            equal[len(weights)] = plan
         if best is None or plan.makespan < best.makespan:
             best = plan
+
+    for weights in candidates:
+        attempt(weights)
+    if parts is None and not (kind == "allgather" and rotates(system)):
+        for weights in _lp_candidates(equal):
+            attempt(weights)
     if best is None:
         raise TacosError(f"{size} bytes is less than one byte per NPU and part",
                          hint=f"use at least {n} bytes")
