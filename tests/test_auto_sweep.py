@@ -236,7 +236,8 @@ def test_auto_time_limit_keeps_the_best_plan_found_so_far(monkeypatch):
     topo = tacos.parse("ring r[8] 10GB/s 1us\n").topology
     coll = build("allgather", range(8), size=8 * 4096)
     winner, sched, facts = run_portfolio(topo, coll, trials=1, workers=1, time_limit=0.2)
-    assert [n for n, _ in started] == ["greedy"] and started[0][1] == pytest.approx(0.2, 0.1)
+    assert [n for n, _ in started] == ["greedy"]
+    assert 0 < started[0][1] <= 0.2  # what is left of the limit, never more
     assert winner == "greedy" and verify_schedule(sched).ok
     for name in ("forest", "hierarchical", "a2a", "nccl"):
         assert "time limit" in facts["skipped"][name], facts["skipped"]
