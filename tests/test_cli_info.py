@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_output import after_phases
 
 from tacos.cli import main
 
@@ -94,7 +95,7 @@ def test_user_error_exit_code_and_no_traceback(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "tacos", "info", str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 1
-    assert proc.stderr.startswith(f"{bad}:2:14: error:")
+    assert after_phases(proc.stderr).startswith(f"{bad}:2:14: error:")
     assert "Traceback" not in proc.stderr
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_output import after_phases
 
 import tacos
 from tacos import limits
@@ -124,7 +125,7 @@ def test_whole_file_errors_have_a_position(tmp_path: Path,
     err = load_error(none)
     assert err.span.line == 2 and "declares no NPU" in err.message
     assert main(["info", str(nul)]) == 1
-    assert capsys.readouterr().err.startswith(f"{nul}:2:6: error:")
+    assert after_phases(capsys.readouterr().err).startswith(f"{nul}:2:6: error:")
 
 
 @pytest.mark.parametrize("text, line", [
