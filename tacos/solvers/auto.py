@@ -180,7 +180,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         times, runtime, ranked_by = shaped
     else:
         times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
-                                                   skipped, as_xml=emit in ("xml", "shaped"))
+                                                   skipped, as_xml=emit in ("xml", "shaped"),
+                                                   prune=not keep_plans)
     winner = min(times, key=lambda k: (times[k], k))
     facts: dict[str, Any] = {"winner": winner, "times": times, "skipped": skipped,
                              "seconds": seconds, "ranked_by": ranked_by,
@@ -202,19 +203,33 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 
 def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
-                   as_xml: bool = False) -> tuple[dict[str, float], dict[str, Any], str]:
+                   as_xml: bool = False, prune: bool = True
+                   ) -> tuple[dict[str, float], dict[str, Any], str]:
     """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
     executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
     no executable form (in-switch groups outside NCCL) leave the ranking, with the reason.
     When no plan can be timed (a collective the runtime model lacks), the link model ranks.
-    ``as_xml``: every plan, NCCL's included, is timed as the MSCCL XML tacos would write."""
+    ``as_xml``: every plan, NCCL's included, is timed as the MSCCL XML tacos would write.
+
+    ``prune``: plans timed by NCCL's model come first (they need no lowering), then the others
+    by link-model time; a lowered plan whose :func:`~tacos.solvers.auto_floor.runtime_floor`
+    is above the best time so far cannot win and is not timed further (``skipped`` says so,
+    with both figures)."""
     from tacos.runtime.plans import runtime_of
 
     times: dict[str, float] = {}
     runtime: dict[str, Any] = {}
     reasons: dict[str, str] = {}
-    for label in link_times:
-        est, note = runtime_of(plans[label], topology, as_xml=as_xml)
+    order = sorted(link_times, key=lambda k: (not _nccl_timed(plans[k], as_xml),
+                                              link_times[k], k))
+    for label in order:
+        program = None
+        if prune and times and not _nccl_timed(plans[label], as_xml):
+            program, why = _floor_prune(plans[label], topology, times)
+            if why:
+                skipped[label] = why
+                continue
+        est, note = runtime_of(plans[label], topology, program=program, as_xml=as_xml)
         if est is None:
             reasons[label] = note
             continue
@@ -222,9 +237,42 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
         runtime[label] = {**est.to_json(), "of": note}
     if not times:
         return dict(link_times), runtime, "link model"
+    times = {k: times[k] for k in link_times if k in times}  # the candidates' order
+    runtime = {k: runtime[k] for k in link_times if k in runtime}
     for label, why in reasons.items():
         skipped[label] = f"{why} (link-model time {link_times[label]:.4g} s)"
     return times, runtime, "runtime model"
+
+
+def _nccl_timed(schedule: Schedule, as_xml: bool) -> bool:
+    """Whether :func:`~tacos.runtime.plans.runtime_of` times ``schedule`` as NCCL runs it
+    (no lowering)."""
+    return not as_xml and ("nccl" in schedule.meta or "nccl_models" in schedule.meta)
+
+
+def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
+                 ) -> tuple[Any, str]:
+    """``(program, why)``: the plan's MSCCL XML lowering (None when it has none: the caller's
+    timing then says why) and, when its runtime floor is above the best of ``times``, why it
+    cannot win ('' otherwise)."""
+    from tacos.model.units import format_time
+    from tacos.msccl.lower import lower
+    from tacos.solvers.auto_floor import runtime_floor
+
+    if any(t.group is not None for t in schedule.transfers):
+        return None, ""
+    coll = schedule.collective
+    try:
+        program = lower(schedule)
+        floor = runtime_floor(program, topology, int(coll.size), coll.group)
+    except TacosError:
+        return None, ""
+    best = min(times, key=lambda k: (times[k], k))
+    if not floor > times[best]:
+        return program, ""
+    return program, (f"cannot win: its MSCCL XML lowering takes at least {format_time(floor)} "
+                     f"in the runtime model (every connection at its full rate), more than "
+                     f"{best}'s {format_time(times[best])}")
 
 
 #: the instance counts the shaped ranking tries (the file written then tries up to 32): a
