@@ -174,6 +174,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         raise TacosError("no candidate of the portfolio gave a verified plan: "
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          hint="name a solver with --solver")
+    floors: dict[str, float] = {}  # candidates that cannot win: their runtime floor
     shaped = _shaped_times(topology, collective, plans, link_times, skipped) \
         if emit == "shaped" else None
     if shaped is not None:
@@ -181,7 +182,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     else:
         times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
                                                    skipped, as_xml=emit in ("xml", "shaped"),
-                                                   prune=not keep_plans)
+                                                   prune=not keep_plans, floors=floors)
     winner = min(times, key=lambda k: (times[k], k))
     facts: dict[str, Any] = {"winner": winner, "times": times, "skipped": skipped,
                              "seconds": seconds, "ranked_by": ranked_by,
@@ -190,6 +191,11 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     if others:
         facts["runner_up"] = min((k for k in times if k != winner), key=times.__getitem__)
         facts["margin"] = min(others) / times[winner] if times[winner] > 0 else None
+    if floors and (not others or min(floors.values()) < min(others)) and times[winner] > 0:
+        # a candidate not timed to the end may be the runner-up: say how far it is at least
+        facts["runner_up"] = min(floors, key=lambda k: (floors[k], k))
+        facts["margin"] = floors[facts["runner_up"]] / times[winner]
+        facts["margin_at_least"] = True
     ref_label, ref = _nccl_reference(topology, collective, nccl_best, times, nccl_ref,
                                      ranked_by)
     if ref_label is not None and ref is not None:
@@ -203,7 +209,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 
 def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
-                   as_xml: bool = False, prune: bool = True
+                   as_xml: bool = False, prune: bool = True,
+                   floors: dict[str, float] | None = None
                    ) -> tuple[dict[str, float], dict[str, Any], str]:
     """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
     executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
@@ -214,7 +221,7 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
     ``prune``: plans timed by NCCL's model come first (they need no lowering), then the others
     by link-model time; a lowered plan whose :func:`~tacos.solvers.auto_floor.runtime_floor`
     is above the best time so far cannot win and is not timed further (``skipped`` says so,
-    with both figures)."""
+    with both figures; ``floors`` gets its floor)."""
     from tacos.runtime.plans import runtime_of
 
     times: dict[str, float] = {}
@@ -223,13 +230,14 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
     order = sorted(link_times, key=lambda k: (not _nccl_timed(plans[k], as_xml),
                                               link_times[k], k))
     for label in order:
-        program = None
         if prune and times and not _nccl_timed(plans[label], as_xml):
-            program, why = _floor_prune(plans[label], topology, times)
+            floor, why = _floor_prune(plans[label], topology, times)
             if why:
                 skipped[label] = why
+                if floors is not None:
+                    floors[label] = floor
                 continue
-        est, note = runtime_of(plans[label], topology, program=program, as_xml=as_xml)
+        est, note = runtime_of(plans[label], topology, as_xml=as_xml)
         if est is None:
             reasons[label] = note
             continue
@@ -251,28 +259,29 @@ def _nccl_timed(schedule: Schedule, as_xml: bool) -> bool:
 
 
 def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
-                 ) -> tuple[Any, str]:
-    """``(program, why)``: the plan's MSCCL XML lowering (None when it has none: the caller's
-    timing then says why) and, when its runtime floor is above the best of ``times``, why it
-    cannot win ('' otherwise)."""
+                 ) -> tuple[float, str]:
+    """``(floor, why)``: why ``schedule`` cannot win, when the runtime floor of its MSCCL XML
+    lowering is above the best of ``times`` ('' otherwise, and when it has no lowering: its
+    timing says why).
+    The lowering is kept for the timing that follows (:func:`~tacos.runtime.plans.lowering_of`)."""
     from tacos.model.units import format_time
-    from tacos.msccl.lower import lower
+    from tacos.runtime.plans import lowering_of
     from tacos.solvers.auto_floor import runtime_floor
 
     if any(t.group is not None for t in schedule.transfers):
-        return None, ""
+        return 0.0, ""
     coll = schedule.collective
     try:
-        program = lower(schedule)
+        program = lowering_of(schedule)
         floor = runtime_floor(program, topology, int(coll.size), coll.group)
     except TacosError:
-        return None, ""
+        return 0.0, ""
     best = min(times, key=lambda k: (times[k], k))
     if not floor > times[best]:
-        return program, ""
-    return program, (f"cannot win: its MSCCL XML lowering takes at least {format_time(floor)} "
-                     f"in the runtime model (every connection at its full rate), more than "
-                     f"{best}'s {format_time(times[best])}")
+        return floor, ""
+    return floor, (f"cannot win: its MSCCL XML lowering takes at least {format_time(floor)} in the "
+            f"runtime model (every connection at its full rate), more than {best}'s "
+            f"{format_time(times[best])}")
 
 
 #: the instance counts the shaped ranking tries (the file written then tries up to 32): a
@@ -379,7 +388,8 @@ def describe(facts: dict[str, Any]) -> str:
     elif facts.get("nccl_best"):
         text += f" (NCCL's own best model: {facts['nccl_best']})"
     if facts.get("runner_up") and facts.get("margin"):
-        text += f"; runner-up {facts['runner_up']} {facts['margin']:.2f}x slower"
+        least = "at least " if facts.get("margin_at_least") else ""
+        text += f"; runner-up {facts['runner_up']} {least}{facts['margin']:.2f}x slower"
     return text
 
 
