@@ -193,7 +193,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         facts["margin"] = min(others) / times[winner] if times[winner] > 0 else None
     if floors and (not others or min(floors.values()) < min(others)) and times[winner] > 0:
         # a candidate not timed to the end may be the runner-up: say how far it is at least
-        facts["runner_up"] = min(floors, key=lambda k: (floors[k], k))
+        facts["runner_up"] = min((k for k in link_times if k in floors),
+                                 key=floors.__getitem__)  # ties: the candidates' order
         facts["margin"] = floors[facts["runner_up"]] / times[winner]
         facts["margin_at_least"] = True
     ref_label, ref = _nccl_reference(topology, collective, nccl_best, times, nccl_ref,
