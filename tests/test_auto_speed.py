@@ -151,3 +151,16 @@ def test_the_window_line_is_set_as_a_rewrite_would() -> None:
     last = {"name": "x", "min_message_size": 16}  # last field: no comma, rewritten
     assert _with_min_message_size(json.dumps(last, indent=2) + "\n", last, 32) == \
         json.dumps({"name": "x", "min_message_size": 32}, indent=2) + "\n"
+
+
+def test_a_pruned_runner_up_is_named_with_its_floor() -> None:
+    from tacos.report import auto_json
+    from tacos.solvers.auto import describe, run_portfolio
+
+    spec = tacos.load(str(ROOT / "examples" / "ring8.tdl"))
+    winner, _, facts = run_portfolio(spec.topology, spec.collective, greedy_chunks=True,
+                                     relays="members", seed=0)
+    assert winner == "nccl-ring" and facts["runner_up"] not in facts["times"]
+    assert facts["skipped"][facts["runner_up"]].startswith("cannot win")
+    assert facts["margin_at_least"] and facts["margin"] > 1
+    assert "at least" in describe(facts) and auto_json(facts)["margin_at_least"] is True
