@@ -100,7 +100,7 @@ def lowering_of(schedule: Schedule, options: Any = None) -> Any:
 #: (each entry keeps those objects alive, so an identity cannot be reused while it is kept)
 _LOWERED: dict[tuple, tuple[tuple, Any]] = {}
 _TIMED: dict[tuple, tuple[tuple, tuple[RuntimeEstimate, str]]] = {}
-_KEEP = 16
+_KEEP = 8
 
 
 def _remember(cache: dict, key: tuple, owners: tuple, value: Any) -> None:
