@@ -604,7 +604,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
             write_output(args.output, mchoice.text)
         for line in notes:
             print(f"note: {line}", file=sys.stderr)
-        runtime = _mscclpp_runtime(schedule, spec.topology, mchoice.text)
+        runtime = _mscclpp_runtime(schedule, spec.topology, mchoice)
     elif args.output:
         with reporter.phase(f"writing {args.output}"):
             text = _render(schedule, fmt, args)
@@ -719,14 +719,19 @@ def _write_tuner(spec: Any, collective: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _mscclpp_runtime(schedule: Any, topology: Any, text: str) -> Any:
-    """The runtime model's time of the MSCCL++ plan just written."""
+def _mscclpp_runtime(schedule: Any, topology: Any, choice: Any) -> Any:
+    """The runtime model's time of the MSCCL++ plan just written (``choice``: its
+    :class:`~tacos.msccl.mscclpp_choose.MscclppChoice`, whose own estimate is used when it was
+    made at the collective's size on this topology: the window's start does not change it)."""
     from tacos.errors import TacosError
     from tacos.msccl.mscclpp_reader import read_plan_text
     from tacos.runtime.mscclpp_exec import estimate_mscclpp
 
-    plan, _ = read_plan_text(text)
     coll = schedule.collective
+    if choice.estimate is not None and choice.nbytes == int(coll.size) and \
+            choice.topology is topology:
+        return choice.estimate, "the MSCCL++ plan written"
+    plan, _ = read_plan_text(choice.text)
     try:
         est = estimate_mscclpp(plan, topology, coll.size, ranks=coll.group)
     except TacosError as exc:

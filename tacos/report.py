@@ -145,7 +145,7 @@ def auto_json(facts: dict[str, Any]) -> dict[str, Any]:
     from tacos.solvers.auto import describe
 
     keys = ("winner", "ranked_by", "nccl_best", "nccl_time", "speedup_vs_nccl", "runner_up",
-            "margin", "times")
+            "margin", "margin_at_least", "times")
     out = {k: facts[k] for k in keys if k in facts}
     out["skipped"] = skipped_list(facts)
     out["verdict"] = describe(facts)

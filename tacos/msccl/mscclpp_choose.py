@@ -55,6 +55,11 @@ class MscclppChoice:
     time: float
     tried: dict[int, float | str] = field(default_factory=dict)
     chunks: int = 0
+    #: the runtime model's estimate of the plan chosen, at ``nbytes`` on ``topology`` (channel
+    #: plans; None for switch plans), so that the caller need not read and time it again
+    estimate: Any = field(default=None, repr=False, compare=False)
+    nbytes: int = 0
+    topology: Any = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready facts (``tacosc --json``)."""
@@ -112,7 +117,7 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
                              why["threadblocks"], times[why["threadblocks"]], dict(times),
                              _chunks(doc))
     tried: dict[int, float | str] = {}
-    best: tuple[float, int, str, int] | None = None
+    best: tuple[float, int, dict, int, Any] | None = None
     first: TacosError | None = None
     sized = False  # some candidate was refused only for the size
     dead: dict[int, str] = {}  # count -> why it and its multiples cannot load
@@ -125,8 +130,8 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
                 sized = sized or "cut" in why
                 dead.setdefault(i, why)
                 continue
-        try:
-            text = emit_mscclpp_json(schedule, options=replace(base, instances=i))
+        try:  # compact text: json's C encoder (the chosen plan is indented once, at the end)
+            text = emit_mscclpp_json(schedule, options=replace(base, instances=i), indent=None)
         except TacosError as exc:
             tried[i] = exc.message.split(";")[0]
             first = first or exc
@@ -145,17 +150,18 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
             continue
         plan, _ = read_plan(doc)
         try:
-            time = estimate_mscclpp(plan, schedule.topology, size, ranks=group).time
+            est = estimate_mscclpp(plan, schedule.topology, size, ranks=group)
         except TacosError as exc:
             tried[i] = exc.message
             continue
+        time = est.time
         tried[i] = time
         if search != "exhaustive" and best is not None and time > best[0] * (1 + NEAR):
             break  # more thread blocks only add to what already stopped paying off
         tbs = max(len(g["threadblocks"]) for g in doc["gpus"])
         if best is None or time < best[0] * (1 - NEAR) or \
                 (time <= best[0] * (1 + NEAR) and tbs < best[3]):
-            best = (time, i, text, tbs)
+            best = (time, i, doc, tbs, est)
     if best is None and not sized and first is not None:
         raise first  # the schedule has no MSCCL++ form at all (e.g. too many channels)
     if best is None:
@@ -163,8 +169,9 @@ def choose_mscclpp(schedule: Schedule, options: Any = None, *, nbytes: int | Non
         raise TacosError(f"no MSCCL++ plan of this schedule loads at {size} bytes ({reasons})",
                          hint="use another chunk count (--chunks) or a size that is a "
                               "multiple of 16 bytes x the plan's chunks")
-    return MscclppChoice(best[2], "channels", "instances", best[1], best[0], tried,
-                         _chunks(json.loads(best[2])))
+    return MscclppChoice(json.dumps(best[2], indent=2) + "\n", "channels", "instances",
+                         best[1], best[0], tried, _chunks(best[2]), estimate=best[4],
+                         nbytes=size, topology=schedule.topology)
 
 
 def _chunks(doc: dict[str, Any]) -> int:

@@ -62,15 +62,51 @@ def runtime_of(schedule: Schedule, topology: Topology | None = None, *,
         if program is None:
             if any(t.group is not None for t in schedule.transfers):
                 return None, LINK_ONLY
-            from tacos.msccl.lower import lower
-
-            program = lower(schedule, options=options)
+            program = lowering_of(schedule, options)
+        key = (id(program), id(topo))
+        got = _TIMED.get(key)
+        if got is not None and got[0][0] is program and got[0][1] is topo:
+            return got[1]
         from tacos.runtime.msccl_exec import estimate_program
 
-        est = estimate_program(program, topo, coll.size, ranks=coll.group)
-        return est, "its MSCCL XML lowering"
+        out = estimate_program(program, topo, coll.size, ranks=coll.group), \
+            "its MSCCL XML lowering"
+        _remember(_TIMED, key, (program, topo), out)
+        return out
     except TacosError as exc:
         return None, f"runtime model: {exc.message}"
+
+
+def lowering_of(schedule: Schedule, options: Any = None) -> Any:
+    """The MSCCL XML lowering of ``schedule`` (:func:`tacos.msccl.lower.lower` with
+    ``options``), lowered once per process for a schedule whose transfers cannot change (a
+    portfolio's plan is lowered for its runtime floor, timed, then timed again by the report
+    and by sweeps: the same program each time)."""
+    from tacos.msccl.lower import lower
+
+    key = (id(schedule.transfers), id(schedule.collective), id(schedule.topology), options)
+    got = _LOWERED.get(key)
+    if got is not None and all(a is b for a, b in zip(
+            got[0], (schedule.transfers, schedule.collective, schedule.topology), strict=True)):
+        return got[1]
+    program = lower(schedule, options=options)
+    if not isinstance(schedule.transfers, list):  # a list may change: not kept
+        _remember(_LOWERED, key, (schedule.transfers, schedule.collective, schedule.topology),
+                  program)
+    return program
+
+
+#: the last few lowerings and runtime times, by the identity of what they were computed from
+#: (each entry keeps those objects alive, so an identity cannot be reused while it is kept)
+_LOWERED: dict[tuple, tuple[tuple, Any]] = {}
+_TIMED: dict[tuple, tuple[tuple, tuple[RuntimeEstimate, str]]] = {}
+_KEEP = 8
+
+
+def _remember(cache: dict, key: tuple, owners: tuple, value: Any) -> None:
+    if len(cache) >= _KEEP:
+        cache.pop(next(iter(cache)))
+    cache[key] = (owners, value)
 
 
 def runtime_json(est: RuntimeEstimate | None, note: str, link_time: float | None = None

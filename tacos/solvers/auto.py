@@ -174,13 +174,15 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         raise TacosError("no candidate of the portfolio gave a verified plan: "
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          hint="name a solver with --solver")
+    floors: dict[str, float] = {}  # candidates that cannot win: their runtime floor
     shaped = _shaped_times(topology, collective, plans, link_times, skipped) \
         if emit == "shaped" else None
     if shaped is not None:
         times, runtime, ranked_by = shaped
     else:
         times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
-                                                   skipped, as_xml=emit in ("xml", "shaped"))
+                                                   skipped, as_xml=emit in ("xml", "shaped"),
+                                                   prune=not keep_plans, floors=floors)
     winner = min(times, key=lambda k: (times[k], k))
     facts: dict[str, Any] = {"winner": winner, "times": times, "skipped": skipped,
                              "seconds": seconds, "ranked_by": ranked_by,
@@ -189,6 +191,12 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     if others:
         facts["runner_up"] = min((k for k in times if k != winner), key=times.__getitem__)
         facts["margin"] = min(others) / times[winner] if times[winner] > 0 else None
+    if floors and (not others or min(floors.values()) < min(others)) and times[winner] > 0:
+        # a candidate not timed to the end may be the runner-up: say how far it is at least
+        facts["runner_up"] = min((k for k in link_times if k in floors),
+                                 key=floors.__getitem__)  # ties: the candidates' order
+        facts["margin"] = floors[facts["runner_up"]] / times[winner]
+        facts["margin_at_least"] = True
     ref_label, ref = _nccl_reference(topology, collective, nccl_best, times, nccl_ref,
                                      ranked_by)
     if ref_label is not None and ref is not None:
@@ -202,18 +210,34 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 
 def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
-                   as_xml: bool = False) -> tuple[dict[str, float], dict[str, Any], str]:
+                   as_xml: bool = False, prune: bool = True,
+                   floors: dict[str, float] | None = None
+                   ) -> tuple[dict[str, float], dict[str, Any], str]:
     """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
     executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
     no executable form (in-switch groups outside NCCL) leave the ranking, with the reason.
     When no plan can be timed (a collective the runtime model lacks), the link model ranks.
-    ``as_xml``: every plan, NCCL's included, is timed as the MSCCL XML tacos would write."""
+    ``as_xml``: every plan, NCCL's included, is timed as the MSCCL XML tacos would write.
+
+    ``prune``: plans timed by NCCL's model come first (they need no lowering), then the others
+    by link-model time; a lowered plan whose :func:`~tacos.solvers.auto_floor.runtime_floor`
+    is above the best time so far cannot win and is not timed further (``skipped`` says so,
+    with both figures; ``floors`` gets its floor)."""
     from tacos.runtime.plans import runtime_of
 
     times: dict[str, float] = {}
     runtime: dict[str, Any] = {}
     reasons: dict[str, str] = {}
-    for label in link_times:
+    order = sorted(link_times, key=lambda k: (not _nccl_timed(plans[k], as_xml),
+                                              link_times[k], k))
+    for label in order:
+        if prune and times and not _nccl_timed(plans[label], as_xml):
+            floor, why = _floor_prune(plans[label], topology, times)
+            if why:
+                skipped[label] = why
+                if floors is not None:
+                    floors[label] = floor
+                continue
         est, note = runtime_of(plans[label], topology, as_xml=as_xml)
         if est is None:
             reasons[label] = note
@@ -222,9 +246,43 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
         runtime[label] = {**est.to_json(), "of": note}
     if not times:
         return dict(link_times), runtime, "link model"
+    times = {k: times[k] for k in link_times if k in times}  # the candidates' order
+    runtime = {k: runtime[k] for k in link_times if k in runtime}
     for label, why in reasons.items():
         skipped[label] = f"{why} (link-model time {link_times[label]:.4g} s)"
     return times, runtime, "runtime model"
+
+
+def _nccl_timed(schedule: Schedule, as_xml: bool) -> bool:
+    """Whether :func:`~tacos.runtime.plans.runtime_of` times ``schedule`` as NCCL runs it
+    (no lowering)."""
+    return not as_xml and ("nccl" in schedule.meta or "nccl_models" in schedule.meta)
+
+
+def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
+                 ) -> tuple[float, str]:
+    """``(floor, why)``: why ``schedule`` cannot win, when the runtime floor of its MSCCL XML
+    lowering is above the best of ``times`` ('' otherwise, and when it has no lowering: its
+    timing says why).
+    The lowering is kept for the timing that follows (:func:`~tacos.runtime.plans.lowering_of`)."""
+    from tacos.model.units import format_time
+    from tacos.runtime.plans import lowering_of
+    from tacos.solvers.auto_floor import runtime_floor
+
+    if any(t.group is not None for t in schedule.transfers):
+        return 0.0, ""
+    coll = schedule.collective
+    try:
+        program = lowering_of(schedule)
+        floor = runtime_floor(program, topology, int(coll.size), coll.group)
+    except TacosError:
+        return 0.0, ""
+    best = min(times, key=lambda k: (times[k], k))
+    if not floor > times[best]:
+        return floor, ""
+    return floor, (f"cannot win: its MSCCL XML lowering takes at least {format_time(floor)} in the "
+            f"runtime model (every connection at its full rate), more than {best}'s "
+            f"{format_time(times[best])}")
 
 
 #: the instance counts the shaped ranking tries (the file written then tries up to 32): a
@@ -331,7 +389,8 @@ def describe(facts: dict[str, Any]) -> str:
     elif facts.get("nccl_best"):
         text += f" (NCCL's own best model: {facts['nccl_best']})"
     if facts.get("runner_up") and facts.get("margin"):
-        text += f"; runner-up {facts['runner_up']} {facts['margin']:.2f}x slower"
+        least = "at least " if facts.get("margin_at_least") else ""
+        text += f"; runner-up {facts['runner_up']} {least}{facts['margin']:.2f}x slower"
     return text
 
 

@@ -86,20 +86,37 @@ def _search(nodes: Sequence[int], start: int, succ, rng: random.Random, budget: 
     cycle when ``cycle``, ending at ``end`` when given -- by depth-first search
     (:func:`~tacos.solvers.lowering.hops.hamiltonian_path`): hops with the most spare lanes
     first (``weight(v, w)``), then Warnsdorff's rule (fewest onward options), random ties;
-    None within ``budget``."""
+    None within ``budget``.
+
+    ``succ`` and ``weight`` must not change during the search (the callers change the lanes
+    left only between searches): both are read once per node and hop, not once per step."""
     n = len(nodes)
     allowed = set(nodes)
+    after: dict[int, tuple[int, ...]] = {}  # succ(v), as read once
+    hops: dict[int, tuple[tuple[int, int], ...]] = {}  # (w, -weight(v, w)) of allowed w
+
+    def onward(v: int) -> tuple[int, ...]:
+        got = after.get(v)
+        if got is None:
+            got = after[v] = tuple(succ(v))
+        return got
 
     def options(path: list[int], on: set[int]) -> list[int]:
         v, last = path[-1], len(path) == n - 1
-        cand = [w for w in succ(v) if w in allowed and w not in on
-                and (end is None or (w == end) == last)]
+        nxt = hops.get(v)
+        if nxt is None:
+            nxt = hops[v] = tuple((w, -(weight(v, w) if weight else 0))
+                                  for w in onward(v) if w in allowed)
+        cand = [(w, lanes) for w, lanes in nxt
+                if w not in on and (end is None or (w == end) == last)]
+        if len(cand) < 2:  # nothing to order (shuffling fewer than two draws no number)
+            return [w for w, _ in cand]
         rng.shuffle(cand)
-        return sorted(cand, key=lambda w: (-(weight(v, w) if weight else 0),
-                                           sum(1 for x in succ(w) if x not in on)))
+        return [w for w, _ in sorted(cand, key=lambda c: (c[1], sum(
+            1 for x in onward(c[0]) if x not in on)))]
 
     return hamiltonian_path(n, start, options,
-                            lambda path: not cycle or start in succ(path[-1]), budget)
+                            lambda path: not cycle or start in onward(path[-1]), budget)
 
 
 def _pairs(order: Sequence[int]) -> list[tuple[int, int]]:
