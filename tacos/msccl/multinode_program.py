@@ -25,7 +25,10 @@ instance (channel p) every rank runs, each thread block taking the stages in tur
   then the ``M-1`` rail partials;
 * per rail peer v a send and a receive thread block: once sub-block v is reduced in the node,
   send it to v's scratch and receive v's partial of mine; once my sub-block is reduced, send
-  it to v and receive v's;
+  it to v and receive v's; stage by stage, the all-gather of a stage right after its
+  reduce-scatter, the reducers of my sub-block taking each stage's node partials just
+  before its rail partials (so the node's all-gather of stage 0 can start while the node
+  still reduce-scatters the later stages);
 * then the intra-node send thread blocks send the finished block to their peers, the receive
   thread blocks take the peers' blocks.
 
@@ -136,11 +139,21 @@ class _Tb:
         return last
 
 
-def _rail_order(stages: int) -> list[tuple[str, int]]:
-    """The order of a rail's phases: the reduce-scatter of every stage, then the all-gather
-    of every stage (starting an all-gather after the next stage's reduce-scatter timed 6 %
-    slower on 2x DGX-A100: it delays the reduce-scatters the reductions wait for)."""
-    return [("rs", k) for k in range(stages)] + [("ag", k) for k in range(stages)]
+def _rail_order(stages: int, lag: int | None = None) -> list[tuple[str, int]]:
+    """The order of a rail's phases: the reduce-scatter of stage k, then the all-gather of
+    stage ``k - lag`` (``lag=None``: every reduce-scatter first, then every all-gather).
+    Where the NIC is fast against NVLink (DGX-H100) an early all-gather lets the node's
+    all-gather of stage 0 start while the node still reduce-scatters; where it is slow
+    (DGX-A100), all-gathers between reduce-scatters delay the reduce-scatters the
+    reductions wait for.  The shape chooser times both."""
+    if lag is None or lag >= stages:
+        return [("rs", k) for k in range(stages)] + [("ag", k) for k in range(stages)]
+    order: list[tuple[str, int]] = []
+    for k in range(stages):
+        order.append(("rs", k))
+        if k >= lag:
+            order.append(("ag", k - lag))
+    return order + [("ag", k) for k in range(stages - lag, stages)]
 
 
 def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool
@@ -172,17 +185,31 @@ def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[Gpu]:
     return gpus  # type: ignore[return-value]
 
 
+def _allreduce_steps_per_stage(g_size: int, m_nodes: int, q_n: int, copy: bool) -> int:
+    """The most steps (nops included) a thread block of the all-reduce writes per pipeline
+    stage: a node send block sends twice and waits for ``q_n`` reducers and ``m_nodes - 1``
+    rail receives; the reducer of my node's sub-block sums ``g_size - 1`` node partials and
+    ``m_nodes - 1`` rail partials (nops for all rail waits but the last), after a copy of my
+    own partial out of place; a rail send block waits for ``q_n`` reducers twice."""
+    node_send = 2 + (q_n + m_nodes - 2)
+    reducer = int(copy) + (g_size - 1) + (m_nodes - 1) + max(0, m_nodes - 2)
+    return max(node_send, reducer, 2 * q_n, 2)
+
+
 def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: MscclOptions,
-                           stages: int = STAGES, paired: bool = False) -> Program:
+                           stages: int = STAGES, paired: bool = False,
+                           lag: int | None = None) -> Program:
     """The all-reduce program (module docstring) for ``nodes`` (ranks per node), each
     instance's data cut into ``stages`` pipeline stages (fewer when the steps would not fit
     the step limit).  ``paired=False`` gives every peer a send and a receive thread block
-    of its own, so a thread block's receive copies do not wait for its sends."""
+    of its own, so a thread block's receive copies do not wait for its sends.  ``lag``: the
+    rail's phase order (:func:`_rail_order`)."""
     m_nodes, g_size = len(nodes), len(nodes[0])
     n_ranks = m_nodes * g_size
     inst, q_n = instances, REDUCERS
-    per_stage = max(g_size - 1 + m_nodes - 1, 2 * q_n + 4, 2 + 2 * q_n + m_nodes)
-    k_n = max(1, min(stages, (options.max_steps_per_tb - 1) // per_stage))
+    k_n = max(1, min(stages, (options.max_steps_per_tb - 1)
+                     // _allreduce_steps_per_stage(g_size, m_nodes, q_n,
+                                                   bool(options.out_of_place))))
     inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
@@ -228,20 +255,33 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
                     recv_a[(k, w)] = (rtb.id, rtb.add("r", ("i", chunk(p, k, w)),
                                                       ("s", a_slot(p, k, g, w)), block))
             end_a: dict[tuple[int, int], list[Wait]] = {}
-            for (m, q), tb in red.items():
-                for k in range(k_n):
-                    dst = (out, chunk(p, k, g, m, q))
-                    if out != "i":  # out-of-place: my own partial first
-                        tb.add("cpy", ("i", dst[1]), dst, 1)
-                    for w in intra:
-                        last = tb.add("re", ("s", a_slot(p, k, g, w, m, q)), dst, 1,
-                                      [recv_a[(k, w)]])
-                    end_a.setdefault((k, m), []).append((tb.id, last))
+
+            def node_reduce(m: int, q: int, k: int, p: int = p, g: int = g,
+                            recv_a: dict[tuple[int, int], Wait] = recv_a,
+                            end_a: dict[tuple[int, int], list[Wait]] = end_a,
+                            red: dict[tuple[int, int], _Tb] = red,
+                            intra: list[int] = intra) -> None:
+                """Reducer (m, q) sums the node partials of stage k into my block."""
+                tb = red[(m, q)]
+                dst = (out, chunk(p, k, g, m, q))
+                if out != "i":  # out-of-place: my own partial first
+                    tb.add("cpy", ("i", dst[1]), dst, 1)
+                for w in intra:
+                    last = tb.add("re", ("s", a_slot(p, k, g, w, m, q)), dst, 1,
+                                  [recv_a[(k, w)]])
+                end_a.setdefault((k, m), []).append((tb.id, last))
+
+            for m, q in red:  # my node's sub-block: stage by stage between the rail sums
+                if m != n:
+                    for k in range(k_n):
+                        node_reduce(m, q, k)
             recv_b: dict[tuple[int, int], Wait] = {}
             end_b: dict[int, list[Wait]] = {}
             recv_c: dict[int, list[Wait]] = {}
-            for what, k in _rail_order(k_n):
+            for what, k in _rail_order(k_n, lag):
                 if what == "rs":  # my partial of sub-block v to v, v's of mine to me
+                    for q in range(q_n):
+                        node_reduce(n, q, k)
                     for v, (stb, rtb) in rail_tb.items():
                         stb.add("s", (out, chunk(p, k, g, v)), ("s", b_slot(p, k, v, n)), q_n,
                                 end_a[(k, v)])
@@ -277,13 +317,14 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
                            stages: int = STAGES, paired: bool = False) -> Program:
     """The all-gather program: per instance (channel p) and pipeline stage k, rank (n, g)
     sends its shard to every rail peer (into its output), then sends the ``M`` shards of its
-    rail to every local peer, each once it has arrived.  Chunk ``(r·I + p)·K + k`` of the
+    rail to every local peer: its own of every stage first (they need no NIC), then the
+    others, each once it has arrived.  Chunk ``(r·I + p)·K + k`` of the
     output is rank r's shard, instance p, stage k.  ``paired``: one ``send=w recv=w`` thread
     block per peer instead of a send and a receive block."""
     m_nodes, g_size = len(nodes), len(nodes[0])
     n_ranks = m_nodes * g_size
     inst = instances
-    k_n = max(1, min(stages, (options.max_steps_per_tb - 1) // (2 * m_nodes)))
+    k_n = max(1, min(stages, (options.max_steps_per_tb - 1) // m_nodes))
     inplace = bool(options.inplace)
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
     ways = 1 if paired else 2
@@ -311,16 +352,18 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
                     send_tb[v].add("s", mine(p, k), ("o", shard(r, p, k)), 1)
                     arrived[(v, k)] = (recv_tb[v].id, recv_tb[v].add(
                         "r", ("o", shard(v, p, k)), ("o", shard(v, p, k)), 1))
+            # my node's shards first (they need no NIC), then the rail's as they arrive
+            order = [(k, n) for k in range(k_n)] + [(k, v) for k in range(k_n)
+                                                    for v in range(m_nodes) if v != n]
             for w in intra:
-                for k in range(k_n):
-                    for v in range(m_nodes):
-                        owner = nodes[v][g]
-                        src = mine(p, k) if owner == r else ("o", shard(owner, p, k))
-                        send_tb[w].add("s", src, ("o", shard(owner, p, k)), 1,
-                                       [arrived[(owner, k)]] if owner != r else [])
-                        theirs = nodes[v][where[w][1]]
-                        recv_tb[w].add("r", ("o", shard(theirs, p, k)),
-                                       ("o", shard(theirs, p, k)), 1)
+                for k, v in order:
+                    owner = nodes[v][g]
+                    src = mine(p, k) if owner == r else ("o", shard(owner, p, k))
+                    send_tb[w].add("s", src, ("o", shard(owner, p, k)), 1,
+                                   [arrived[(owner, k)]] if owner != r else [])
+                    theirs = nodes[v][where[w][1]]
+                    recv_tb[w].add("r", ("o", shard(theirs, p, k)),
+                                   ("o", shard(theirs, p, k)), 1)
         if not inplace:  # my own shard into my output
             tb = tbs[inst * per_tb] = _Tb(inst * per_tb, -1, -1, 0)
             for p in range(inst):
@@ -339,18 +382,23 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
 @dataclass(frozen=True)
 class Hierarchical:
     """The hierarchical program family for ``collective`` on ``nodes`` (ranks per node):
-    any shape's instances and protocol; port order and pairing do not apply (every peer has
-    a send and a receive thread block of its own: a block's receive copies then do not wait
+    any shape's instances and protocol, the data of each instance cut into ``stages``
+    pipeline stages (fewer when the steps would not fit), the rail's phases in the order of
+    ``lag`` (:func:`_rail_order`); port order and pairing do not apply (every peer has a
+    send and a receive thread block of its own: a block's receive copies then do not wait
     for its sends, which timed 1.25x faster on 2x DGX-A100 at 64 MiB)."""
 
     collective: Collective
     nodes: tuple[tuple[int, ...], ...]
+    stages: int = STAGES
+    lag: int | None = 0
 
     @property
     def label(self) -> str:
         """What the family is, for reports."""
         m, g = len(self.nodes), len(self.nodes[0])
-        return f"hierarchical {self.collective.kind}: {m} nodes x {g} ranks, rails between"
+        return (f"hierarchical {self.collective.kind}: {m} nodes x {g} ranks, rails between, "
+                f"{self.stages} pipeline stages")
 
     def lower(self, shape: Shape, base: MscclOptions | None = None) -> Program:
         """The program for ``shape`` with ``base``'s header fields."""
@@ -358,22 +406,33 @@ class Hierarchical:
         opts.validate()
         nodes = [list(n) for n in self.nodes]
         if self.collective.kind == "allreduce":
-            return hierarchical_allreduce(nodes, shape.instances, opts, paired=False)
+            return hierarchical_allreduce(nodes, shape.instances, opts, stages=self.stages,
+                                          paired=False, lag=self.lag)
         if self.collective.kind == "allgather":
-            return hierarchical_allgather(nodes, shape.instances, opts, paired=False)
+            return hierarchical_allgather(nodes, shape.instances, opts, stages=self.stages,
+                                          paired=False)
         raise TacosError(f"no hierarchical program for {self.collective.kind}")
 
 
 HIERARCHICAL = "hierarchical"
+#: The family with as many pipeline stages as the step limit allows (at most
+#: :data:`DEEP_STAGES`): shorter pipeline fill and drain at large sizes, more steps at small.
+HIERARCHICAL_DEEP = "hierarchical-deep"
+DEEP_STAGES = 8
 KINDS = ("allreduce", "allgather")
 
 
 def multinode_candidates(topology: Topology, collective: Collective) -> dict[str, Hierarchical]:
     """The multi-node program families for ``collective`` on ``topology`` (name -> family):
-    the hierarchical program when the ranks span two or more equal nodes, else none."""
+    the hierarchical programs (:data:`STAGES` and up to :data:`DEEP_STAGES` pipeline
+    stages) when the ranks span two or more equal nodes, else none."""
     if collective.kind not in KINDS:
         return {}
     nodes = rail_layout(topology, collective)
     if nodes is None:
         return {}
-    return {HIERARCHICAL: Hierarchical(collective, tuple(tuple(n) for n in nodes))}
+    layout = tuple(tuple(n) for n in nodes)
+    out = {HIERARCHICAL: Hierarchical(collective, layout)}
+    if collective.kind == "allreduce":  # the all-gather's stages gained nothing past four
+        out[HIERARCHICAL_DEEP] = Hierarchical(collective, layout, stages=DEEP_STAGES)
+    return out
