@@ -45,7 +45,7 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
-from tacos.msccl.program import Gpu, Program, Step, Threadblock, nop_step
+from tacos.msccl.program import DEFAULT_SMS, MAX_NODES, Gpu, Program, Step, Threadblock, nop_step
 from tacos.msccl.shape import Shape
 
 #: Link tags of network links (NICs); the other links join the GPUs of one node.
@@ -168,7 +168,7 @@ def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool
     return sends, recvs
 
 
-def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[Gpu]:
+def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[list[Threadblock]]:
     """Threadblocks with ``hasdep`` set on every step another tb waits for."""
     wanted = {(r, st.depid, st.deps) for r, tbs in ranks.items() for tb in tbs.values()
               for st in tb.steps if st.depid >= 0}
@@ -182,39 +182,61 @@ def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[Gpu]:
                           for k, st in enumerate(tb.steps))
             blocks.append(Threadblock(tid, tb.send, tb.recv, tb.chan, steps))
         gpus.append(blocks)
-    return gpus  # type: ignore[return-value]
+    return gpus
 
 
-def _allreduce_steps_per_stage(g_size: int, m_nodes: int, q_n: int, copy: bool) -> int:
+def _parses(gpus: list[list[Threadblock]], n_ranks: int) -> bool:
+    """Whether every rank's XML stays within the runtime parser's nodes per rank
+    (:data:`~tacos.msccl.program.MAX_NODES`: the algo, ``n_ranks`` gpu elements, its thread
+    blocks and their steps)."""
+    return all(1 + n_ranks + len(tbs) + sum(len(tb.steps) for tb in tbs) <= MAX_NODES
+               for tbs in gpus)
+
+
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
+
+
+def _allreduce_steps_per_stage(g_size: int, m_nodes: int, q_n: int, copy: bool,
+                               fold: bool) -> int:
     """The most steps (nops included) a thread block of the all-reduce writes per pipeline
-    stage: a node send block sends twice and waits for ``q_n`` reducers and ``m_nodes - 1``
-    rail receives; the reducer of my node's sub-block sums ``g_size - 1`` node partials and
-    ``m_nodes - 1`` rail partials (nops for all rail waits but the last), after a copy of my
-    own partial out of place; a rail send block waits for ``q_n`` reducers twice."""
+    stage: a node send block sends twice, the second time after the sum of my sub-block
+    (``q_n`` reducers, or the last rail receive when folded) and ``m_nodes - 1`` rail
+    receives; a reducer sums ``g_size - 1`` node partials (after a copy of my own partial
+    out of place) and, unfolded, the ``m_nodes - 1`` rail partials (nops for all rail waits
+    but the last); a rail send block waits for ``q_n`` reducers, then for the sum; folded,
+    the first rail receive block waits for ``q_n`` reducers before its ``rrc``."""
+    reducer = int(copy) + (g_size - 1)
+    if fold:
+        return max(1 + m_nodes, reducer, q_n + 1, 2)
     node_send = 2 + (q_n + m_nodes - 2)
-    reducer = int(copy) + (g_size - 1) + (m_nodes - 1) + max(0, m_nodes - 2)
+    reducer += (m_nodes - 1) + max(0, m_nodes - 2)
     return max(node_send, reducer, 2 * q_n, 2)
 
 
 def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: MscclOptions,
                            stages: int = STAGES, paired: bool = False,
-                           lag: int | None = None) -> Program:
+                           lag: int | None = None, reducers: int = REDUCERS,
+                           fold: bool = True) -> Program:
     """The all-reduce program (module docstring) for ``nodes`` (ranks per node), each
     instance's data cut into ``stages`` pipeline stages (fewer when the steps would not fit
     the step limit).  ``paired=False`` gives every peer a send and a receive thread block
     of its own, so a thread block's receive copies do not wait for its sends.  ``lag``: the
-    rail's phase order (:func:`_rail_order`)."""
+    rail's phase order (:func:`_rail_order`).  ``fold``: the rail receive thread blocks add
+    the rail partials into a GPU's sub-block as they arrive (``rrc``, one rail peer after
+    the other), else the reducers add them from scratch.  The stage count is a power of two
+    (``nchunksperloop`` then divides power-of-two sizes)."""
     m_nodes, g_size = len(nodes), len(nodes[0])
     n_ranks = m_nodes * g_size
-    inst, q_n = instances, REDUCERS
-    k_n = max(1, min(stages, (options.max_steps_per_tb - 1)
-                     // _allreduce_steps_per_stage(g_size, m_nodes, q_n,
-                                                   bool(options.out_of_place))))
+    inst, q_n = instances, reducers
+    fit = (options.max_steps_per_tb - 1) // _allreduce_steps_per_stage(
+        g_size, m_nodes, q_n, bool(options.out_of_place), fold)
+    k_n = _pow2_floor(max(1, min(stages, fit)))
     inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
     a_slots = (g_size - 1) * m_nodes * q_n  # scratch per stage: intra partials ...
-    per_k = a_slots + (m_nodes - 1) * q_n  # ... then rail partials
+    per_k = a_slots + (0 if fold else (m_nodes - 1) * q_n)  # ... then rail partials
 
     def chunk(p: int, k: int, b: int, m: int = 0, q: int = 0) -> int:
         return ((((p * k_n + k) * g_size + b) * m_nodes + m) * q_n) + q
@@ -282,13 +304,20 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
                 if what == "rs":  # my partial of sub-block v to v, v's of mine to me
                     for q in range(q_n):
                         node_reduce(n, q, k)
+                    mine = (out, chunk(p, k, g, n))
+                    chain = end_a[(k, n)]
                     for v, (stb, rtb) in rail_tb.items():
-                        stb.add("s", (out, chunk(p, k, g, v)), ("s", b_slot(p, k, v, n)), q_n,
-                                end_a[(k, v)])
-                        recv_b[(k, v)] = (rtb.id, rtb.add("r", (out, chunk(p, k, g, v)),
-                                                          ("s", b_slot(p, k, n, v)), q_n))
+                        theirs = (out, chunk(p, k, g, v)) if fold else ("s", b_slot(p, k, v, n))
+                        stb.add("s", (out, chunk(p, k, g, v)), theirs, q_n, end_a[(k, v)])
+                        if fold:  # add v's partial into mine as it arrives, one rail at a time
+                            chain = [(rtb.id, rtb.add("rrc", mine, mine, q_n, chain))]
+                        else:
+                            recv_b[(k, v)] = (rtb.id, rtb.add("r", (out, chunk(p, k, g, v)),
+                                                              ("s", b_slot(p, k, n, v)), q_n))
+                    if fold:
+                        end_b[k] = chain
                     continue
-                for q in range(q_n):  # sum the rail partials, then send the sum around
+                for q in range(q_n if not fold else 0):  # sum the rail partials
                     last = red[(n, q)].reduce(
                         [("s", b_slot(p, k, n, v, q)) for v in rails],
                         (out, chunk(p, k, g, n, q)), [recv_b[(k, v)] for v in rails])
@@ -306,8 +335,12 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
                     rtb.add("r", (out, chunk(p, k, w)), (out, chunk(p, k, w)), block)
         ranks[r] = tbs
     c = inst * k_n * g_size * m_nodes * q_n
+    blocks_of = _finish(ranks)
+    if k_n > 1 and not _parses(blocks_of, n_ranks):
+        return hierarchical_allreduce(nodes, instances, options, k_n // 2, paired, lag,
+                                      reducers, fold)
     gpus = [Gpu(r, c, 0 if inplace else c, per_k * k_n * inst, tuple(blocks))
-            for r, blocks in enumerate(_finish(ranks))]
+            for r, blocks in enumerate(blocks_of)]
     return Program(options.name or f"tacos_hier_allreduce_{m_nodes}x{g_size}", options.proto,
                    inst, c, n_ranks, "allreduce", int(inplace), int(options.out_of_place),
                    options.min_bytes, options.max_bytes, tuple(gpus), options.redop)
@@ -371,8 +404,11 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
                     tb.add("cpy", ("i", p * k_n + k), ("o", shard(r, p, k)), 1)
         ranks[r] = tbs
     c = inst * k_n
+    blocks_of = _finish(ranks)
+    if k_n > 1 and not _parses(blocks_of, n_ranks):
+        return hierarchical_allgather(nodes, instances, options, k_n - 1, paired)
     gpus = [Gpu(r, c, n_ranks * c, 0, tuple(blocks))
-            for r, blocks in enumerate(_finish(ranks))]
+            for r, blocks in enumerate(blocks_of)]
     return Program(options.name or f"tacos_hier_allgather_{m_nodes}x{g_size}", options.proto,
                    inst, n_ranks * c, n_ranks, "allgather", int(inplace),
                    int(options.out_of_place), options.min_bytes, options.max_bytes,
@@ -392,6 +428,9 @@ class Hierarchical:
     nodes: tuple[tuple[int, ...], ...]
     stages: int = STAGES
     lag: int | None = 0
+    #: SMs per GPU: the all-reduce takes as many reducing thread blocks per sub-block (at
+    #: most :data:`REDUCERS`) as let every thread block of the shape's instances be resident
+    sms: int = 108
 
     @property
     def label(self) -> str:
@@ -406,8 +445,12 @@ class Hierarchical:
         opts.validate()
         nodes = [list(n) for n in self.nodes]
         if self.collective.kind == "allreduce":
+            m, g = len(nodes), len(nodes[0])
+            peers = 2 * (g - 1 + m - 1)  # send and receive thread blocks per instance
+            fit = (self.sms // max(1, shape.instances) - peers) // m
             return hierarchical_allreduce(nodes, shape.instances, opts, stages=self.stages,
-                                          paired=False, lag=self.lag)
+                                          paired=False, lag=self.lag,
+                                          reducers=max(1, min(REDUCERS, fit)))
         if self.collective.kind == "allgather":
             return hierarchical_allgather(nodes, shape.instances, opts, stages=self.stages,
                                           paired=False)
@@ -431,8 +474,16 @@ def multinode_candidates(topology: Topology, collective: Collective) -> dict[str
     nodes = rail_layout(topology, collective)
     if nodes is None:
         return {}
+    from tacos.msccl.shape_choose import limits_for
+
     layout = tuple(tuple(n) for n in nodes)
-    out = {HIERARCHICAL: Hierarchical(collective, layout)}
+    # the written files are verified against DEFAULT_SMS (Choice.xml's default)
+    sms = min(limits_for(topology).sms, DEFAULT_SMS)
+    # two nodes: a stage's rail all-gather right after its reduce-scatter; more: one stage
+    # later, so the next reduce-scatter keeps the NIC busy while the rail partials are summed
+    lag = 0 if len(nodes) == 2 else 1
+    out = {HIERARCHICAL: Hierarchical(collective, layout, lag=lag, sms=sms)}
     if collective.kind == "allreduce":  # the all-gather's stages gained nothing past four
-        out[HIERARCHICAL_DEEP] = Hierarchical(collective, layout, stages=DEEP_STAGES)
+        out[HIERARCHICAL_DEEP] = Hierarchical(collective, layout, stages=DEEP_STAGES, lag=lag,
+                                              sms=sms)
     return out
