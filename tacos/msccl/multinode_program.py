@@ -21,14 +21,15 @@ instance (channel p) every rank runs, each thread block taking the stages in tur
 * per intra-node peer w a send and a receive thread block: send my partial of block w to w's
   scratch, receive w's partial of my block into mine;
 * ``M·Q`` reducing thread blocks (no peer): reducer (m, q) adds the ``G-1`` partials of
-  sub-chunk q of sub-block m into my block, each as it arrives, and for my node's sub-block
-  then the ``M-1`` rail partials;
+  sub-chunk q of sub-block m into my block, each as it arrives;
 * per rail peer v a send and a receive thread block: once sub-block v is reduced in the node,
-  send it to v's scratch and receive v's partial of mine; once my sub-block is reduced, send
-  it to v and receive v's; stage by stage, the all-gather of a stage right after its
-  reduce-scatter, the reducers of my sub-block taking each stage's node partials just
-  before its rail partials (so the node's all-gather of stage 0 can start while the node
-  still reduce-scatters the later stages);
+  send it to v and receive v's partial of mine, adding it into my sub-block as it arrives
+  (``rrc``; the rail peers one after the other, so no two thread blocks add into the same
+  chunk at once); once my sub-block is summed, send it to v and receive v's.  Stage by
+  stage: on two nodes the all-gather of a stage right after its reduce-scatter (so the
+  node's all-gather of stage 0 can start while the node still reduce-scatters the later
+  stages), on more nodes one stage later (the next reduce-scatter keeps the NIC busy while
+  a stage's partials are summed);
 * then the intra-node send thread blocks send the finished block to their peers, the receive
   thread blocks take the peers' blocks.
 
