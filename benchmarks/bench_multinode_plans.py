@@ -63,6 +63,10 @@ def nccl_best(topo: Topology, kind: str, nbytes: int) -> float:
     return min(times)
 
 
+def _cell(x: float, fmt: str) -> str:
+    return "-" if math.isnan(x) else format(x, fmt)
+
+
 LARGE = (64 << 20, 1 << 30)  #: the size range of the geometric-mean target
 
 
@@ -116,7 +120,8 @@ def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64
                     f"| {name} | {kind} | {format_size(size)} | {ch.time * 1e6:.1f} "
                     f"| {ch.plan} | {ch.shape.proto} | {ch.shape.instances} "
                     f"| {f['nchannels']} | {f['tbs_per_gpu']} | {nccl * 1e6:.1f} "
-                    f"| {nccl / ch.time:.2f}x | {r * 1e6:.1f} | {ch.time / r:.2f} "
+                    f"| {nccl / ch.time:.2f}x | {_cell(r * 1e6, '.1f')} "
+                    f"| {_cell(ch.time / r, '.2f')} "
                     f"| {t1 - t0:.1f} | {t2 - t1:.1f} |")
             if logs:
                 means.append(f"* {name} {kind}: geometric mean vs NCCL at 64 MiB-1 GiB "
