@@ -182,6 +182,7 @@ def _h100(nodes):
     return tacos.preset("dgx_h100", nodes=nodes).topology
 
 
+@pytest.mark.slow
 def test_rail_all_gather_follows_each_reduce_scatter_on_two_dgx_h100():
     """Where the NIC is fast against NVLink, the rail all-gathers each stage right after its
     reduce-scatter (and the reducers of a GPU's own sub-block work stage by stage), so the
@@ -219,6 +220,7 @@ def test_all_gather_sends_a_nodes_own_shards_before_the_rails():
             assert all(st.depid >= 0 for st in sends[stages:])
 
 
+@pytest.mark.slow
 def test_four_node_rail_program_verifies_and_deeper_pipelines_win():
     """On 4x DGX-A100 each rail all-reduces over four nodes (every NIC carries 2 (M-1)/M of
     the block); the family's program fits the SMs and the parser's nodes per rank, verifies,
@@ -245,6 +247,7 @@ def test_four_node_rail_program_verifies_and_deeper_pipelines_win():
         two, topo, nbytes).time
 
 
+@pytest.mark.slow
 def test_stages_shrink_to_fit_the_parsers_nodes_per_rank():
     """Asked for more stages than the runtime parser's 4096 nodes per rank hold (here with a
     build allowing 256 steps per thread block), the program takes fewer, still a power of
@@ -265,6 +268,7 @@ def test_stages_shrink_to_fit_the_parsers_nodes_per_rank():
     assert 1 < stages < 32 and stages & (stages - 1) == 0
 
 
+@pytest.mark.slow
 def test_rail_partials_folded_in_as_they_arrive_leave_room_for_eight_stages():
     """The rail receive thread blocks add the rail partials into a GPU's sub-block (``rrc``)
     instead of the reducers adding them from scratch: fewer steps per stage, so eight
