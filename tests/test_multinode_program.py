@@ -174,7 +174,7 @@ def test_size_window_on_two_dgx_takes_the_hierarchical_all_reduce():
     topo = _two_dgx()
     res = sweep(topo, "allreduce", "64MiB", workers=1, trials=1)
     (choice,) = choose_windows(res, base=MscclOptions(inplace=True))
-    assert choice.plan == HIERARCHICAL
+    assert choice.plan.startswith(HIERARCHICAL)  # four stages or eight
     assert "<algo" in choice.xml()
 
 
