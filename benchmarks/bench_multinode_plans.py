@@ -9,8 +9,11 @@ collective), the CPU seconds of the sweep and of the shaping, and the independen
 replay of the emitted program (:mod:`benchmarks.replay_streams`).
 
 ``python -m benchmarks.bench_multinode_plans [--systems a,b] [--collectives allreduce,allgather]
-[--sizes 1MiB,64MiB,256MiB,1GiB]`` prints a markdown table and, per system and collective,
-the geometric mean of the speedups over NCCL at 64 MiB-1 GiB.
+[--sizes 1MiB,64MiB,256MiB,1GiB] [--multinode-only]`` prints a markdown table and, per system
+and collective, the geometric mean of the speedups over NCCL at 64 MiB-1 GiB.
+``--multinode-only`` skips the sweep (the synthesized schedules) and shapes only the
+multi-node program families, for the systems of 32 ranks where a full sweep costs too much
+CPU on a small machine; the plan column then says which family won.
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ from benchmarks.__main__ import machine
 from benchmarks.replay_streams import replay
 from tacos import load, preset
 from tacos.errors import TacosError
+from tacos.model import patterns
 from tacos.model.topology import Topology
-from tacos.model.units import format_size
+from tacos.model.units import format_size, parse_size
 from tacos.msccl.lower import MscclOptions
+from tacos.msccl.multinode_program import multinode_candidates
+from tacos.msccl.shape import INSTANCES, PROTOCOLS, shapes
+from tacos.msccl.shape_choose import Choice, choose_shape
 from tacos.runtime import estimate_nccl
 from tacos.sweep import sweep
 from tacos.sweep_shaped import choose_windows
@@ -56,11 +63,27 @@ def nccl_best(topo: Topology, kind: str, nbytes: int) -> float:
     return min(times)
 
 
+def _cell(x: float, fmt: str) -> str:
+    return "-" if math.isnan(x) else format(x, fmt)
+
+
 LARGE = (64 << 20, 1 << 30)  #: the size range of the geometric-mean target
 
 
-def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64
-        ) -> list[str]:
+def multinode_choices(topo: Topology, kind: str, sizes: list[int]) -> list[Choice]:
+    """Per size, the fastest multi-node program family and shape in the runtime model (the
+    shapes ``choose_windows`` tries); an empty list when no family applies."""
+    coll = patterns.build(kind, list(topo.live_npus), size=sizes[0], chunks_per_npu=1)
+    fams = multinode_candidates(topo, coll)
+    if not fams:
+        return []
+    cands = shapes(protos=PROTOCOLS, instances=INSTANCES)
+    return [choose_shape(fams, topo, n, base=MscclOptions(inplace=True), candidates=cands)
+            for n in sizes]
+
+
+def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64,
+        multinode_only: bool = False) -> list[str]:
     """Table lines, then one geometric-mean line per system and collective."""
     lines = ["| system | coll | size | tacos µs | plan | proto | inst | chan | tbs "
              "| NCCL ring/tree µs | vs NCCL | replay µs | model/replay | sweep CPU s "
@@ -70,24 +93,35 @@ def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64
         topo = topology_of(name)
         for kind in kinds:
             t0 = time.process_time()
-            res = sweep(topo, kind, sizes, workers=1, trials=1)
-            t1 = time.process_time()
-            choices = choose_windows(res, base=MscclOptions(inplace=True))
+            if multinode_only:
+                nbytes = [parse_size(x) for x in sizes.split(",")]
+                t1 = time.process_time()
+                choices = multinode_choices(topo, kind, nbytes)
+                if not choices:
+                    lines.append(f"| {name} | {kind} | - | no multi-node program applies "
+                                 + "| " * 11 + "|")
+                    continue
+            else:
+                res = sweep(topo, kind, sizes, workers=1, trials=1)
+                nbytes = sorted(r.size for r in res.rows)
+                t1 = time.process_time()
+                choices = choose_windows(res, base=MscclOptions(inplace=True))
             t2 = time.process_time()
             logs = []
-            for row, ch in zip(sorted(res.rows, key=lambda r: r.size), choices, strict=True):
+            for size, ch in zip(nbytes, choices, strict=True):
                 ch.xml()  # verified
-                nccl = nccl_best(topo, kind, row.size)
+                nccl = nccl_best(topo, kind, size)
                 f = ch.facts()
-                r = (replay(ch.program, topo, row.size)
+                r = (replay(ch.program, topo, size)
                      if ch.program.ngpus <= replay_ranks else math.nan)
-                if LARGE[0] <= row.size <= LARGE[1]:
+                if LARGE[0] <= size <= LARGE[1]:
                     logs.append(math.log(nccl / ch.time))
                 lines.append(
-                    f"| {name} | {kind} | {format_size(row.size)} | {ch.time * 1e6:.1f} "
+                    f"| {name} | {kind} | {format_size(size)} | {ch.time * 1e6:.1f} "
                     f"| {ch.plan} | {ch.shape.proto} | {ch.shape.instances} "
                     f"| {f['nchannels']} | {f['tbs_per_gpu']} | {nccl * 1e6:.1f} "
-                    f"| {nccl / ch.time:.2f}x | {r * 1e6:.1f} | {ch.time / r:.2f} "
+                    f"| {nccl / ch.time:.2f}x | {_cell(r * 1e6, '.1f')} "
+                    f"| {_cell(ch.time / r, '.2f')} "
                     f"| {t1 - t0:.1f} | {t2 - t1:.1f} |")
             if logs:
                 means.append(f"* {name} {kind}: geometric mean vs NCCL at 64 MiB-1 GiB "
@@ -102,10 +136,12 @@ def main() -> None:
     ap.add_argument("--collectives", default="allreduce,allgather")
     ap.add_argument("--replay-ranks", type=int, default=64,
                     help="replay only programs of at most this many ranks")
+    ap.add_argument("--multinode-only", action="store_true",
+                    help="shape only the multi-node program families (no sweep)")
     args = ap.parse_args()
     print(f"<!-- {dt.date.today().isoformat()}, {machine()} -->")
     print("\n".join(run(args.systems.split(","), args.sizes, args.collectives.split(","),
-                         args.replay_ranks)), flush=True)
+                         args.replay_ranks, args.multinode_only)), flush=True)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,15 @@ instance (channel p) every rank runs, each thread block taking the stages in tur
 * per intra-node peer w a send and a receive thread block: send my partial of block w to w's
   scratch, receive w's partial of my block into mine;
 * ``M·Q`` reducing thread blocks (no peer): reducer (m, q) adds the ``G-1`` partials of
-  sub-chunk q of sub-block m into my block, each as it arrives, and for my node's sub-block
-  then the ``M-1`` rail partials;
+  sub-chunk q of sub-block m into my block, each as it arrives;
 * per rail peer v a send and a receive thread block: once sub-block v is reduced in the node,
-  send it to v's scratch and receive v's partial of mine; once my sub-block is reduced, send
-  it to v and receive v's;
+  send it to v and receive v's partial of mine, adding it into my sub-block as it arrives
+  (``rrc``; the rail peers one after the other, so no two thread blocks add into the same
+  chunk at once); once my sub-block is summed, send it to v and receive v's.  Stage by
+  stage: on two nodes the all-gather of a stage right after its reduce-scatter (so the
+  node's all-gather of stage 0 can start while the node still reduce-scatters the later
+  stages), on more nodes one stage later (the next reduce-scatter keeps the NIC busy while
+  a stage's partials are summed);
 * then the intra-node send thread blocks send the finished block to their peers, the receive
   thread blocks take the peers' blocks.
 
@@ -42,7 +46,7 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
-from tacos.msccl.program import Gpu, Program, Step, Threadblock, nop_step
+from tacos.msccl.program import DEFAULT_SMS, MAX_NODES, Gpu, Program, Step, Threadblock, nop_step
 from tacos.msccl.shape import Shape
 
 #: Link tags of network links (NICs); the other links join the GPUs of one node.
@@ -136,11 +140,21 @@ class _Tb:
         return last
 
 
-def _rail_order(stages: int) -> list[tuple[str, int]]:
-    """The order of a rail's phases: the reduce-scatter of every stage, then the all-gather
-    of every stage (starting an all-gather after the next stage's reduce-scatter timed 6 %
-    slower on 2x DGX-A100: it delays the reduce-scatters the reductions wait for)."""
-    return [("rs", k) for k in range(stages)] + [("ag", k) for k in range(stages)]
+def _rail_order(stages: int, lag: int | None = None) -> list[tuple[str, int]]:
+    """The order of a rail's phases: the reduce-scatter of stage k, then the all-gather of
+    stage ``k - lag`` (``lag=None``: every reduce-scatter first, then every all-gather).
+    Where the NIC is fast against NVLink (DGX-H100) an early all-gather lets the node's
+    all-gather of stage 0 start while the node still reduce-scatters; where it is slow
+    (DGX-A100), all-gathers between reduce-scatters delay the reduce-scatters the
+    reductions wait for.  The shape chooser times both."""
+    if lag is None or lag >= stages:
+        return [("rs", k) for k in range(stages)] + [("ag", k) for k in range(stages)]
+    order: list[tuple[str, int]] = []
+    for k in range(stages):
+        order.append(("rs", k))
+        if k >= lag:
+            order.append(("ag", k - lag))
+    return order + [("ag", k) for k in range(stages - lag, stages)]
 
 
 def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool
@@ -155,7 +169,7 @@ def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool
     return sends, recvs
 
 
-def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[Gpu]:
+def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[list[Threadblock]]:
     """Threadblocks with ``hasdep`` set on every step another tb waits for."""
     wanted = {(r, st.depid, st.deps) for r, tbs in ranks.items() for tb in tbs.values()
               for st in tb.steps if st.depid >= 0}
@@ -169,25 +183,61 @@ def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[Gpu]:
                           for k, st in enumerate(tb.steps))
             blocks.append(Threadblock(tid, tb.send, tb.recv, tb.chan, steps))
         gpus.append(blocks)
-    return gpus  # type: ignore[return-value]
+    return gpus
+
+
+def _parses(gpus: list[list[Threadblock]], n_ranks: int) -> bool:
+    """Whether every rank's XML stays within the runtime parser's nodes per rank
+    (:data:`~tacos.msccl.program.MAX_NODES`: the algo, ``n_ranks`` gpu elements, its thread
+    blocks and their steps)."""
+    return all(1 + n_ranks + len(tbs) + sum(len(tb.steps) for tb in tbs) <= MAX_NODES
+               for tbs in gpus)
+
+
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
+
+
+def _allreduce_steps_per_stage(g_size: int, m_nodes: int, q_n: int, copy: bool,
+                               fold: bool) -> int:
+    """The most steps (nops included) a thread block of the all-reduce writes per pipeline
+    stage: a node send block sends twice, the second time after the sum of my sub-block
+    (``q_n`` reducers, or the last rail receive when folded) and ``m_nodes - 1`` rail
+    receives; a reducer sums ``g_size - 1`` node partials (after a copy of my own partial
+    out of place) and, unfolded, the ``m_nodes - 1`` rail partials (nops for all rail waits
+    but the last); a rail send block waits for ``q_n`` reducers, then for the sum; folded,
+    the first rail receive block waits for ``q_n`` reducers before its ``rrc``."""
+    reducer = int(copy) + (g_size - 1)
+    if fold:
+        return max(1 + m_nodes, reducer, q_n + 1, 2)
+    node_send = 2 + (q_n + m_nodes - 2)
+    reducer += (m_nodes - 1) + max(0, m_nodes - 2)
+    return max(node_send, reducer, 2 * q_n, 2)
 
 
 def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: MscclOptions,
-                           stages: int = STAGES, paired: bool = False) -> Program:
+                           stages: int = STAGES, paired: bool = False,
+                           lag: int | None = None, reducers: int = REDUCERS,
+                           fold: bool = True) -> Program:
     """The all-reduce program (module docstring) for ``nodes`` (ranks per node), each
     instance's data cut into ``stages`` pipeline stages (fewer when the steps would not fit
     the step limit).  ``paired=False`` gives every peer a send and a receive thread block
-    of its own, so a thread block's receive copies do not wait for its sends."""
+    of its own, so a thread block's receive copies do not wait for its sends.  ``lag``: the
+    rail's phase order (:func:`_rail_order`).  ``fold``: the rail receive thread blocks add
+    the rail partials into a GPU's sub-block as they arrive (``rrc``, one rail peer after
+    the other), else the reducers add them from scratch.  The stage count is a power of two
+    (``nchunksperloop`` then divides power-of-two sizes)."""
     m_nodes, g_size = len(nodes), len(nodes[0])
     n_ranks = m_nodes * g_size
-    inst, q_n = instances, REDUCERS
-    per_stage = max(g_size - 1 + m_nodes - 1, 2 * q_n + 4, 2 + 2 * q_n + m_nodes)
-    k_n = max(1, min(stages, (options.max_steps_per_tb - 1) // per_stage))
+    inst, q_n = instances, reducers
+    fit = (options.max_steps_per_tb - 1) // _allreduce_steps_per_stage(
+        g_size, m_nodes, q_n, bool(options.out_of_place), fold)
+    k_n = _pow2_floor(max(1, min(stages, fit)))
     inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
     a_slots = (g_size - 1) * m_nodes * q_n  # scratch per stage: intra partials ...
-    per_k = a_slots + (m_nodes - 1) * q_n  # ... then rail partials
+    per_k = a_slots + (0 if fold else (m_nodes - 1) * q_n)  # ... then rail partials
 
     def chunk(p: int, k: int, b: int, m: int = 0, q: int = 0) -> int:
         return ((((p * k_n + k) * g_size + b) * m_nodes + m) * q_n) + q
@@ -228,27 +278,47 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
                     recv_a[(k, w)] = (rtb.id, rtb.add("r", ("i", chunk(p, k, w)),
                                                       ("s", a_slot(p, k, g, w)), block))
             end_a: dict[tuple[int, int], list[Wait]] = {}
-            for (m, q), tb in red.items():
-                for k in range(k_n):
-                    dst = (out, chunk(p, k, g, m, q))
-                    if out != "i":  # out-of-place: my own partial first
-                        tb.add("cpy", ("i", dst[1]), dst, 1)
-                    for w in intra:
-                        last = tb.add("re", ("s", a_slot(p, k, g, w, m, q)), dst, 1,
-                                      [recv_a[(k, w)]])
-                    end_a.setdefault((k, m), []).append((tb.id, last))
+
+            def node_reduce(m: int, q: int, k: int, p: int = p, g: int = g,
+                            recv_a: dict[tuple[int, int], Wait] = recv_a,
+                            end_a: dict[tuple[int, int], list[Wait]] = end_a,
+                            red: dict[tuple[int, int], _Tb] = red,
+                            intra: list[int] = intra) -> None:
+                """Reducer (m, q) sums the node partials of stage k into my block."""
+                tb = red[(m, q)]
+                dst = (out, chunk(p, k, g, m, q))
+                if out != "i":  # out-of-place: my own partial first
+                    tb.add("cpy", ("i", dst[1]), dst, 1)
+                for w in intra:
+                    last = tb.add("re", ("s", a_slot(p, k, g, w, m, q)), dst, 1,
+                                  [recv_a[(k, w)]])
+                end_a.setdefault((k, m), []).append((tb.id, last))
+
+            for m, q in red:  # my node's sub-block: stage by stage between the rail sums
+                if m != n:
+                    for k in range(k_n):
+                        node_reduce(m, q, k)
             recv_b: dict[tuple[int, int], Wait] = {}
             end_b: dict[int, list[Wait]] = {}
             recv_c: dict[int, list[Wait]] = {}
-            for what, k in _rail_order(k_n):
+            for what, k in _rail_order(k_n, lag):
                 if what == "rs":  # my partial of sub-block v to v, v's of mine to me
+                    for q in range(q_n):
+                        node_reduce(n, q, k)
+                    mine = (out, chunk(p, k, g, n))
+                    chain = end_a[(k, n)]
                     for v, (stb, rtb) in rail_tb.items():
-                        stb.add("s", (out, chunk(p, k, g, v)), ("s", b_slot(p, k, v, n)), q_n,
-                                end_a[(k, v)])
-                        recv_b[(k, v)] = (rtb.id, rtb.add("r", (out, chunk(p, k, g, v)),
-                                                          ("s", b_slot(p, k, n, v)), q_n))
+                        theirs = (out, chunk(p, k, g, v)) if fold else ("s", b_slot(p, k, v, n))
+                        stb.add("s", (out, chunk(p, k, g, v)), theirs, q_n, end_a[(k, v)])
+                        if fold:  # add v's partial into mine as it arrives, one rail at a time
+                            chain = [(rtb.id, rtb.add("rrc", mine, mine, q_n, chain))]
+                        else:
+                            recv_b[(k, v)] = (rtb.id, rtb.add("r", (out, chunk(p, k, g, v)),
+                                                              ("s", b_slot(p, k, n, v)), q_n))
+                    if fold:
+                        end_b[k] = chain
                     continue
-                for q in range(q_n):  # sum the rail partials, then send the sum around
+                for q in range(q_n if not fold else 0):  # sum the rail partials
                     last = red[(n, q)].reduce(
                         [("s", b_slot(p, k, n, v, q)) for v in rails],
                         (out, chunk(p, k, g, n, q)), [recv_b[(k, v)] for v in rails])
@@ -266,8 +336,12 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
                     rtb.add("r", (out, chunk(p, k, w)), (out, chunk(p, k, w)), block)
         ranks[r] = tbs
     c = inst * k_n * g_size * m_nodes * q_n
+    blocks_of = _finish(ranks)
+    if k_n > 1 and not _parses(blocks_of, n_ranks):
+        return hierarchical_allreduce(nodes, instances, options, k_n // 2, paired, lag,
+                                      reducers, fold)
     gpus = [Gpu(r, c, 0 if inplace else c, per_k * k_n * inst, tuple(blocks))
-            for r, blocks in enumerate(_finish(ranks))]
+            for r, blocks in enumerate(blocks_of)]
     return Program(options.name or f"tacos_hier_allreduce_{m_nodes}x{g_size}", options.proto,
                    inst, c, n_ranks, "allreduce", int(inplace), int(options.out_of_place),
                    options.min_bytes, options.max_bytes, tuple(gpus), options.redop)
@@ -277,13 +351,14 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
                            stages: int = STAGES, paired: bool = False) -> Program:
     """The all-gather program: per instance (channel p) and pipeline stage k, rank (n, g)
     sends its shard to every rail peer (into its output), then sends the ``M`` shards of its
-    rail to every local peer, each once it has arrived.  Chunk ``(r·I + p)·K + k`` of the
+    rail to every local peer: its own of every stage first (they need no NIC), then the
+    others, each once it has arrived.  Chunk ``(r·I + p)·K + k`` of the
     output is rank r's shard, instance p, stage k.  ``paired``: one ``send=w recv=w`` thread
     block per peer instead of a send and a receive block."""
     m_nodes, g_size = len(nodes), len(nodes[0])
     n_ranks = m_nodes * g_size
     inst = instances
-    k_n = max(1, min(stages, (options.max_steps_per_tb - 1) // (2 * m_nodes)))
+    k_n = max(1, min(stages, (options.max_steps_per_tb - 1) // m_nodes))
     inplace = bool(options.inplace)
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
     ways = 1 if paired else 2
@@ -311,16 +386,18 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
                     send_tb[v].add("s", mine(p, k), ("o", shard(r, p, k)), 1)
                     arrived[(v, k)] = (recv_tb[v].id, recv_tb[v].add(
                         "r", ("o", shard(v, p, k)), ("o", shard(v, p, k)), 1))
+            # my node's shards first (they need no NIC), then the rail's as they arrive
+            order = [(k, n) for k in range(k_n)] + [(k, v) for k in range(k_n)
+                                                    for v in range(m_nodes) if v != n]
             for w in intra:
-                for k in range(k_n):
-                    for v in range(m_nodes):
-                        owner = nodes[v][g]
-                        src = mine(p, k) if owner == r else ("o", shard(owner, p, k))
-                        send_tb[w].add("s", src, ("o", shard(owner, p, k)), 1,
-                                       [arrived[(owner, k)]] if owner != r else [])
-                        theirs = nodes[v][where[w][1]]
-                        recv_tb[w].add("r", ("o", shard(theirs, p, k)),
-                                       ("o", shard(theirs, p, k)), 1)
+                for k, v in order:
+                    owner = nodes[v][g]
+                    src = mine(p, k) if owner == r else ("o", shard(owner, p, k))
+                    send_tb[w].add("s", src, ("o", shard(owner, p, k)), 1,
+                                   [arrived[(owner, k)]] if owner != r else [])
+                    theirs = nodes[v][where[w][1]]
+                    recv_tb[w].add("r", ("o", shard(theirs, p, k)),
+                                   ("o", shard(theirs, p, k)), 1)
         if not inplace:  # my own shard into my output
             tb = tbs[inst * per_tb] = _Tb(inst * per_tb, -1, -1, 0)
             for p in range(inst):
@@ -328,8 +405,11 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
                     tb.add("cpy", ("i", p * k_n + k), ("o", shard(r, p, k)), 1)
         ranks[r] = tbs
     c = inst * k_n
+    blocks_of = _finish(ranks)
+    if k_n > 1 and not _parses(blocks_of, n_ranks):
+        return hierarchical_allgather(nodes, instances, options, k_n - 1, paired)
     gpus = [Gpu(r, c, n_ranks * c, 0, tuple(blocks))
-            for r, blocks in enumerate(_finish(ranks))]
+            for r, blocks in enumerate(blocks_of)]
     return Program(options.name or f"tacos_hier_allgather_{m_nodes}x{g_size}", options.proto,
                    inst, n_ranks * c, n_ranks, "allgather", int(inplace),
                    int(options.out_of_place), options.min_bytes, options.max_bytes,
@@ -339,18 +419,26 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
 @dataclass(frozen=True)
 class Hierarchical:
     """The hierarchical program family for ``collective`` on ``nodes`` (ranks per node):
-    any shape's instances and protocol; port order and pairing do not apply (every peer has
-    a send and a receive thread block of its own: a block's receive copies then do not wait
+    any shape's instances and protocol, the data of each instance cut into ``stages``
+    pipeline stages (fewer when the steps would not fit), the rail's phases in the order of
+    ``lag`` (:func:`_rail_order`); port order and pairing do not apply (every peer has a
+    send and a receive thread block of its own: a block's receive copies then do not wait
     for its sends, which timed 1.25x faster on 2x DGX-A100 at 64 MiB)."""
 
     collective: Collective
     nodes: tuple[tuple[int, ...], ...]
+    stages: int = STAGES
+    lag: int | None = 0
+    #: SMs per GPU: the all-reduce takes as many reducing thread blocks per sub-block (at
+    #: most :data:`REDUCERS`) as let every thread block of the shape's instances be resident
+    sms: int = 108
 
     @property
     def label(self) -> str:
         """What the family is, for reports."""
         m, g = len(self.nodes), len(self.nodes[0])
-        return f"hierarchical {self.collective.kind}: {m} nodes x {g} ranks, rails between"
+        return (f"hierarchical {self.collective.kind}: {m} nodes x {g} ranks, rails between, "
+                f"{self.stages} pipeline stages")
 
     def lower(self, shape: Shape, base: MscclOptions | None = None) -> Program:
         """The program for ``shape`` with ``base``'s header fields."""
@@ -358,22 +446,45 @@ class Hierarchical:
         opts.validate()
         nodes = [list(n) for n in self.nodes]
         if self.collective.kind == "allreduce":
-            return hierarchical_allreduce(nodes, shape.instances, opts, paired=False)
+            m, g = len(nodes), len(nodes[0])
+            peers = 2 * (g - 1 + m - 1)  # send and receive thread blocks per instance
+            fit = (self.sms // max(1, shape.instances) - peers) // m
+            return hierarchical_allreduce(nodes, shape.instances, opts, stages=self.stages,
+                                          paired=False, lag=self.lag,
+                                          reducers=max(1, min(REDUCERS, fit)))
         if self.collective.kind == "allgather":
-            return hierarchical_allgather(nodes, shape.instances, opts, paired=False)
+            return hierarchical_allgather(nodes, shape.instances, opts, stages=self.stages,
+                                          paired=False)
         raise TacosError(f"no hierarchical program for {self.collective.kind}")
 
 
 HIERARCHICAL = "hierarchical"
+#: The family with as many pipeline stages as the step limit allows (at most
+#: :data:`DEEP_STAGES`): shorter pipeline fill and drain at large sizes, more steps at small.
+HIERARCHICAL_DEEP = "hierarchical-deep"
+DEEP_STAGES = 8
 KINDS = ("allreduce", "allgather")
 
 
 def multinode_candidates(topology: Topology, collective: Collective) -> dict[str, Hierarchical]:
     """The multi-node program families for ``collective`` on ``topology`` (name -> family):
-    the hierarchical program when the ranks span two or more equal nodes, else none."""
+    the hierarchical programs (:data:`STAGES` and up to :data:`DEEP_STAGES` pipeline
+    stages) when the ranks span two or more equal nodes, else none."""
     if collective.kind not in KINDS:
         return {}
     nodes = rail_layout(topology, collective)
     if nodes is None:
         return {}
-    return {HIERARCHICAL: Hierarchical(collective, tuple(tuple(n) for n in nodes))}
+    from tacos.msccl.shape_choose import limits_for
+
+    layout = tuple(tuple(n) for n in nodes)
+    # the written files are verified against DEFAULT_SMS (Choice.xml's default)
+    sms = min(limits_for(topology).sms, DEFAULT_SMS)
+    # two nodes: a stage's rail all-gather right after its reduce-scatter; more: one stage
+    # later, so the next reduce-scatter keeps the NIC busy while the rail partials are summed
+    lag = 0 if len(nodes) == 2 else 1
+    out = {HIERARCHICAL: Hierarchical(collective, layout, lag=lag, sms=sms)}
+    if collective.kind == "allreduce":  # the all-gather's stages gained nothing past four
+        out[HIERARCHICAL_DEEP] = Hierarchical(collective, layout, stages=DEEP_STAGES, lag=lag,
+                                              sms=sms)
+    return out
