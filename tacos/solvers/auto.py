@@ -34,6 +34,7 @@ from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 from tacos.solvers.options import MAX_MERGE, Option, boolean, int_or_text
 from tacos.solvers.registry import SOLVERS, Capabilities, Problem, SolverBase, SolveResult
+from tacos.solvers.scale_gate import scale_gate
 
 SYNTHESIZERS = ("greedy", "forest", "hierarchical", "a2a")
 FOREST_MAX_GROUP = 64
@@ -106,6 +107,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     start = time.perf_counter()
     limit = options.get("time_limit")
     unbeatable = None  # NCCL's modelled time under every synthesized plan's bound
+    gate = scale_gate(topology, collective, candidates=candidates, emit=emit)  # large groups
     if candidates is None and emit != "xml" and "nccl" in wanted:
         from tacos.solvers.auto_prune import unbeatable_reference
 
@@ -152,20 +154,23 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         try:
             from tacos.solvers.nccl.solver import nccl_best as run_nccl
 
-            nccl_best, _, results = run_nccl(topology, collective, sys_=nccl_system)
+            lazy = gate.nccl(topology, collective, plans, skipped, sys_=nccl_system) \
+                if gate else None  # large groups: only what can beat the synthesized plans
+            nccl_best, _, results = lazy or run_nccl(topology, collective, sys_=nccl_system)
             for algo, sched in results.items():
                 if in_switch or all(t.group is None for t in sched.transfers):
                     plans[f"nccl-{algo}"] = sched
                 else:
                     skipped[f"nccl-{algo}"] = "uses in-switch operations (in_switch=false)"
-            if f"nccl-{nccl_best}" not in plans and verify_schedule(results[nccl_best]).ok:
+            if nccl_best in results and f"nccl-{nccl_best}" not in plans \
+                    and verify_schedule(results[nccl_best]).ok:
                 nccl_ref = results[nccl_best].makespan  # NCCL's best still sets the reference
         except TacosError as exc:
             skipped["nccl"] = exc.message
         seconds["nccl"] = time.perf_counter() - t0
     link_times: dict[str, float] = {}
     for label, sched in plans.items():
-        rep = verify_schedule(sched)
+        rep = gate.verify(sched) if gate else verify_schedule(sched)
         if rep.ok:
             link_times[label] = sched.makespan
         else:
@@ -180,8 +185,11 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         times, runtime, ranked_by = shaped
     else:
         times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
-                                                   skipped, as_xml=emit in ("xml", "shaped"))
+                                                   skipped, as_xml=emit in ("xml", "shaped"),
+                                                   timer=gate.runtime_of if gate else None)
     winner = min(times, key=lambda k: (times[k], k))
+    if gate:
+        gate.remember(plans[winner])
     facts: dict[str, Any] = {"winner": winner, "times": times, "skipped": skipped,
                              "seconds": seconds, "ranked_by": ranked_by,
                              "link_times": link_times, "runtime": runtime}
@@ -202,19 +210,21 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 
 def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
-                   as_xml: bool = False) -> tuple[dict[str, float], dict[str, Any], str]:
+                   as_xml: bool = False, timer: Any = None
+                   ) -> tuple[dict[str, float], dict[str, Any], str]:
     """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
     executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
     no executable form (in-switch groups outside NCCL) leave the ranking, with the reason.
     When no plan can be timed (a collective the runtime model lacks), the link model ranks.
-    ``as_xml``: every plan, NCCL's included, is timed as the MSCCL XML tacos would write."""
+    ``as_xml``: every plan, NCCL's included, is timed as the MSCCL XML tacos would write;
+    ``timer``: what times a plan (default :func:`tacos.runtime.plans.runtime_of`)."""
     from tacos.runtime.plans import runtime_of
 
     times: dict[str, float] = {}
     runtime: dict[str, Any] = {}
     reasons: dict[str, str] = {}
     for label in link_times:
-        est, note = runtime_of(plans[label], topology, as_xml=as_xml)
+        est, note = (timer or runtime_of)(plans[label], topology, as_xml=as_xml)
         if est is None:
             reasons[label] = note
             continue
