@@ -13,7 +13,7 @@ seconds is stopped and reported with the CPU it had used.  The line ``plan`` of 
 Usage::
 
     nice python -m benchmarks.bench_scale_default --nodes 8,32,128
-    nice python -m benchmarks.bench_scale_default --torus --before /tmp/before
+    nice python -m benchmarks.bench_scale_default --xml --before /tmp/before
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def run(tree: Path, args: list[str], timeout: float) -> dict:
         out.seek(0)
         text = out.read()
     plan = next((line.split(None, 1)[1] for line in text.splitlines()
-                 if line.startswith("plan ")), "")
+                 if line.startswith(("plan ", "wrote "))), "")
     time_line = next((line.split(None, 1)[1] for line in text.splitlines()
                       if line.startswith("runtime ")), "")
     return {"cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024,
@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="", help="DGX-A100 node counts, e.g. 8,32,128")
     ap.add_argument("--torus", action="store_true",
-                    help="the 4096-NPU all-gather and the 512-NPU XML, default vs greedy")
+                    help="the 4096-NPU all-gather, default vs greedy")
+    ap.add_argument("--xml", action="store_true",
+                    help="the 512-NPU all-reduce as MSCCL XML, default vs greedy")
+    ap.add_argument("--solvers", default="default,greedy",
+                    help="of --torus and --xml: which of default,greedy to run")
     ap.add_argument("--before", type=Path, help="also run the package exported in DIR")
     ap.add_argument("--timeout", type=float, default=1200.0, help="wall seconds per run")
     args = ap.parse_args(argv)
@@ -101,16 +105,18 @@ def main(argv: list[str] | None = None) -> None:
         f = tmp / f"dgx{k}.tdl"
         f.write_text(dgx_file(k))
         cases.append((f"{k}x DGX-A100 all-gather 1 GiB", 8 * k, "default", [str(f)]))
+    solvers = [x for x in args.solvers.split(",") if x]
     if args.torus:
         f = tmp / "torus16.tdl"
         f.write_text(torus_file(16, "allgather"))
-        for solver in ("default", "greedy"):
+        for solver in solvers:
             extra = [] if solver == "default" else ["--solver", "greedy"]
             cases.append(("16x16x16 torus all-gather 64 MiB, --trials 1", 4096, solver,
                           [str(f), "--trials", "1", *extra]))
+    if args.xml:
         f = tmp / "torus8.tdl"
         f.write_text(torus_file(8, "allreduce"))
-        for solver in ("default", "greedy"):
+        for solver in solvers:
             extra = [] if solver == "default" else ["--solver", "greedy"]
             cases.append(("8x8x8 torus all-reduce 64 MiB, -o plan.xml", 512, solver,
                           [str(f), "-o", str(tmp / f"{solver}.xml"), *extra]))

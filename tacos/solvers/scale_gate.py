@@ -104,6 +104,7 @@ class ScaleGate:
         written as MSCCL XML, or no synthesized plan has a runtime time): the caller then
         builds every NCCL algorithm."""
         from tacos.runtime.plans import nccl_runtime
+        from tacos.solvers.nccl.lower import check_standard
         from tacos.solvers.nccl.solver import nccl_algorithms, nccl_schedule
         from tacos.solvers.nccl.system import system
 
@@ -113,6 +114,7 @@ class ScaleGate:
         if best is None:
             return None
         label, bound = best
+        check_standard(collective, "NCCL")
         sys_ = sys_ or system(topology, collective.group)
         names = nccl_algorithms(sys_, collective)
         if not names:
