@@ -625,6 +625,10 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
 
         with reporter.phase("writing Chakra traces"):
             write_traces(schedule, args.chakra)
+    if runtime is None and program is None and fmt != "xml":
+        from tacos.solvers.scale_gate import ranked_runtime
+
+        runtime = ranked_runtime(schedule)  # the portfolio's ranking of this plan, if gated
     if runtime is None:
         from tacos.runtime.plans import runtime_of
 

@@ -34,6 +34,7 @@ from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 from tacos.solvers.options import MAX_MERGE, Option, boolean, int_or_text
 from tacos.solvers.registry import SOLVERS, Capabilities, Problem, SolverBase, SolveResult
+from tacos.solvers.scale_gate import scale_gate
 
 SYNTHESIZERS = ("greedy", "forest", "hierarchical", "a2a")
 FOREST_MAX_GROUP = 64
@@ -106,6 +107,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     start = time.perf_counter()
     limit = options.get("time_limit")
     unbeatable = None  # NCCL's modelled time under every synthesized plan's bound
+    gate = scale_gate(topology, collective, candidates=candidates, emit=emit)  # large groups
     if candidates is None and emit != "xml" and "nccl" in wanted:
         from tacos.solvers.auto_prune import unbeatable_reference
 
@@ -152,20 +154,23 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         try:
             from tacos.solvers.nccl.solver import nccl_best as run_nccl
 
-            nccl_best, _, results = run_nccl(topology, collective, sys_=nccl_system)
+            lazy = gate.nccl(topology, collective, plans, skipped, sys_=nccl_system) \
+                if gate else None  # large groups: only what can beat the synthesized plans
+            nccl_best, _, results = lazy or run_nccl(topology, collective, sys_=nccl_system)
             for algo, sched in results.items():
                 if in_switch or all(t.group is None for t in sched.transfers):
                     plans[f"nccl-{algo}"] = sched
                 else:
                     skipped[f"nccl-{algo}"] = "uses in-switch operations (in_switch=false)"
-            if f"nccl-{nccl_best}" not in plans and verify_schedule(results[nccl_best]).ok:
+            if nccl_best in results and f"nccl-{nccl_best}" not in plans \
+                    and verify_schedule(results[nccl_best]).ok:
                 nccl_ref = results[nccl_best].makespan  # NCCL's best still sets the reference
         except TacosError as exc:
             skipped["nccl"] = exc.message
         seconds["nccl"] = time.perf_counter() - t0
     link_times: dict[str, float] = {}
     for label, sched in plans.items():
-        rep = verify_schedule(sched)
+        rep = gate.verify(sched) if gate else verify_schedule(sched)
         if rep.ok:
             link_times[label] = sched.makespan
         else:
@@ -182,8 +187,11 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     else:
         times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
                                                    skipped, as_xml=emit in ("xml", "shaped"),
-                                                   prune=not keep_plans, floors=floors)
+                                                   prune=not keep_plans, floors=floors,
+                                                   timer=gate.runtime_of if gate else None)
     winner = min(times, key=lambda k: (times[k], k))
+    if gate:
+        gate.remember(plans[winner])
     facts: dict[str, Any] = {"winner": winner, "times": times, "skipped": skipped,
                              "seconds": seconds, "ranked_by": ranked_by,
                              "link_times": link_times, "runtime": runtime}
@@ -211,7 +219,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
                    as_xml: bool = False, prune: bool = True,
-                   floors: dict[str, float] | None = None
+                   floors: dict[str, float] | None = None, timer: Any = None
                    ) -> tuple[dict[str, float], dict[str, Any], str]:
     """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
     executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
@@ -222,7 +230,9 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
     ``prune``: plans timed by NCCL's model come first (they need no lowering), then the others
     by link-model time; a lowered plan whose :func:`~tacos.solvers.auto_floor.runtime_floor`
     is above the best time so far cannot win and is not timed further (``skipped`` says so,
-    with both figures; ``floors`` gets its floor)."""
+    with both figures; ``floors`` gets its floor).
+
+    ``timer``: what times a plan (default :func:`tacos.runtime.plans.runtime_of`)."""
     from tacos.runtime.plans import runtime_of
 
     times: dict[str, float] = {}
@@ -238,7 +248,7 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
                 if floors is not None:
                     floors[label] = floor
                 continue
-        est, note = runtime_of(plans[label], topology, as_xml=as_xml)
+        est, note = (timer or runtime_of)(plans[label], topology, as_xml=as_xml)
         if est is None:
             reasons[label] = note
             continue

@@ -1,0 +1,145 @@
+"""The default solver (``tacosc`` without ``--solver``) at scale: CPU seconds and peak memory.
+
+Issue 31's rows: all-gather 1 GiB on k DGX-A100 nodes (``use dgx_a100(nodes=K)``), the
+16x16x16 torus all-gather (64 MiB, ``--trials 1``) and the 8x8x8 torus all-reduce (64 MiB)
+written as MSCCL XML, the last two against the greedy alone (``--solver greedy``).
+
+Every run is one ``tacosc`` process (``python -c`` calling ``tacos.cli.main`` in the tree
+measured, so ``--before DIR`` runs the package exported there); its CPU seconds (user + system)
+and peak resident memory come from ``os.wait4``.  A run still going after ``--timeout`` wall
+seconds is stopped and reported with the CPU it had used.  The line ``plan`` of the report
+(which candidate won) is kept.
+
+Usage::
+
+    nice python -m benchmarks.bench_scale_default --nodes 8,32,128
+    nice python -m benchmarks.bench_scale_default --xml --before /tmp/before
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+MAIN = "import sys; from tacos.cli import main; sys.exit(main())"
+
+
+def dgx_file(nodes: int) -> str:
+    """The k-node DGX-A100 all-gather of 1 GiB."""
+    return f"use dgx_a100(nodes={nodes})\ncollective allgather size 1GiB\n"
+
+
+def torus_file(k: int, kind: str) -> str:
+    """A k x k x k torus (50 GiB/s, 0.5 µs links) running ``kind`` on 64 MiB."""
+    return (f'topology "torus {k}x{k}x{k}"\ntorus t[{k}, {k}, {k}] 50GiB/s 0.5us\n'
+            f"collective {kind} size 64MiB\n")
+
+
+def run(tree: Path, args: list[str], timeout: float) -> dict:
+    """One ``tacosc`` process: ``{"cpu", "rss_mib", "wall", "finished", "plan", "rc"}``."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen([sys.executable, "-c", MAIN, *args], cwd=tree, stdout=out,
+                                stderr=subprocess.STDOUT, text=True)
+        finished = True
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - t0 > timeout:
+                finished = False
+                proc.send_signal(signal.SIGKILL)
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.2)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read()
+    plan = next((line.split(None, 1)[1] for line in text.splitlines()
+                 if line.startswith(("plan ", "wrote "))), "")
+    time_line = next((line.split(None, 1)[1] for line in text.splitlines()
+                      if line.startswith("runtime ")), "")
+    return {"cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024,
+            "wall": time.perf_counter() - t0, "finished": finished, "rc": proc.returncode,
+            "plan": plan, "runtime": time_line,
+            "tail": "" if finished and proc.returncode == 0 else text[-600:]}
+
+
+def exponent(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of log y over log x (the growth exponent)."""
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    den = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the rows asked for and print a Markdown table (and JSON lines on stderr)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="", help="DGX-A100 node counts, e.g. 8,32,128")
+    ap.add_argument("--torus", action="store_true",
+                    help="the 4096-NPU all-gather, default vs greedy")
+    ap.add_argument("--xml", action="store_true",
+                    help="the 512-NPU all-reduce as MSCCL XML, default vs greedy")
+    ap.add_argument("--solvers", default="default,greedy",
+                    help="of --torus and --xml: which of default,greedy to run")
+    ap.add_argument("--before", type=Path, help="also run the package exported in DIR")
+    ap.add_argument("--timeout", type=float, default=1200.0, help="wall seconds per run")
+    args = ap.parse_args(argv)
+    trees = [("after", HERE)] + ([("before", args.before)] if args.before else [])
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-default-"))
+    cases: list[tuple[str, int, str, list[str]]] = []
+    for k in [int(x) for x in args.nodes.split(",") if x]:
+        f = tmp / f"dgx{k}.tdl"
+        f.write_text(dgx_file(k))
+        cases.append((f"{k}x DGX-A100 all-gather 1 GiB", 8 * k, "default", [str(f)]))
+    solvers = [x for x in args.solvers.split(",") if x]
+    if args.torus:
+        f = tmp / "torus16.tdl"
+        f.write_text(torus_file(16, "allgather"))
+        for solver in solvers:
+            extra = [] if solver == "default" else ["--solver", "greedy"]
+            cases.append(("16x16x16 torus all-gather 64 MiB, --trials 1", 4096, solver,
+                          [str(f), "--trials", "1", *extra]))
+    if args.xml:
+        f = tmp / "torus8.tdl"
+        f.write_text(torus_file(8, "allreduce"))
+        for solver in solvers:
+            extra = [] if solver == "default" else ["--solver", "greedy"]
+            cases.append(("8x8x8 torus all-reduce 64 MiB, -o plan.xml", 512, solver,
+                          [str(f), "-o", str(tmp / f"{solver}.xml"), *extra]))
+    print("| case | NPUs | solver | tree | CPU s | peak RSS MiB | finished | plan |")
+    print("|---|---:|---|---|---:|---:|---|---|")
+    results: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for name, npus, solver, cargs in cases:
+        for label, tree in trees:
+            r = run(tree, cargs, args.timeout)
+            print(json.dumps({"case": name, "npus": npus, "solver": solver, "tree": label,
+                              **r}), file=sys.stderr, flush=True)
+            done = "yes" if r["finished"] and r["rc"] == 0 else \
+                ("no (stopped)" if not r["finished"] else f"error {r['rc']}")
+            print(f"| {name} | {npus} | {solver} | {label} | {r['cpu']:.1f} | "
+                  f"{r['rss_mib']:.0f} | {done} | {r['plan']} |", flush=True)
+            if r["finished"] and "DGX" in name:
+                results.setdefault((solver, label), []).append((npus, r["cpu"]))
+    for (solver, label), pts in results.items():
+        e = exponent([p[0] for p in pts], [p[1] for p in pts])
+        if e is not None:
+            print(f"\n{solver} ({label}) on DGX-A100 nodes: CPU ~ N^{e:.2f} "
+                  f"over {', '.join(str(p[0]) for p in pts)} GPUs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The ``auto`` portfolio on large groups: what it skips there, and why.
+
+On a small group ``auto`` builds, verifies and ranks every candidate.  From
+:data:`SCALE_PAIRS` ordered (source, destination) NPU pairs up (225 NPUs), every candidate's
+schedule has on the order of N² transfers, and building, verifying and ranking one costs
+seconds to minutes.  There the portfolio goes through a :class:`ScaleGate`:
+
+* **NCCL's algorithms are ranked before they are built** (when the plan is not written as
+  MSCCL XML).  ``auto`` ranks an NCCL plan by NCCL's own model of running it
+  (:func:`tacos.runtime.plans.nccl_runtime`), a function of the topology and the size, not of
+  the plan's transfers.  So the gate ranks the synthesized plans first, then builds only the
+  NCCL algorithms whose modelled time is under the best of them; any other cannot win (a tie
+  goes to the synthesized plan, whose label sorts first) and is listed in ``skipped`` with
+  both times.  The winner is the one the full portfolio picks.
+* **NCCL's ring is built at the most channels that fit** :data:`TRANSFER_BUDGET`.  Its
+  ranking time does not depend on the channel count of its link-level plan, but that plan's
+  transfers grow with it (NCCL's search over 1, 2, 4 and 8 channels on 1,024 GPUs: 15.7
+  million transfers); the channel count built and those not built are in ``skipped``.
+* **A plan already verified or ranked is not verified or ranked again**: the command line's
+  report reuses the winner's runtime-model time (:func:`ranked_runtime`).
+
+Everything the gate decides is in the portfolio's ``skipped`` entries; naming candidates
+(``-O candidates=...``) runs the full portfolio at any size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tacos.check.verify import VerifyReport, verify_schedule
+from tacos.errors import TacosError
+from tacos.model.collective import Collective
+from tacos.model.schedule import Schedule
+from tacos.model.topology import Topology
+
+SCALE_PAIRS = 50_000
+"""Ordered NPU pairs of a group (N (N - 1)) from which the portfolio goes through the gate."""
+
+TRANSFER_BUDGET = 600_000
+"""Most (NPU pair x channel) transfers of the NCCL ring's link-level plan the gate builds."""
+
+_LAST: dict[str, Any] = {}  # the last gate's winner: its transfers and its runtime estimate
+
+
+def scale_gate(topology: Topology, collective: Collective, *,
+               candidates: tuple[str, ...] | None, emit: str) -> ScaleGate | None:
+    """The gate for this portfolio run, or None when the full portfolio runs (a small group,
+    or candidates named by the user)."""
+    n = len(collective.group)
+    if candidates is not None or n * (n - 1) < SCALE_PAIRS:
+        return None
+    _LAST.clear()
+    return ScaleGate(n, emit)
+
+
+def ranked_runtime(schedule: Schedule) -> tuple[Any, str] | None:
+    """The runtime-model ``(estimate, note)`` the last gate ranked ``schedule``'s plan by
+    (None when it was not the winner of a gated portfolio run)."""
+    if _LAST.get("transfers") is schedule.transfers and schedule.meta.get("auto"):
+        return _LAST["runtime"]
+    return None
+
+
+@dataclass
+class ScaleGate:
+    """One gated portfolio run: the group size, the output ranked for, and what was done."""
+
+    npus: int
+    emit: str
+    _reports: dict[int, VerifyReport] = field(default_factory=dict)
+    _runtimes: dict[tuple[int, bool], tuple[Any, str]] = field(default_factory=dict)
+
+    def verify(self, schedule: Schedule) -> VerifyReport:
+        """:func:`verify_schedule`, once per plan."""
+        key = id(schedule)
+        if key not in self._reports:
+            self._reports[key] = verify_schedule(schedule)
+        return self._reports[key]
+
+    def runtime_of(self, schedule: Schedule, topology: Topology, *, as_xml: bool = False
+                   ) -> tuple[Any, str]:
+        """:func:`tacos.runtime.plans.runtime_of`, once per plan."""
+        from tacos.runtime.plans import runtime_of
+
+        key = (id(schedule), as_xml)
+        if key not in self._runtimes:
+            self._runtimes[key] = runtime_of(schedule, topology, as_xml=as_xml)
+        return self._runtimes[key]
+
+    def remember(self, schedule: Schedule) -> None:
+        """Keep the winner's runtime estimate for the report (:func:`ranked_runtime`)."""
+        if (id(schedule), False) in self._runtimes and not self.emit:
+            _LAST.update(transfers=schedule.transfers,
+                         runtime=self._runtimes[(id(schedule), False)])
+
+    def nccl(self, topology: Topology, collective: Collective, plans: dict[str, Schedule],
+             skipped: dict[str, str], *, sys_: Any = None
+             ) -> tuple[str, Schedule | None, dict[str, Schedule]] | None:
+        """NCCL's algorithms that can beat the best synthesized plan in ``plans``, as
+        :func:`tacos.solvers.nccl.solver.nccl_best` returns them (name of the fastest in NCCL's
+        model, its schedule when built, every schedule built); the others are listed in
+        ``skipped``.  None when the gate cannot rank NCCL ahead of building it (the plan is
+        written as MSCCL XML, or no synthesized plan has a runtime time): the caller then
+        builds every NCCL algorithm."""
+        from tacos.runtime.plans import nccl_runtime
+        from tacos.solvers.nccl.lower import check_standard
+        from tacos.solvers.nccl.solver import nccl_algorithms, nccl_schedule
+        from tacos.solvers.nccl.system import system
+
+        if self.emit:
+            return None
+        best = self._best_synthesized(topology, plans)
+        if best is None:
+            return None
+        label, bound = best
+        check_standard(collective, "NCCL")
+        sys_ = sys_ or system(topology, collective.group)
+        names = nccl_algorithms(sys_, collective)
+        if not names:
+            raise TacosError(f"NCCL has no algorithm for {collective.label()}")
+        times: dict[str, float] = {}
+        for name in names:
+            try:
+                times[name] = nccl_runtime(topology, collective.kind, collective.size,
+                                           collective.group, name).time
+            except (TacosError, KeyError, ValueError):
+                times[name] = 0.0  # no model time: cannot be ranked ahead, so it is built
+        from tacos.model.units import format_time
+
+        built: dict[str, Schedule] = {}
+        for name in sorted(names, key=lambda a: (times[a], a)):
+            if times[name] >= bound > 0:
+                skipped[f"nccl-{name}"] = (
+                    f"cannot win: NCCL's {name} takes {format_time(times[name])} in the "
+                    f"runtime model, {label}'s plan {format_time(bound)} (not built: "
+                    f"{self.npus} NPUs)")
+                continue
+            built[name] = self._build(name, topology, collective, sys_, skipped, nccl_schedule)
+        first = min(names, key=lambda a: (times[a], a))
+        return first, built.get(first), built
+
+    def _best_synthesized(self, topology: Topology, plans: dict[str, Schedule]
+                          ) -> tuple[str, float] | None:
+        out: tuple[str, float] | None = None
+        for label in sorted(plans):
+            if not self.verify(plans[label]).ok:
+                continue
+            est, _ = self.runtime_of(plans[label], topology)
+            if est is not None and (out is None or est.time < out[1]):
+                out = (label, est.time)
+        return out
+
+    def _build(self, name: str, topology: Topology, collective: Collective, sys_: Any,
+               skipped: dict[str, str], build: Any) -> Schedule:
+        """NCCL's ``name`` schedule; the ring at the most channels within the budget."""
+        if name != "ring":
+            return build(name, topology, collective, sys_=sys_)
+        from tacos.solvers.nccl.lower import powers_of_two
+        from tacos.solvers.nccl.rings import max_channels, ring_schedule
+
+        counts = powers_of_two(max_channels(sys_))  # what NCCL's channel search builds
+        pairs = self.npus * (self.npus - 1)
+        if pairs * sum(counts) <= TRANSFER_BUDGET:
+            return build(name, topology, collective, sys_=sys_)
+        c = max((x for x in counts if pairs * x <= TRANSFER_BUDGET), default=counts[0])
+        sched = ring_schedule(sys_, collective, c)
+        sched.meta.update(solver="nccl-ring", nccl="ring", tuned={"channels": c, "slices": 1})
+        others = ", ".join(str(x) for x in counts if x != c)
+        skipped[f"nccl-ring ({others} channels)"] = (
+            f"link-level plan built with {c} channel(s) only: NCCL's search over "
+            f"{', '.join(map(str, counts))} channels on {pairs:,} NPU pairs is over "
+            f"{TRANSFER_BUDGET:,} transfers (its runtime-model time is NCCL's own channel "
+            "count either way)")
+        return sched
