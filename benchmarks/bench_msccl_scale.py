@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import resource
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.growth import exponent
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,16 +87,6 @@ def _peak_of(argv: list[str], cwd: str | Path | None = None) -> float:
     return int(proc.stderr.strip().splitlines()[-1]) / 1024
 
 
-def _exponent(xs: list[float], ys: list[float]) -> float | None:
-    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
-    if len(pts) < 2:
-        return None
-    mx = sum(p[0] for p in pts) / len(pts)
-    my = sum(p[1] for p in pts) / len(pts)
-    den = sum((p[0] - mx) ** 2 for p in pts)
-    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Measure every size and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -154,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for name in ("synthesis_s", "lower_s", "verify_s", "cli_verify_cpu_s"):
         ys = [r[name] for r in rows]
-        es, en = _exponent(steps, ys), _exponent(npus, ys)
+        es, en = exponent(steps, ys), exponent(npus, ys)
         print(f"- {name}: ~ steps^{es:.2f}, ~ N^{en:.2f}" if es is not None else f"- {name}: -")
-    print(f"- steps ~ N^{_exponent(npus, steps):.2f}" if len(rows) > 1 else "")
+    print(f"- steps ~ N^{exponent(npus, steps):.2f}" if len(rows) > 1 else "")
     return 0
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import subprocess
@@ -28,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.growth import exponent
 
 HERE = Path(__file__).resolve().parent.parent
 MAIN = "import sys; from tacos.cli import main; sys.exit(main())"
@@ -72,17 +73,6 @@ def run(tree: Path, args: list[str], timeout: float) -> dict:
             "wall": time.perf_counter() - t0, "finished": finished, "rc": proc.returncode,
             "plan": plan, "runtime": time_line,
             "tail": "" if finished and proc.returncode == 0 else text[-600:]}
-
-
-def exponent(xs: list[float], ys: list[float]) -> float | None:
-    """Least-squares slope of log y over log x (the growth exponent)."""
-    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if y > 0]
-    if len(pts) < 2:
-        return None
-    mx = sum(p[0] for p in pts) / len(pts)
-    my = sum(p[1] for p in pts) / len(pts)
-    den = sum((p[0] - mx) ** 2 for p in pts)
-    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
 
 
 def main(argv: list[str] | None = None) -> None:

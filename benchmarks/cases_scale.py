@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from benchmarks import topologies as T
 from benchmarks.cases_seed import _s, _x
+from benchmarks.growth import exponent
 from benchmarks.suite import Context, Table, color, mean, measure, pick, pyplot
 
 KiB, MiB = 2**10, 2**20
@@ -72,21 +71,14 @@ def case_g(ctx: Context) -> Table:
                 series[family].append((r["npus"], r["synthesis_s"]))
         table.rows += rows
     for family, pts in series.items():
-        table.summary[f"exponent_{family}"] = _exponent(pts)
+        table.summary[f"exponent_{family}"] = exponent([p[0] for p in pts],
+                                                         [max(p[1], 1e-6) for p in pts])
     table.notes.append(
         "Fitted growth of synthesis time t ~ N^e (least squares on log-log): "
         + ", ".join(f"{f}: e = {_e(table.summary[f'exponent_{f}'])}" for f in series)
         + ".  TACOS C++ grows roughly like N^3 (reference.md A1b).")
     table.plots.append(_scale_plot(ctx, series, table))
     return table
-
-
-def _exponent(pts: list[tuple[int, float]]) -> float | None:
-    if len(pts) < 2:
-        return None
-    x = np.log([p[0] for p in pts])
-    y = np.log([max(p[1], 1e-6) for p in pts])
-    return float(np.polyfit(x, y, 1)[0])
 
 
 def _e(v: float | None) -> str:
