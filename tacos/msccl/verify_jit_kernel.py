@@ -308,11 +308,19 @@ def happens_before(tb_tx, tx_tb, tx_w0, tx_w1, w_rel, match):
             u = preds[e]
             succs[fill[u]] = v
             fill[u] += 1
-    indeg = np.empty(n, np.int64)
+    order = kahn_order(ptr[1:] - ptr[:-1], sptr, succs)
+    return ptr, preds, order, order.shape[0]
+
+
+@njit(cache=True)
+def kahn_order(indeg, sptr, succs):
+    """Kahn's topological order of a graph given by in-degrees (consumed) and successors in
+    CSR form (``sptr``, ``succs``): sources in index order, then each node when its last
+    predecessor is taken; nodes on or behind a cycle are left out."""
+    n = indeg.shape[0]
     order = np.empty(n, np.int64)
     m = 0
     for v in range(n):
-        indeg[v] = ptr[v + 1] - ptr[v]
         if indeg[v] == 0:
             order[m] = v
             m += 1
@@ -326,7 +334,7 @@ def happens_before(tb_tx, tx_tb, tx_w0, tx_w1, w_rel, match):
                 order[m] = w
                 m += 1
         i += 1
-    return ptr, preds, order[:m], m
+    return order[:m]
 
 
 # -- races ---------------------------------------------------------------------------------------

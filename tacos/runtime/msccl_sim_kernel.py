@@ -14,6 +14,8 @@ import math
 import numpy as np
 from numba import njit
 
+from tacos.msccl.verify_jit_kernel import kahn_order
+
 SKIP, LOCAL, SEND, FUSED, RECV = 0, 1, 2, 3, 4
 
 
@@ -45,23 +47,7 @@ def _order(pred_ptr, pred_idx, fifo):  # pragma: no cover - compiled
             u = fifo[v]
             succ[fill[u]] = v
             fill[u] += 1
-    order = np.empty(n, np.int64)
-    m = 0
-    for v in range(n):
-        if indeg[v] == 0:
-            order[m] = v
-            m += 1
-    i = 0
-    while i < m:
-        u = order[i]
-        for j in range(succ_ptr[u], succ_ptr[u + 1]):
-            w = succ[j]
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                order[m] = w
-                m += 1
-        i += 1
-    return order[:m]
+    return kahn_order(indeg, succ_ptr, succ)
 
 
 @njit(cache=True)
