@@ -45,7 +45,10 @@ def test_auto_keeps_the_fastest_verified_plan_and_never_loses_to_nccl():
         assert facts["link_times"][facts["winner"]] == s.makespan
         assert best <= facts["nccl_time"]
         assert facts["speedup_vs_nccl"] == pytest.approx(facts["nccl_time"] / best)
-        assert {"greedy", "nccl-ring"} <= set(facts["times"])
+        assert "nccl-ring" in facts["times"]
+        # the greedy is timed, or left out by a runtime floor above the best time
+        assert ("greedy" in facts["times"]
+                or facts["skipped"]["greedy"].startswith("cannot win"))
         assert facts["runtime"]["nccl-ring"]["model"] == "nccl-ring/a100"
 
 
