@@ -201,6 +201,7 @@ def test_verify_topology_says_size_and_model(tmp_path: Path,
     assert main(["verify", str(xml), "--topology", ring, "--size", "1GiB"]) == 1
 
 
+@pytest.mark.slow  # an ILP run to its time limit
 def test_solver_options_and_channel_instances_from_the_cli(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ring = str(EXAMPLES / "ring8.tdl")
