@@ -585,6 +585,12 @@ def _over_limits(one: Program, instances: int, lim: RuntimeLimits) -> str:
         return f"{one.nchannels * instances} channels > {lim.max_channels}"
     if comm * instances > lim.sms:
         return f"{comm * instances} thread blocks per GPU > {lim.sms} SMs"
+    # every instance repeats the rank's thread blocks and their steps
+    head = 1 + len(one.gpus)
+    most = max((len(g.tbs) + sum(len(tb.steps) for tb in g.tbs) for g in one.gpus), default=0)
+    if head + most * instances > lim.max_nodes:
+        return (f"{head + most * instances} parsed nodes per rank > {lim.max_nodes} "
+                f"(the runtime parser's limit)")
     return ""
 
 

@@ -1,0 +1,57 @@
+"""The shape search refuses, before lowering them, instance counts whose program the runtime's
+XML parser cannot hold (1 algo + ngpus + thread blocks + steps per rank), and never chooses a
+program over that limit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from msccl_programs import node, verified
+
+from tacos.model import patterns
+from tacos.msccl.lower import MscclOptions
+from tacos.msccl.shape import Shape, parsed_nodes, shape_problems, shapes
+from tacos.msccl.shape_choose import ShapeCache, choose_shape, limits_for
+from tacos.synthesize import synthesize
+
+NBYTES = 1 << 26
+
+
+def _plan():
+    topo = node("dgx_a100_node")
+    group = sorted(topo.live_npus)
+    sched = synthesize(topo, patterns.build("allreduce", group, size=NBYTES),
+                       solver="nccl-ring", trials=1, workers=1)
+    return topo, sched
+
+
+def test_parsed_nodes_grow_with_instances_as_the_search_assumes():
+    topo, sched = _plan()
+    cache, base = ShapeCache(), MscclOptions(inplace=True)
+    one = cache.program(sched, Shape(1), base)
+    head = 1 + len(one.gpus)
+    for k in (2, 4):
+        many = cache.program(sched, Shape(k), base)
+        want = {r: head + k * (n - head) for r, n in parsed_nodes(one).items()}
+        assert parsed_nodes(many) == want
+
+
+def test_shapes_over_the_parser_limit_are_refused_before_lowering():
+    topo, sched = _plan()
+    base = MscclOptions(inplace=True)
+    cache = ShapeCache()
+    one = cache.program(sched, Shape(1), base)
+    head = 1 + len(one.gpus)
+    # room for two instances of the program, not four
+    cap = head + 3 * max(n - head for n in parsed_nodes(one).values())
+    lim = replace(limits_for(topo), max_nodes=cap)
+    assert shape_problems(cache.program(sched, Shape(4), base), lim)
+    assert not shape_problems(one, lim)
+    cands = shapes(instances=(1, 2, 4, 8), port_orders=(False,))
+    got = choose_shape({"ring": sched}, topo, NBYTES, base=base, cache=ShapeCache(),
+                       candidates=cands, limits=lim)
+    assert got.shape.instances <= 2
+    assert max(parsed_nodes(got.program).values()) <= cap
+    refused = [c for c in got.considered if c.problems and "parsed nodes" in c.problems[0]]
+    assert refused and all(c.shape.instances >= 4 for c in refused)
+    verified(got.program)
