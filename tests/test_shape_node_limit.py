@@ -55,3 +55,39 @@ def test_shapes_over_the_parser_limit_are_refused_before_lowering():
     refused = [c for c in got.considered if c.problems and "parsed nodes" in c.problems[0]]
     assert refused and all(c.shape.instances >= 4 for c in refused)
     verified(got.program)
+
+
+def test_plans_with_more_peers_than_sms_are_refused_without_lowering():
+    from tacos.msccl.allpairs_program import AllPairsAllReduce
+    from tacos.msccl.shape_refuse import peer_counts
+    from tacos.solvers.allpairs import allpairs_schedule
+
+    topo, sched = _plan()
+    group = sched.collective.group
+    pairs = allpairs_schedule(topo, patterns.build("allreduce", group, size=NBYTES,
+                                                   chunks_per_npu=1))
+    plans = {"ring": sched, "allpairs": pairs, "staged": AllPairsAllReduce(pairs.collective)}
+    assert peer_counts(pairs)[1:] == (len(group) - 1, len(group) - 1)
+    assert peer_counts(plans["staged"])[1:] == (len(group) - 1, len(group) - 1)
+    assert max(peer_counts(sched)[1:]) < len(group) - 1
+    base = MscclOptions(inplace=True)
+    cands = shapes(instances=(1, 2), port_orders=(False,))
+    lim = replace(limits_for(topo), sms=len(group) - 2)  # one SM short of a tb per peer
+    cache = ShapeCache()
+    got = choose_shape(plans, topo, NBYTES, base=base, cache=cache, candidates=cands,
+                       limits=lim)
+    assert got.plan == "ring"
+    for name in ("allpairs", "staged"):
+        mine = [c for c in got.considered if c.plan == name]
+        assert len(mine) == len(cands)
+        assert all(c.time is None and c.problems[0].startswith("refused before lowering")
+                   for c in mine)
+    # nothing of the refused plans was lowered
+    assert not any(k[0] == cache.structure(pairs) or k[0] == ("family", plans["staged"])
+                   for k in cache._programs)
+    # with room for a thread block per peer, they are searched as before
+    roomy = choose_shape(plans, topo, NBYTES, base=base, cache=ShapeCache(),
+                         candidates=cands, limits=replace(lim, sms=len(group) - 1))
+    assert not any(c.problems and c.problems[0].startswith("refused before lowering")
+                   for c in roomy.considered)
+    verified(got.program)

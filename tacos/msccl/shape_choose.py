@@ -26,6 +26,7 @@ from tacos.msccl.fifo_calls import widest_size
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
+from tacos.msccl.shape_refuse import refusal
 from tacos.msccl.verify_fifo import split_deadlocks
 
 Estimator = Callable[[Program, Topology, int], float]
@@ -325,6 +326,10 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     if estimator is None:
         estimator = runtime_estimator(group)
     considered: list[Candidate] = []
+    refused = {k: why for k, v in schedules.items() if (why := refusal(v, lim))}
+    for k, why in refused.items():  # no shape of it loads: none is lowered
+        considered.extend(Candidate(k, sh, None, [why]) for sh in cands)
+    full, schedules = schedules, {k: v for k, v in schedules.items() if k not in refused}
     timed: list[tuple] = []
     seen: dict[tuple[str, Shape], float | None] = {}
     best = [float("inf")]
@@ -436,12 +441,15 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
             return 1
         return max(1, 2 ** round(math.log2(max(1.0, cta / port))))
 
-    first = default_plan if default_plan in schedules else next(
-        (k for k, v in schedules.items() if isinstance(v, Schedule)), None)
+    first = default_plan if default_plan in full else next(
+        (k for k, v in full.items() if isinstance(v, Schedule)), None)
+    if first in refused:  # the default cannot load: no floor
+        first = None
     fixed = default_shape(base)
     floor = evaluate(first, fixed, force=True) if first is not None else None
     for plan in _by_bound(schedules, first, topology, nbytes, base, cache, group, model):
         _search(plan, cands, evaluate, _start_count(plan), quick=quick)
+    schedules = full
     if not timed:
         first_reason = next(c for c in considered
                             if not c.problems[0].startswith(("same program", "pruned")))
