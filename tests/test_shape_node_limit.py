@@ -91,3 +91,41 @@ def test_plans_with_more_peers_than_sms_are_refused_without_lowering():
     assert not any(c.problems and c.problems[0].startswith("refused before lowering")
                    for c in roomy.considered)
     verified(got.program)
+
+
+def test_a_large_program_gets_the_quick_search_and_the_rest_is_reported(monkeypatch):
+    from tacos.msccl import shape_choose
+
+    topo, sched = _plan()
+    base = MscclOptions(inplace=True)
+    cands = shapes(instances=(1, 2, 4))
+    full = choose_shape({"ring": sched}, topo, NBYTES, base=base, cache=ShapeCache(),
+                        candidates=cands)
+    assert not any(c.problems and c.problems[0].startswith("skipped") for c in full.considered)
+    quick = choose_shape({"ring": sched}, topo, NBYTES, base=base, cache=ShapeCache(),
+                         candidates=cands, quick=True)
+    monkeypatch.setattr(shape_choose, "LARGE_PROGRAM_STEPS", 1)
+    narrow = choose_shape({"ring": sched}, topo, NBYTES, base=base, cache=ShapeCache(),
+                          candidates=cands)
+    assert (narrow.plan, narrow.shape) == (quick.plan, quick.shape)
+    assert narrow.time == quick.time
+    skipped = [c for c in narrow.considered if c.problems and c.problems[0].startswith("skipped")]
+    assert skipped and {(c.plan, c.shape) for c in skipped}.isdisjoint(
+        {(c.plan, c.shape) for c in narrow.considered if c.time is not None})
+    assert any(line.startswith("skipped") for line in narrow.lines())
+    verified(narrow.program)
+
+
+def test_the_cache_keeps_programs_within_its_step_budget():
+    from tacos.msccl.shape_choose import _program_steps
+
+    topo, sched = _plan()
+    base = MscclOptions(inplace=True)
+    one = ShapeCache().program(sched, Shape(1), base)
+    cache = ShapeCache(max_steps=3 * _program_steps(one))
+    for k in (1, 2, 4):
+        cache.program(sched, Shape(k), base)
+    kept = [p for p in cache._programs.values() if not isinstance(p, str)]
+    assert sum(_program_steps(p) for p in kept) <= 3 * _program_steps(one) or len(kept) == 1
+    assert kept and kept[-1].nchunksperloop == 4 * one.nchunksperloop  # the newest stays
+    assert cache._steps == sum(_program_steps(p) for p in kept)

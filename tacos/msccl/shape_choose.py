@@ -34,6 +34,10 @@ ELEMENT_BYTES = 4  #: element size assumed when checking that ``nchunksperloop``
 #: A shape within this fraction of the fastest that runs fewer thread blocks wins: the runtime
 #: model is not that precise, and CTAs left idle serve the computation around the collective.
 NEAR = 0.005
+#: A plan whose one-instance program has more steps than this is searched narrowly (the
+#: ``quick`` search: no port-order variant, the second pairing timed once): each lowering of
+#: it costs tens of seconds and gigabytes (512 ranks: about a million steps).
+LARGE_PROGRAM_STEPS = 250_000
 
 
 def limits_for(topology: Topology, max_steps: int = DEFAULT_MAX_STEPS) -> RuntimeLimits:
@@ -138,7 +142,12 @@ class Choice:
             out.append("why           " + "; ".join(why))
         rejected = [c for c in self.considered
                     if c.time is None and not c.problems[0].startswith(("same program",
-                                                                         "pruned"))]
+                                                                         "pruned", "skipped"))]
+        skipped = [c for c in self.considered
+                   if c.time is None and c.problems[0].startswith("skipped")]
+        if skipped:
+            out.append(f"skipped       {len(skipped)} shapes not lowered, e.g. "
+                       f"{skipped[0].plan} {skipped[0].shape.label()}: {skipped[0].problems[0]}")
         pruned = sum(c.time is None and c.problems[0].startswith("pruned")
                      for c in self.considered)
         if pruned:
@@ -168,12 +177,16 @@ class ShapeCache:
     beyond that many.  :meth:`time` remembers the runtime model's time of each program per
     protocol, topology, ranks and size."""
 
-    def __init__(self, max_programs: int | None = None) -> None:
+    def __init__(self, max_programs: int | None = None, max_steps: int | None = None) -> None:
         self._programs: dict[tuple, Program | str] = {}
         self._structures: dict[int, tuple[Any, tuple]] = {}
         self._times: dict[tuple, float] = {}
         self._topologies: dict[int, Topology] = {}
         self.max_programs = max_programs
+        #: with ``max_steps``, the oldest programs are dropped while the programs kept hold
+        #: more steps than that in all (the newest is always kept)
+        self.max_steps = max_steps
+        self._steps = 0
 
     def time(self, program: Program, topology: Topology, group: Sequence[int], nbytes: int,
              estimate: Estimator) -> float:
@@ -248,6 +261,10 @@ class ShapeCache:
             if self.max_programs is not None and len(self._programs) >= self.max_programs:
                 self._drop_oldest()
             self._programs[key] = got
+            self._steps += _program_steps(got)
+            while (self.max_steps is not None and self._steps > self.max_steps
+                   and len(self._programs) > 1):
+                self._drop_oldest()
         return got
 
     def _drop_oldest(self) -> None:
@@ -255,6 +272,7 @@ class ShapeCache:
         taken of a program dropped, and the topologies no time refers to any more."""
         old = self._programs.pop(next(iter(self._programs)))
         if isinstance(old, Program):
+            self._steps -= _program_steps(old)
             gone = id(old.gpus)
             self._times = {k: v for k, v in self._times.items() if k[0] != gone}
             used = {k[2] for k in self._times}
@@ -263,7 +281,7 @@ class ShapeCache:
 
 #: The cache :func:`choose_shape` uses when given none: a plan ranked by its shaped program
 #: (``auto``) and then written is lowered and timed once.
-SHARED_CACHE = ShapeCache(max_programs=96)
+SHARED_CACHE = ShapeCache(max_programs=96, max_steps=2_500_000)
 
 
 class _Pruned(float):
@@ -448,7 +466,15 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     fixed = default_shape(base)
     floor = evaluate(first, fixed, force=True) if first is not None else None
     for plan in _by_bound(schedules, first, topology, nbytes, base, cache, group, model):
-        _search(plan, cands, evaluate, _start_count(plan), quick=quick)
+        steps = _program_steps(cache.program(schedules[plan], Shape(1, "Simple", False, True),
+                                             base))
+        big = steps > LARGE_PROGRAM_STEPS and not quick
+        _search(plan, cands, evaluate, _start_count(plan), quick=quick or big)
+        if big:  # say which shapes the narrow search left out, and why
+            considered.extend(Candidate(plan, sh, None, [
+                f"skipped: its one-instance program has {steps} steps > "
+                f"{LARGE_PROGRAM_STEPS}, so only the quick search ran"])
+                for sh in cands if (plan, sh) not in seen)
     schedules = full
     if not timed:
         first_reason = next(c for c in considered
@@ -584,6 +610,13 @@ def _climb(plan: str, group: list[Shape], i: int,
                 misses += 1
             j += step
     return best
+
+
+def _program_steps(program: Program | str) -> int:
+    """The steps of a lowered program (0 for a failure's message)."""
+    if isinstance(program, str):
+        return 0
+    return sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
 
 
 def _over_limits(one: Program, instances: int, lim: RuntimeLimits) -> str:
