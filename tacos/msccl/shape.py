@@ -29,6 +29,7 @@ from tacos.msccl.program import (
     DEFAULT_SMS,
     MAX_CHANNELS,
     MAX_COUNT,
+    MAX_NODES,
     MAX_TBS_PER_CHANNEL,
     Program,
 )
@@ -69,6 +70,15 @@ class RuntimeLimits:
     max_tbs_per_channel: int = MAX_TBS_PER_CHANNEL
     max_steps: int = DEFAULT_MAX_STEPS
     max_count: int = MAX_COUNT
+    max_nodes: int = MAX_NODES  #: parsed nodes per rank: 1 algo + ngpus + tbs + steps
+
+
+def parsed_nodes(program: Program) -> dict[int, int]:
+    """The nodes the runtime's XML parser holds per rank: the algo element, one per gpu
+    element, then the rank's thread blocks and steps."""
+    head = 1 + len(program.gpus)
+    return {g.id: head + len(g.tbs) + sum(len(tb.steps) for tb in g.tbs)
+            for g in program.gpus}
 
 
 def shapes(*, protos: tuple[str, ...] = PROTOCOLS, instances: tuple[int, ...] = INSTANCES,
@@ -85,7 +95,10 @@ def shape_problems(program: Program, limits: RuntimeLimits | None = None) -> lis
     out = []
     if program.nchannels > lim.max_channels:
         out.append(f"{program.nchannels} channels > {lim.max_channels}")
+    nodes = parsed_nodes(program)
     for g in program.gpus:
+        if nodes[g.id] > lim.max_nodes:
+            out.append(f"rank {g.id}: {nodes[g.id]} parsed nodes > {lim.max_nodes}")
         if len(g.tbs) > lim.sms:
             out.append(f"rank {g.id}: {len(g.tbs)} thread blocks > {lim.sms} SMs")
         sends = Counter(tb.chan for tb in g.tbs if tb.send >= 0)

@@ -26,6 +26,7 @@ from tacos.msccl.fifo_calls import widest_size
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
+from tacos.msccl.shape_refuse import refusal
 from tacos.msccl.verify_fifo import split_deadlocks
 
 Estimator = Callable[[Program, Topology, int], float]
@@ -33,6 +34,10 @@ ELEMENT_BYTES = 4  #: element size assumed when checking that ``nchunksperloop``
 #: A shape within this fraction of the fastest that runs fewer thread blocks wins: the runtime
 #: model is not that precise, and CTAs left idle serve the computation around the collective.
 NEAR = 0.005
+#: A plan whose one-instance program has more steps than this is searched narrowly (the
+#: ``quick`` search: no port-order variant, the second pairing timed once): each lowering of
+#: it costs tens of seconds and gigabytes (512 ranks: about a million steps).
+LARGE_PROGRAM_STEPS = 250_000
 
 
 def limits_for(topology: Topology, max_steps: int = DEFAULT_MAX_STEPS) -> RuntimeLimits:
@@ -137,7 +142,12 @@ class Choice:
             out.append("why           " + "; ".join(why))
         rejected = [c for c in self.considered
                     if c.time is None and not c.problems[0].startswith(("same program",
-                                                                         "pruned"))]
+                                                                         "pruned", "skipped"))]
+        skipped = [c for c in self.considered
+                   if c.time is None and c.problems[0].startswith("skipped")]
+        if skipped:
+            out.append(f"skipped       {len(skipped)} shapes not lowered, e.g. "
+                       f"{skipped[0].plan} {skipped[0].shape.label()}: {skipped[0].problems[0]}")
         pruned = sum(c.time is None and c.problems[0].startswith("pruned")
                      for c in self.considered)
         if pruned:
@@ -167,12 +177,16 @@ class ShapeCache:
     beyond that many.  :meth:`time` remembers the runtime model's time of each program per
     protocol, topology, ranks and size."""
 
-    def __init__(self, max_programs: int | None = None) -> None:
+    def __init__(self, max_programs: int | None = None, max_steps: int | None = None) -> None:
         self._programs: dict[tuple, Program | str] = {}
         self._structures: dict[int, tuple[Any, tuple]] = {}
         self._times: dict[tuple, float] = {}
         self._topologies: dict[int, Topology] = {}
         self.max_programs = max_programs
+        #: with ``max_steps``, the oldest programs are dropped while the programs kept hold
+        #: more steps than that in all (the newest is always kept)
+        self.max_steps = max_steps
+        self._steps = 0
 
     def time(self, program: Program, topology: Topology, group: Sequence[int], nbytes: int,
              estimate: Estimator) -> float:
@@ -247,6 +261,10 @@ class ShapeCache:
             if self.max_programs is not None and len(self._programs) >= self.max_programs:
                 self._drop_oldest()
             self._programs[key] = got
+            self._steps += _program_steps(got)
+            while (self.max_steps is not None and self._steps > self.max_steps
+                   and len(self._programs) > 1):
+                self._drop_oldest()
         return got
 
     def _drop_oldest(self) -> None:
@@ -254,6 +272,7 @@ class ShapeCache:
         taken of a program dropped, and the topologies no time refers to any more."""
         old = self._programs.pop(next(iter(self._programs)))
         if isinstance(old, Program):
+            self._steps -= _program_steps(old)
             gone = id(old.gpus)
             self._times = {k: v for k, v in self._times.items() if k[0] != gone}
             used = {k[2] for k in self._times}
@@ -262,7 +281,7 @@ class ShapeCache:
 
 #: The cache :func:`choose_shape` uses when given none: a plan ranked by its shaped program
 #: (``auto``) and then written is lowered and timed once.
-SHARED_CACHE = ShapeCache(max_programs=96)
+SHARED_CACHE = ShapeCache(max_programs=96, max_steps=2_500_000)
 
 
 class _Pruned(float):
@@ -325,6 +344,10 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     if estimator is None:
         estimator = runtime_estimator(group)
     considered: list[Candidate] = []
+    refused = {k: why for k, v in schedules.items() if (why := refusal(v, lim))}
+    for k, why in refused.items():  # no shape of it loads: none is lowered
+        considered.extend(Candidate(k, sh, None, [why]) for sh in cands)
+    full, schedules = schedules, {k: v for k, v in schedules.items() if k not in refused}
     timed: list[tuple] = []
     seen: dict[tuple[str, Shape], float | None] = {}
     best = [float("inf")]
@@ -436,12 +459,23 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
             return 1
         return max(1, 2 ** round(math.log2(max(1.0, cta / port))))
 
-    first = default_plan if default_plan in schedules else next(
-        (k for k, v in schedules.items() if isinstance(v, Schedule)), None)
+    first = default_plan if default_plan in full else next(
+        (k for k, v in full.items() if isinstance(v, Schedule)), None)
+    if first in refused:  # the default cannot load: no floor
+        first = None
     fixed = default_shape(base)
     floor = evaluate(first, fixed, force=True) if first is not None else None
     for plan in _by_bound(schedules, first, topology, nbytes, base, cache, group, model):
-        _search(plan, cands, evaluate, _start_count(plan), quick=quick)
+        steps = _program_steps(cache.program(schedules[plan], Shape(1, "Simple", False, True),
+                                             base))
+        big = steps > LARGE_PROGRAM_STEPS and not quick
+        _search(plan, cands, evaluate, _start_count(plan), quick=quick or big)
+        if big:  # say which shapes the narrow search left out, and why
+            considered.extend(Candidate(plan, sh, None, [
+                f"skipped: its one-instance program has {steps} steps > "
+                f"{LARGE_PROGRAM_STEPS}, so only the quick search ran"])
+                for sh in cands if (plan, sh) not in seen)
+    schedules = full
     if not timed:
         first_reason = next(c for c in considered
                             if not c.problems[0].startswith(("same program", "pruned")))
@@ -578,6 +612,13 @@ def _climb(plan: str, group: list[Shape], i: int,
     return best
 
 
+def _program_steps(program: Program | str) -> int:
+    """The steps of a lowered program (0 for a failure's message)."""
+    if isinstance(program, str):
+        return 0
+    return sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
+
+
 def _over_limits(one: Program, instances: int, lim: RuntimeLimits) -> str:
     """Why ``instances`` copies of the one-instance program ``one`` cannot fit (or '')."""
     comm = max((sum(tb.send >= 0 or tb.recv >= 0 for tb in g.tbs) for g in one.gpus), default=0)
@@ -585,6 +626,12 @@ def _over_limits(one: Program, instances: int, lim: RuntimeLimits) -> str:
         return f"{one.nchannels * instances} channels > {lim.max_channels}"
     if comm * instances > lim.sms:
         return f"{comm * instances} thread blocks per GPU > {lim.sms} SMs"
+    # every instance repeats the rank's thread blocks and their steps
+    head = 1 + len(one.gpus)
+    most = max((len(g.tbs) + sum(len(tb.steps) for tb in g.tbs) for g in one.gpus), default=0)
+    if head + most * instances > lim.max_nodes:
+        return (f"{head + most * instances} parsed nodes per rank > {lim.max_nodes} "
+                f"(the runtime parser's limit)")
     return ""
 
 
