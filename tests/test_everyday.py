@@ -187,6 +187,7 @@ def test_mscclpp_into_xml_file_is_refused(capsys: pytest.CaptureFixture[str]) ->
     assert "writes JSON" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_verify_topology_says_size_and_model(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     ring = str(EXAMPLES / "ring8.tdl")

@@ -53,6 +53,7 @@ def test_flipped_buffer_semantics_fail_verification(tmp_path):
     assert not verify_xml(flipped).ok  # an in-place program run out of place is wrong
 
 
+@pytest.mark.slow
 def test_mscclpp_plan_is_in_place_by_default(tmp_path):
     out = tmp_path / "ar.json"
     assert main([NODE, "-c", "allreduce", "--size", "1MiB", "--solver", "greedy",

@@ -96,7 +96,7 @@ def test_two_rings_per_channel_beat_nccls_ring_at_one_gib_on_a100():
 
 @pytest.mark.parametrize(("nbytes", "fixture"), [
     pytest.param(1 << 20, "executor_ndv4_r48ll.xml", marks=pytest.mark.slow),
-    (4 << 20, "executor_ndv4_r48ll128.xml"),
+    pytest.param(4 << 20, "executor_ndv4_r48ll128.xml", marks=pytest.mark.slow),
     pytest.param(16 << 20, "executor_ndv4_r48ll128.xml", marks=pytest.mark.slow)])
 def test_channels_per_ring_is_chosen_where_it_beats_microsofts_plan(nbytes, fixture):
     """Both directions of the ring spread over several channels each, 64 thread blocks:

@@ -137,6 +137,7 @@ def test_nvls_all_reduce_moves_each_byte_once_up_and_once_down_a_port():
     assert s.makespan < ring.makespan / 1.5
 
 
+@pytest.mark.slow
 def test_nvls_across_nodes_uses_sharp_rails_when_they_reduce():
     size = 64 * MiB
     plain = preset("dgx_h100", nodes=4)

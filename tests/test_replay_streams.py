@@ -52,6 +52,7 @@ def test_replay_sees_a_program_run_slower_when_its_sends_share_one_cta():
     assert replay(one, topo, 256 << 20) > 2 * replay(eight, topo, 256 << 20)
 
 
+@pytest.mark.slow
 def test_two_node_ring_model_agrees_with_the_replay():
     """On 2x DGX-A100 the lowered NCCL ring routes many connections through each GPU's
     NVSwitch port and NIC that never run together; the runtime model shares a port only

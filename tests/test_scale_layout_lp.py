@@ -34,6 +34,7 @@ def test_affine_fit_recovers_alpha_and_rate() -> None:
     assert got == [pytest.approx((3.0, 10.0))]
 
 
+@pytest.mark.slow
 def test_symmetric_synthesis_tries_the_lp_layouts() -> None:
     fabric = clos_h100(nodes=4, hosts_per_leaf=2)
     plan = synthesize_symmetric(fabric, "allreduce", 64 << 20, solvers=("direct",))
