@@ -96,20 +96,17 @@ def main(argv: list[str] | None = None) -> None:
         f.write_text(dgx_file(k))
         cases.append((f"{k}x DGX-A100 all-gather 1 GiB", 8 * k, "default", [str(f)]))
     solvers = [x for x in args.solvers.split(",") if x]
-    if args.torus:
-        f = tmp / "torus16.tdl"
-        f.write_text(torus_file(16, "allgather"))
-        for solver in solvers:
-            extra = [] if solver == "default" else ["--solver", "greedy"]
-            cases.append(("16x16x16 torus all-gather 64 MiB, --trials 1", 4096, solver,
-                          [str(f), "--trials", "1", *extra]))
+    torus_cases = [(16, "allgather", "16x16x16 torus all-gather 64 MiB, --trials 1",
+                    lambda f, solver: [str(f), "--trials", "1"])] if args.torus else []
     if args.xml:
-        f = tmp / "torus8.tdl"
-        f.write_text(torus_file(8, "allreduce"))
+        torus_cases.append((8, "allreduce", "8x8x8 torus all-reduce 64 MiB, -o plan.xml",
+                            lambda f, solver: [str(f), "-o", str(tmp / f"{solver}.xml")]))
+    for k, kind, name, command in torus_cases:
+        f = tmp / f"torus{k}.tdl"
+        f.write_text(torus_file(k, kind))
         for solver in solvers:
             extra = [] if solver == "default" else ["--solver", "greedy"]
-            cases.append(("8x8x8 torus all-reduce 64 MiB, -o plan.xml", 512, solver,
-                          [str(f), "-o", str(tmp / f"{solver}.xml"), *extra]))
+            cases.append((name, k ** 3, solver, [*command(f, solver), *extra]))
     print("| case | NPUs | solver | tree | CPU s | peak RSS MiB | finished | plan |")
     print("|---|---:|---|---|---:|---:|---|---|")
     results: dict[tuple[str, str], list[tuple[int, float]]] = {}
