@@ -31,6 +31,18 @@ from tacos.solvers.greedy.jit_bits import (
 
 
 @njit(cache=True)
+def _push(head, tail, nxt, lst, item):  # pragma: no cover - compiled
+    """Append ``item`` to the singly linked list ``lst`` (``head``/``tail`` per list, -1 when
+    empty; ``nxt`` per item)."""
+    nxt[item] = -1
+    if tail[lst] < 0:
+        head[lst] = item
+    else:
+        nxt[tail[lst]] = item
+    tail[lst] = item
+
+
+@njit(cache=True)
 def _free_route(ch, cr_ptr, cr_idx, rl_ptr, rl_idx, res_free, res_busy):
     """The least-loaded route of ``ch`` whose links all have a free lane (first on ties), or -1."""
     found = -1
@@ -329,12 +341,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, cr_ptr, cr_idx, rl_ptr, r
                     E_alive[e] = True
                     E_first[e] = first
                     E_g[e] = gid
-                    E_next[e] = -1
-                    if G_tail[gid] < 0:
-                        G_head[gid] = e
-                    else:
-                        E_next[G_tail[gid]] = e
-                    G_tail[gid] = e
+                    _push(G_head, G_tail, E_next, gid, e)
                     G_count[gid] += 1
                     if dem_stamp[first] != event:
                         dem_stamp[first] = event
@@ -347,12 +354,7 @@ def kernel(src, dst, in_ptr, in_idx, out_ptr, out_idx, cr_ptr, cr_idx, rl_ptr, r
                             u_head[li] = -1
                             u_tail[li] = -1
                         U_e[nu] = e
-                        U_next[nu] = -1
-                        if u_tail[li] < 0:
-                            u_head[li] = nu
-                        else:
-                            U_next[u_tail[li]] = nu
-                        u_tail[li] = nu
+                        _push(u_head, u_tail, U_next, li, nu)
                         nu += 1
             # ---- serve the groups, fewest live candidates first
             for g in range(ng):
