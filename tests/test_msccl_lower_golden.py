@@ -3,7 +3,9 @@
 ``fixtures/lowering/*.json`` are schedules (greedy and forest, every lowerable collective,
 process groups); ``golden.json`` holds the SHA-256 of the XML the lowering wrote for each under
 several option sets before it was made faster (measured in ``docs/benchmarks/
-scale-lowering.md``).  Speed work must not change a byte; a deliberate change of the output
+scale-lowering.md``); the option sets the runtime shaping uses (``fit_fifo`` off, paired
+peers, port order, a size window) were added at ``e4a94ca``, hashed by that commit's
+lowering.  Speed work must not change a byte; a deliberate change of the output
 updates the hashes and says why.  Every plan is also verified (``schedule_to_xml`` refuses an
 unverified one) and parsed back.
 """
