@@ -26,7 +26,7 @@ from typing import Any
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
-from tacos.msccl.lower_flow import Flow, build_flow
+from tacos.msccl.lower_flow import Flow, shared_flow
 from tacos.msccl.lower_layout import build_layout
 from tacos.msccl.lower_steps import build_steps, finish_program
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
@@ -162,22 +162,59 @@ def _fifo_count(opts: MscclOptions, nchunksperloop: int) -> int:
     return max(1, min(MAX_COUNT, per_call * (NCCL_STEPS // slots_per_call(opts.proto))))
 
 
+#: Programs of the last few lowerings, by schedule identity and options: a lowering with
+#: ``pair_peers`` in which pairing the single peers changed nothing (no rank and channel had
+#: single peers in both directions, in any round) is also the program without it, and the
+#: other way round, so a shape search that tries both lowers once.  Programs are immutable;
+#: the most recent are kept while their steps total at most :data:`_KEPT_MAX_STEPS`.
+_KEPT: dict[tuple, tuple[Schedule, Program]] = {}
+_KEPT_MAX_STEPS = 400_000
+
+
+def _kept(schedule: Schedule, opts: MscclOptions) -> Program | None:
+    got = _KEPT.get((id(schedule), opts))
+    return got[1] if got is not None and got[0] is schedule else None
+
+
+def _keep(schedule: Schedule, opts: MscclOptions, program: Program, pairing_matters: bool
+          ) -> None:
+    if program.num_steps > _KEPT_MAX_STEPS:
+        return
+    keys = [opts] if pairing_matters else [replace(opts, pair_peers=p) for p in (False, True)]
+    for o in keys:
+        _KEPT.pop((id(schedule), o), None)
+        _KEPT[(id(schedule), o)] = (schedule, program)
+    held: dict[int, int] = {}  # steps per distinct program kept
+    for _, p in _KEPT.values():
+        held[id(p)] = p.num_steps
+    total = sum(held.values())
+    while total > _KEPT_MAX_STEPS:
+        _, p = _KEPT.pop(next(iter(_KEPT)))
+        if not any(q is p for _, q in _KEPT.values()):
+            total -= held[id(p)]
+
+
 def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Program:
+    got = _kept(schedule, opts)
+    if got is not None:
+        return got
     hints = schedule.meta.get("channel_of_transfer")
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
         hints = None
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
     with progress.phase(f"ordering {len(schedule.transfers)} transfers"):
-        flow = build_flow(schedule, layout, max_count=_fifo_count(opts, layout.nchunksperloop))
+        flow = shared_flow(schedule, layout, max_count=_fifo_count(opts, layout.nchunksperloop))
     ports = _port_slots(schedule, flow) if opts.port_order else None
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
     plan = built = None
+    pairing_matters = False
     for round_ in range(MAX_ROUNDS):
         plan = built = None  # free the last round's plan before building the next one
         with progress.phase(f"channels and thread blocks (round {round_ + 1})"):
             chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
             plan = plan_tbs(flow, chan, forbidden, pair=opts.pair_peers)
+            pairing_matters = pairing_matters or plan.pairing_matters
             long = _long_sequences(plan, opts.max_steps_per_tb)
         if _cut(flow, long, cuts, opts.max_steps_per_tb):
             continue  # cut lanes that certainly overflow before building any step
@@ -200,9 +237,11 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
             program = finish_program(layout, tbs, nchannels)
         name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
         combining = layout.coll in ("allreduce", "reducescatter", "reduce")
-        return replace(program, name=name, proto=opts.proto, inplace=int(opts.inplace),
-                       outofplace=int(opts.out_of_place), minBytes=int(opts.min_bytes),
-                       maxBytes=int(opts.max_bytes), redop=opts.redop if combining else None)
+        program = replace(program, name=name, proto=opts.proto, inplace=int(opts.inplace),
+                          outofplace=int(opts.out_of_place), minBytes=int(opts.min_bytes),
+                          maxBytes=int(opts.max_bytes), redop=opts.redop if combining else None)
+        _keep(schedule, opts, program, pairing_matters)
+        return program
     raise TacosError("could not fit the plan into the MSCCL limits",
                      hint="raise max_steps_per_tb or max_channels")
 

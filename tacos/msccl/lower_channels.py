@@ -78,6 +78,9 @@ class TbPlan:
     absorbed: frozenset[int]
     unstored: frozenset[int]
     sequence: dict[tuple[int, TbKey], list[tuple[str, int]]]
+    #: whether ``pair`` makes (would make) a difference: some rank and channel has a receive
+    #: peer and a send peer that the matching leaves single (otherwise both plans are equal)
+    pairing_matters: bool = False
 
 
 def feeders(flow: Flow) -> list[int]:
@@ -157,9 +160,13 @@ def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]], *,
                 weight[(r.src, ch)][(f.src, r.dst)] += 1
     tb_of_recv: dict[tuple[int, int, int], TbKey] = {}
     tb_of_send: dict[tuple[int, int, int], TbKey] = {}
+    matters = False
     for rank, ch in sorted(set(recv_peers) | set(send_peers)):
         edges = tuple(sorted(weight.get((rank, ch), {}).items()))
         matched_r = _matching(flow, edges) if edges else {}
+        if not matters:
+            matters = (len(recv_peers.get((rank, ch), ())) > len(matched_r)
+                       and len(send_peers.get((rank, ch), ())) > len(matched_r))
         if pair:
             matched_r = _pair_rest(matched_r, recv_peers.get((rank, ch), set()),
                                    send_peers.get((rank, ch), set()))
@@ -197,4 +204,4 @@ def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]], *,
                and vid not in flow.final for vid in r.creates):
             unstored.add(a)
     return TbPlan(send_tb, recv_tb, fused, frozenset(fused.values()), frozenset(unstored),
-                  dict(sequence))
+                  dict(sequence), matters)

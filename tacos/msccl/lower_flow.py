@@ -154,6 +154,44 @@ def _ordered(schedule: Schedule, layout: Layout, tol: float) -> tuple:
     return out
 
 
+#: Flows of the last few schedules lowered (by identity), per layout and run size: the shapes a
+#: search lowers one schedule into with the same instance count (paired peers or not, port
+#: order or not, any protocol) share one flow.  The later stages only read a flow (its
+#: ``cache`` memoizes pure functions of it), so sharing cannot change a program.  Flows are
+#: kept while their runs total at most :data:`_FLOWS_MAX_RUNS` (large plans are not kept).
+_FLOWS: dict[int, tuple[Schedule, dict[tuple, Flow]]] = {}
+_FLOWS_MAX_RUNS = 200_000
+
+
+def shared_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow:
+    """:func:`build_flow`, remembered for the schedule (by identity) while the kept flows are
+    small (see :data:`_FLOWS`)."""
+    key = (len(schedule.transfers), layout, max_count)
+    got = _FLOWS.get(id(schedule))
+    if got is not None and got[0] is schedule:
+        flow = got[1].get(key)
+        if flow is not None:
+            return flow
+    flow = build_flow(schedule, layout, max_count)
+    if len(flow.runs) > _FLOWS_MAX_RUNS:
+        return flow
+    if got is None or got[0] is not schedule:
+        got = (schedule, {})
+    kept = got[1]
+    kept[key] = flow
+    _FLOWS.pop(id(schedule), None)
+    _FLOWS[id(schedule)] = got  # most recent last
+    total = sum(len(f.runs) for _, flows in _FLOWS.values() for f in flows.values())
+    while total > _FLOWS_MAX_RUNS:
+        sid = next(iter(_FLOWS))
+        sched, flows = _FLOWS[sid]
+        old = next(iter(flows))
+        total -= len(flows.pop(old).runs)
+        if not flows:
+            del _FLOWS[sid]
+    return flow
+
+
 def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow:
     """Order, version, place and split the schedule's transfers (see the module docstring);
     no run moves more than ``max_count`` chunks."""
