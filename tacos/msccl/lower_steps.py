@@ -154,6 +154,21 @@ def _dep_order(ref: Ref) -> str:
     return f"({ref[0].rkey}, {ref[1]})"
 
 
+def _merged(vc: dict, dtb: _Tb, di: int, dvc: dict) -> dict:
+    """A new vector clock: ``vc`` joined with ``dvc`` (the entrywise maximum) and with step
+    ``di`` of ``dtb``."""
+    if len(vc) < len(dvc):  # copy the larger clock, raise the smaller one's entries
+        vc, dvc = dvc, vc
+    out = dict(vc)
+    get = out.get
+    for k, i in dvc.items():
+        if get(k, -1) < i:
+            out[k] = i
+    if get(dtb, -1) < di:
+        out[dtb] = di
+    return out
+
+
 def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int,
                 ports: dict[int, tuple[int, ...]] | None = None) -> Built:
     """Build every rank's tbs; see the module docstring.  ``ports`` maps a run to the pseudo
@@ -231,8 +246,41 @@ def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int,
                     continue
                 rank = r.src
                 key = send_tb[idx]
-                t, src, dst, cnt, units = "s", (rank, *r.sloc), dst_of[idx], r.cnt, (idx,)
-                reads, writes = _slots(r.sloc, cnt), ports.get(idx, ())
+                sloc = r.sloc
+                cnt = r.cnt
+                t, src, dst, units = "s", (rank, *sloc), dst_of[idx], (idx,)
+                code = sloc[1] * 3 + _BUF_CODE[sloc[0]]
+                reads = range(code, code + 3 * cnt, 3)
+                writes = ports.get(idx, ()) if ports else ()
+                if cnt == 1 and not writes:  # one slot read: its last writer, if needed
+                    tbs = gpus.get(rank)
+                    if tbs is None:
+                        tbs = gpus[rank] = {}
+                    tb = tbs.get(key)
+                    if tb is None:
+                        tb = tbs[key] = _Tb(key, key[1], key[2], key[0])
+                    rs = readers[rank]
+                    ref = writer[rank].get(code)
+                    vc = tb.vc
+                    if ref is not None and ref[0] is not tb and vc.get(ref[0], -1) < ref[1]:
+                        dtb, di, dvc = ref
+                        vc = _merged(vc, dtb, di, dvc)
+                        dtb.hasdep.add(di)
+                        if dtb.steps[di][0] in FUSED_TYPES and (dtb, di) not in dependents:
+                            dependents[(dtb, di)] = pos
+                        steps = tb.steps
+                        steps.append((t, src, dst, cnt, (dtb, di), units))
+                        tb.vc = vc
+                    else:
+                        steps = tb.steps
+                        steps.append((t, src, dst, cnt, None, units))
+                    ref = (tb, len(steps) - 1, vc)
+                    lst = rs.get(code)
+                    if lst is None:
+                        rs[code] = [ref]
+                    else:
+                        lst.append(ref)
+                    continue  # the general path below, for this common case
             else:
                 rank = r.dst
                 key = recv_tb[idx]
@@ -254,13 +302,9 @@ def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int,
             deps = deps_for(lw, rs, tb, reads, writes)
         steps = tb.steps
         if deps:
-            vc = dict(tb.vc)
+            vc = tb.vc
             for dtb, di, dvc in deps:
-                for k, i in dvc.items():
-                    if vc.get(k, -1) < i:
-                        vc[k] = i
-                if vc.get(dtb, -1) < di:
-                    vc[dtb] = di
+                vc = _merged(vc, dtb, di, dvc)
                 dtb.hasdep.add(di)
                 if dtb.steps[di][0] in FUSED_TYPES and (dtb, di) not in dependents:
                     dependents[(dtb, di)] = pos
