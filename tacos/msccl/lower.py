@@ -27,7 +27,7 @@ from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
 from tacos.msccl.lower_flow import Flow, shared_flow
-from tacos.msccl.lower_layout import build_layout
+from tacos.msccl.lower_layout import Layout, build_layout
 from tacos.msccl.lower_steps import build_steps, finish_program
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
 from tacos.msccl.rounds import first_round
@@ -162,28 +162,37 @@ def _fifo_count(opts: MscclOptions, nchunksperloop: int) -> int:
     return max(1, min(MAX_COUNT, per_call * (NCCL_STEPS // slots_per_call(opts.proto))))
 
 
-#: Programs of the last few lowerings, by schedule identity and options: a lowering with
-#: ``pair_peers`` in which pairing the single peers changed nothing (no rank and channel had
-#: single peers in both directions, in any round) is also the program without it, and the
-#: other way round, so a shape search that tries both lowers once.  Programs are immutable;
-#: the most recent are kept while their steps total at most :data:`_KEPT_MAX_STEPS`.
+#: Programs of the last few lowerings, by schedule identity and what shapes their body (the
+#: options but the header's name, protocol, window and operator, and the largest run the
+#: FIFO fit allows): a search times one body under every protocol, and writes the file with
+#: the header it chose.  A lowering with ``pair_peers`` in which pairing the single peers
+#: changed nothing (no rank and channel had single peers in both directions, in any round) is
+#: also the body without it, and the other way round.  Programs are immutable; the most
+#: recent are kept while their steps total at most :data:`_KEPT_MAX_STEPS`.
 _KEPT: dict[tuple, tuple[Schedule, Program]] = {}
 _KEPT_MAX_STEPS = 400_000
 
 
-def _kept(schedule: Schedule, opts: MscclOptions) -> Program | None:
-    got = _KEPT.get((id(schedule), opts))
+def _body_key(opts: MscclOptions, max_count: int) -> tuple:
+    """What a lowering's program depends on besides the schedule and the header fields."""
+    return (replace(opts, name="", proto="Simple", min_bytes=0, max_bytes=0, redop="sum",
+                    fit_fifo=False, outofplace=None), max_count)
+
+
+def _kept(schedule: Schedule, key: tuple) -> Program | None:
+    got = _KEPT.get((id(schedule), key))
     return got[1] if got is not None and got[0] is schedule else None
 
 
-def _keep(schedule: Schedule, opts: MscclOptions, program: Program, pairing_matters: bool
-          ) -> None:
+def _keep(schedule: Schedule, key: tuple, program: Program, pairing_matters: bool) -> None:
     if program.num_steps > _KEPT_MAX_STEPS:
         return
-    keys = [opts] if pairing_matters else [replace(opts, pair_peers=p) for p in (False, True)]
-    for o in keys:
-        _KEPT.pop((id(schedule), o), None)
-        _KEPT[(id(schedule), o)] = (schedule, program)
+    body, max_count = key
+    keys = [key] if pairing_matters else [(replace(body, pair_peers=p), max_count)
+                                          for p in (False, True)]
+    for k in keys:
+        _KEPT.pop((id(schedule), k), None)
+        _KEPT[(id(schedule), k)] = (schedule, program)
     held: dict[int, int] = {}  # steps per distinct program kept
     for _, p in _KEPT.values():
         held[id(p)] = p.num_steps
@@ -195,15 +204,28 @@ def _keep(schedule: Schedule, opts: MscclOptions, program: Program, pairing_matt
 
 
 def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Program:
-    got = _kept(schedule, opts)
-    if got is not None:
-        return got
+    layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
+    max_count = _fifo_count(opts, layout.nchunksperloop)
+    key = _body_key(opts, max_count)
+    program = _kept(schedule, key)
+    if program is None:
+        program, pairing_matters = _lower_body(schedule, layout, opts, max_count, progress)
+        _keep(schedule, key, program, pairing_matters)
+    name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
+    combining = layout.coll in ("allreduce", "reducescatter", "reduce")
+    return replace(program, name=name, proto=opts.proto, inplace=int(opts.inplace),
+                   outofplace=int(opts.out_of_place), minBytes=int(opts.min_bytes),
+                   maxBytes=int(opts.max_bytes), redop=opts.redop if combining else None)
+
+
+def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_count: int,
+                progress: Reporter) -> tuple[Program, bool]:
+    """The program without its header, and whether pairing single peers mattered."""
     hints = schedule.meta.get("channel_of_transfer")
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
         hints = None
-    layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
     with progress.phase(f"ordering {len(schedule.transfers)} transfers"):
-        flow = shared_flow(schedule, layout, max_count=_fifo_count(opts, layout.nchunksperloop))
+        flow = shared_flow(schedule, layout, max_count=max_count)
     ports = _port_slots(schedule, flow) if opts.port_order else None
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
@@ -234,14 +256,7 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
         assert tbs is not None
         del flow, plan, built, chan  # only the thread blocks are needed from here on
         with progress.phase("program"):
-            program = finish_program(layout, tbs, nchannels)
-        name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
-        combining = layout.coll in ("allreduce", "reducescatter", "reduce")
-        program = replace(program, name=name, proto=opts.proto, inplace=int(opts.inplace),
-                          outofplace=int(opts.out_of_place), minBytes=int(opts.min_bytes),
-                          maxBytes=int(opts.max_bytes), redop=opts.redop if combining else None)
-        _keep(schedule, opts, program, pairing_matters)
-        return program
+            return finish_program(layout, tbs, nchannels), pairing_matters
     raise TacosError("could not fit the plan into the MSCCL limits",
                      hint="raise max_steps_per_tb or max_channels")
 

@@ -279,17 +279,22 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
                 rsrc = loc[x.prev * pieces + p] if x.prev is not None else None
                 entries.append((c, loc[ri[c] * pieces + p], rsrc, target))
             conn = (u, v, p, ln)
+            if len(entries) == 1:  # one chunk: one run (what _split gives, without it)
+                c, sl, rsrc, target = entries[0]
+                vid = ci[c]
+                runs.append(Run(len(runs), i, p, 0, u, v, ln, (c,), (ri[c],), (vid,),
+                                None if rsrc is None else (versions[vid].prev,), sl, rsrc,
+                                target, conn, 1, (ps, 0, p, 0, 0), (pr, 0, p, 0, 0)))
+                continue
             for part, group in enumerate(_split(entries, max_count)):
                 cs = tuple(e[0] for e in group)
                 creates = tuple(ci[c] for c in cs)
                 prevs = tuple(versions[vid].prev for vid in creates)
-                run = Run(len(runs), i, p, part, u, v, ln, cs, tuple(ri[c] for c in cs),
-                          creates, None if group[0][2] is None else prevs,
-                          group[0][1], group[0][2], group[0][3], conn, len(cs))
-                run.send_key = ((ps, 0, p, 0, 0) if part == 0
-                                else (pr, 0, p, 2 * part - 1, 0))
-                run.recv_key = (pr, 0, p, 2 * part, 0)
-                runs.append(run)
+                runs.append(Run(len(runs), i, p, part, u, v, ln, cs, tuple(ri[c] for c in cs),
+                                creates, None if group[0][2] is None else prevs,
+                                group[0][1], group[0][2], group[0][3], conn, len(cs),
+                                (ps, 0, p, 0, 0) if part == 0
+                                else (pr, 0, p, 2 * part - 1, 0), (pr, 0, p, 2 * part, 0)))
     del occ, scratch
     interned.clear()
     uses.clear()
