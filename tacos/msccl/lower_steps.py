@@ -383,11 +383,6 @@ def finish_program(layout: Layout, gpus: dict[int, dict[object, _Tb]],
                     used[f[0]].update(range(f[2], f[2] + rec[3]))
     smap = {r: {off: n for n, off in enumerate(sorted(offs))} for r, offs in used.items()}
 
-    def fix(f: Field) -> tuple[str, int]:
-        if f[1] == "s" and f[2] >= 0:
-            return "s", smap[f[0]][f[2]]
-        return f[1], f[2]
-
     def order(tb: _Tb) -> tuple:
         local = tb.key[1] if tb.key[0] == "local" else -1
         return (tb.chan, tb.send, tb.recv, local)
@@ -408,7 +403,6 @@ def finish_program(layout: Layout, gpus: dict[int, dict[object, _Tb]],
                                  hint="use fewer chunks per NPU or instances")
         ids = {tb: n for n, tb in enumerate(tbs)}
         out_tbs = []
-        fixed: dict[Field, tuple[str, int]] = {}
         for tb in tbs:
             steps = []
             hasdep = tb.hasdep
@@ -416,14 +410,14 @@ def finish_program(layout: Layout, gpus: dict[int, dict[object, _Tb]],
                 if t == "nop":
                     steps.append(make(s, "nop", "i", -1, "o", -1, 0, ids[dep[0]], dep[1], 0, 0))
                     continue
-                sf = fixed.get(src)
-                if sf is None:
-                    sf = fixed[src] = fix(src)
-                df = fixed.get(dst)
-                if df is None:
-                    df = fixed[dst] = fix(dst)
+                _, sb, so = src
+                if sb == "s" and so >= 0:
+                    so = smap[src[0]][so]
+                _, db, do = dst
+                if db == "s" and do >= 0:
+                    do = smap[dst[0]][do]
                 depid, deps = (ids[dep[0]], dep[1]) if dep else (-1, -1)
-                steps.append(make(s, t, sf[0], sf[1], df[0], df[1], cnt, depid, deps,
+                steps.append(make(s, t, sb, so, db, do, cnt, depid, deps,
                                   1 if s in hasdep else 0, 0))
             out_tbs.append(Threadblock(ids[tb], tb.send, tb.recv, tb.chan, tuple(steps)))
             tb.steps = []  # free the records as the program grows
