@@ -2,7 +2,7 @@
 for one or more source trees in one run.
 
 ``python -m benchmarks.bench_lowering [--src before=/tmp/before] [--src after=.] [--repeat 3]
-[--big] [--cache DIR]`` prints a markdown table.
+[--big] [--plans NAME,...] [--cache DIR]`` prints a markdown table.
 
 The plans are synthesized once by this tree's greedy (seed 0, one trial) and pickled in
 ``--cache``: an all-reduce of 64 MiB on the 4x4 mesh of ``examples/mesh4x4.tdl``, on a 4x4x4
@@ -97,11 +97,15 @@ def main() -> None:
                     help="LABEL=DIR: lower with the tacos package under DIR (default: this tree)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--big", action="store_true", help="also the 512-NPU torus (default shape)")
+    ap.add_argument("--plans", default="", help="only these plans (comma-separated names)")
     ap.add_argument("--cache", default="/tmp/tacos-bench-lowering")
     args = ap.parse_args()
     trees = [tuple(s.split("=", 1)) for s in args.src] or [("this tree", str(ROOT))]
     rows = []
+    only = {p for p in args.plans.split(",") if p}
     for name, path in plans(Path(args.cache), args.big).items():
+        if only and name not in only:
+            continue
         cases = [("default", [SINGLE["default"]])]
         if name != "torus8x8x8":
             cases += [("i8-paired", [SINGLE["i8-paired"]]), ("search (16 shapes)", SEARCH)]
