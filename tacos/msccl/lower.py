@@ -170,7 +170,7 @@ def _fifo_count(opts: MscclOptions, nchunksperloop: int) -> int:
 #: also the body without it, and the other way round.  Programs are immutable; the most
 #: recent are kept while their steps total at most :data:`_KEPT_MAX_STEPS`.
 _KEPT: dict[tuple, tuple[Schedule, Program]] = {}
-_KEPT_MAX_STEPS = 200_000
+_KEPT_MAX_STEPS = 400_000
 
 
 def _body_key(opts: MscclOptions, max_count: int) -> tuple:

@@ -160,7 +160,7 @@ def _ordered(schedule: Schedule, layout: Layout, tol: float) -> tuple:
 #: ``cache`` memoizes pure functions of it), so sharing cannot change a program.  Flows are
 #: kept while their runs total at most :data:`_FLOWS_MAX_RUNS` (large plans are not kept).
 _FLOWS: dict[int, tuple[Schedule, dict[tuple, Flow]]] = {}
-_FLOWS_MAX_RUNS = 50_000
+_FLOWS_MAX_RUNS = 200_000
 
 
 def shared_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow:
