@@ -443,14 +443,20 @@ class ForestSolver(SolverBase):
 
         for forests, order, rank in packings:
             time_one(forests, order, rank)
-        for i, forests, order, ctx in later:
-            floor = rate_floor(forests[-1], data)
+        # every tree count's first program before any fallback (``instead_of``): a program
+        # that built trees for one tree count spares its fallback at the others
+        built_before: set[str] = set()
+        for cand in costly:
+            for i, forests, order, ctx in later:
+                floor = rate_floor(forests[-1], data)
 
-            def worth(_: Any, floor: float = floor) -> bool:
-                return not cannot_win(floor, min((f[0].makespan for f in found), default=None))
+                def worth(_: Any, floor: float = floor) -> bool:
+                    return not cannot_win(floor,
+                                          min((f[0].makespan for f in found), default=None))
 
-            for name, built in named_candidates(costly, ctx, opts, worth):
-                time_one(built, order, (i, slot[name]))
+                for name, built in named_candidates((cand,), ctx, opts, worth, built_before):
+                    built_before.add(name)
+                    time_one(built, order, (i, slot[name]))
         pick = min(range(len(found)), key=lambda j: (found[j][0].makespan, ranks[j]))
         best, forests, tried, _ = found[pick]
         if len(found) > 1:
