@@ -117,6 +117,7 @@ def test_2x_mi250_skips_the_depth_bounded_program_and_keeps_its_fraction(monkeyp
         out[once] = (s, [t["packing"] for t in s.meta["forest"]["tried"]])
     memo.clear()
     (fast, tried), (full, tried_full) = out[True], out[False]
-    assert "timed" in tried and tried.count("lovasz") == tried_full.count("lovasz")
-    assert len(tried_full) == len(tried) + 1  # the depth-bounded trees at one tree per root
+    assert "timed" in tried
+    # the full search times one packing more: the depth-bounded trees at one tree per root
+    assert tried_full[:len(tried)] == tried and len(tried_full) == len(tried) + 1
     assert _fraction(fast) >= _fraction(full) - 0.005
