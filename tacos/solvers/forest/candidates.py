@@ -6,7 +6,8 @@ The solver packs the trees of every tree count (:func:`~tacos.solvers.forest.sol
 then asks every candidate of :data:`PER_PACKING` in order for another packing of the same
 phases, and those of :data:`ONCE` for one from the first packing; it times them all alike and
 keeps the fastest schedule.  A candidate with ``instead_of`` is asked only when that earlier
-candidate built nothing.
+candidate built nothing, for this tree count or any other of the same solve (the solver asks
+every tree count's integer program before any fallback).
 """
 
 from __future__ import annotations
@@ -26,13 +27,19 @@ from tacos.solvers.forest.shallow import shallow_trees
 from tacos.solvers.forest.shared import share_switch_hops
 from tacos.solvers.forest.symmetric import find_symmetry
 from tacos.solvers.forest.timed import timed_trees
-from tacos.solvers.forest.timed_links import timed_link_trees
+from tacos.solvers.forest.timed_links import link_program, timed_link_trees
 from tacos.solvers.forest.torus import dimension_trees
 from tacos.solvers.islands import find_islands
 
 SHALLOW_MAX = 32
 """Largest group also packed by the depth-bounded program (:mod:`forest_shallow`), where NPUs
 reach each other mostly by direct links (:func:`_npu_fabric`)."""
+PHASES_SHARE_PROGRAM = True
+"""A reduction phase whose step-timed program over physical links is the copy phase's (the same
+arcs, lanes, capacities, roots and k, in any order: a symmetric topology reversed) takes the
+copy phase's trees instead of solving it again; off: every phase solves its own program (the
+same trees on the reversed links, so the same makespan: 2x MI250 all-reduce 82.47% / 94.03%
+of the optimum at 64 MiB / 1 GiB either way)."""
 LINK_TIMED_K = (2,)
 """Tree counts per root the step-timed program over physical links
 (:mod:`~tacos.solvers.forest.timed_links`) is built for where the exact rate's is not."""
@@ -164,18 +171,23 @@ def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
             return None
     elif not all(f.rate.exact for f in forests):
         return None
-    out = []
-    for f in forests:
+    out: list[Forest | None] = [None] * len(forests)
+    # the copy phase first: a reduction phase with the same program takes its trees (below)
+    for j in sorted(range(len(forests)), key=lambda j: forests[j].reverse):
+        f = forests[j]
         topo = group_topology(topology, group)
         topo = topo.reversed() if f.reverse else topo
-        if switched:
-            key = ("links", f.rate.k, f.roots, f.reverse, tuple(sorted(f.rate.caps.items())))
+        if switched:  # keyed by the program's content, not its order: a reduction phase
+            # whose reversed links are the copy phase's (2x MI250) reuses the copy's trees
+            key = ("links", f.rate.k, f.roots, link_program(topo, group),
+                   tuple(sorted(f.rate.caps.items())),
+                   None if PHASES_SHARE_PROGRAM else f.reverse)
             if key not in cache:
                 cache[key] = timed_link_trees(topo, group, f.roots, f.rate.k, f.rate.caps,
                                               islands)
             if cache[key] is None:
                 return None
-            out.append(replace(f, trees=cache[key], packing="timed"))
+            out[j] = replace(f, trees=cache[key], packing="timed")
             continue
         lanes: dict[tuple[int, int], int] = defaultdict(int)
         for lk in topo.links:
@@ -188,8 +200,8 @@ def _timed(forests: list[Forest], topology: Topology, group: tuple[int, ...],
                                      dict(lanes), islands)
         if cache[key] is None:
             return None
-        out.append(replace(f, trees=cache[key], packing="timed"))
-    return out
+        out[j] = replace(f, trees=cache[key], packing="timed")
+    return [f for f in out if f is not None]
 
 
 def _rails(forests: list[Forest], topology: Topology,
@@ -283,12 +295,17 @@ def candidates(table: tuple[Candidate, ...], ctx: Context, options: dict[str, An
 
 
 def named_candidates(table: tuple[Candidate, ...], ctx: Context, options: dict[str, Any],
-                     worth: Callable[[Candidate], bool] | None = None
+                     worth: Callable[[Candidate], bool] | None = None,
+                     built_before: set[str] | frozenset[str] = frozenset(),
                      ) -> list[tuple[str, list[Forest]]]:
-    """:func:`candidates` with the name of the candidate that built each packing."""
+    """:func:`candidates` with the name of the candidate that built each packing.
+    ``built_before`` names the candidates that built a packing for another tree count of the
+    same solve: a candidate ``instead_of`` one of them is not asked either (2x MI250: the
+    step-timed trees at k = 2 make the depth-bounded program at k = 1 unnecessary)."""
     built: dict[str, list[Forest] | None] = {}
     for cand in table:
-        if cand.instead_of is not None and built.get(cand.instead_of) is not None:
+        if cand.instead_of is not None and (built.get(cand.instead_of) is not None
+                                            or cand.instead_of in built_before):
             continue
         if cand.costly and worth is not None and not worth(cand):
             continue

@@ -125,6 +125,11 @@ Every tree count still gets one schedule, and the best one at least one more."""
 PHASE_ALONE = True
 """The slice search times all-reduce's last phase as its own schedule (the same makespan and
 transfers as assembling it behind an empty first phase, without the copy); off: assembled."""
+FALLBACK_ONCE = True
+"""A fallback integer program (a candidate ``instead_of`` another, the depth-bounded trees) is
+not built for any tree count once the program it stands in for built trees for one (2x MI250:
+the step-timed trees at k = 2 spare the depth-bounded program at k = 1, 6-7 s of CP-SAT whose
+trees lost, 255.5 µs against 232.8 µs at 64 MiB); off: each tree count asks its own fallback."""
 MODES: tuple[tuple[bool | str, int], ...] = tuple(
     (batch, depth) for depth in (2, 0, 4) for batch in (False, True))
 """(merge a round's slices on a route, taper depth) pairs the slice search tries."""
@@ -443,14 +448,21 @@ class ForestSolver(SolverBase):
 
         for forests, order, rank in packings:
             time_one(forests, order, rank)
-        for i, forests, order, ctx in later:
-            floor = rate_floor(forests[-1], data)
+        # every tree count's first program before any fallback (``instead_of``): a program
+        # that built trees for one tree count spares its fallback at the others (FALLBACK_ONCE)
+        built_by: dict[int, set[str]] = defaultdict(set)  # candidates that built, by base
+        for cand in costly:
+            for i, forests, order, ctx in later:
+                floor = rate_floor(forests[-1], data)
 
-            def worth(_: Any, floor: float = floor) -> bool:
-                return not cannot_win(floor, min((f[0].makespan for f in found), default=None))
+                def worth(_: Any, floor: float = floor) -> bool:
+                    return not cannot_win(floor,
+                                          min((f[0].makespan for f in found), default=None))
 
-            for name, built in named_candidates(costly, ctx, opts, worth):
-                time_one(built, order, (i, slot[name]))
+                before = (set().union(*built_by.values()) if FALLBACK_ONCE else built_by[i])
+                for name, built in named_candidates((cand,), ctx, opts, worth, before):
+                    built_by[i].add(name)
+                    time_one(built, order, (i, slot[name]))
         pick = min(range(len(found)), key=lambda j: (found[j][0].makespan, ranks[j]))
         best, forests, tried, _ = found[pick]
         if len(found) > 1:

@@ -90,6 +90,19 @@ def link_arcs(topology: Topology, group: tuple[int, ...]
     return arcs, dict(lanes)
 
 
+def link_program(topology: Topology, group: tuple[int, ...]) -> tuple | None:
+    """What :func:`timed_link_trees`' program over ``group`` depends on besides the roots, k
+    and capacities, in a canonical order: the arcs with their hops and durations and the lanes
+    of every hop (:func:`link_arcs`), sorted.  Two topologies with the same key have the same
+    program, so trees found for one are trees of the other (a symmetric topology and its
+    reversal: all-reduce's two phases); None when :func:`link_arcs` is."""
+    built = link_arcs(topology, group)
+    if built is None:
+        return None
+    arcs, lanes = built
+    return tuple(sorted(arcs.items())), tuple(sorted(lanes.items()))
+
+
 def _solve(group: tuple[int, ...], reps: list[int], k: int,
            arcs: dict[Arc, tuple[tuple[Edge, ...], int]], caps: dict[Edge, int],
            lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
