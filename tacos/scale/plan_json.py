@@ -32,7 +32,7 @@ from tacos.errors import TacosError
 from tacos.model.clos import ClosFabric
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
-from tacos.model.symmetric_plan import PLAN_KINDS, Phase, SymmetricPlan
+from tacos.model.symmetric_plan import PHASE_KINDS, PLAN_KINDS, Phase, SymmetricPlan
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.torus_axes import TorusAxes
 from tacos.model.transfer import Transfer
@@ -119,8 +119,8 @@ def _template(system: SymmetricSystem, doc: Any, source: str, k: int) -> Schedul
     axis, kind, size = doc["axis"], doc["kind"], doc["size"]
     _need(isinstance(axis, int) and 0 <= axis < len(system.axes), source,
           f"{where}: no axis {axis!r}")
-    _need(kind in ("reducescatter", "allgather"), source, f"{where}: kind {kind!r} is not "
-          "reducescatter or allgather")
+    _need(kind in PHASE_KINDS, source, f"{where}: kind {kind!r} is not "
+          + ", ".join(PHASE_KINDS[:-1]) + f" or {PHASE_KINDS[-1]}")
     r = system.axes[axis].size
     _need(isinstance(size, int) and size > 0 and size % r == 0, source,
           f"{where}: size {size!r} does not split over {r} members")
