@@ -12,6 +12,9 @@ all-gather, reduce-scatter or all-reduce on a system of isomorphic groups
   a handful of groups of 2 to 8 NPUs cost;
 * the buffer is cut into parts that run pipelined (:mod:`tacos.scale.pipeline`); the number of
   parts is chosen among ``parts`` by the resulting time.
+* an all-reduce part may end its reduce-scatters with **fused digits** (an all-reduce exchange
+  of a binary group instead of its reduce-scatter and all-gather, :mod:`tacos.scale.exchange`),
+  as many as make the part shortest (:func:`part_phases`).
 
 ``symmetric=False`` is the reference: it solves the template of every copy separately (cut out
 of the whole topology and renumbered) and keeps the plan only if every copy's solution has the
