@@ -92,6 +92,7 @@ def test_verify_rejects_a_tampered_plan_file(compiled, tmp_path, capsys) -> None
 
 def test_plan_file_round_trip_keeps_every_phase() -> None:
     for system, kind in ((clos_h100(nodes=4, hosts_per_leaf=2), "reducescatter"),
+                         (clos_h100(nodes=16, hosts_per_leaf=4), "allreduce"),
                          (TorusAxes((3, 4)), "allgather")):
         plan = synthesize_symmetric(system, kind, 2**16, solvers=("direct",), parts=2)
         back = loads(dumps(plan))
@@ -100,6 +101,9 @@ def test_plan_file_round_trip_keeps_every_phase() -> None:
             == [(p.part, p.axis, p.kind, p.start, p.template.transfers) for p in plan.phases]
         assert back.makespan == plan.makespan and verify_symmetric(back).ok
         assert dumps(back) == dumps(plan)
+        if kind == "allreduce":   # fused digits (all-reduce phases) survive the file, also
+            fused = [p for p in plan.phases if p.kind == "allreduce"]   # one template on 2 axes
+            assert len({p.axis for p in fused}) > len({id(p.template) for p in fused})
 
 
 def test_malformed_plan_files_are_errors_not_tracebacks(compiled) -> None:

@@ -6,9 +6,10 @@ by parts that are each as small as a template or an axis's embedding:
 
 ``template``
     every distinct template schedule passes :func:`~tacos.check.verify.verify_schedule` on the
-    system's template topology of its axis, and its collective is exactly the reduce-scatter or
-    all-gather of the axis's members with the sizes the data flow expects (below): so within one
-    group the links, durations, lane counts, causality and contributions hold.
+    system's template topology of its axis, and its collective is exactly the reduce-scatter,
+    all-gather or all-reduce of the axis's members with the sizes the data flow expects
+    (below): so within one group the links, durations, lane counts, causality and
+    contributions hold.
 ``embedding``
     for every axis used, each copy's members are the NPUs whose coordinates differ only on that
     axis (member j at coordinate j), every NPU is a member of exactly one copy, template
@@ -26,10 +27,11 @@ by parts that are each as small as a template or an axis's embedding:
     the symbolic state of every part, the same for every NPU by symmetry: the set of axes its
     held range is pinned to (member j holds the pieces whose digit is j) and the set of axes
     its values are reduced over.  A reduce-scatter along a needs a unpinned and not yet
-    reduced (each contribution counted once), an all-gather along a needs a pinned; template
-    chunk sizes must equal the held range's.  At the end, all-reduce: nothing pinned,
-    everything reduced; reduce-scatter: everything pinned and reduced; all-gather: nothing
-    pinned.
+    reduced (each contribution counted once), an all-gather along a needs a pinned, an
+    all-reduce along a (a fused digit, in all-reduce plans only) needs a unpinned and not yet
+    reduced and leaves it unpinned; template chunk sizes must equal the held range's.  At the
+    end, all-reduce: nothing pinned, everything reduced; reduce-scatter: everything pinned and
+    reduced; all-gather: nothing pinned.
 
 A plan that passes stands for a schedule that :func:`verify_schedule` would accept
 (:func:`tacos.model.symmetric_plan.expand` writes it out; the tests check both agree on small
@@ -212,6 +214,12 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
                 region *= r
                 want = (region, "allgather")
                 fixed.discard(a)
+            elif ph.kind == "allreduce" and plan.kind == "allreduce":
+                if a in fixed or a in reduced:
+                    add(("data", f"part {q}: all-reduce along axis {a}, already reduced "
+                                 "over it or pinned to it"))
+                want = (region, "allreduce")
+                reduced.add(a)
             else:
                 add(("data", f"part {q}: unknown phase kind {ph.kind!r}"))
                 continue

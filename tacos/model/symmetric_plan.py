@@ -13,6 +13,12 @@ all-gather is the all-gathers along every axis (any order: the torus plan rotate
 the parts keep different axes busy).  :func:`tacos.check.symmetric.verify_symmetric` checks a plan
 without expanding it; :func:`expand` writes it out as an ordinary :class:`Schedule` for small
 systems (the full verifier then judges it).
+
+An all-reduce along axis a (a **fused digit**: the reduce-scatter along a and the all-gather
+back, as one exchange) leaves the held range as it is and reduces it over a: template chunk j
+is again the held pieces whose digit a is j, but every member ends with every chunk.  An
+all-reduce plan may end its reduce-scatters with such phases (the innermost digits) and skip
+their all-gathers.
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ from tacos.model.symmetry import SymmetricSystem
 from tacos.model.transfer import transfers_from_columns
 
 PLAN_KINDS = ("allgather", "reducescatter", "allreduce")
+PHASE_KINDS = ("reducescatter", "allgather", "allreduce")
 
 
 @dataclass(frozen=True)
 class Phase:
-    """Every group of ``axis`` runs ``template`` (a reduce-scatter or all-gather of its
-    members, in the template's own ids) on ``part`` of the buffer, starting at ``start``."""
+    """Every group of ``axis`` runs ``template`` (a reduce-scatter, all-gather or all-reduce
+    of its members, :data:`PHASE_KINDS`, in the template's own ids) on ``part`` of the buffer,
+    starting at ``start``."""
 
     part: int
     axis: int
@@ -127,7 +135,7 @@ def expand(plan: SymmetricPlan) -> Schedule:
                 cols["op"].append(tr.op)
         if ph.kind == "reducescatter":
             held.add(ph.axis)
-        else:
+        elif ph.kind == "allgather":
             held.discard(ph.axis)
     transfers = transfers_from_columns(cols["start"], cols["end"], cols["src"], cols["dst"],
                                        cols["route"], cols["chunks"], cols["op"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-KIND_ORDER = {"reducescatter": 0, "allgather": 1}
+KIND_ORDER = {"reducescatter": 0, "allreduce": 0, "allgather": 1}
 
 
 def schedule_parts(steps: Sequence[Sequence[tuple[str, str, float]]],

@@ -16,7 +16,9 @@ on the axis's template topology, in the template's own ids) and the phases that 
      "phases": [[part, axis, template, start], ...],
      "makespan": seconds, "meta": {...}}
 
-Template topologies and collectives are not stored: they are rebuilt from the system
+A template's ``kind`` is ``reducescatter``, ``allgather`` or ``allreduce`` (a fused digit of
+an all-reduce plan, :mod:`tacos.scale.exchange`).  Template topologies and collectives are not
+stored: they are rebuilt from the system
 (:meth:`~tacos.model.symmetry.SymmetricSystem.template`) and the template's kind and size, so a
 file cannot bring its own.  Floats are written with ``repr`` (they read back exactly).
 """
@@ -32,7 +34,7 @@ from tacos.errors import TacosError
 from tacos.model.clos import ClosFabric
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
-from tacos.model.symmetric_plan import PLAN_KINDS, Phase, SymmetricPlan
+from tacos.model.symmetric_plan import PHASE_KINDS, PLAN_KINDS, Phase, SymmetricPlan
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.torus_axes import TorusAxes
 from tacos.model.transfer import Transfer
@@ -79,14 +81,16 @@ def _num(x: float) -> float:
 
 def plan_doc(plan: SymmetricPlan) -> dict[str, Any]:
     """The plan file's JSON object (see the module docstring)."""
-    index: dict[int, int] = {}
+    index: dict[tuple[int, int], int] = {}
     templates: list[dict[str, Any]] = []
     phases = []
     for ph in plan.phases:
         t = ph.template
-        k = index.get(id(t))
+        # one entry per (template, axis): isomorphic axes (binary digits of one tier) share
+        # template objects, and a file's template names its axis
+        k = index.get((id(t), ph.axis))
         if k is None:
-            k = index[id(t)] = len(templates)
+            k = index[id(t), ph.axis] = len(templates)
             templates.append({
                 "axis": ph.axis, "kind": ph.kind, "size": t.collective.size,
                 "transfers": [[_num(x.start), _num(x.end), x.src, x.dst, list(x.route),
@@ -119,8 +123,8 @@ def _template(system: SymmetricSystem, doc: Any, source: str, k: int) -> Schedul
     axis, kind, size = doc["axis"], doc["kind"], doc["size"]
     _need(isinstance(axis, int) and 0 <= axis < len(system.axes), source,
           f"{where}: no axis {axis!r}")
-    _need(kind in ("reducescatter", "allgather"), source, f"{where}: kind {kind!r} is not "
-          "reducescatter or allgather")
+    _need(kind in PHASE_KINDS, source, f"{where}: kind {kind!r} is not "
+          + ", ".join(PHASE_KINDS[:-1]) + f" or {PHASE_KINDS[-1]}")
     r = system.axes[axis].size
     _need(isinstance(size, int) and size > 0 and size % r == 0, source,
           f"{where}: size {size!r} does not split over {r} members")

@@ -12,6 +12,9 @@ all-gather, reduce-scatter or all-reduce on a system of isomorphic groups
   a handful of groups of 2 to 8 NPUs cost;
 * the buffer is cut into parts that run pipelined (:mod:`tacos.scale.pipeline`); the number of
   parts is chosen among ``parts`` by the resulting time.
+* an all-reduce part may end its reduce-scatters with **fused digits** (an all-reduce exchange
+  of a binary group instead of its reduce-scatter and all-gather, :mod:`tacos.scale.exchange`),
+  as many as make the part shortest (:func:`part_phases`).
 
 ``symmetric=False`` is the reference: it solves the template of every copy separately (cut out
 of the whole topology and renumbered) and keeps the plan only if every copy's solution has the
@@ -34,6 +37,7 @@ from tacos.scale.pipeline import schedule_parts
 
 DEFAULT_SOLVERS = ("forest", "greedy", "direct")
 DEFAULT_PARTS = (1, 2, 4, 8, 16, 32)
+MAX_FUSED = 6  # fused digits tried per part: beyond this the extra bytes outweigh the α saved
 
 
 def rotates(system: SymmetricSystem) -> bool:
@@ -54,13 +58,32 @@ def axis_order(system: SymmetricSystem, kind: str, part: int) -> list[int]:
     return list(reversed(range(n)))
 
 
-def part_steps(system: SymmetricSystem, kind: str, part: int) -> list[tuple[int, str]]:
-    """(axis, phase kind) of one part, in order."""
+def part_steps(system: SymmetricSystem, kind: str, part: int, fused: int = 0
+               ) -> list[tuple[int, str]]:
+    """(axis, phase kind) of one part, in order.  ``fused``: in an all-reduce, the last that
+    many reduce-scatter axes are all-reduces instead (fused digits,
+    :mod:`tacos.scale.exchange`) and have no all-gather back."""
     order = axis_order(system, kind, part)
     if kind == "allgather":
         return [(a, "allgather") for a in order]
-    rs = [(a, "reducescatter") for a in order]
-    return rs if kind == "reducescatter" else rs + [(a, "allgather") for a in reversed(order)]
+    if kind == "reducescatter":
+        return [(a, "reducescatter") for a in order]
+    cut = len(order) - fused
+    return ([(a, "reducescatter") for a in order[:cut]] + [(a, "allreduce") for a in order[cut:]]
+            + [(a, "allgather") for a in reversed(order[:cut])])
+
+
+def fusable(system: SymmetricSystem, kind: str) -> int:
+    """How many innermost reduce-scatter axes of an all-reduce may be fused: the trailing run
+    of binary axes (:func:`tacos.scale.exchange.exchange_allreduce`), at most
+    :data:`MAX_FUSED`."""
+    if kind != "allreduce":
+        return 0
+    order = axis_order(system, kind, 0)
+    k = 0
+    while k < min(len(order) - 1, MAX_FUSED) and system.axes[order[-1 - k]].size == 2:
+        k += 1
+    return k
 
 
 def template_sizes(system: SymmetricSystem, kind: str, part_size: int,
@@ -73,6 +96,8 @@ def template_sizes(system: SymmetricSystem, kind: str, part_size: int,
         if k == "reducescatter":
             out.append(region)
             region //= r
+        elif k == "allreduce":
+            out.append(region)
         else:
             region *= r
             out.append(region)
@@ -81,12 +106,13 @@ def template_sizes(system: SymmetricSystem, kind: str, part_size: int,
 
 class TemplateSolver:
     """Solves (template, kind, size) once each, keeping the fastest verified schedule of the
-    solvers and, on switched groups, of Bruck's algorithm (:mod:`tacos.scale.bruck`)."""
+    solvers and, on switched groups, of Bruck's algorithm (:mod:`tacos.scale.bruck`) or, for
+    an all-reduce of two members, the exchange (:mod:`tacos.scale.exchange`)."""
 
     def __init__(self, solvers: Sequence[str], seed: int, bruck: bool = True) -> None:
         self.solvers = tuple(solvers)
         self.seed = seed
-        self.bruck = bruck  # also try Bruck's schedule on switched groups (tacos.scale.bruck)
+        self.bruck = bruck  # also try Bruck's schedule / the exchange on switched groups
         self.cache: dict[tuple[Topology, str, int], Schedule] = {}
         self.solves = 0
 
@@ -125,8 +151,10 @@ class TemplateSolver:
                 best = s
         if self.bruck:
             from tacos.scale.bruck import bruck
+            from tacos.scale.exchange import exchange_allreduce
 
-            s = bruck(topology, kind, size)
+            s = bruck(topology, kind, size) if kind != "allreduce" else \
+                exchange_allreduce(topology, size)
             if s is not None and (best is None or s.makespan < best.makespan) \
                     and verify_schedule(s).ok:
                 best = s
@@ -173,14 +201,38 @@ def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
     return list(dict.fromkeys(out))
 
 
-def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
-          solve: TemplateSolver) -> SymmetricPlan:
-    per_part: list[list[tuple[int, str, Schedule]]] = []
-    for q, part_size in enumerate(parts):
-        steps = part_steps(system, kind, q)
+def part_phases(system: SymmetricSystem, kind: str, q: int, part_size: int,
+                solve: TemplateSolver, fuse: bool = True
+                ) -> list[tuple[int, str, Schedule]]:
+    """Part q's phases as (axis, kind, template).  With ``fuse``, the number of fused digits
+    (:func:`part_steps`) is the one that makes the part's phases the shortest in sum (the
+    rails carry most of them, and the pipeline is as long as the rails are busy): each digit
+    fused saves a route α and costs bytes that grow with the held range."""
+    best: list[tuple[int, str, Schedule]] | None = None
+    worse = 0
+    for fused in range(fusable(system, kind) + 1 if fuse else 1):
+        steps = part_steps(system, kind, q, fused)
         sizes = template_sizes(system, kind, part_size, steps)
-        per_part.append([(a, k, solve(system.template(a), k, s))
-                         for (a, k), s in zip(steps, sizes, strict=True)])
+        mine = [(a, k, solve(system.template(a), k, s))
+                for (a, k), s in zip(steps, sizes, strict=True)]
+        if best is None or _busy(mine) < _busy(best):
+            best, worse = mine, 0
+        else:
+            worse += 1
+            if worse == 2:
+                break
+    assert best is not None
+    return best
+
+
+def _busy(phases: list[tuple[int, str, Schedule]]) -> float:
+    return sum(t.makespan for _, _, t in phases)
+
+
+def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
+          solve: TemplateSolver, fuse: bool = True) -> SymmetricPlan:
+    per_part = [part_phases(system, kind, q, part_size, solve, fuse)
+                for q, part_size in enumerate(parts)]
     steps = [[(system.resource(a), k, t.makespan) for a, k, t in seq] for seq in per_part]
     resources = sorted({r for seq in steps for r, _, _ in seq})
     best = None
@@ -194,7 +246,9 @@ def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
     phases = tuple(Phase(q, a, k, t, st)
                    for q, seq in enumerate(per_part)
                    for (a, k, t), st in zip(seq, starts[q], strict=True))
-    return SymmetricPlan(system, kind, sum(parts), parts, phases, {"parts": len(parts)})
+    fused = [sum(k == "allreduce" for _, k, _ in seq) for seq in per_part]
+    return SymmetricPlan(system, kind, sum(parts), parts, phases,
+                         {"parts": len(parts), "fused_digits": ",".join(map(str, fused))})
 
 
 LP_COUNTS = tuple(range(3, 11))
@@ -232,7 +286,7 @@ def system_of(topology: Topology) -> SymmetricSystem:
 def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: int, *,
                          parts: Sequence[int] | int | None = None,
                          solvers: Sequence[str] = DEFAULT_SOLVERS, seed: int = 0,
-                         symmetric: bool = True) -> SymmetricPlan:
+                         symmetric: bool = True, fuse: bool = True) -> SymmetricPlan:
     """A plan for ``kind`` (all-gather, reduce-scatter, all-reduce) of ``size`` bytes (the
     nccl-tests convention) on ``system`` (a :class:`Topology` is first recognized by
     :func:`system_of`; the plan's ids are the topology's).
@@ -246,6 +300,9 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     keeps the asked size).  ``solvers``: tried on every template, fastest verified kept.
     ``symmetric=False`` also solves every copy of every template on its own (see the module
     docstring) and raises :class:`~tacos.errors.TacosError` if any copy would differ.
+    ``fuse``: an all-reduce part may end its reduce-scatters with fused digits (all-reduce
+    exchanges of binary groups, :mod:`tacos.scale.exchange`), as many as make the part
+    shortest (:func:`part_phases`); False keeps the reduce-scatter/all-gather pairs.
     """
     if kind not in PLAN_KINDS:
         raise TacosError(f"symmetric synthesis does {', '.join(PLAN_KINDS)}, not {kind!r}")
@@ -270,7 +327,7 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
         sizes = split(size, weights, n)
         if key in tried or min(sizes) < n:
             return
-        plan = _plan(system, kind, sizes, solve)
+        plan = _plan(system, kind, sizes, solve, fuse)
         tried[key] = plan.makespan
         if len(set(weights)) == 1:
             equal[len(weights)] = plan
