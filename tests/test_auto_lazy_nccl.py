@@ -1,4 +1,5 @@
-"""``auto`` builds NCCL's link-level schedules only for the algorithm that wins, and verifies a
+"""``auto`` builds NCCL's link-level schedules only for the algorithm that wins (and, ranking by
+the runtime model, tries no in-switch fusion, which that model cannot time), and verifies a
 plan once per process: the answers are those of building and verifying everything."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from tacos.check.verify import verify_schedule
 from tacos.check.verify_once import verified
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
-from tacos.solvers.auto import run_portfolio
+from tacos.solvers.auto import NOT_FUSED, run_portfolio
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTS = ("winner", "times", "runner_up", "margin", "margin_at_least", "nccl_best", "nccl_time",
@@ -25,6 +26,8 @@ CASES = {
     # NCCL's tree wins over its ring
     "mesh-allreduce": ("mesh m[2, 4] 50GB/s 1us\ncollective allreduce size 64KiB\n",
                        ("greedy", "nccl")),
+    # NVLS wins (a plan with in-switch groups); the greedy's fused plan is not tried
+    "h100-allreduce": ("use dgx_h100\ncollective allreduce size 64MiB\n", ("greedy", "nccl")),
     # a synthesized plan wins: no NCCL schedule is built
     "ndv2": ((ROOT / "examples" / "ndv2_2node.tdl").read_text(encoding="utf-8"),
              ("greedy", "nccl")),
@@ -51,14 +54,20 @@ def test_building_only_the_winning_nccl_schedule_gives_the_same_answer(name: str
     assert lazy[1].meta.get("tuned") == full[1].meta.get("tuned")
     for key in FACTS:
         assert lazy[2].get(key) == full[2].get(key), key
-    assert lazy[2]["skipped"] == full[2]["skipped"]
+    fused = {k for k in full[2]["skipped"] if k.endswith("+in-switch")}
+    assert {k: v for k, v in lazy[2]["skipped"].items() if k not in fused} == \
+        {k: v for k, v in full[2]["skipped"].items() if k not in fused}
+    for label in fused:  # ranked by the runtime model, in which it has no time: not tried
+        assert label in full[2]["link_times"] and label not in full[2]["times"]
+        assert lazy[2]["skipped"][label] == NOT_FUSED
+    assert bool(fused) == (name == "h100-allreduce")
     # only the winner among NCCL's algorithms was built at link level
     built = {k for k in lazy[2]["link_times"] if k.startswith("nccl-")}
     nccl = {k for k in full[2]["link_times"] if k.startswith("nccl-")}
     assert len(nccl) >= 1 and built == ({lazy[0]} & nccl)
     assert len(nccl) > len(built) or name == "ndv2" or len(nccl) == 1
     assert lazy[0] == {"ring8-allreduce": "nccl-ring", "mesh-allreduce": "nccl-tree",
-                       "ndv2": "greedy"}[name]
+                       "ndv2": "greedy", "h100-allreduce": "nccl-nvls"}[name]
 
 
 def test_a_winner_that_cannot_be_built_falls_back_to_building_them_all(tmp_path: Path,

@@ -116,6 +116,11 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     limit = options.get("time_limit")
     unbeatable = None  # NCCL's modelled time under every synthesized plan's bound
     gate = scale_gate(topology, collective, candidates=candidates, emit=emit)  # large groups
+    # NCCL timed by its own model (auto_nccl) ranks by the runtime model, where a plan with
+    # in-switch groups has no time: fusing waits until that is known
+    quick_nccl = not (gate or emit or keep_plans or build_nccl) and in_switch \
+        and "nccl" in wanted
+    to_fuse: list[str] = []
     if candidates is None and emit != "xml" and "nccl" in wanted:
         from tacos.solvers.auto_prune import unbeatable_reference
 
@@ -148,7 +153,9 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         except TacosError as exc:
             skipped[name] = exc.message
         seconds[name] = time.perf_counter() - t0
-        if fuse and name in plans:
+        if fuse and name in plans and quick_nccl and limit is None:
+            to_fuse.append(name)
+        elif fuse and name in plans:
             fused = fuse_in_switch_safe(plans[name])
             if fused is not None:
                 plans[f"{name}+in-switch"] = fused
@@ -163,7 +170,7 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         try:
             from tacos.solvers.nccl.solver import nccl_best as run_nccl
 
-            if not (gate or emit or keep_plans or build_nccl) and in_switch:
+            if quick_nccl:
                 from tacos.solvers.auto_nccl import timed_nccl
 
                 timed = timed_nccl(topology, collective, nccl_system)
@@ -185,6 +192,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         except TacosError as exc:
             skipped["nccl"] = exc.message
         seconds["nccl"] = time.perf_counter() - t0
+    if to_fuse:
+        plans = _fuse_deferred(plans, to_fuse, skipped, ranked=timed is not None)
     link_times: dict[str, float] = {}
     for label, sched in plans.items():
         rep = gate.verify(sched) if gate else verified(sched)
@@ -410,6 +419,32 @@ def _nccl_reference(topology: Topology, collective: Collective, nccl_best: str |
     if f"nccl-{nccl_best}" in times or nccl_ref is not None:
         return f"nccl-{nccl_best}", times.get(f"nccl-{nccl_best}", nccl_ref)
     return None, None
+
+
+NOT_FUSED = ("not tried: in-switch multicast/reduce groups would exist only in the link "
+             "model (neither MSCCL XML nor the MSCCL++ plans tacos writes express them), and "
+             "the runtime model ranks the candidates")
+
+
+def _fuse_deferred(plans: dict[str, Schedule], names: list[str], skipped: dict[str, str], *,
+                   ranked: bool) -> dict[str, Schedule]:
+    """``plans`` with ``name+in-switch`` after each of ``names`` where its switches allow
+    groups.  ``ranked``: the runtime model ranks (NCCL's algorithms have their times), which
+    gives a plan with in-switch groups no time, so none is tried (``skipped`` says so)."""
+    topology = plans[names[0]].topology
+    if ranked:
+        if any(s.capabilities for s in topology.switches):  # else nothing would be fused
+            for name in names:
+                skipped[f"{name}+in-switch"] = NOT_FUSED
+        return plans
+    out: dict[str, Schedule] = {}
+    for label, sched in plans.items():
+        out[label] = sched
+        if label in names:
+            fused = fuse_in_switch_safe(sched)
+            if fused is not None:
+                out[f"{label}+in-switch"] = fused
+    return out
 
 
 def fuse_in_switch_safe(schedule: Schedule) -> Schedule | None:
