@@ -508,6 +508,7 @@ def cmd_compile(argv: Sequence[str]) -> int:
 
 def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     from tacos.check.verify import verify_schedule
+    from tacos.check.verify_once import verified
     from tacos.importers import load_any
     from tacos.progress import TerminalReporter
     from tacos.synthesize import synthesize
@@ -562,7 +563,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
                    time_limit=args.time_limit, relays=args.relays or "members",
                    progress=reporter, **options)
     with reporter.phase("verifying"):
-        verify_schedule(schedule).raise_if_failed()
+        verified(schedule).raise_if_failed()
     program = runtime = choice = mchoice = None
     if args.output and fmt == "xml" and args.shape != "fixed":
         from tacos.cli_shape import shaped_file

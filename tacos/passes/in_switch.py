@@ -24,7 +24,7 @@ from collections import defaultdict
 
 from tacos.check.in_switch import GroupError, group_shape
 from tacos.check.simulate import simulate
-from tacos.check.verify import verify_schedule
+from tacos.check.verify_once import verified
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule, Transfer
 
@@ -87,6 +87,6 @@ def fuse_in_switch(schedule: Schedule) -> Schedule | None:
             out = simulate(grouped, order=order).schedule
         except TacosError:
             continue
-        if (best is None or out.makespan < best.makespan) and verify_schedule(out).ok:
+        if (best is None or out.makespan < best.makespan) and verified(out).ok:
             best = out
     return best

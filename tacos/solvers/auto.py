@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tacos.check.verify import verify_schedule
+from tacos.check.verify_once import verified
 from tacos.errors import ClusterError, TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
@@ -71,8 +71,8 @@ def _synthesized(topology: Topology, collective: Collective, name: str,
 def run_portfolio(topology: Topology, collective: Collective, *,
                   candidates: tuple[str, ...] | None = None, fuse: bool = True,
                   nccl_system=None, keep_plans: bool = False, greedy_chunks: bool = False,
-                  in_switch: bool = True, emit: str = "", **options: Any
-                  ) -> tuple[str, Schedule, dict[str, Any]]:
+                  in_switch: bool = True, emit: str = "", build_nccl: bool = False,
+                  **options: Any) -> tuple[str, Schedule, dict[str, Any]]:
     """Run the portfolio; ``(winner, schedule, facts)`` (see module doc).
 
     ``greedy_chunks``: the greedy candidate picks its own chunks per NPU (``tacosc`` sets it
@@ -92,7 +92,15 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     ``nccl_system`` reuses a :class:`~tacos.solvers.nccl_system.System` (sweeps build it once);
     ``keep_plans`` puts every verified plan in ``facts['plans']``.  Raises
     :class:`TacosError` when no candidate gives a verified plan.
+
+    When NCCL's algorithms are timed as NCCL runs them (no ``emit``, no ``keep_plans``, small
+    groups), only the winner's link-level NCCL schedule is built
+    (:mod:`tacos.solvers.auto_nccl`; ``facts['link_times']`` then lists the plans built);
+    ``build_nccl`` builds them all.
     """
+    again = dict(candidates=candidates, fuse=fuse, nccl_system=nccl_system,
+                 keep_plans=keep_plans, greedy_chunks=greedy_chunks, in_switch=in_switch,
+                 emit=emit, build_nccl=True, **options)
     if "max_merge" in options:
         from tacos.solvers.greedy.merge import check_max_merge
 
@@ -108,6 +116,11 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     limit = options.get("time_limit")
     unbeatable = None  # NCCL's modelled time under every synthesized plan's bound
     gate = scale_gate(topology, collective, candidates=candidates, emit=emit)  # large groups
+    # NCCL timed by its own model (auto_nccl) ranks by the runtime model, where a plan with
+    # in-switch groups has no time: fusing waits until that is known
+    quick_nccl = not (gate or emit or keep_plans or build_nccl) and in_switch \
+        and "nccl" in wanted
+    to_fuse: list[str] = []
     if candidates is None and emit != "xml" and "nccl" in wanted:
         from tacos.solvers.auto_prune import unbeatable_reference
 
@@ -140,12 +153,15 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         except TacosError as exc:
             skipped[name] = exc.message
         seconds[name] = time.perf_counter() - t0
-        if fuse and name in plans:
+        if fuse and name in plans and quick_nccl and limit is None:
+            to_fuse.append(name)
+        elif fuse and name in plans:
             fused = fuse_in_switch_safe(plans[name])
             if fused is not None:
                 plans[f"{name}+in-switch"] = fused
     nccl_best = None
     nccl_ref: float | None = None
+    timed = None  # NCCL's algorithms timed by NCCL's model, built only when one wins
     if "nccl" in wanted and limit is not None and plans and time.perf_counter() - start > limit:
         skipped["nccl"] = (f"not tried: the time limit of {limit:g} s was reached (the plan "
                            "may be slower than NCCL's models)")
@@ -154,28 +170,38 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         try:
             from tacos.solvers.nccl.solver import nccl_best as run_nccl
 
+            if quick_nccl:
+                from tacos.solvers.auto_nccl import timed_nccl
+
+                timed = timed_nccl(topology, collective, nccl_system)
             lazy = gate.nccl(topology, collective, plans, skipped, sys_=nccl_system) \
                 if gate else None  # large groups: only what can beat the synthesized plans
-            nccl_best, _, results = lazy or run_nccl(topology, collective, sys_=nccl_system)
+            if timed is not None:
+                nccl_best, results = timed.names[0], {}
+            else:
+                nccl_best, _, results = lazy or run_nccl(topology, collective,
+                                                         sys_=nccl_system)
             for algo, sched in results.items():
                 if in_switch or all(t.group is None for t in sched.transfers):
                     plans[f"nccl-{algo}"] = sched
                 else:
                     skipped[f"nccl-{algo}"] = "uses in-switch operations (in_switch=false)"
             if nccl_best in results and f"nccl-{nccl_best}" not in plans \
-                    and verify_schedule(results[nccl_best]).ok:
+                    and verified(results[nccl_best]).ok:
                 nccl_ref = results[nccl_best].makespan  # NCCL's best still sets the reference
         except TacosError as exc:
             skipped["nccl"] = exc.message
         seconds["nccl"] = time.perf_counter() - t0
+    if to_fuse:
+        plans = _fuse_deferred(plans, to_fuse, skipped, ranked=timed is not None)
     link_times: dict[str, float] = {}
     for label, sched in plans.items():
-        rep = gate.verify(sched) if gate else verify_schedule(sched)
+        rep = gate.verify(sched) if gate else verified(sched)
         if rep.ok:
             link_times[label] = sched.makespan
         else:
             skipped[label] = "did not verify: " + rep.violations[0].text()
-    if not link_times:
+    if not link_times and timed is None:
         raise TacosError("no candidate of the portfolio gave a verified plan: "
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          hint="name a solver with --solver")
@@ -188,8 +214,18 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
                                                    skipped, as_xml=emit in ("xml", "shaped"),
                                                    prune=not keep_plans, floors=floors,
-                                                   timer=gate.runtime_of if gate else None)
+                                                   timer=gate.runtime_of if gate else None,
+                                                   pretimed=timed and timed.by_label())
     winner = min(times, key=lambda k: (times[k], k))
+    if timed is not None and winner not in plans:  # NCCL won: build its schedule
+        try:
+            built = timed.build(winner)
+        except TacosError:
+            built = None
+        if built is None or not verified(built).ok:
+            return run_portfolio(topology, collective, **again)  # as if all were built
+        plans[winner] = built
+        link_times[winner] = built.makespan
     if gate:
         gate.remember(plans[winner])
     facts: dict[str, Any] = {"winner": winner, "times": times, "skipped": skipped,
@@ -219,7 +255,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
                    as_xml: bool = False, prune: bool = True,
-                   floors: dict[str, float] | None = None, timer: Any = None
+                   floors: dict[str, float] | None = None, timer: Any = None,
+                   pretimed: dict[str, tuple[Any, str]] | None = None
                    ) -> tuple[dict[str, float], dict[str, Any], str]:
     """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
     executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
@@ -232,15 +269,23 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
     is above the best time so far cannot win and is not timed further (``skipped`` says so,
     with both figures; ``floors`` gets its floor).
 
-    ``timer``: what times a plan (default :func:`tacos.runtime.plans.runtime_of`)."""
+    ``timer``: what times a plan (default :func:`tacos.runtime.plans.runtime_of`).
+    ``pretimed``: candidates timed without a schedule (label -> ``(estimate, note)``: NCCL's
+    algorithms as NCCL runs them), ranked after the plans of ``link_times``."""
     from tacos.runtime.plans import runtime_of
 
     times: dict[str, float] = {}
     runtime: dict[str, Any] = {}
     reasons: dict[str, str] = {}
-    order = sorted(link_times, key=lambda k: (not _nccl_timed(plans[k], as_xml),
-                                              link_times[k], k))
+    pretimed = pretimed or {}
+    labels = [*link_times, *(k for k in pretimed if k not in link_times)]
+    order = sorted(labels, key=lambda k: (k not in pretimed and not _nccl_timed(plans[k], as_xml),
+                                          link_times.get(k, 0.0), k))
     for label in order:
+        if label in pretimed:
+            times[label] = pretimed[label][0].time
+            runtime[label] = {**pretimed[label][0].to_json(), "of": pretimed[label][1]}
+            continue
         if prune and times and not _nccl_timed(plans[label], as_xml):
             floor, why = _floor_prune(plans[label], topology, times)
             if why:
@@ -256,8 +301,8 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
         runtime[label] = {**est.to_json(), "of": note}
     if not times:
         return dict(link_times), runtime, "link model"
-    times = {k: times[k] for k in link_times if k in times}  # the candidates' order
-    runtime = {k: runtime[k] for k in link_times if k in runtime}
+    times = {k: times[k] for k in labels if k in times}  # the candidates' order
+    runtime = {k: runtime[k] for k in labels if k in runtime}
     for label, why in reasons.items():
         skipped[label] = f"{why} (link-model time {link_times[label]:.4g} s)"
     return times, runtime, "runtime model"
@@ -374,6 +419,32 @@ def _nccl_reference(topology: Topology, collective: Collective, nccl_best: str |
     if f"nccl-{nccl_best}" in times or nccl_ref is not None:
         return f"nccl-{nccl_best}", times.get(f"nccl-{nccl_best}", nccl_ref)
     return None, None
+
+
+NOT_FUSED = ("not tried: in-switch multicast/reduce groups would exist only in the link "
+             "model (neither MSCCL XML nor the MSCCL++ plans tacos writes express them), and "
+             "the runtime model ranks the candidates")
+
+
+def _fuse_deferred(plans: dict[str, Schedule], names: list[str], skipped: dict[str, str], *,
+                   ranked: bool) -> dict[str, Schedule]:
+    """``plans`` with ``name+in-switch`` after each of ``names`` where its switches allow
+    groups.  ``ranked``: the runtime model ranks (NCCL's algorithms have their times), which
+    gives a plan with in-switch groups no time, so none is tried (``skipped`` says so)."""
+    topology = plans[names[0]].topology
+    if ranked:
+        if any(s.capabilities for s in topology.switches):  # else nothing would be fused
+            for name in names:
+                skipped[f"{name}+in-switch"] = NOT_FUSED
+        return plans
+    out: dict[str, Schedule] = {}
+    for label, sched in plans.items():
+        out[label] = sched
+        if label in names:
+            fused = fuse_in_switch_safe(sched)
+            if fused is not None:
+                out[f"{label}+in-switch"] = fused
+    return out
 
 
 def fuse_in_switch_safe(schedule: Schedule) -> Schedule | None:

@@ -239,10 +239,8 @@ class Lowering:
             for c in r[5]:
                 if coll.chunks[c].reduce:
                     by_chunk[c].append(i)
-        decision: dict[tuple[int, int], str] = {}
         tol = 1e-12 * max((r[1] for r in rows), default=0.0)
-        for c, idxs in by_chunk.items():
-            decision.update(_replay(coll.chunks[c].pre, c, rows, idxs, tol))
+        decision = _decisions(coll, rows, by_chunk, tol)
         out = []
         for i, r in enumerate(rows):
             kept, ops = [], set()
@@ -264,6 +262,27 @@ class Lowering:
             out.append([r[0], r[1], r[2], r[3], r[4], tuple(kept),
                         "reduce" if reduce else "copy", group])
         return out
+
+
+def _decisions(coll: Collective, rows: list[list], by_chunk: dict[int, list[int]], tol: float
+               ) -> dict[tuple[int, int], str]:
+    """:func:`_replay` of every reduction chunk of ``by_chunk`` (chunk -> the rows carrying
+    it), as ``(row, chunk) -> op``.  A replay reads only the chunk's contributors and its rows
+    (the chunk id only names it), so chunks that travel together -- the pieces of a pipelined
+    tree or ring -- are replayed once per contributors and rows, in the order of their first
+    chunk (an error names the same chunk as replaying each would).  A row and chunk without
+    an entry is a copy."""
+    groups: dict[tuple[frozenset[int], tuple[int, ...]], list[int]] = {}
+    for c, idxs in by_chunk.items():
+        groups.setdefault((coll.chunks[c].pre, tuple(idxs)), []).append(c)
+    decision: dict[tuple[int, int], str] = {}
+    for (pre, idxs), chunks in groups.items():
+        got = _replay(pre, chunks[0], rows, list(idxs), tol)
+        kept = [(i, op) for (i, _), op in got.items() if op != "copy"]  # "copy": the default
+        for c in chunks:
+            for i, op in kept:
+                decision[(i, c)] = op
+    return decision
 
 
 def _replay(pre: frozenset[int], c: int, rows: list[list], idxs: list[int],
