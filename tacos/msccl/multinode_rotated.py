@@ -57,10 +57,11 @@ def pieces_per_subblock(g_size: int, m_nodes: int) -> int:
 
 def steps_per_stage(g_size: int, m_nodes: int, q_n: int) -> int:
     """The most steps a thread block writes per stage: a node send block sends ``P`` pieces,
-    then the finished block (after a nop for the sum of my sub-block; the rail's all-gather
-    receives are one chain, its last step stands for all); its receive block matches the
-    ``P`` pieces with ``rrc`` and takes the block; a rail block waits for the last writers
-    of ``Q`` pieces, then sends or receives the all-gather."""
+    then the finished block (after a nop for the sum of my sub-block; the last rail peer's
+    all-gather receive waits for the others', so it stands for all); its receive block
+    matches the ``P`` pieces with ``rrc`` and takes the block; a rail block waits for the
+    last writers of ``Q`` pieces, then sends or receives the all-gather (the last rail
+    receive block after nops for the other ``M-2``)."""
     p_n = m_nodes * q_n
     return max(p_n + 2, q_n + max(1, m_nodes - 2))
 
@@ -71,7 +72,7 @@ def max_stages(g_size: int, m_nodes: int, max_steps: int) -> int:
                                               pieces_per_subblock(g_size, m_nodes))
 
 
-def rail_order(stages: int, lag: int = 1, tail: int = 1) -> list[tuple[str, int]]:
+def rail_order(stages: int, lag: int = 1, tail: int = 0) -> list[tuple[str, int]]:
     """The order of a rail's phases: the reduce-scatter of stage k, then the all-gather of
     stage ``k - lag`` (the next reduce-scatter keeps the NIC busy while a stage's rail
     partials are summed), except that the all-gathers of the last ``tail`` stages but the
@@ -90,12 +91,14 @@ def rail_order(stages: int, lag: int = 1, tail: int = 1) -> list[tuple[str, int]
 
 
 def rotated_allreduce(nodes: list[list[int]], instances: int, options: MscclOptions,
-                      ramp: Sequence[int], lag: int = 1, tail: int = 1,
+                      ramp: Sequence[int], lag: int = 1, tail: int = 0,
                       pieces: int | None = None) -> Program:
     """The all-reduce program (module docstring) for ``nodes`` (ranks per node) with
     pipeline stages of sizes ``ramp`` (units of an instance's data; their sum a power of
     two, at most :func:`max_stages` of them) and the rail's phases in the order of ``lag``
-    (:func:`tacos.msccl.multinode_program._rail_order`)."""
+    and ``tail`` (:func:`rail_order`).  ``pieces``: ``Q``, pieces per node sub-block
+    (default :func:`pieces_per_subblock`; fewer than ``G-1`` pieces per block make the
+    node peers' additions wait for each other)."""
     m_nodes, g_size = len(nodes), len(nodes[0])
     n_ranks = m_nodes * g_size
     q_n = pieces or pieces_per_subblock(g_size, m_nodes)
