@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.msccl.lower import MscclOptions
-from tacos.msccl.multinode_program import (
+from tacos.msccl.multinode_steps import (
     Wait,
     _finish,
     _is_pow2,
