@@ -22,6 +22,7 @@ import argparse
 import datetime as dt
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.__main__ import machine
@@ -83,11 +84,20 @@ def multinode_choices(topo: Topology, kind: str, sizes: list[int]) -> list[Choic
 
 
 def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64,
-        multinode_only: bool = False) -> list[str]:
-    """Table lines, then one geometric-mean line per system and collective."""
-    lines = ["| system | coll | size | tacos µs | plan | proto | inst | chan | tbs "
-             "| NCCL ring/tree µs | vs NCCL | replay µs | model/replay | sweep CPU s "
-             "| shaping CPU s |", "|" + "---|" * 15]
+        multinode_only: bool = False, emit: Callable[[str], None] | None = None) -> list[str]:
+    """Table lines, then one geometric-mean line per system and collective; ``emit`` is
+    given each table line as soon as it is measured."""
+    lines: list[str] = []
+
+    def add(line: str) -> None:
+        lines.append(line)
+        if emit is not None:
+            emit(line)
+
+    add("| system | coll | size | tacos µs | plan | proto | inst | chan | tbs "
+        "| NCCL ring/tree µs | vs NCCL | replay µs | model/replay | sweep CPU s "
+        "| shaping CPU s |")
+    add("|" + "---|" * 15)
     means = []
     for name in systems:
         topo = topology_of(name)
@@ -98,8 +108,8 @@ def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64
                 t1 = time.process_time()
                 choices = multinode_choices(topo, kind, nbytes)
                 if not choices:
-                    lines.append(f"| {name} | {kind} | - | no multi-node program applies "
-                                 + "| " * 11 + "|")
+                    add(f"| {name} | {kind} | - | no multi-node program applies "
+                        + "| " * 11 + "|")
                     continue
             else:
                 res = sweep(topo, kind, sizes, workers=1, trials=1)
@@ -116,7 +126,7 @@ def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64
                      if ch.program.ngpus <= replay_ranks else math.nan)
                 if LARGE[0] <= size <= LARGE[1]:
                     logs.append(math.log(nccl / ch.time))
-                lines.append(
+                add(
                     f"| {name} | {kind} | {format_size(size)} | {ch.time * 1e6:.1f} "
                     f"| {ch.plan} | {ch.shape.proto} | {ch.shape.instances} "
                     f"| {f['nchannels']} | {f['tbs_per_gpu']} | {nccl * 1e6:.1f} "
@@ -140,8 +150,10 @@ def main() -> None:
                     help="shape only the multi-node program families (no sweep)")
     args = ap.parse_args()
     print(f"<!-- {dt.date.today().isoformat()}, {machine()} -->")
-    print("\n".join(run(args.systems.split(","), args.sizes, args.collectives.split(","),
-                         args.replay_ranks, args.multinode_only)), flush=True)
+    lines = run(args.systems.split(","), args.sizes, args.collectives.split(","),
+                args.replay_ranks, args.multinode_only,
+                emit=lambda line: print(line, flush=True))
+    print("\n".join(lines[lines.index(""):]), flush=True)
 
 
 if __name__ == "__main__":

@@ -41,12 +41,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
-from tacos.msccl.program import DEFAULT_SMS, MAX_NODES, Gpu, Program, Step, Threadblock, nop_step
+from tacos.msccl.multinode_steps import (
+    Wait,
+    _finish,
+    _is_pow2,
+    _parses,
+    _peer_tbs,
+    _pow2_floor,
+    _Tb,
+)
+from tacos.msccl.program import DEFAULT_SMS, Gpu, Program
 from tacos.msccl.shape import Shape
 
 #: Link tags of network links (NICs); the other links join the GPUs of one node.
@@ -58,7 +68,6 @@ REDUCERS = 4
 #: turn, so the NIC phase of one stage overlaps the NVLink phases of the others.
 STAGES = 4
 
-Wait = tuple[int, int]  # (tb id, step index) of the same rank
 
 
 def node_groups(topology: Topology, group: Sequence[int]) -> list[list[int]]:
@@ -112,34 +121,6 @@ def _is_nic(link: object) -> bool:
     return str(getattr(link, "tag", "") or "").lower().startswith(NIC_TAGS)
 
 
-class _Tb:
-    """A thread block being written: its steps and the dependencies others take on it."""
-
-    def __init__(self, tid: int, send: int, recv: int, chan: int) -> None:
-        self.id, self.send, self.recv, self.chan = tid, send, recv, chan
-        self.steps: list[Step] = []
-
-    def add(self, kind: str, src: tuple[str, int], dst: tuple[str, int], cnt: int,
-            waits: Sequence[Wait] = ()) -> int:
-        """Append a step after nops for all of ``waits`` but the last (which it carries);
-        returns its index."""
-        own = [w for w in waits if w[0] != self.id]
-        for tb, st in own[:-1]:
-            self.steps.append(nop_step(len(self.steps), tb, st))
-        dep = own[-1] if own else (-1, -1)
-        self.steps.append(Step(len(self.steps), kind, src[0], src[1], dst[0], dst[1], cnt,
-                               dep[0], dep[1], 0))
-        return len(self.steps) - 1
-
-    def reduce(self, sources: Sequence[tuple[str, int]], dst: tuple[str, int],
-               waits: Sequence[Wait] = ()) -> int:
-        """A fused ``re`` chain summing ``sources`` into ``dst``; returns its last index."""
-        last = self.add("re", sources[0], dst, 1, waits)
-        for src in sources[1:]:
-            last = self.add("re", src, dst, 1)
-        return last
-
-
 def _rail_order(stages: int, lag: int | None = None) -> list[tuple[str, int]]:
     """The order of a rail's phases: the reduce-scatter of stage k, then the all-gather of
     stage ``k - lag`` (``lag=None``: every reduce-scatter first, then every all-gather).
@@ -155,47 +136,6 @@ def _rail_order(stages: int, lag: int | None = None) -> list[tuple[str, int]]:
         if k >= lag:
             order.append(("ag", k - lag))
     return order + [("ag", k) for k in range(stages - lag, stages)]
-
-
-def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool
-              ) -> tuple[dict[int, _Tb], dict[int, _Tb]]:
-    """Per peer, the thread block that sends to it and the one that receives from it (one
-    ``send=w recv=w`` block when ``paired``), numbered from ``base`` on channel ``chan``."""
-    if paired:
-        both = {w: _Tb(base + j, w, w, chan) for j, w in enumerate(peers)}
-        return both, both
-    sends = {w: _Tb(base + j, w, -1, chan) for j, w in enumerate(peers)}
-    recvs = {w: _Tb(base + len(peers) + j, -1, w, chan) for j, w in enumerate(peers)}
-    return sends, recvs
-
-
-def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[list[Threadblock]]:
-    """Threadblocks with ``hasdep`` set on every step another tb waits for."""
-    wanted = {(r, st.depid, st.deps) for r, tbs in ranks.items() for tb in tbs.values()
-              for st in tb.steps if st.depid >= 0}
-    gpus = []
-    for r in sorted(ranks):
-        blocks = []
-        for tid in sorted(ranks[r]):
-            tb = ranks[r][tid]
-            steps = tuple(Step(st.s, st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff,
-                               st.cnt, st.depid, st.deps, int((r, tid, k) in wanted))
-                          for k, st in enumerate(tb.steps))
-            blocks.append(Threadblock(tid, tb.send, tb.recv, tb.chan, steps))
-        gpus.append(blocks)
-    return gpus
-
-
-def _parses(gpus: list[list[Threadblock]], n_ranks: int) -> bool:
-    """Whether every rank's XML stays within the runtime parser's nodes per rank
-    (:data:`~tacos.msccl.program.MAX_NODES`: the algo, ``n_ranks`` gpu elements, its thread
-    blocks and their steps)."""
-    return all(1 + n_ranks + len(tbs) + sum(len(tb.steps) for tb in tbs) <= MAX_NODES
-               for tbs in gpus)
-
-
-def _pow2_floor(x: int) -> int:
-    return 1 << (max(1, x).bit_length() - 1)
 
 
 def _allreduce_steps_per_stage(g_size: int, m_nodes: int, q_n: int, copy: bool,
@@ -218,7 +158,7 @@ def _allreduce_steps_per_stage(g_size: int, m_nodes: int, q_n: int, copy: bool,
 def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: MscclOptions,
                            stages: int = STAGES, paired: bool = False,
                            lag: int | None = None, reducers: int = REDUCERS,
-                           fold: bool = True) -> Program:
+                           fold: bool = True, ramp: Sequence[int] | None = None) -> Program:
     """The all-reduce program (module docstring) for ``nodes`` (ranks per node), each
     instance's data cut into ``stages`` pipeline stages (fewer when the steps would not fit
     the step limit).  ``paired=False`` gives every peer a send and a receive thread block
@@ -226,13 +166,23 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
     rail's phase order (:func:`_rail_order`).  ``fold``: the rail receive thread blocks add
     the rail partials into a GPU's sub-block as they arrive (``rrc``, one rail peer after
     the other), else the reducers add them from scratch.  The stage count is a power of two
-    (``nchunksperloop`` then divides power-of-two sizes)."""
+    (``nchunksperloop`` then divides power-of-two sizes).  ``ramp``: the stages' sizes in
+    units of an instance's data (their sum a power of two), in place of ``stages`` equal
+    stages: small first and last stages shorten the pipeline's fill (the first stage's node
+    reduce-scatter and reduction, before any NIC is busy) and drain (the last stage's node
+    all-gather), big middle stages keep the step count (:func:`ramp_stages`)."""
     m_nodes, g_size = len(nodes), len(nodes[0])
     n_ranks = m_nodes * g_size
     inst, q_n = instances, reducers
     fit = (options.max_steps_per_tb - 1) // _allreduce_steps_per_stage(
         g_size, m_nodes, q_n, bool(options.out_of_place), fold)
-    k_n = _pow2_floor(max(1, min(stages, fit)))
+    if ramp is not None and (len(ramp) > fit or not _is_pow2(sum(ramp))
+                             or min(ramp) < 1):
+        ramp = None  # does not fit the step limit (or the sizes): equal stages
+    k_n = len(ramp) if ramp is not None else _pow2_floor(max(1, min(stages, fit)))
+    size = list(ramp) if ramp is not None else [1] * k_n
+    units = sum(size)
+    first = [sum(size[:k]) for k in range(k_n)]
     inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
@@ -240,17 +190,18 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
     per_k = a_slots + (0 if fold else (m_nodes - 1) * q_n)  # ... then rail partials
 
     def chunk(p: int, k: int, b: int, m: int = 0, q: int = 0) -> int:
-        return ((((p * k_n + k) * g_size + b) * m_nodes + m) * q_n) + q
+        return ((p * units + first[k]) * g_size * m_nodes * q_n
+                + ((b * m_nodes + m) * q_n + q) * size[k])
 
     def a_slot(p: int, k: int, g: int, w: int, m: int = 0, q: int = 0) -> int:
         """Local rank g's scratch for local peer w's partial."""
         j = w - 1 if w > g else w
-        return (p * k_n + k) * per_k + (j * m_nodes + m) * q_n + q
+        return (p * units + first[k]) * per_k + ((j * m_nodes + m) * q_n + q) * size[k]
 
     def b_slot(p: int, k: int, n: int, v: int, q: int = 0) -> int:
         """Node n's scratch for rail peer node v's partial."""
         j = v - 1 if v > n else v
-        return (p * k_n + k) * per_k + a_slots + j * q_n + q
+        return (p * units + first[k]) * per_k + (a_slots + j * q_n + q) * size[k]
 
     ways = 1 if paired else 2
     per_tb = ways * ((g_size - 1) + (m_nodes - 1)) + m_nodes * q_n
@@ -270,10 +221,10 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
                 tbs[tb.id] = tb
             peer_tb = {w: (send_tb[nodes[n][w]], recv_tb[nodes[n][w]]) for w in intra}
             rail_tb = {v: (send_tb[nodes[v][g]], recv_tb[nodes[v][g]]) for v in rails}
-            block = m_nodes * q_n
             recv_a: dict[tuple[int, int], Wait] = {}
             for w, (stb, rtb) in peer_tb.items():
                 for k in range(k_n):
+                    block = m_nodes * q_n * size[k]
                     stb.add("s", ("i", chunk(p, k, w)), ("s", a_slot(p, k, w, g)), block)
                     recv_a[(k, w)] = (rtb.id, rtb.add("r", ("i", chunk(p, k, w)),
                                                       ("s", a_slot(p, k, g, w)), block))
@@ -288,9 +239,9 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
                 tb = red[(m, q)]
                 dst = (out, chunk(p, k, g, m, q))
                 if out != "i":  # out-of-place: my own partial first
-                    tb.add("cpy", ("i", dst[1]), dst, 1)
+                    tb.add("cpy", ("i", dst[1]), dst, size[k])
                 for w in intra:
-                    last = tb.add("re", ("s", a_slot(p, k, g, w, m, q)), dst, 1,
+                    last = tb.add("re", ("s", a_slot(p, k, g, w, m, q)), dst, size[k],
                                   [recv_a[(k, w)]])
                 end_a.setdefault((k, m), []).append((tb.id, last))
 
@@ -306,41 +257,44 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
                     for q in range(q_n):
                         node_reduce(n, q, k)
                     mine = (out, chunk(p, k, g, n))
+                    sub = q_n * size[k]
                     chain = end_a[(k, n)]
                     for v, (stb, rtb) in rail_tb.items():
                         theirs = (out, chunk(p, k, g, v)) if fold else ("s", b_slot(p, k, v, n))
-                        stb.add("s", (out, chunk(p, k, g, v)), theirs, q_n, end_a[(k, v)])
+                        stb.add("s", (out, chunk(p, k, g, v)), theirs, sub, end_a[(k, v)])
                         if fold:  # add v's partial into mine as it arrives, one rail at a time
-                            chain = [(rtb.id, rtb.add("rrc", mine, mine, q_n, chain))]
+                            chain = [(rtb.id, rtb.add("rrc", mine, mine, sub, chain))]
                         else:
                             recv_b[(k, v)] = (rtb.id, rtb.add("r", (out, chunk(p, k, g, v)),
-                                                              ("s", b_slot(p, k, n, v)), q_n))
+                                                              ("s", b_slot(p, k, n, v)), sub))
                     if fold:
                         end_b[k] = chain
                     continue
                 for q in range(q_n if not fold else 0):  # sum the rail partials
                     last = red[(n, q)].reduce(
                         [("s", b_slot(p, k, n, v, q)) for v in rails],
-                        (out, chunk(p, k, g, n, q)), [recv_b[(k, v)] for v in rails])
+                        (out, chunk(p, k, g, n, q)), [recv_b[(k, v)] for v in rails],
+                        size[k])
                     end_b.setdefault(k, []).append((red[(n, q)].id, last))
                 for v, (stb, rtb) in rail_tb.items():
-                    stb.add("s", (out, chunk(p, k, g, n)), (out, chunk(p, k, g, n)), q_n,
-                            end_b[k])
+                    stb.add("s", (out, chunk(p, k, g, n)), (out, chunk(p, k, g, n)),
+                            q_n * size[k], end_b[k])
                     recv_c.setdefault(k, []).append(
                         (rtb.id, rtb.add("r", (out, chunk(p, k, g, v)),
-                                         (out, chunk(p, k, g, v)), q_n)))
+                                         (out, chunk(p, k, g, v)), q_n * size[k])))
             for w, (stb, rtb) in peer_tb.items():
                 for k in range(k_n):
+                    block = m_nodes * q_n * size[k]
                     stb.add("s", (out, chunk(p, k, g)), (out, chunk(p, k, g)), block,
                             end_b[k] + recv_c[k])
                     rtb.add("r", (out, chunk(p, k, w)), (out, chunk(p, k, w)), block)
         ranks[r] = tbs
-    c = inst * k_n * g_size * m_nodes * q_n
+    c = inst * units * g_size * m_nodes * q_n
     blocks_of = _finish(ranks)
     if k_n > 1 and not _parses(blocks_of, n_ranks):
-        return hierarchical_allreduce(nodes, instances, options, k_n // 2, paired, lag,
-                                      reducers, fold)
-    gpus = [Gpu(r, c, 0 if inplace else c, per_k * k_n * inst, tuple(blocks))
+        return hierarchical_allreduce(nodes, instances, options, _pow2_floor(k_n) // 2,
+                                      paired, lag, reducers, fold)
+    gpus = [Gpu(r, c, 0 if inplace else c, per_k * units * inst, tuple(blocks))
             for r, blocks in enumerate(blocks_of)]
     return Program(options.name or f"tacos_hier_allreduce_{m_nodes}x{g_size}", options.proto,
                    inst, c, n_ranks, "allreduce", int(inplace), int(options.out_of_place),
@@ -463,13 +417,17 @@ HIERARCHICAL = "hierarchical"
 #: :data:`DEEP_STAGES`): shorter pipeline fill and drain at large sizes, more steps at small.
 HIERARCHICAL_DEEP = "hierarchical-deep"
 DEEP_STAGES = 8
+#: The all-reduce whose node partials are added as they arrive, in ramped pipeline stages
+#: (:mod:`tacos.msccl.multinode_rotated`).
+HIERARCHICAL_RAMP = "hierarchical-ramp"
 KINDS = ("allreduce", "allgather")
 
 
-def multinode_candidates(topology: Topology, collective: Collective) -> dict[str, Hierarchical]:
+def multinode_candidates(topology: Topology, collective: Collective) -> dict[str, Any]:
     """The multi-node program families for ``collective`` on ``topology`` (name -> family):
     the hierarchical programs (:data:`STAGES` and up to :data:`DEEP_STAGES` pipeline
-    stages) when the ranks span two or more equal nodes, else none."""
+    stages; for all-reduce also :data:`HIERARCHICAL_RAMP`) when the ranks span two or more
+    equal nodes, else none."""
     if collective.kind not in KINDS:
         return {}
     nodes = rail_layout(topology, collective)
@@ -485,6 +443,9 @@ def multinode_candidates(topology: Topology, collective: Collective) -> dict[str
     lag = 0 if len(nodes) == 2 else 1
     out = {HIERARCHICAL: Hierarchical(collective, layout, lag=lag, sms=sms)}
     if collective.kind == "allreduce":  # the all-gather's stages gained nothing past four
+        from tacos.msccl.multinode_rotated import Ramped
+
         out[HIERARCHICAL_DEEP] = Hierarchical(collective, layout, stages=DEEP_STAGES, lag=lag,
                                               sms=sms)
+        out[HIERARCHICAL_RAMP] = Ramped(collective, layout, lag=lag)
     return out

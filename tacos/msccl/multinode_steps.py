@@ -1,0 +1,85 @@
+"""The thread-block builder the directly written multi-node programs share
+(:mod:`tacos.msccl.multinode_program`, :mod:`tacos.msccl.multinode_rotated`): steps with their
+dependencies, a send and a receive thread block per peer, ``hasdep`` set where others wait,
+and the runtime parser's nodes per rank."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tacos.msccl.program import MAX_NODES, Step, Threadblock, nop_step
+
+Wait = tuple[int, int]  # (tb id, step index) of the same rank
+
+
+class _Tb:
+    """A thread block being written: its steps and the dependencies others take on it."""
+
+    def __init__(self, tid: int, send: int, recv: int, chan: int) -> None:
+        self.id, self.send, self.recv, self.chan = tid, send, recv, chan
+        self.steps: list[Step] = []
+
+    def add(self, kind: str, src: tuple[str, int], dst: tuple[str, int], cnt: int,
+            waits: Sequence[Wait] = ()) -> int:
+        """Append a step after nops for all of ``waits`` but the last (which it carries);
+        returns its index."""
+        own = [w for w in waits if w[0] != self.id]
+        for tb, st in own[:-1]:
+            self.steps.append(nop_step(len(self.steps), tb, st))
+        dep = own[-1] if own else (-1, -1)
+        self.steps.append(Step(len(self.steps), kind, src[0], src[1], dst[0], dst[1], cnt,
+                               dep[0], dep[1], 0))
+        return len(self.steps) - 1
+
+    def reduce(self, sources: Sequence[tuple[str, int]], dst: tuple[str, int],
+               waits: Sequence[Wait] = (), cnt: int = 1) -> int:
+        """A fused ``re`` chain summing ``sources`` into ``dst``; returns its last index."""
+        last = self.add("re", sources[0], dst, cnt, waits)
+        for src in sources[1:]:
+            last = self.add("re", src, dst, cnt)
+        return last
+
+
+def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool
+              ) -> tuple[dict[int, _Tb], dict[int, _Tb]]:
+    """Per peer, the thread block that sends to it and the one that receives from it (one
+    ``send=w recv=w`` block when ``paired``), numbered from ``base`` on channel ``chan``."""
+    if paired:
+        both = {w: _Tb(base + j, w, w, chan) for j, w in enumerate(peers)}
+        return both, both
+    sends = {w: _Tb(base + j, w, -1, chan) for j, w in enumerate(peers)}
+    recvs = {w: _Tb(base + len(peers) + j, -1, w, chan) for j, w in enumerate(peers)}
+    return sends, recvs
+
+
+def _finish(ranks: dict[int, dict[int, _Tb]]) -> list[list[Threadblock]]:
+    """Threadblocks with ``hasdep`` set on every step another tb waits for."""
+    wanted = {(r, st.depid, st.deps) for r, tbs in ranks.items() for tb in tbs.values()
+              for st in tb.steps if st.depid >= 0}
+    gpus = []
+    for r in sorted(ranks):
+        blocks = []
+        for tid in sorted(ranks[r]):
+            tb = ranks[r][tid]
+            steps = tuple(Step(st.s, st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff,
+                               st.cnt, st.depid, st.deps, int((r, tid, k) in wanted))
+                          for k, st in enumerate(tb.steps))
+            blocks.append(Threadblock(tid, tb.send, tb.recv, tb.chan, steps))
+        gpus.append(blocks)
+    return gpus
+
+
+def _parses(gpus: list[list[Threadblock]], n_ranks: int) -> bool:
+    """Whether every rank's XML stays within the runtime parser's nodes per rank
+    (:data:`~tacos.msccl.program.MAX_NODES`: the algo, ``n_ranks`` gpu elements, its thread
+    blocks and their steps)."""
+    return all(1 + n_ranks + len(tbs) + sum(len(tb.steps) for tb in tbs) <= MAX_NODES
+               for tbs in gpus)
+
+
+def _is_pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
