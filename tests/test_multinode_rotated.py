@@ -112,3 +112,25 @@ def test_four_dgx_a100_ramped_program_verifies_and_beats_equal_stages_at_1_gib()
     t = estimate_program(ramped, topo, nbytes).time
     assert t < 0.95 * estimate_program(deep, topo, nbytes).time
     assert t < 0.95 * estimate_program(equal, topo, nbytes).time
+
+
+@pytest.mark.slow
+def test_a_family_instance_count_is_judged_by_its_own_program_not_one_instance_times_n():
+    """4x DGX-H100: ``hierarchical-deep`` at four instances has fewer reducers per sub-block
+    than four copies of its one-instance program, so it fits the parser's 4096 nodes per rank
+    although four one-instance programs would not; the chooser takes it (about 15 s)."""
+    from tacos.msccl.multinode_program import HIERARCHICAL_DEEP
+    from tacos.msccl.shape_choose import choose_shape
+
+    topo = tacos.preset("dgx_h100", nodes=4).topology
+    coll = patterns.build("allreduce", list(topo.live_npus), size=1 << 20, chunks_per_npu=1)
+    deep = multinode_candidates(topo, coll)[HIERARCHICAL_DEEP]
+    base = MscclOptions(inplace=True)
+    one = deep.lower(Shape(1, "LL128"), base)
+    most = max(len(g.tbs) + sum(len(tb.steps) for tb in g.tbs) for g in one.gpus)
+    assert 1 + len(one.gpus) + 4 * most > 4096  # four copies would not parse
+    choice = choose_shape({HIERARCHICAL_DEEP: deep}, topo, 64 << 20, base=base,
+                          candidates=[Shape(4, "LL128")])
+    assert choice.shape == Shape(4, "LL128")
+    assert shape_problems(choice.program) == []
+    _verified(choice.program)

@@ -391,7 +391,9 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
             return None
         one = cache.program(schedule, replace(shape, instances=1), base)
         if not isinstance(one, str):  # instances multiply channels and tbs: skip early
-            over = _over_limits(one, shape.instances, lim)
+            # a family builds each instance count anew (its reducers per block change), so
+            # only a lowered schedule's count is refused from its one-instance program
+            over = _over_limits(one, shape.instances, lim) if isinstance(schedule, Schedule) else ""
             if over:
                 considered.append(Candidate(plan, shape, None, [over]))
                 return None
