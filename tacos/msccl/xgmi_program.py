@@ -29,7 +29,9 @@ all-gathers inside the node the shards of its own node (they need no NIC), then,
 group as they arrive, those of every other node.
 
 Both are candidates of the shape chooser (:class:`XgmiRings` has the ``collective`` and a
-``lower(shape, base)``); a shape's ``instances`` is the number of channels per ring.
+``lower(shape, base)``); a shape's ``instances`` multiply the channels per ring, from the
+fewest whose thread blocks fit the steps of the family's parts per block (chosen for the
+message size: :func:`parts_for_size`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
 from tacos.msccl.multinode_program import _Tb, _finish, node_groups
-from tacos.msccl.program import MAX_CHANNELS, MAX_NODES, Gpu, Program
+from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_NODES, Gpu, Program
 from tacos.msccl.shape import Shape
 from tacos.msccl.xgmi_rings import disjoint_cycles, lane_matrix
 
@@ -79,18 +81,24 @@ def _groups(lo: int, hi: int) -> list[tuple[int, int]]:
 
 
 def _parts_for(g_size: int, rings: int, k: int, passes: int, max_steps: int,
-               most: int | None = None) -> int | None:
-    """The most parts per block of :data:`PARTS` (at most ``most``) whose ring thread blocks
-    fit ``max_steps`` steps: ``passes`` passes round the ring per group, ``ceil(G / k)``
-    steps of a pass on each thread block, one step per group."""
+               parts: int | None = None) -> int:
+    """``parts`` parts per block, or (None) the most of :data:`PARTS` whose ring thread
+    blocks fit ``max_steps`` steps: ``passes`` passes round the ring per group,
+    ``ceil(G / k)`` steps of a pass on each thread block, one step per group.  The parts do
+    not change with ``k``: the shape chooser bounds every instance count of a family by the
+    link loads of one of them.  Raises :class:`TacosError` when the steps do not fit."""
     per_pass = -(-g_size // k)
-    for p in PARTS:
-        if p < rings or (most is not None and p > most):
-            continue
-        groups = max(len(_groups(lo, hi)) for lo, hi in _split(p, rings))
-        if passes * groups * per_pass <= max_steps - 1:
+
+    def steps(p: int) -> int:
+        return passes * max(len(_groups(lo, hi)) for lo, hi in _split(p, rings)) * per_pass
+
+    tried = [parts] if parts else [p for p in PARTS if p >= rings]
+    for p in tried:
+        if p >= rings and steps(p) <= max_steps - 1:
             return p
-    return None
+    raise TacosError(f"{tried[-1]} parts per block need {steps(max(tried[-1], rings))} steps "
+                     f"on a thread block at {k} channels per ring, over "
+                     f"{max_steps - 1}", hint="use more channels per ring (instances)")
 
 
 def parts_for_size(nbytes: int, blocks: int) -> int:
@@ -125,9 +133,6 @@ def xgmi_allreduce(nodes: list[list[int]], cycles: Sequence[Sequence[int]], k: i
     if len(cycles) * k > MAX_CHANNELS:
         raise TacosError(f"{len(cycles)} rings x {k} channels > {MAX_CHANNELS} channels")
     p_n = _parts_for(g_size, u_n, k, 2, options.max_steps_per_tb, parts)
-    if p_n is None:
-        raise TacosError(f"no part count fits {options.max_steps_per_tb} steps per thread "
-                         f"block at {k} channels per ring")
     ranges = _split(p_n, u_n)
     groups = [_groups(lo, hi) for lo, hi in ranges]
     n_groups = max(len(g) for g in groups)
@@ -219,9 +224,6 @@ def xgmi_allgather(nodes: list[list[int]], cycles: Sequence[Sequence[int]], k: i
     if len(cycles) * k > MAX_CHANNELS:
         raise TacosError(f"{len(cycles)} rings x {k} channels > {MAX_CHANNELS} channels")
     p_n = _parts_for(g_size, u_n, k, m_nodes, options.max_steps_per_tb, parts)
-    if p_n is None:
-        raise TacosError(f"no part count fits {options.max_steps_per_tb} steps per thread "
-                         f"block at {k} channels per ring")
     groups = [_groups(lo, hi) for lo, hi in _split(p_n, u_n)]
     n_groups = max(len(g) for g in groups)
     inplace = bool(options.inplace)
@@ -301,14 +303,15 @@ def _check_nodes(blocks_of: Sequence[Sequence[object]], n_ranks: int) -> None:
 class XgmiRings:
     """The ring-hierarchical program family for ``collective``: ``nodes`` (ranks per node,
     in the local order of ``cycles``), the rings' ``cycles`` (local indices), any shape's
-    protocol; its ``instances`` are the channels per ring."""
+    protocol; its ``instances`` multiply the channels per ring
+    (:meth:`channels_per_ring`)."""
 
     collective: Collective
     nodes: tuple[tuple[int, ...], ...]
     cycles: tuple[tuple[int, ...], ...]
     rail_tbs: int = RAIL_TBS
-    #: parts per block (per shard, all-gather) at most (fewer when the steps would not fit);
-    #: None: as many as fit
+    #: parts per block (per shard, all-gather), the same at every instance count (a count
+    #: whose steps would not fit is refused); None: as many as fit
     parts: int | None = None
 
     @property
@@ -318,17 +321,31 @@ class XgmiRings:
         return (f"xGMI rings {self.collective.kind}: {m} nodes x {g} ranks, "
                 f"{2 * len(self.cycles)} rings on direct links, rails between")
 
+    def channels_per_ring(self, instances: int, max_steps: int = DEFAULT_MAX_STEPS) -> int:
+        """Channels per ring at ``instances``: that many times the fewest (a power of two)
+        whose thread blocks fit the parts' steps, so every instance count has the same parts
+        and link loads."""
+        passes = 2 if self.collective.kind == "allreduce" else len(self.nodes)
+        g_size, rings = len(self.nodes[0]), 2 * len(self.cycles)
+        k = 1
+        while k < g_size:
+            try:
+                _parts_for(g_size, rings, k, passes, max_steps, self.parts)
+                break
+            except TacosError:
+                k *= 2
+        return k * instances
+
     def lower(self, shape: Shape, base: MscclOptions | None = None) -> Program:
         """The program for ``shape`` with ``base``'s header fields."""
         opts = shape.options(base)
         opts.validate()
         nodes = [list(n) for n in self.nodes]
+        k = self.channels_per_ring(shape.instances, opts.max_steps_per_tb)
         if self.collective.kind == "allreduce":
-            return xgmi_allreduce(nodes, self.cycles, shape.instances, opts, self.rail_tbs,
-                                  self.parts)
+            return xgmi_allreduce(nodes, self.cycles, k, opts, self.rail_tbs, self.parts)
         if self.collective.kind == "allgather":
-            return xgmi_allgather(nodes, self.cycles, shape.instances, opts, self.rail_tbs,
-                                  self.parts)
+            return xgmi_allgather(nodes, self.cycles, k, opts, self.rail_tbs, self.parts)
         raise TacosError(f"no xGMI ring program for {self.collective.kind}")
 
 
