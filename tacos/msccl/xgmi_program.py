@@ -43,7 +43,7 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
-from tacos.msccl.multinode_program import _Tb, _finish, node_groups
+from tacos.msccl.multinode_program import _finish, _Tb, node_groups
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_NODES, Gpu, Program
 from tacos.msccl.shape import Shape
 from tacos.msccl.xgmi_rings import disjoint_cycles, lane_matrix
