@@ -321,31 +321,37 @@ class XgmiRings:
         return (f"xGMI rings {self.collective.kind}: {m} nodes x {g} ranks, "
                 f"{2 * len(self.cycles)} rings on direct links, rails between")
 
-    def channels_per_ring(self, instances: int, max_steps: int = DEFAULT_MAX_STEPS) -> int:
-        """Channels per ring at ``instances``: that many times the fewest (a power of two)
-        whose thread blocks fit the parts' steps, so every instance count has the same parts
-        and link loads."""
+    def _layout(self, max_steps: int) -> tuple[int, int]:
+        """``(parts per block, fewest channels per ring)``: the family's parts (or, None, the
+        most that fit one channel per ring) and the fewest channels per ring (a power of
+        two) whose thread blocks fit their steps."""
         passes = 2 if self.collective.kind == "allreduce" else len(self.nodes)
         g_size, rings = len(self.nodes[0]), 2 * len(self.cycles)
         k = 1
-        while k < g_size:
+        while True:
             try:
-                _parts_for(g_size, rings, k, passes, max_steps, self.parts)
-                break
+                return _parts_for(g_size, rings, k, passes, max_steps, self.parts), k
             except TacosError:
+                if k >= g_size:
+                    raise
                 k *= 2
-        return k * instances
+
+    def channels_per_ring(self, instances: int, max_steps: int = DEFAULT_MAX_STEPS) -> int:
+        """Channels per ring at ``instances``: that many times the fewest whose thread blocks
+        fit the parts' steps, so every instance count has the same parts and link loads."""
+        return self._layout(max_steps)[1] * instances
 
     def lower(self, shape: Shape, base: MscclOptions | None = None) -> Program:
         """The program for ``shape`` with ``base``'s header fields."""
         opts = shape.options(base)
         opts.validate()
         nodes = [list(n) for n in self.nodes]
-        k = self.channels_per_ring(shape.instances, opts.max_steps_per_tb)
+        parts, fewest = self._layout(opts.max_steps_per_tb)
+        k = fewest * shape.instances
         if self.collective.kind == "allreduce":
-            return xgmi_allreduce(nodes, self.cycles, k, opts, self.rail_tbs, self.parts)
+            return xgmi_allreduce(nodes, self.cycles, k, opts, self.rail_tbs, parts)
         if self.collective.kind == "allgather":
-            return xgmi_allgather(nodes, self.cycles, k, opts, self.rail_tbs, self.parts)
+            return xgmi_allgather(nodes, self.cycles, k, opts, self.rail_tbs, parts)
         raise TacosError(f"no xGMI ring program for {self.collective.kind}")
 
 
