@@ -46,7 +46,7 @@ from tacos.msccl.lower import MscclOptions
 from tacos.msccl.multinode_program import _finish, _Tb, node_groups
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_NODES, Gpu, Program
 from tacos.msccl.shape import Shape
-from tacos.msccl.xgmi_rings import disjoint_cycles, lane_matrix
+from tacos.msccl.xgmi_rings import disjoint_cycles, lane_matrices
 
 #: Chunks a ring step carries at most: two Simple calls fill a connection's eight FIFO slots.
 GROUP = 2
@@ -369,10 +369,10 @@ def ring_layout(topology: Topology, collective: Collective
         return None
     if collective.kind == "allreduce" and len(nodes) != 2:
         return None
-    lanes = [lane_matrix(topology, [group[r] for r in n]) for n in nodes]
-    if any(m != lanes[0] for m in lanes[1:]):
-        return None
+    lanes = lane_matrices(topology, [[group[r] for r in n] for n in nodes])
     g_size = len(nodes[0])
+    if not any(map(any, lanes[0])) or any(m != lanes[0] for m in lanes[1:]):
+        return None
     if all(lanes[0][a][b] for a in range(g_size) for b in range(g_size) if a != b):
         return None
     for rail in zip(*nodes, strict=True):

@@ -30,17 +30,23 @@ def lane_matrix(topology: Topology, npus: Sequence[int]) -> Lanes:
     """``lanes[a][b]``: parallel direct links (their multiplicity) from ``npus[a]`` to
     ``npus[b]`` that are not NIC links, the smaller of the two directions (a ring's two
     directions each take a lane)."""
-    index = {npu: i for i, npu in enumerate(npus)}
-    n = len(npus)
-    one_way = [[0] * n for _ in range(n)]
+    return lane_matrices(topology, [npus])[0]
+
+
+def lane_matrices(topology: Topology, nodes: Sequence[Sequence[int]]) -> list[Lanes]:
+    """:func:`lane_matrix` of every node (its NPUs in local order), in one pass over the
+    links."""
+    where = {npu: (n, i) for n, npus in enumerate(nodes) for i, npu in enumerate(npus)}
+    one_way = [[[0] * len(npus) for _ in npus] for npus in nodes]
     for lk in topology.links:
+        a, b = where.get(lk.src), where.get(lk.dst)
+        if a is None or b is None or a[0] != b[0] or a[1] == b[1]:
+            continue
         if str(getattr(lk, "tag", "") or "").lower().startswith(NIC_TAGS):
             continue
-        a, b = index.get(lk.src), index.get(lk.dst)
-        if a is None or b is None or a == b:
-            continue
-        one_way[a][b] += int(lk.multiplicity)
-    return [[min(one_way[a][b], one_way[b][a]) for b in range(n)] for a in range(n)]
+        one_way[a[0]][a[1]][b[1]] += int(lk.multiplicity)
+    return [[[min(m[a][b], m[b][a]) for b in range(len(m))] for a in range(len(m))]
+            for m in one_way]
 
 
 def disjoint_cycles(lanes: Lanes, most: int | None = None,
