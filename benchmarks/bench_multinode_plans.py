@@ -3,7 +3,9 @@
 For each system (an ``examples/NAME.tdl`` or a preset ``NAME:nodes=4``), collective and
 size, the plan and shape ``tacosc TOPO -c COLL -o plans/`` writes for that size's window
 (:func:`tacos.sweep_shaped.choose_windows`, each program verified; the candidates include the
-hierarchical multi-node programs of :mod:`tacos.msccl.multinode_program`), NCCL's modelled
+hierarchical multi-node programs of :mod:`tacos.msccl.multinode_program` and, on nodes of
+directly linked GPUs such as MI250 boxes, the ring programs of
+:mod:`tacos.msccl.xgmi_program`), NCCL's modelled
 best without in-switch reduction (the fastest of ring and tree that NCCL has for the
 collective), the CPU seconds of the sweep and of the shaping, and the independent stream
 replay of the emitted program (:mod:`benchmarks.replay_streams`).
@@ -36,6 +38,7 @@ from tacos.msccl.lower import MscclOptions
 from tacos.msccl.multinode_program import multinode_candidates
 from tacos.msccl.shape import INSTANCES, PROTOCOLS, shapes
 from tacos.msccl.shape_choose import Choice, choose_shape
+from tacos.msccl.xgmi_program import xgmi_candidates
 from tacos.runtime import estimate_nccl
 from tacos.sweep import sweep
 from tacos.sweep_shaped import choose_windows
@@ -75,12 +78,13 @@ def multinode_choices(topo: Topology, kind: str, sizes: list[int]) -> list[Choic
     """Per size, the fastest multi-node program family and shape in the runtime model (the
     shapes ``choose_windows`` tries); an empty list when no family applies."""
     coll = patterns.build(kind, list(topo.live_npus), size=sizes[0], chunks_per_npu=1)
-    fams = multinode_candidates(topo, coll)
-    if not fams:
+    fams: dict[str, object] = dict(multinode_candidates(topo, coll))
+    per_size = [{**fams, **xgmi_candidates(topo, coll, n)} for n in sizes]  # MI250: rings
+    if not all(per_size):
         return []
     cands = shapes(protos=PROTOCOLS, instances=INSTANCES)
-    return [choose_shape(fams, topo, n, base=MscclOptions(inplace=True), candidates=cands)
-            for n in sizes]
+    return [choose_shape(f, topo, n, base=MscclOptions(inplace=True), candidates=cands)
+            for f, n in zip(per_size, sizes, strict=True)]
 
 
 def run(systems: list[str], sizes: str, kinds: list[str], replay_ranks: int = 64,

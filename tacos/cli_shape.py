@@ -105,6 +105,9 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     from tacos.msccl.multinode_program import multinode_candidates
 
     plans.update(multinode_candidates(topology, coll))
+    from tacos.msccl.xgmi_program import xgmi_candidates
+
+    plans.update(xgmi_candidates(topology, coll, nbytes))
     from tacos.cli_flags import msccl_values
 
     values = msccl_values(args)

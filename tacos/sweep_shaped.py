@@ -61,6 +61,7 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
     (or ``estimator``); ``protos`` and ``instances`` restrict the shapes tried."""
     from tacos.model import patterns
     from tacos.msccl.multinode_program import multinode_candidates
+    from tacos.msccl.xgmi_program import xgmi_candidates
     from tacos.solvers.allpairs import KINDS, allpairs_schedule
 
     rows = sorted(result.rows, key=lambda r: r.size)
@@ -86,6 +87,7 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
     for n, row in enumerate(rows, 1):
         plans = candidate_plans(row, allpairs, result.topology)
         plans.update(multinode_candidates(result.topology, coll))
+        plans.update(xgmi_candidates(result.topology, coll, row.size))
         out.append(choose_shape(plans, result.topology, row.size, base=base, candidates=cands,
                                 limits=limits, estimator=estimator, cache=cache))
         if progress is not None:
