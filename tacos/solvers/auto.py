@@ -180,8 +180,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          hint="name a solver with --solver")
     floors: dict[str, float] = {}  # candidates that cannot win: their runtime floor
-    shaped = _shaped_times(topology, collective, plans, link_times, skipped) \
-        if emit == "shaped" else None
+    shaped = (gate.shaped_times if gate else _shaped_times)(  # large groups: one at a time
+        topology, collective, plans, link_times, skipped) if emit == "shaped" else None
     if shaped is not None:
         times, runtime, ranked_by = shaped
     else:
