@@ -188,7 +188,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
         times, runtime, ranked_by = _runtime_times(topology, collective, plans, link_times,
                                                    skipped, as_xml=emit in ("xml", "shaped"),
                                                    prune=not keep_plans, floors=floors,
-                                                   timer=gate.runtime_of if gate else None)
+                                                   timer=gate.runtime_of if gate else None,
+                                                   floor_of=gate.floor_of if gate else None)
     winner = min(times, key=lambda k: (times[k], k))
     if gate:
         gate.remember(plans[winner])
@@ -219,8 +220,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
 def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
                    as_xml: bool = False, prune: bool = True,
-                   floors: dict[str, float] | None = None, timer: Any = None
-                   ) -> tuple[dict[str, float], dict[str, Any], str]:
+                   floors: dict[str, float] | None = None, timer: Any = None,
+                   floor_of: Any = None) -> tuple[dict[str, float], dict[str, Any], str]:
     """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
     executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
     no executable form (in-switch groups outside NCCL) leave the ranking, with the reason.
@@ -232,7 +233,8 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
     is above the best time so far cannot win and is not timed further (``skipped`` says so,
     with both figures; ``floors`` gets its floor).
 
-    ``timer``: what times a plan (default :func:`tacos.runtime.plans.runtime_of`)."""
+    ``timer``: what times a plan (default :func:`tacos.runtime.plans.runtime_of`);
+    ``floor_of(schedule, topology)``: its runtime floor, when already known."""
     from tacos.runtime.plans import runtime_of
 
     times: dict[str, float] = {}
@@ -242,7 +244,7 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
                                               link_times[k], k))
     for label in order:
         if prune and times and not _nccl_timed(plans[label], as_xml):
-            floor, why = _floor_prune(plans[label], topology, times)
+            floor, why = _floor_prune(plans[label], topology, times, floor_of)
             if why:
                 skipped[label] = why
                 if floors is not None:
@@ -269,8 +271,8 @@ def _nccl_timed(schedule: Schedule, as_xml: bool) -> bool:
     return not as_xml and ("nccl" in schedule.meta or "nccl_models" in schedule.meta)
 
 
-def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
-                 ) -> tuple[float, str]:
+def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float],
+                 floor_of: Any = None) -> tuple[float, str]:
     """``(floor, why)``: why ``schedule`` cannot win, when the runtime floor of its MSCCL XML
     lowering is above the best of ``times`` ('' otherwise, and when it has no lowering: its
     timing says why).
@@ -283,8 +285,8 @@ def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
         return 0.0, ""
     coll = schedule.collective
     try:
-        program = lowering_of(schedule)
-        floor = runtime_floor(program, topology, int(coll.size), coll.group)
+        floor = floor_of(schedule, topology) if floor_of else \
+            runtime_floor(lowering_of(schedule), topology, int(coll.size), coll.group)
     except TacosError:
         return 0.0, ""
     best = min(times, key=lambda k: (times[k], k))
