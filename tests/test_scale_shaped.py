@@ -15,7 +15,8 @@ from tacos.msccl.shape_bounds import link_bytes, port_bound
 from tacos.msccl.shape_choose import SHARED_CACHE, ShapesPruned, choose_shape
 from tacos.runtime.plans import runtime_of
 from tacos.solvers import scale_gate
-from tacos.solvers.auto import run_portfolio
+from tacos.solvers.auto import RANK_INSTANCES, run_portfolio
+from tacos.solvers.scale_shaped import RANK_INSTANCES as GATED_INSTANCES
 from tacos.solvers.scale_shaped import port_floor, schedule_link_bytes
 
 MiB = 1 << 20
@@ -66,6 +67,10 @@ def test_the_schedule_link_loads_are_those_of_its_lowering(solver, instances):
 
         est, _ = runtime_of(sched, topo, program=replace(program, proto=proto))
         assert est.time >= floor * (1 - 1e-9)
+
+
+def test_the_gated_ranking_tries_the_instance_counts_of_the_full_one():
+    assert GATED_INSTANCES == RANK_INSTANCES
 
 
 @pytest.mark.parametrize("case", SHAPED_CASES)

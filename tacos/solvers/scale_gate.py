@@ -141,11 +141,9 @@ class ScaleGate:
                      ) -> tuple[dict[str, float], dict[str, Any], str] | None:
         """The ranking by runtime-shaped MSCCL XML, one plan at a time
         (:func:`tacos.solvers.scale_shaped.shaped_ranking`)."""
-        from tacos.solvers.auto import RANK_INSTANCES
         from tacos.solvers.scale_shaped import shaped_ranking
 
-        return shaped_ranking(topology, collective, plans, link_times, skipped,
-                              instances=RANK_INSTANCES)
+        return shaped_ranking(topology, collective, plans, link_times, skipped)
 
     def nccl(self, topology: Topology, collective: Collective, plans: dict[str, Schedule],
              skipped: dict[str, str], *, sys_: Any = None

@@ -34,6 +34,9 @@ from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 
 PROTOCOLS = ("Simple", "LL", "LL128")
+RANK_INSTANCES = (1, 2, 4, 8)
+"""The instance counts the ranking tries: those of the portfolio's own shaped ranking
+(``tacos.solvers.auto.RANK_INSTANCES``)."""
 
 
 def schedule_link_bytes(schedule: Schedule, topology: Topology) -> dict[int, float]:
@@ -71,7 +74,7 @@ def port_floor(schedule: Schedule, topology: Topology) -> float:
 
 def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
-                   instances: tuple[int, ...] = (1, 2, 4, 8)
+                   instances: tuple[int, ...] = RANK_INSTANCES
                    ) -> tuple[dict[str, float], dict[str, Any], str] | None:
     """``(times, runtime, ranked_by)`` as :func:`tacos.solvers.auto._shaped_times` returns
     them, ranked one plan at a time (see module doc; ``instances``: the counts tried, as the
