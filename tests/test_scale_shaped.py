@@ -118,9 +118,16 @@ def test_a_plan_left_out_by_its_floor_is_not_lowered(monkeypatch):
 
 
 def test_losing_plans_release_their_programs(monkeypatch):
+    from tacos.runtime import msccl_exec
+
     topo, coll = _problem(MESH, "allreduce", 9 * MiB)
     monkeypatch.setattr(scale_gate, "SCALE_PAIRS", 0)
+    msccl_exec._ANALYSED.clear()
     winner, _, facts = _shaped(topo, coll)
+    # the runtime model keeps its analysis of no program the cache has let go
+    cached = {id(v.gpus) for v in SHARED_CACHE._programs.values() if hasattr(v, "gpus")}
+    assert msccl_exec._ANALYSED
+    assert all(id(v[0]) in cached for v in msccl_exec._ANALYSED.values())
     kept = {SHARED_CACHE.structure(facts["plans"][winner])}
     losers = [k for k in facts["times"] if k != winner]
     assert losers

@@ -272,21 +272,30 @@ class ShapeCache:
         that lost the ranking does not keep its programs in memory."""
         struct = self.structure(schedule)
         for key in [k for k in self._programs if k[0] == struct or k == ("ports", struct)]:
-            old = self._programs.pop(key)
-            if isinstance(old, Program):
-                self._steps -= _program_steps(old)
-                gone = id(old.gpus)
-                self._times = {k: v for k, v in self._times.items() if k[0] != gone}
+            self._release(self._programs.pop(key))
         self._structures.pop(id(schedule), None)
+
+    def _release(self, old: Program | str | Any) -> None:
+        """Forget a dropped program's steps, its times and the runtime model's analysis of it
+        (:mod:`tacos.runtime.msccl_exec` keeps the last few: at 512 ranks each holds
+        gigabytes)."""
+        if not isinstance(old, Program):
+            return
+        self._steps -= _program_steps(old)
+        gone = id(old.gpus)
+        self._times = {k: v for k, v in self._times.items() if k[0] != gone}
+        try:
+            from tacos.runtime.msccl_exec import forget_analysis
+        except ImportError:  # pragma: no cover - the runtime model ships with tacos
+            return
+        forget_analysis(old)
 
     def _drop_oldest(self) -> None:
         """Forget the oldest entry (a program, a failure or a port order) and every time
         taken of a program dropped, and the topologies no time refers to any more."""
         old = self._programs.pop(next(iter(self._programs)))
         if isinstance(old, Program):
-            self._steps -= _program_steps(old)
-            gone = id(old.gpus)
-            self._times = {k: v for k, v in self._times.items() if k[0] != gone}
+            self._release(old)
             used = {k[2] for k in self._times}
             self._topologies = {i: t for i, t in self._topologies.items() if i in used}
 
