@@ -563,7 +563,9 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
                    time_limit=args.time_limit, relays=args.relays or "members",
                    progress=reporter, **options)
     with reporter.phase("verifying"):
-        verified(schedule).raise_if_failed()
+        from tacos.solvers.scale_gate import verified_report
+
+        (verified_report(schedule) or verified(schedule)).raise_if_failed()
     program = runtime = choice = mchoice = None
     if args.output and fmt == "xml" and args.shape != "fixed":
         from tacos.cli_shape import shaped_file

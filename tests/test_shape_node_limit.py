@@ -129,3 +129,31 @@ def test_the_cache_keeps_programs_within_its_step_budget():
     assert sum(_program_steps(p) for p in kept) <= 3 * _program_steps(one) or len(kept) == 1
     assert kept and kept[-1].nchunksperloop == 4 * one.nchunksperloop  # the newest stays
     assert cache._steps == sum(_program_steps(p) for p in kept)
+
+
+def test_a_plan_over_the_parser_limit_in_every_shape_is_refused_before_lowering():
+    from tacos.msccl.shape_refuse import busiest_steps, refusal
+
+    topo, sched = _plan()
+    base = MscclOptions(inplace=True)
+    for pair in (False, True):  # any lowering gives a rank at least that many nodes
+        one = ShapeCache().program(sched, Shape(1, "Simple", False, pair), base)
+        rank, nodes, _ = busiest_steps(sched)
+        assert max(parsed_nodes(one).values()) >= nodes
+        assert parsed_nodes(one)[sched.collective.group.index(rank)] >= nodes
+    lim = replace(limits_for(topo), max_nodes=nodes - 1)
+    assert refusal(sched, replace(lim, max_nodes=nodes)) == ""
+    why = refusal(sched, lim)
+    assert why.startswith("refused before lowering") and f"NPU {rank}" in why
+    cache = ShapeCache()
+    lowered: list[Shape] = []
+    real = cache.program
+    cache.program = lambda s, shape, b: lowered.append(shape) or real(s, shape, b)
+    try:
+        choose_shape({"ring": sched}, topo, NBYTES, base=base, limits=lim, cache=cache,
+                     candidates=shapes(instances=(1, 2)))
+    except Exception as exc:  # nothing fits: the error names the refusal
+        assert "refused before lowering" in str(exc)
+    else:
+        raise AssertionError("a plan over the parser limit in every shape was chosen")
+    assert not lowered

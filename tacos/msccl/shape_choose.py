@@ -267,14 +267,35 @@ class ShapeCache:
                 self._drop_oldest()
         return got
 
+    def forget(self, schedule: Schedule | Any) -> None:
+        """Drop every program lowered from ``schedule`` (and the times taken of them): a plan
+        that lost the ranking does not keep its programs in memory."""
+        struct = self.structure(schedule)
+        for key in [k for k in self._programs if k[0] == struct or k == ("ports", struct)]:
+            self._release(self._programs.pop(key))
+        self._structures.pop(id(schedule), None)
+
+    def _release(self, old: Program | str | Any) -> None:
+        """Forget a dropped program's steps, its times and the runtime model's analysis of it
+        (:mod:`tacos.runtime.msccl_exec` keeps the last few: at 512 ranks each holds
+        gigabytes)."""
+        if not isinstance(old, Program):
+            return
+        self._steps -= _program_steps(old)
+        gone = id(old.gpus)
+        self._times = {k: v for k, v in self._times.items() if k[0] != gone}
+        try:
+            from tacos.runtime.msccl_exec import forget_analysis
+        except ImportError:  # pragma: no cover - the runtime model ships with tacos
+            return
+        forget_analysis(old)
+
     def _drop_oldest(self) -> None:
         """Forget the oldest entry (a program, a failure or a port order) and every time
         taken of a program dropped, and the topologies no time refers to any more."""
         old = self._programs.pop(next(iter(self._programs)))
         if isinstance(old, Program):
-            self._steps -= _program_steps(old)
-            gone = id(old.gpus)
-            self._times = {k: v for k, v in self._times.items() if k[0] != gone}
+            self._release(old)
             used = {k[2] for k in self._times}
             self._topologies = {i: t for i, t in self._topologies.items() if i in used}
 
@@ -282,6 +303,11 @@ class ShapeCache:
 #: The cache :func:`choose_shape` uses when given none: a plan ranked by its shaped program
 #: (``auto``) and then written is lowered and timed once.
 SHARED_CACHE = ShapeCache(max_programs=96, max_steps=2_500_000)
+
+
+class ShapesPruned(TacosError):
+    """Every shape of the plans was pruned by a bound no faster than ``incumbent``
+    (:func:`choose_shape`): none of them can beat it."""
 
 
 class _Pruned(float):
@@ -303,7 +329,8 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
                  base: MscclOptions | None = None, candidates: Sequence[Shape] | None = None,
                  limits: RuntimeLimits | None = None, estimator: Estimator | None = None,
                  cache: ShapeCache | None = None, default_plan: str | None = None,
-                 quick: bool = False, top: int | None = None) -> Choice:
+                 quick: bool = False, top: int | None = None,
+                 incumbent: float = float("inf")) -> Choice:
     """The plan of ``schedules`` (label -> schedule, or a program family with a
     ``collective`` and ``lower(shape, base) -> Program``) and the shape of ``candidates`` (default
     :func:`tacos.msccl.shape.shapes`) whose lowered program the ``estimator`` times fastest
@@ -319,20 +346,24 @@ def choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyte
     ``top`` is the largest message the chosen program will serve, where a program whose steps
     the executor cuts into more FIFO calls than a connection holds is rejected (0: no limit;
     None: :func:`tacos.msccl.fifo_calls.widest_size`, the top of a sweep window).
+    ``incumbent`` is a time already found elsewhere (another plan's): shapes whose bound is
+    no faster are pruned as if a shape that fast had been timed, and the default is not
+    timed first; :class:`ShapesPruned` when every shape was pruned so.
     Raises :class:`~tacos.errors.TacosError` when no combination fits."""
     from tacos.nogc import paused_gc
 
     with paused_gc():  # lowering and timing allocate much and make no cycles
         return _choose_shape(schedules, topology, nbytes, base=base, candidates=candidates,
                              limits=limits, estimator=estimator, cache=cache,
-                             default_plan=default_plan, quick=quick, top=top)
+                             default_plan=default_plan, quick=quick, top=top,
+                             incumbent=incumbent)
 
 
 def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbytes: int, *,
                   base: MscclOptions | None, candidates: Sequence[Shape] | None,
                   limits: RuntimeLimits | None, estimator: Estimator | None,
                   cache: ShapeCache | None, default_plan: str | None, quick: bool,
-                  top: int | None) -> Choice:
+                  top: int | None, incumbent: float = float("inf")) -> Choice:
     if not schedules:
         raise TacosError("no candidate plan to shape")
     base = base or MscclOptions()
@@ -350,7 +381,7 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     full, schedules = schedules, {k: v for k, v in schedules.items() if k not in refused}
     timed: list[tuple] = []
     seen: dict[tuple[str, Shape], float | None] = {}
-    best = [float("inf")]
+    best = [incumbent]
     loads: dict[str, dict[int, float] | str] = {}
 
     def bounds(plan: str, program: Program, proto: str) -> tuple[float, float, float]:
@@ -463,8 +494,8 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
 
     first = default_plan if default_plan in full else next(
         (k for k, v in full.items() if isinstance(v, Schedule)), None)
-    if first in refused:  # the default cannot load: no floor
-        first = None
+    if first in refused or incumbent < float("inf"):  # no floor: it cannot load, or the
+        first = None                                   # plans are ranked against another
     fixed = default_shape(base)
     floor = evaluate(first, fixed, force=True) if first is not None else None
     for plan in _by_bound(schedules, first, topology, nbytes, base, cache, group, model):
@@ -479,8 +510,10 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
                 for sh in cands if (plan, sh) not in seen)
     schedules = full
     if not timed:
-        first_reason = next(c for c in considered
-                            if not c.problems[0].startswith(("same program", "pruned")))
+        first_reason = next((c for c in considered
+                             if not c.problems[0].startswith(("same program", "pruned"))), None)
+        if first_reason is None:
+            raise ShapesPruned(f"every shape's bound is no faster than {incumbent:.6g} s")
         raise TacosError(f"no plan fits the MSCCL limits for {nbytes} bytes "
                          f"({first_reason.plan} {first_reason.shape.label()}: "
                          f"{first_reason.problems[0]})",

@@ -4,6 +4,13 @@ a rank that talks to more peers than its GPU has SMs cannot load in any shape.
 
 This is what keeps the all-pairs plans from being lowered at hundreds of ranks (a program of
 ``n (n - 1)`` sends per instance that the runtime would refuse anyway).
+
+The runtime's parser also holds at most 4,096 nodes per rank (1 + the GPU count + its thread
+blocks + their steps), and a step sends to one peer and receives from one: a rank that sends
+or receives in ``k`` transfers needs at least ``k`` steps in any lowering (a lowering may cut a
+transfer into several steps, never join two).  So a plan whose busiest rank is over the limit
+by that count is refused before its one-instance program is built (NCCL's ring at the most
+channels of its transfer budget on 256 ranks: 4,080 sends per rank).
 """
 
 from __future__ import annotations
@@ -37,6 +44,31 @@ def peer_counts(plan: Schedule | Any) -> tuple[int, int, int] | None:
     return None
 
 
+def busiest_steps(plan: Schedule | Any) -> tuple[int, int, int] | None:
+    """``(rank, nodes, steps)`` of a schedule's rank with the most parser nodes any lowering
+    must give it at least: 1 + the GPU count + a thread block per send or receive peer (the
+    more of the two) + a step per send or receive transfer (the more of the two); None for
+    a program family or a schedule without transfers."""
+    if not isinstance(plan, Schedule) or not plan.transfers:
+        return None
+    peers_out: dict[int, set[int]] = defaultdict(set)
+    peers_in: dict[int, set[int]] = defaultdict(set)
+    sends: dict[int, int] = defaultdict(int)
+    recvs: dict[int, int] = defaultdict(int)
+    for t in plan.transfers:
+        peers_out[t.src].add(t.dst)
+        peers_in[t.dst].add(t.src)
+        sends[t.src] += 1
+        recvs[t.dst] += 1
+    head = 1 + len(plan.collective.group)
+
+    def nodes(r: int) -> int:
+        return head + max(len(peers_out[r]), len(peers_in[r])) + max(sends[r], recvs[r])
+
+    r = max(set(sends) | set(recvs), key=lambda x: (nodes(x), -x))
+    return r, nodes(r), max(sends[r], recvs[r])
+
+
 def refusal(plan: Schedule | Any, limits: RuntimeLimits) -> str:
     """Why no shape of ``plan`` can load (or ''): more peers on one rank than SMs (a thread
     block per peer at least), or more parsed nodes than the runtime's parser holds (a thread
@@ -55,4 +87,10 @@ def refusal(plan: Schedule | Any, limits: RuntimeLimits) -> str:
         return (f"refused before lowering: NPU {rank} needs at least {nodes} parsed nodes "
                 f"(1 + {ngpus} gpus + a thread block and a step per peer) > "
                 f"{limits.max_nodes} in every shape")
+    got = busiest_steps(plan)
+    if got is not None and got[1] > limits.max_nodes:
+        rank, nodes, steps = got
+        return (f"refused before lowering: NPU {rank} sends or receives in {steps} transfers, "
+                f"so at least {nodes} parsed nodes (a step per transfer, a thread block per "
+                f"peer, 1 + {ngpus} gpus) > {limits.max_nodes} in every shape")
     return ""

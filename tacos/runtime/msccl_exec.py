@@ -325,6 +325,13 @@ def _analysed(program: Program, twice: bool = False) -> tuple[Model, Any]:
     return model, hb
 
 
+def forget_analysis(program: Program) -> None:
+    """Drop the folded model and happens-before graph kept of ``program`` (both loop forms),
+    so that a program no longer used is not kept alive by them."""
+    for key in [k for k, v in _ANALYSED.items() if v[0] is program.gpus]:
+        del _ANALYSED[key]
+
+
 def _twice(program: Program) -> Program:
     """The program with every thread block running its steps two times over (two loop
     iterations back to back: a step of the second waits for the same step of the tb it names

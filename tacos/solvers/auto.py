@@ -206,8 +206,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
                          hint="name a solver with --solver")
     floors: dict[str, float] = {}  # candidates that cannot win: their runtime floor
-    shaped = _shaped_times(topology, collective, plans, link_times, skipped) \
-        if emit == "shaped" else None
+    shaped = (gate.shaped_times if gate else _shaped_times)(  # large groups: one at a time
+        topology, collective, plans, link_times, skipped) if emit == "shaped" else None
     if shaped is not None:
         times, runtime, ranked_by = shaped
     else:
@@ -215,7 +215,8 @@ def run_portfolio(topology: Topology, collective: Collective, *,
                                                    skipped, as_xml=emit in ("xml", "shaped"),
                                                    prune=not keep_plans, floors=floors,
                                                    timer=gate.runtime_of if gate else None,
-                                                   pretimed=timed and timed.by_label())
+                                                   pretimed=timed and timed.by_label(),
+                                                   floor_of=gate.floor_of if gate else None)
     winner = min(times, key=lambda k: (times[k], k))
     if timed is not None and winner not in plans:  # NCCL won: build its schedule
         try:
@@ -256,8 +257,8 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
                    link_times: dict[str, float], skipped: dict[str, str], *,
                    as_xml: bool = False, prune: bool = True,
                    floors: dict[str, float] | None = None, timer: Any = None,
-                   pretimed: dict[str, tuple[Any, str]] | None = None
-                   ) -> tuple[dict[str, float], dict[str, Any], str]:
+                   pretimed: dict[str, tuple[Any, str]] | None = None,
+                   floor_of: Any = None) -> tuple[dict[str, float], dict[str, Any], str]:
     """Rank by the runtime model (docs/runtime-model.md): every verified plan timed as it is
     executed (NCCL's algorithms by NCCL, the others as their MSCCL XML lowering).  Plans with
     no executable form (in-switch groups outside NCCL) leave the ranking, with the reason.
@@ -271,7 +272,8 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
 
     ``timer``: what times a plan (default :func:`tacos.runtime.plans.runtime_of`).
     ``pretimed``: candidates timed without a schedule (label -> ``(estimate, note)``: NCCL's
-    algorithms as NCCL runs them), ranked after the plans of ``link_times``."""
+    algorithms as NCCL runs them), ranked after the plans of ``link_times``.
+    ``floor_of(schedule, topology)``: a plan's runtime floor, when already known."""
     from tacos.runtime.plans import runtime_of
 
     times: dict[str, float] = {}
@@ -287,7 +289,7 @@ def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, 
             runtime[label] = {**pretimed[label][0].to_json(), "of": pretimed[label][1]}
             continue
         if prune and times and not _nccl_timed(plans[label], as_xml):
-            floor, why = _floor_prune(plans[label], topology, times)
+            floor, why = _floor_prune(plans[label], topology, times, floor_of)
             if why:
                 skipped[label] = why
                 if floors is not None:
@@ -314,8 +316,8 @@ def _nccl_timed(schedule: Schedule, as_xml: bool) -> bool:
     return not as_xml and ("nccl" in schedule.meta or "nccl_models" in schedule.meta)
 
 
-def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
-                 ) -> tuple[float, str]:
+def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float],
+                 floor_of: Any = None) -> tuple[float, str]:
     """``(floor, why)``: why ``schedule`` cannot win, when the runtime floor of its MSCCL XML
     lowering is above the best of ``times`` ('' otherwise, and when it has no lowering: its
     timing says why).
@@ -328,8 +330,8 @@ def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
         return 0.0, ""
     coll = schedule.collective
     try:
-        program = lowering_of(schedule)
-        floor = runtime_floor(program, topology, int(coll.size), coll.group)
+        floor = floor_of(schedule, topology) if floor_of else \
+            runtime_floor(lowering_of(schedule), topology, int(coll.size), coll.group)
     except TacosError:
         return 0.0, ""
     best = min(times, key=lambda k: (times[k], k))

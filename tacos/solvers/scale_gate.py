@@ -16,8 +16,16 @@ seconds to minutes.  There the portfolio goes through a :class:`ScaleGate`:
   ranking time does not depend on the channel count of its link-level plan, but that plan's
   transfers grow with it (NCCL's search over 1, 2, 4 and 8 channels on 1,024 GPUs: 15.7
   million transfers); the channel count built and those not built are in ``skipped``.
+* **A synthesized plan whose runtime floor is above NCCL's fastest model is not timed in
+  full** (:func:`tacos.solvers.auto_floor.runtime_floor`: one pass of the runtime model with
+  every connection at its full rate); the portfolio's ranking leaves it out from the same
+  floor.
 * **A plan already verified or ranked is not verified or ranked again**: the command line's
-  report reuses the winner's runtime-model time (:func:`ranked_runtime`).
+  verification and report reuse the winner's verification (:func:`verified_report`) and its
+  runtime-model time (:func:`ranked_runtime`).
+* **Written as MSCCL XML** (``tacosc -o plan.xml``), NCCL's algorithms are ranked by their own
+  XML lowering, so all are built, the ring within the transfer budget; the runtime-shaped
+  ranking is :mod:`tacos.solvers.scale_shaped`.
 
 Everything the gate decides is in the portfolio's ``skipped`` entries; naming candidates
 (``-O candidates=...``) runs the full portfolio at any size.
@@ -28,7 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tacos.check.verify import VerifyReport, verify_schedule
+from tacos.check.verify import VerifyReport
+from tacos.check.verify_once import verified
 from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
@@ -54,11 +63,19 @@ def scale_gate(topology: Topology, collective: Collective, *,
     return ScaleGate(n, emit)
 
 
+def verified_report(schedule: Schedule) -> VerifyReport | None:
+    """The verification the last gate made of ``schedule``'s plan (None when it was not the
+    winner of a gated portfolio run): the same transfers, so the same report."""
+    if _LAST.get("transfers") is schedule.transfers and schedule.meta.get("auto"):
+        return _LAST.get("report")
+    return None
+
+
 def ranked_runtime(schedule: Schedule) -> tuple[Any, str] | None:
     """The runtime-model ``(estimate, note)`` the last gate ranked ``schedule``'s plan by
     (None when it was not the winner of a gated portfolio run)."""
     if _LAST.get("transfers") is schedule.transfers and schedule.meta.get("auto"):
-        return _LAST["runtime"]
+        return _LAST.get("runtime")
     return None
 
 
@@ -70,12 +87,13 @@ class ScaleGate:
     emit: str
     _reports: dict[int, VerifyReport] = field(default_factory=dict)
     _runtimes: dict[tuple[int, bool], tuple[Any, str]] = field(default_factory=dict)
+    _floors: dict[int, float] = field(default_factory=dict)
 
     def verify(self, schedule: Schedule) -> VerifyReport:
-        """:func:`verify_schedule`, once per plan."""
+        """:func:`~tacos.check.verify_once.verified`, kept for the winner's report."""
         key = id(schedule)
         if key not in self._reports:
-            self._reports[key] = verify_schedule(schedule)
+            self._reports[key] = verified(schedule)
         return self._reports[key]
 
     def runtime_of(self, schedule: Schedule, topology: Topology, *, as_xml: bool = False
@@ -89,10 +107,44 @@ class ScaleGate:
         return self._runtimes[key]
 
     def remember(self, schedule: Schedule) -> None:
-        """Keep the winner's runtime estimate for the report (:func:`ranked_runtime`)."""
+        """Keep the winner's verification and runtime estimate for the command line's check
+        and report (:func:`verified_report`, :func:`ranked_runtime`)."""
+        _LAST.clear()
+        if id(schedule) in self._reports:
+            _LAST.update(transfers=schedule.transfers, report=self._reports[id(schedule)])
         if (id(schedule), False) in self._runtimes and not self.emit:
             _LAST.update(transfers=schedule.transfers,
                          runtime=self._runtimes[(id(schedule), False)])
+
+    def floor_of(self, schedule: Schedule, topology: Topology) -> float:
+        """The runtime floor of ``schedule``'s MSCCL XML lowering
+        (:func:`tacos.solvers.auto_floor.runtime_floor`), once per plan; 0.0 when it has none
+        (in-switch groups, or a lowering the runtime model cannot time)."""
+        key = id(schedule)
+        if key not in self._floors:
+            from tacos.runtime.plans import lowering_of
+            from tacos.solvers.auto_floor import runtime_floor
+
+            floor = 0.0
+            if all(t.group is None for t in schedule.transfers):
+                coll = schedule.collective
+                try:
+                    floor = runtime_floor(lowering_of(schedule), topology, int(coll.size),
+                                          coll.group)
+                except TacosError:
+                    floor = 0.0
+            self._floors[key] = floor
+        return self._floors[key]
+
+    def shaped_times(self, topology: Topology, collective: Collective,
+                     plans: dict[str, Schedule], link_times: dict[str, float],
+                     skipped: dict[str, str]
+                     ) -> tuple[dict[str, float], dict[str, Any], str] | None:
+        """The ranking by runtime-shaped MSCCL XML, one plan at a time
+        (:func:`tacos.solvers.scale_shaped.shaped_ranking`)."""
+        from tacos.solvers.scale_shaped import shaped_ranking
+
+        return shaped_ranking(topology, collective, plans, link_times, skipped)
 
     def nccl(self, topology: Topology, collective: Collective, plans: dict[str, Schedule],
              skipped: dict[str, str], *, sys_: Any = None
@@ -100,25 +152,25 @@ class ScaleGate:
         """NCCL's algorithms that can beat the best synthesized plan in ``plans``, as
         :func:`tacos.solvers.nccl.solver.nccl_best` returns them (name of the fastest in NCCL's
         model, its schedule when built, every schedule built); the others are listed in
-        ``skipped``.  None when the gate cannot rank NCCL ahead of building it (the plan is
-        written as MSCCL XML, or no synthesized plan has a runtime time): the caller then
-        builds every NCCL algorithm."""
+        ``skipped``.  Written as MSCCL XML (``emit``), every algorithm is built (the ring within
+        the budget): the XML lowering ranks them.  None when the gate cannot rank NCCL ahead of
+        building it (no synthesized plan has a runtime time): the caller then builds every
+        NCCL algorithm."""
         from tacos.runtime.plans import nccl_runtime
         from tacos.solvers.nccl.lower import check_standard
         from tacos.solvers.nccl.solver import nccl_algorithms, nccl_schedule
         from tacos.solvers.nccl.system import system
 
-        if self.emit:
-            return None
-        best = self._best_synthesized(topology, plans)
-        if best is None:
-            return None
-        label, bound = best
         check_standard(collective, "NCCL")
         sys_ = sys_ or system(topology, collective.group)
         names = nccl_algorithms(sys_, collective)
         if not names:
             raise TacosError(f"NCCL has no algorithm for {collective.label()}")
+        if self.emit:  # ranked by their own XML lowering: every algorithm is built
+            built = {name: self._build(name, topology, collective, sys_, skipped,
+                                       nccl_schedule) for name in names}
+            first = min(names, key=lambda a: (built[a].makespan, a))  # as nccl_best chooses
+            return first, built[first], built
         times: dict[str, float] = {}
         for name in names:
             try:
@@ -126,6 +178,10 @@ class ScaleGate:
                                            collective.group, name).time
             except (TacosError, KeyError, ValueError):
                 times[name] = 0.0  # no model time: cannot be ranked ahead, so it is built
+        best = self._best_synthesized(topology, plans, min(times.values()))
+        if best is None:
+            return None
+        label, bound = best
         from tacos.model.units import format_time
 
         built: dict[str, Schedule] = {}
@@ -140,14 +196,23 @@ class ScaleGate:
         first = min(names, key=lambda a: (times[a], a))
         return first, built.get(first), built
 
-    def _best_synthesized(self, topology: Topology, plans: dict[str, Schedule]
-                          ) -> tuple[str, float] | None:
+    def _best_synthesized(self, topology: Topology, plans: dict[str, Schedule],
+                          fastest: float) -> tuple[str, float] | None:
+        """The verified synthesized plan with the least runtime-model time, and that time.
+        A plan whose runtime floor is above ``fastest`` (NCCL's fastest model) is not timed:
+        it cannot win, and the portfolio's ranking says so from the same floor; when every
+        plan is left out so, ``(label, inf)`` (NCCL's algorithms are then all built).  None
+        when no plan has a runtime time."""
         out: tuple[str, float] | None = None
         for label in sorted(plans):
             if not self.verify(plans[label]).ok:
                 continue
+            if fastest > 0 and self.floor_of(plans[label], topology) > fastest:
+                out = out or (label, float("inf"))
+                continue
             est, _ = self.runtime_of(plans[label], topology)
-            if est is not None and (out is None or est.time < out[1]):
+            if est is not None and (out is None or out[1] == float("inf")
+                                    or est.time < out[1]):
                 out = (label, est.time)
         return out
 
