@@ -27,10 +27,11 @@ SHAPED_CASES = [
     pytest.param((TORUS, "allreduce", 18 * MiB), marks=pytest.mark.slow, id="torus-3x3x2"),
     pytest.param(('topology "t"\ntorus t[4, 4] 50GiB/s 0.5us\n', "allreduce", 1 * MiB),
                  marks=pytest.mark.slow, id="torus-4x4"),
-    pytest.param(("use dgx_a100(nodes=2)", "allgather", 16 * MiB), id="dgx-a100-2"),
+    pytest.param(("use dgx_a100(nodes=2)", "allgather", 16 * MiB), marks=pytest.mark.slow,
+                 id="dgx-a100-2"),
     pytest.param(('topology "ring"\nbiring r[8] 100GB/s 1us\n', "allreduce", 64 * 1024),
                  id="ring-8"),
-    pytest.param((MESH, "allreduce", 9 * MiB), id="mesh-3x3"),
+    pytest.param((MESH, "allreduce", 9 * MiB), marks=pytest.mark.slow, id="mesh-3x3"),
 ]
 
 
