@@ -147,14 +147,7 @@ def xgmi_allreduce(nodes: list[list[int]], cycles: Sequence[Sequence[int]], k: i
     for n, members in enumerate(nodes):
         peer_node = nodes[1 - n]
         for g, r in enumerate(members):
-            tbs: dict[int, _Tb] = {}
-            ring_tb: dict[tuple[int, int], _Tb] = {}
-            for i, (ci, order) in enumerate(rings):
-                q = order.index(g)
-                nxt, prv = members[order[(q + 1) % g_size]], members[order[(q - 1) % g_size]]
-                for c in range(k):
-                    tb = _Tb(len(tbs), nxt, prv, ci * k + c)
-                    tbs[tb.id] = ring_tb[(i, c)] = tb
+            tbs, ring_tb = _ring_tbs(members, g, rings, k)
             peer = peer_node[g]
             send = [_Tb(len(tbs) + j, peer, -1, j) for j in range(rail_tbs)]
             recv = [_Tb(len(tbs) + rail_tbs + j, -1, peer, j) for j in range(rail_tbs)]
@@ -235,14 +228,7 @@ def xgmi_allgather(nodes: list[list[int]], cycles: Sequence[Sequence[int]], k: i
     ranks: dict[int, dict[int, _Tb]] = {}
     for n, members in enumerate(nodes):
         for g, r in enumerate(members):
-            tbs: dict[int, _Tb] = {}
-            ring_tb: dict[tuple[int, int], _Tb] = {}
-            for i, (ci, order) in enumerate(rings):
-                q = order.index(g)
-                nxt, prv = members[order[(q + 1) % g_size]], members[order[(q - 1) % g_size]]
-                for c in range(k):
-                    tb = _Tb(len(tbs), nxt, prv, ci * k + c)
-                    tbs[tb.id] = ring_tb[(i, c)] = tb
+            tbs, ring_tb = _ring_tbs(members, g, rings, k)
             arrived: dict[tuple[int, int, int], Wait] = {}
             for v in (v for v in range(m_nodes) if v != n):
                 peer = nodes[v][g]
@@ -401,3 +387,20 @@ def xgmi_candidates(topology: Topology, collective: Collective,
     parts = parts_for_size(int(nbytes or collective.size), blocks)
     return {FAMILY: XgmiRings(collective, tuple(tuple(n) for n in nodes),
                               tuple(tuple(c) for c in cycles), parts=parts)}
+
+
+def _ring_tbs(members: Sequence[int], g: int, rings: Sequence[tuple[int, Sequence[int]]],
+              k: int) -> tuple[dict[int, _Tb], dict[tuple[int, int], _Tb]]:
+    """The ring thread blocks of the node's ``g``-th rank: ``k`` channels per ring, each
+    sending to its next rank and receiving from its previous one on ring ``i``'s channels
+    (by id, and by ``(ring, channel)``)."""
+    tbs: dict[int, _Tb] = {}
+    ring_tb: dict[tuple[int, int], _Tb] = {}
+    size = len(members)
+    for i, (ci, order) in enumerate(rings):
+        q = order.index(g)
+        nxt, prv = members[order[(q + 1) % size]], members[order[(q - 1) % size]]
+        for c in range(k):
+            tb = _Tb(len(tbs), nxt, prv, ci * k + c)
+            tbs[tb.id] = ring_tb[(i, c)] = tb
+    return tbs, ring_tb
