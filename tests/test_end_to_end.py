@@ -21,11 +21,12 @@ from tacos.synthesize import synthesize
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.tdl"))
 BIG = 32  # examples with this many live NPUs or more run every collective only in the slow run
+SLOW_EXAMPLES = ("reshard_p3", "hypercube", "composition")  # 0.5-0.7 s each
 MSCCL_KINDS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce")
 
 
 def _sized(example: Path):
-    if len(tacos.load(example).topology.live_npus) >= BIG:
+    if len(tacos.load(example).topology.live_npus) >= BIG or example.stem in SLOW_EXAMPLES:
         return pytest.param(example, marks=pytest.mark.slow, id=example.stem)
     return pytest.param(example, id=example.stem)
 

@@ -41,7 +41,7 @@ def _solve(topo, coll, seed, **opts):
 
 
 @pytest.mark.parametrize("name", sorted(SYSTEMS))
-@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("k", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_same_schedule_bytes(name, k, monkeypatch):
     topo = tacos.parse(SYSTEMS[name]).topology
     n = len(topo.live_npus)

@@ -28,8 +28,9 @@ def _first_match(rows, kind: str, nbytes: int):
 
 
 @pytest.mark.parametrize("preset", [
-    "dgx1()", "dgx2_node()", "dgx2(nodes=2)", "dgx_a100_node()", "dgx_a100(nodes=2)",
-    "dgx_h100_node()", "dgx_h100(nodes=2)", "mi250_node()", "mi250(nodes=2)", "ndv2()",
+    "dgx1()", "dgx2_node()", pytest.param("dgx2(nodes=2)", marks=pytest.mark.slow),
+    "dgx_a100_node()", "dgx_a100(nodes=2)", "dgx_h100_node()", "dgx_h100(nodes=2)",
+    "mi250_node()", pytest.param("mi250(nodes=2)", marks=pytest.mark.slow), "ndv2()",
     "ndv2(nodes=2)", "ndv4()", "ndv4(nodes=2)", "p3_8xlarge_node()", "p3_8xlarge(nodes=2)",
     "tpu_v4()"])
 def test_rules_parse_cover_all_sizes_and_agree_with_the_model(preset):

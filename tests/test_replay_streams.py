@@ -24,7 +24,7 @@ PRESETS = Path(tacos.__file__).parent / "presets"
 
 
 @pytest.mark.parametrize("kind,nbytes", [
-    ("allreduce", 64 << 10),
+    pytest.param("allreduce", 64 << 10, marks=pytest.mark.slow),  # ~2 s
     pytest.param("allreduce", 64 << 20, marks=pytest.mark.slow),  # a 32-instance ring
     ("allgather", 1 << 20)])
 def test_emitted_plan_agrees_with_the_replay_within_ten_percent(kind, nbytes):

@@ -41,7 +41,8 @@ def test_steps_fuse_the_innermost_digits() -> None:
         (1, "allgather"), (0, "allgather")]
 
 
-@pytest.mark.parametrize("system", [CLOS2, CLOS3], ids=["clos2", "clos3"])
+@pytest.mark.parametrize("system", [pytest.param(CLOS2, id="clos2"),
+                                    pytest.param(CLOS3, id="clos3", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("per_npu", [64, 2**16])
 def test_fused_plan_equals_full_synthesis_and_both_verifiers(system, per_npu: int) -> None:
     size = per_npu * system.n_npus * 2

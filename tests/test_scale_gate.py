@@ -40,7 +40,9 @@ def test_small_groups_and_named_candidates_run_the_full_portfolio():
     assert n * (n - 1) < scale_gate.SCALE_PAIRS
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c[1]}-{i}",
+                                               marks=[pytest.mark.slow] if i == 2 else [])
+                                  for i, c in enumerate(CASES)])
 def test_the_gate_keeps_the_winner_of_the_full_portfolio(case, monkeypatch):
     topo, coll = _problem(*case)
     full_winner, full_plan, full = _run(topo, coll)

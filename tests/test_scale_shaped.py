@@ -46,9 +46,10 @@ def _shaped(topo, coll):
                          emit="shaped", in_switch=False)
 
 
-@pytest.mark.parametrize("solver,instances", [
-    ("greedy", 1), ("greedy", 2), ("nccl-ring", 1), ("nccl-ring", 2), ("nccl-tree", 1),
-    ("hierarchical", 1), ("hierarchical", 2)])  # the tree needs > 32 channels at 2
+@pytest.mark.parametrize("solver,instances", [  # the tree needs > 32 channels at 2
+    ("greedy", 1), pytest.param("greedy", 2, marks=pytest.mark.slow), ("nccl-ring", 1),
+    pytest.param("nccl-ring", 2, marks=pytest.mark.slow), ("nccl-tree", 1),
+    pytest.param("hierarchical", 1, marks=pytest.mark.slow), ("hierarchical", 2)])
 def test_the_schedule_link_loads_are_those_of_its_lowering(solver, instances):
     topo, coll = _problem(TORUS, "allreduce", 18 << 16, chunks=2)
     sched = tacos.synthesize(topo, coll, solver=solver, trials=1, workers=1)
@@ -118,6 +119,7 @@ def test_a_plan_left_out_by_its_floor_is_not_lowered(monkeypatch):
     assert winner not in floor_skips
 
 
+@pytest.mark.slow
 def test_losing_plans_release_their_programs(monkeypatch):
     from tacos.runtime import msccl_exec
 
