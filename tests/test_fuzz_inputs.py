@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from cli_output import after_phases
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tacos.backends.json_schedule import to_document
@@ -106,7 +107,7 @@ def run_cli(args: list[str]) -> tuple[int, str]:
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert elapsed < SECONDS, (args, elapsed)
     assert grown < MEGABYTES, (args, grown)
-    text = err.getvalue() + out.getvalue()
+    text = after_phases(err.getvalue()) + out.getvalue()
     assert "internal error" not in text and "Traceback" not in text, text
     return code, text
 
