@@ -33,7 +33,6 @@ from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 
-PROTOCOLS = ("Simple", "LL", "LL128")
 RANK_INSTANCES = (1, 2, 4, 8)
 """The instance counts the ranking tries: those of the portfolio's own shaped ranking
 (``tacos.solvers.auto.RANK_INSTANCES``)."""
@@ -66,6 +65,7 @@ def port_floor(schedule: Schedule, topology: Topology) -> float:
     """Seconds no runtime-shaped MSCCL XML lowering of ``schedule`` can be under in the
     runtime model: the least over the protocols of
     :func:`tacos.msccl.shape_bounds.port_bound` of its :func:`schedule_link_bytes`."""
+    from tacos.msccl.shape import PROTOCOLS
     from tacos.msccl.shape_bounds import port_bound
 
     loads = schedule_link_bytes(schedule, topology)
