@@ -45,6 +45,17 @@ solver busy for as long.  Naming ``forest`` (``--solver forest``
 or ``-O candidates=...``) runs it at any size."""
 
 
+GC_PAUSE_MAX_GROUP = 64
+"""Largest group whose portfolio runs with Python's cyclic garbage collector paused.  The
+candidates' plans, lowerings and timings are millions of small objects that live until the
+portfolio ends; each full collection walked all of them again, and there were 8-10 of them:
+1.2 s of the 5.3 s of a 4x4x4 torus all-gather's compile, 2.2 of 8.7 s on the TPU-v4-like
+cube (``gc.callbacks``, one run each).  Reference counting still frees everything that forms no
+cycle; what does is freed after the run: 27 000 objects on the torus, 52 000 on the cube, for
+8-13 MiB more peak memory (``docs/benchmarks/everyday.md``).  Larger groups keep the collector
+on: their memory is the limit there, not this CPU."""
+
+
 def _synthesized(topology: Topology, collective: Collective, name: str,
                  options: dict[str, Any], greedy_chunks: bool = False) -> Schedule:
     """Run one synthesizer with the common options and those of its own it declares;
@@ -97,7 +108,29 @@ def run_portfolio(topology: Topology, collective: Collective, *,
     groups), only the winner's link-level NCCL schedule is built
     (:mod:`tacos.solvers.auto_nccl`; ``facts['link_times']`` then lists the plans built);
     ``build_nccl`` builds them all.
+
+    On groups of at most :data:`GC_PAUSE_MAX_GROUP` NPUs the run pauses Python's cyclic
+    garbage collector (:func:`tacos.nogc.paused_gc`; see that constant).
     """
+    if len(collective.group) > GC_PAUSE_MAX_GROUP:
+        return _run_portfolio(topology, collective, candidates=candidates, fuse=fuse,
+                              nccl_system=nccl_system, keep_plans=keep_plans,
+                              greedy_chunks=greedy_chunks, in_switch=in_switch, emit=emit,
+                              build_nccl=build_nccl, **options)
+    from tacos.nogc import paused_gc
+
+    with paused_gc(aged=True):
+        return _run_portfolio(topology, collective, candidates=candidates, fuse=fuse,
+                              nccl_system=nccl_system, keep_plans=keep_plans,
+                              greedy_chunks=greedy_chunks, in_switch=in_switch, emit=emit,
+                              build_nccl=build_nccl, **options)
+
+
+def _run_portfolio(topology: Topology, collective: Collective, *,
+                   candidates: tuple[str, ...] | None, fuse: bool, nccl_system: Any,
+                   keep_plans: bool, greedy_chunks: bool, in_switch: bool, emit: str,
+                   build_nccl: bool, **options: Any) -> tuple[str, Schedule, dict[str, Any]]:
+    """:func:`run_portfolio`, run."""
     again = dict(candidates=candidates, fuse=fuse, nccl_system=nccl_system,
                  keep_plans=keep_plans, greedy_chunks=greedy_chunks, in_switch=in_switch,
                  emit=emit, build_nccl=True, **options)

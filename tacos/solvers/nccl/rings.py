@@ -145,6 +145,19 @@ def _intra_rings(system: System, members: Sequence[int], *, seed: int = 0,
     lanes, switched = _lanes(system, members)
     if not lanes:
         return [members]  # behind a switch: every order is a ring, channels share it
+    from tacos.solvers.nccl.search_cache import remembered_rings
+
+    inputs = {"members": members, "lanes": sorted([u, w, c] for (u, w), c in lanes.items()),
+              "switched": sorted([u, w] for u, w in switched), "seed": seed, "limit": limit,
+              "attempts": ATTEMPTS, "budget": BUDGET}
+    return remembered_rings(inputs, members,
+                            lambda: _searched(members, lanes, switched, seed=seed, limit=limit))
+
+
+def _searched(members: list[int], lanes: dict[tuple[int, int], int],
+              switched: set[tuple[int, int]], *, seed: int, limit: int) -> list[list[int]]:
+    """:func:`_intra_rings` over the direct ``lanes`` between ``members`` (sorted, more than
+    two), by search."""
     cap = min(min(sum(c for (u, _), c in lanes.items() if u == v),
                   sum(c for (_, w), c in lanes.items() if w == v)) for v in members)
     best: list[list[int]] = []

@@ -1,0 +1,98 @@
+"""NCCL's ring search, remembered on disk across processes.
+
+NCCL itself can save the result of its topology search and load it instead of searching
+again (``NCCL_GRAPH_DUMP_FILE`` / ``NCCL_GRAPH_FILE``).  tacos's ring search
+(:func:`tacos.solvers.nccl.rings.intra_rings`) is a deterministic function of the lanes it
+searches, the members, the seed and the channel limit, and of its own code; on a 4x4x4 torus it
+takes most of a second (most of its 37 depth-first searches exhaust their step budget), which
+every default compile of the same topology used to pay again.
+
+:func:`remembered_rings` keeps each answer in a small JSON file named by a SHA-256 of everything
+the answer depends on: the inputs, the source of the modules that compute it (so an edit of the
+search never reads an older answer) and Python's version (whose ``random`` draws it).  A file
+that cannot be read, does not parse or does not have the answer's shape is ignored and the
+answer computed again; one that cannot be written is not written.  Errors are never stored.
+
+Where: ``$TACOS_CACHE_DIR`` when set (``off`` or empty: no cache), else
+``$XDG_CACHE_HOME/tacos`` (``~/.cache/tacos``), sub-folder ``nccl-rings``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+#: modules whose code decides a ring search's answer (their source is part of the key)
+_SOURCES = ("rings.py", "../lowering/hops.py")
+FORMAT = 1
+
+
+def cache_dir() -> Path | None:
+    """The folder answers are kept in, None when the cache is off."""
+    env = os.environ.get("TACOS_CACHE_DIR")
+    if env is not None:
+        return None if env.strip().lower() in ("", "off", "0", "no") else Path(env) / "nccl-rings"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tacos" / "nccl-rings"
+
+
+@cache
+def _code_hash() -> str:
+    """SHA-256 of the searching modules' source."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in _SOURCES:
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()
+
+
+def key_of(kind: str, inputs: Any) -> str:
+    """The file name (hex SHA-256) of ``kind``'s answer for the JSON-able ``inputs``."""
+    text = json.dumps([FORMAT, kind, _code_hash(), list(sys.version_info[:2]), inputs],
+                      sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _is_rings(value: Any, members: list[int]) -> bool:
+    """Whether ``value`` has the shape of a ring search's answer over ``members``."""
+    want = sorted(members)
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(r, list) and all(isinstance(x, int) for x in r) and sorted(r) == want
+        for r in value)
+
+
+def remembered_rings(inputs: dict[str, Any], members: list[int],
+                     compute: Callable[[], list[list[int]]]) -> list[list[int]]:
+    """The rings ``compute()`` gives for ``inputs`` (which must determine them), read from the
+    cache when there, else computed and stored (see module doc)."""
+    folder = cache_dir()
+    if folder is None:
+        return compute()
+    path = folder / f"{key_of('intra_rings', inputs)}.json"
+    try:
+        got = json.loads(path.read_text())
+        if _is_rings(got, members):
+            return got
+    except (OSError, ValueError):
+        pass
+    rings = compute()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    except OSError:
+        return rings
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(rings, fh, separators=(",", ":"))
+        os.replace(tmp, path)  # atomic: a reader sees the whole file or none
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+    return rings
