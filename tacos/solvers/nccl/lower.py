@@ -201,11 +201,91 @@ def best_of(settings: Iterable[dict], build: Callable[[dict], Schedule]) -> Cand
     best: Candidate | None = None
     for setting in settings:
         sched = build(setting)
-        if best is None or sched.makespan < best.schedule.makespan * (1 - 1e-12):
+        if best is None or sched.makespan < best.schedule.makespan * (1 - BEST_OF_RTOL):
             best = Candidate(dict(setting), sched)
     if best is None:
         raise TacosError("no setting to try")
     return best
+
+
+#: relative tolerance of :func:`best_of`'s comparison (a setting must be faster by more)
+BEST_OF_RTOL = 1e-12
+#: relative rounding margin of :func:`egress_floor`
+FLOOR_RTOL = 1e-9
+
+
+def best_of_bounded(settings: Sequence[dict], build: Callable[[dict], Schedule],
+                    floor: Callable[[dict], float]) -> Candidate:
+    """:func:`best_of`'s answer, without building the settings whose ``floor`` (a lower bound
+    on the makespan ``build`` gives them) shows they cannot be it.
+
+    The last setting (the most channels: the likely winner) is built first, then the others
+    by increasing floor; one whose floor is above the best makespan built so far over
+    ``1 - BEST_OF_RTOL`` is not built.  Why the answer is :func:`best_of`'s: let ``m`` be
+    the least makespan built and ``b`` the first setting with it.  When every other setting's
+    makespan (built) or floor (not built) is above ``m / (1 - BEST_OF_RTOL)``, the scan of
+    :func:`best_of` replaces whatever it holds by ``b`` when it reaches ``b`` (its makespan
+    is below that one's times ``1 - BEST_OF_RTOL``), and nothing after ``b`` replaces it (it
+    would have to be faster than ``m``): the scan returns ``b``.  Otherwise (near-ties) the
+    settings not built are built and :func:`best_of` runs on all of them, so the answer is
+    always the scan's."""
+    settings = list(settings)
+    if len(settings) < 2:
+        return best_of(settings, build)
+    built: dict[int, Schedule] = {}
+    floors: dict[int, float] = {}
+    last = len(settings) - 1
+    built[last] = build(settings[last])
+    rest = [(floor(settings[i]), i) for i in range(last)]
+    for lb, i in sorted(rest):
+        best = min(sch.makespan for sch in built.values())
+        if lb > best / (1 - BEST_OF_RTOL):
+            floors[i] = lb
+            continue
+        built[i] = build(settings[i])
+    m = min(sch.makespan for sch in built.values())
+    b = min(i for i, sch in built.items() if sch.makespan == m)
+    apart = m / (1 - BEST_OF_RTOL)
+    if all(sch.makespan > apart for i, sch in built.items() if i != b) and \
+            all(lb > apart for lb in floors.values()):
+        return Candidate(dict(settings[b]), built[b])
+    done = {id(settings[i]): sch for i, sch in built.items()}
+
+    def again(setting: dict) -> Schedule:
+        got = done.get(id(setting))
+        return got if got is not None else build(setting)
+
+    return best_of(settings, again)
+
+
+def egress_floor(graph, topology, collective: Collective, program: Iterable[Msg]) -> float:
+    """A lower bound on the makespan of ``program`` as :class:`Lowering` times it: every
+    message's first hop holds a lane of a link out of its source for at least the fastest
+    candidate hop's time (α + bytes / bandwidth; parts sent one by one only add α's), and the
+    links those hops can start on have so many lanes, so the last of the source's first hops
+    ends no earlier than their total time over those lanes.  0 when a route is missing.
+    The figure is lowered by :data:`FLOOR_RTOL` of itself: the lowering adds the same times
+    in another order, and a schedule bound only by its sources' egress (a ring on a torus)
+    ends exactly there, up to rounding."""
+    sizes = collective.chunks
+    load: dict[int, float] = {}
+    firsts: dict[int, set[int]] = {}
+    for msg in program:
+        if msg.src == msg.dst or not msg.chunks:
+            continue
+        route = graph.route(msg.src, msg.dst)
+        if route is None or len(route) < 2:
+            return 0.0
+        a = route[0]
+        hops = graph.hops(a).get(route[1], ())
+        if not hops or any(not h.links or topology.links[h.links[0]].src != a for h in hops):
+            return 0.0
+        nbytes = sum(sizes[c].size for c in msg.chunks)
+        load[a] = load.get(a, 0.0) + min(h.time(nbytes) for h in hops)
+        firsts.setdefault(a, set()).update(h.links[0] for h in hops)
+    return (1 - FLOOR_RTOL) * max((total / sum(topology.links[li].multiplicity
+                                               for li in firsts[a])
+                                   for a, total in load.items()), default=0.0)
 
 
 def pipeline_depths(nbytes: float, depth: int, hop: tuple[float, float], cap: int

@@ -43,7 +43,8 @@ from tacos.solvers.lowering.program import Msg
 from tacos.solvers.nccl.lower import (
     MAX_TRANSFERS,
     GroupLowering,
-    best_of,
+    best_of_bounded,
+    egress_floor,
     interleave,
     member_chunks,
     powers_of_two,
@@ -313,6 +314,19 @@ def ring_schedule(system: System, collective: Collective, channels: int, slices:
                               "slices": slices, "rings": [list(r) for r in rings[:4]]})
 
 
+def ring_floor(system: System, collective: Collective, channels: int, slices: int = 1,
+               *, seed: int = 0) -> float:
+    """A lower bound on ``ring_schedule(system, collective, channels, slices).makespan``
+    (:func:`~tacos.solvers.nccl.lower.egress_floor` of its program): with one channel on a
+    torus every rank sends all it forwards down one link."""
+    if collective.kind not in KINDS:
+        return 0.0
+    coll = refine(collective, channels * slices)
+    rings = channel_rings(system, channels, seed=seed)
+    return egress_floor(system.graph, system.topology, coll,
+                        ring_program(collective.kind, rings, coll, slices))
+
+
 def nccl_ring(system: System, collective: Collective, *, seed: int = 0,
               channels: int | None = None) -> Schedule:
     """NCCL's ring for ``collective``, at the channel count (and pipeline depth) the model
@@ -329,7 +343,9 @@ def nccl_ring(system: System, collective: Collective, *, seed: int = 0,
             settings += [{"channels": c, "slices": s} for s in powers_of_two(min(64, cap))]
         else:
             settings.append({"channels": c, "slices": 1})
-    best = best_of(settings, lambda s: ring_schedule(system, collective, s["channels"],
-                                                     s["slices"], seed=seed))
+    best = best_of_bounded(settings, lambda s: ring_schedule(system, collective, s["channels"],
+                                                             s["slices"], seed=seed),
+                           lambda s: ring_floor(system, collective, s["channels"], s["slices"],
+                                                seed=seed))
     best.schedule.meta["tuned"] = best.setting
     return best.schedule
