@@ -27,9 +27,11 @@ NOT_ONE_COLLECTIVE = {"reshard_p3", "jobs_fattree", "multijob_fattree", "multite
 MAX_NPUS = 64
 
 
-def _run(argv: list[str], cwd: Path = ROOT) -> tuple[float, float, str]:
+def _run(argv: list[str], cwd: Path = ROOT, save: Path | None = None
+         ) -> tuple[float, float, str]:
     """(CPU seconds, wall seconds, last output line) of one run of ``argv`` in ``cwd`` (whose
-    ``tacos`` package ``python -m tacos`` runs)."""
+    ``tacos`` package ``python -m tacos`` runs); ``save``: a file its standard output goes
+    to."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd,
@@ -37,6 +39,9 @@ def _run(argv: list[str], cwd: Path = ROOT) -> tuple[float, float, str]:
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if save is not None:
+        save.parent.mkdir(parents=True, exist_ok=True)
+        save.write_text(done.stdout)
     text = (done.stdout.strip() or done.stderr.strip()).splitlines()
     last = next((line for line in text if "won" in line or line.startswith("wrote ")),
                 text[-1] if text else "")
@@ -74,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default="",
                         help="a checkout (e.g. `git archive` of an earlier commit) whose tacos "
                              "runs each command first, in the same run")
+    parser.add_argument("--save", default="",
+                        help="a folder: each command's full output is written to "
+                             "SAVE/after/LABEL.txt (and SAVE/before/LABEL.txt), to be diffed")
     args = parser.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
     print(f"machine: {platform.machine()} {os.cpu_count()} cores (shared), "
@@ -85,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     for label, cmd in commands():
         if only and not any(label.startswith(p) for p in only):
             continue
-        first = f" {_run(cmd, Path(args.before))[0]:.1f} |" if args.before else ""
-        cpu, wall, last = _run(cmd)
+        save = Path(args.save) if args.save else None
+        name = label.split(" (")[0].replace(" ", "_") + ".txt"
+        first = f" {_run(cmd, Path(args.before), save and save / 'before' / name)[0]:.1f} |" \
+            if args.before else ""
+        cpu, wall, last = _run(cmd, ROOT, save and save / "after" / name)
         print(f"| {label} |{first} {cpu:.1f} | {wall:.1f} | {last[:110]} |", flush=True)
     return 0
 

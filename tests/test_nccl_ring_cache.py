@@ -23,7 +23,7 @@ def _fresh_rings():
 
 
 def test_cached_rings_are_the_searched_ones_and_are_read_back(tmp_path, monkeypatch):
-    monkeypatch.setenv("TACOS_CACHE_DIR", "off")
+    monkeypatch.setenv("TACOS_CACHE_DIR", "")
     searched = _fresh_rings()
     monkeypatch.setenv("TACOS_CACHE_DIR", str(tmp_path))
     assert _fresh_rings() == searched  # computed and stored
@@ -48,7 +48,9 @@ def test_a_damaged_file_is_searched_again(tmp_path, monkeypatch, damage):
 
 
 def test_cache_off_writes_nothing_and_the_key_follows_the_inputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("TACOS_CACHE_DIR", "off")
+    monkeypatch.delenv("TACOS_CACHE_DIR", raising=False)  # the user cache folder
+    assert search_cache.cache_dir().parts[-2:] == ("tacos", "nccl-rings")
+    monkeypatch.setenv("TACOS_CACHE_DIR", "")
     assert search_cache.cache_dir() is None
     _fresh_rings()
     assert not any(tmp_path.iterdir())

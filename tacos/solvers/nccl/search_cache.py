@@ -13,8 +13,8 @@ search never reads an older answer) and Python's version (whose ``random`` draws
 that cannot be read, does not parse or does not have the answer's shape is ignored and the
 answer computed again; one that cannot be written is not written.  Errors are never stored.
 
-Where: ``$TACOS_CACHE_DIR`` when set (``off`` or empty: no cache), else
-``$XDG_CACHE_HOME/tacos`` (``~/.cache/tacos``), sub-folder ``nccl-rings``.
+Where: sub-folder ``nccl-rings`` of ``$TACOS_CACHE_DIR`` when set (empty: no cache), else of
+the user cache folder (``~/.cache/tacos``), as for the TDL parser's cache.
 """
 
 from __future__ import annotations
@@ -35,12 +35,18 @@ FORMAT = 1
 
 
 def cache_dir() -> Path | None:
-    """The folder answers are kept in, None when the cache is off."""
-    env = os.environ.get("TACOS_CACHE_DIR")
-    if env is not None:
-        return None if env.strip().lower() in ("", "off", "0", "no") else Path(env) / "nccl-rings"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tacos" / "nccl-rings"
+    """The folder answers are kept in, None when the cache is off: as for the TDL parser
+    (``frontends.tdl_parser.grammar_cache_file``), ``$TACOS_CACHE_DIR`` when set (empty: off),
+    else the user cache folder (``~/.cache/tacos``)."""
+    folder = os.environ.get("TACOS_CACHE_DIR")
+    if folder is None:
+        try:
+            import platformdirs
+
+            folder = platformdirs.user_cache_dir("tacos", appauthor=False)
+        except Exception:  # noqa: BLE001 - no cache folder: search each time
+            return None
+    return Path(folder) / "nccl-rings" if folder else None
 
 
 @cache
