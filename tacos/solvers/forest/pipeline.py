@@ -258,15 +258,19 @@ class _GroupView:
         return i, j, e, tuple(self.chunks[lo:hi].tolist()), self.sums[hi] - self.sums[lo]
 
 
-JIT_MIN_WORK = 2_000
-"""Rounds times hops below which :func:`emit` stays in Python while the compiled list
-schedule is not loaded yet (loading numba and the cached kernel costs about 0.3 s)."""
+JIT_MIN_WORK = 20_000
+"""Slices (tree edges times rounds) below which :func:`emit` stays in Python while the compiled
+list schedule is not loaded yet.  Loading numba and the cached kernel costs about 0.5-0.7 s of
+CPU, what the Python list schedule spends on some 60,000 transfers: a solve that times one
+schedule this large times 100,000 or more in all (2x DGX-2, 2x MI250: about 200,000, the
+second schedule 31,000-43,000), one that does not (2x/4x DGX-A100 and DGX-H100: 40,000-115,000,
+no schedule above 15,000) stays in Python."""
 
 
 def compiled(work: int) -> bool:
     """Whether :func:`emit` runs the compiled list schedule
     (:mod:`~tacos.solvers.forest.jit_emit`): numba is there, ``TACOS_JIT`` does not turn it
-    off, and the kernel is loaded already or ``work`` (rounds times hops) pays for loading it."""
+    off, and the kernel is loaded already or ``work`` (slices to time) pays for loading it."""
     from tacos.solvers.greedy import jit  # (the greedy's switch: numba there, TACOS_JIT)
 
     if not jit.available() or LOOKAHEAD:
@@ -456,7 +460,7 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     fixed = [tuple(c[0] for c in hop.links) if all(len(c) == 1 for c in hop.links) else None
              for hop in hops]
     if not steps and batch in (True, False) and None not in fixed and trees \
-            and compiled(sum(map(len, rounds)) * len(hops)):
+            and compiled(sum(len(t.edges) * len(r) for t, r in zip(trees, rounds, strict=True))):
         return _emit_compiled(trees, npu_of, rounds, chunk_bytes, hops, fixed, users, children,
                               free, scale, op, batch, stripe, ordered)
 
