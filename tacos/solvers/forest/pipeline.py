@@ -259,23 +259,29 @@ class _GroupView:
 
 
 JIT_MIN_WORK = 20_000
-"""Slices (tree edges times rounds) below which :func:`emit` stays in Python while the compiled
-list schedule is not loaded yet.  Loading numba and the cached kernel costs about 0.5-0.7 s of
-CPU, what the Python list schedule spends on some 60,000 transfers: a solve that times one
-schedule this large times 100,000 or more in all (2x DGX-2, 2x MI250: about 200,000, the
-second schedule 31,000-43,000), one that does not (2x/4x DGX-A100 and DGX-H100: 40,000-115,000,
-no schedule above 15,000) stays in Python."""
+"""Slices (tree edges times rounds) of one schedule below which :func:`emit` stays in Python
+while the compiled list schedule is not loaded yet.  Loading numba and the cached kernel costs
+about 0.5-0.7 s of CPU, what the Python list schedule spends on some 60,000 slices: a solve
+with one schedule this large on :data:`JIT_MIN_NODES` NPUs or more times about 200,000 in all
+(2x DGX-2, 2x MI250: the second schedule has 29,000-36,000); the solves that stay in Python
+time fewer (2x/4x DGX-A100 and DGX-H100: 40,000-118,000, no schedule above 15,000)."""
+JIT_MIN_NODES = 16
+"""NPUs a tree spans below which :func:`emit` stays in Python while the kernel is not loaded
+(small groups' solves time few large schedules: a 3x3 torus with one slow link has one of
+24,000 slices)."""
 
 
-def compiled(work: int) -> bool:
+def compiled(work: int, nodes: int = JIT_MIN_NODES) -> bool:
     """Whether :func:`emit` runs the compiled list schedule
     (:mod:`~tacos.solvers.forest.jit_emit`): numba is there, ``TACOS_JIT`` does not turn it
-    off, and the kernel is loaded already or ``work`` (slices to time) pays for loading it."""
+    off, and the kernel is loaded already or a schedule of ``work`` slices over trees of
+    ``nodes`` NPUs pays for loading it."""
     from tacos.solvers.greedy import jit  # (the greedy's switch: numba there, TACOS_JIT)
 
     if not jit.available() or LOOKAHEAD:
         return False
-    return "tacos.solvers.forest.jit_emit" in sys.modules or work >= JIT_MIN_WORK
+    return "tacos.solvers.forest.jit_emit" in sys.modules or (
+        work >= JIT_MIN_WORK and nodes >= JIT_MIN_NODES)
 
 
 def _emit_compiled(trees: list[Tree], npu_of: list[list[int]],
@@ -460,7 +466,8 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     fixed = [tuple(c[0] for c in hop.links) if all(len(c) == 1 for c in hop.links) else None
              for hop in hops]
     if not steps and batch in (True, False) and None not in fixed and trees \
-            and compiled(sum(len(t.edges) * len(r) for t, r in zip(trees, rounds, strict=True))):
+            and compiled(sum(len(t.edges) * len(r) for t, r in zip(trees, rounds, strict=True)),
+                         len(set(npu_of[0]))):
         return _emit_compiled(trees, npu_of, rounds, chunk_bytes, hops, fixed, users, children,
                               free, scale, op, batch, stripe, ordered)
 
