@@ -276,12 +276,12 @@ def compiled(work: int, nodes: int = JIT_MIN_NODES) -> bool:
     (:mod:`~tacos.solvers.forest.jit_emit`): numba is there, ``TACOS_JIT`` does not turn it
     off, and the kernel is loaded already or a schedule of ``work`` slices over trees of
     ``nodes`` NPUs pays for loading it."""
+    loaded = "tacos.solvers.forest.jit_emit" in sys.modules
+    if LOOKAHEAD or not loaded and (work < JIT_MIN_WORK or nodes < JIT_MIN_NODES):
+        return False  # (small solves never look for numba)
     from tacos.solvers.greedy import jit  # (the greedy's switch: numba there, TACOS_JIT)
 
-    if not jit.available() or LOOKAHEAD:
-        return False
-    return "tacos.solvers.forest.jit_emit" in sys.modules or (
-        work >= JIT_MIN_WORK and nodes >= JIT_MIN_NODES)
+    return jit.available()
 
 
 def _emit_compiled(trees: list[Tree], npu_of: list[list[int]],
