@@ -30,7 +30,9 @@ the solver tries both.  With ``batch='steps'`` (:func:`step_groups`) slices of d
 and rounds that share a hop at the same step go as one transfer: trees built to share hops
 (:mod:`~tacos.solvers.forest.shared`) then pay α once per step and hop instead of once per tree.
 :func:`make_transfer` is the one place that turns a hop into a
-:class:`~tacos.model.schedule.Transfer`.
+:class:`~tacos.model.schedule.Transfer`.  Large schedules without step merging run the same
+list schedule compiled (:mod:`~tacos.solvers.forest.jit_emit`, :func:`compiled`), which returns
+the same transfers as :class:`~tacos.model.columns.TransferColumns`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from tacos.solvers.forest.pack import Tree
 from tacos.solvers.forest.split import Path
 from tacos.solvers.forest.steps import StepTable, step_groups, step_table
 
-__all__ = ["Hop", "emit", "localize", "make_transfer", "slice_count", "step_groups"]
+__all__ = ["Hop", "compiled", "emit", "localize", "make_transfer", "slice_count", "step_groups"]
 
 
 @dataclass(frozen=True)
