@@ -31,6 +31,7 @@ class FlowNetwork:
         self.head: list[int] = []
         self.cap: list[int] = []
         self._smf = None
+        self._synced = 0  # arcs the C++ network holds (the first ones of ours)
         self._supers: dict[str, int] = {}
         self._super_arcs: dict[tuple[str, int], int] = {}
         if _has_ortools():
@@ -58,14 +59,14 @@ class FlowNetwork:
         """Change an arc's capacity."""
         cap = int(cap)
         self.cap[arc] = cap
-        if self._smf is not None and arc < self._smf.num_arcs():
+        if arc < self._synced:  # (later arcs take their capacity when they are synced)
             self._smf.set_arc_capacity(arc, cap)
 
     def _sync(self) -> None:
         smf = self._smf
-        have = smf.num_arcs()
-        for a in range(have, len(self.cap)):
+        for a in range(self._synced, len(self.cap)):
             smf.add_arc_with_capacity(self.tail[a], self.head[a], self.cap[a])
+        self._synced = len(self.cap)
 
     # -- queries ---------------------------------------------------------------------------
     def max_flow(self, sources: int | list[int], sinks: int | list[int],

@@ -139,11 +139,12 @@ class _Packer:
         """Try every arc out of ``x`` for tree ``t``; True when some arc joined it."""
         tree: Tree = t["tree"]
         grew = False
+        nodes, caps, enter, rank = t["nodes"], self.caps, self.enter, t["rank"]
         for y in self.succ[x]:
-            if y in t["nodes"] or self.caps[(x, y)] <= 0:
+            if y in nodes or caps[(x, y)] <= 0:
                 continue
-            entered = self.enter[(x, y)]
-            if entered >= 0 and (t["rank"] == 0 or (t["rank"] == 1 and entered in t["islands"])):
+            entered = enter[(x, y)]
+            if entered >= 0 and (rank == 0 or (rank == 1 and entered in t["islands"])):
                 continue  # enter an island once, then spread inside it
             units = self.test(t, x, y)
             if units == 0:
@@ -205,9 +206,11 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
         t["limit"] = ecc[t["tree"].root]
     done: list[Tree] = []
     idle = 0  # node expansions in a row that added nothing
+    n = len(compute)
     while trees:
         t = trees.popleft()
-        if not t["bfs"]:  # every node tried: try again from the shallowest, deeper if stuck
+        bfs = t["bfs"]
+        if not bfs:  # every node tried: try again from the shallowest, deeper if stuck
             if t.get("grew", True):
                 t["rank"] = 0
             elif t["rank"] < p.ranks:
@@ -216,18 +219,22 @@ def pack_trees(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGra
                 t["limit"] += 1
                 t["rank"] = 0
             t["grew"] = False
-            t["bfs"] = deque(sorted((v for v in t["nodes"] if t["depth"][v] < t["limit"]),
-                                    key=lambda v: (t["depth"][v], v)))
-        if t["bfs"]:
-            grew = p.expand(t, t["bfs"].popleft(), trees)
-            t["grew"] = t["grew"] or grew
-            idle = 0 if grew else idle + 1
-        if len(t["nodes"]) == len(compute):
+            depth, limit = t["depth"], t["limit"]
+            bfs = t["bfs"] = deque(sorted((v for v in t["nodes"] if depth[v] < limit),
+                                          key=lambda v: (depth[v], v)))
+        if bfs:
+            grew = p.expand(t, bfs.popleft(), trees)
+            if grew:
+                t["grew"] = True
+                idle = 0
+            else:
+                idle += 1
+        if len(t["nodes"]) == n:
             p.finish(t)
             done.append(t["tree"])
             idle = 0
             continue
-        if idle > 2 * len(compute) ** 2 * (len(trees) + 1):
+        if idle > 2 * n * n * (len(trees) + 1):
             raise RuntimeError(f"tree of root {t['tree'].root} cannot grow: the capacities do "
                                "not satisfy Edmonds' condition")
         if interleave:

@@ -30,15 +30,18 @@ the solver tries both.  With ``batch='steps'`` (:func:`step_groups`) slices of d
 and rounds that share a hop at the same step go as one transfer: trees built to share hops
 (:mod:`~tacos.solvers.forest.shared`) then pay α once per step and hop instead of once per tree.
 :func:`make_transfer` is the one place that turns a hop into a
-:class:`~tacos.model.schedule.Transfer`.
+:class:`~tacos.model.schedule.Transfer`.  Large schedules without step merging run the same
+list schedule compiled (:mod:`~tacos.solvers.forest.jit_emit`, :func:`compiled`), which returns
+the same transfers as :class:`~tacos.model.columns.TransferColumns`.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +51,7 @@ from tacos.solvers.forest.pack import Tree
 from tacos.solvers.forest.split import Path
 from tacos.solvers.forest.steps import StepTable, step_groups, step_table
 
-__all__ = ["Hop", "emit", "localize", "make_transfer", "slice_count", "step_groups"]
+__all__ = ["Hop", "compiled", "emit", "localize", "make_transfer", "slice_count", "step_groups"]
 
 
 @dataclass(frozen=True)
@@ -257,11 +260,128 @@ class _GroupView:
         return i, j, e, tuple(self.chunks[lo:hi].tolist()), self.sums[hi] - self.sums[lo]
 
 
+JIT_MIN_WORK = 20_000
+"""Slices (tree edges times rounds) of one schedule below which :func:`emit` stays in Python
+while the compiled list schedule is not loaded yet.  Loading numba and the cached kernel costs
+about 0.5-0.7 s of CPU, what the Python list schedule spends on some 60,000 slices: a solve
+with one schedule this large on :data:`JIT_MIN_NODES` NPUs or more times about 200,000 in all
+(2x DGX-2, 2x MI250: the second schedule has 29,000-36,000); the solves that stay in Python
+time fewer (2x/4x DGX-A100 and DGX-H100: 40,000-118,000, no schedule above 15,000)."""
+JIT_MIN_NODES = 16
+"""NPUs a tree spans below which :func:`emit` stays in Python while the kernel is not loaded
+(small groups' solves time few large schedules: a 3x3 torus with one slow link has one of
+24,000 slices)."""
+
+
+def compiled(work: int, nodes: int = JIT_MIN_NODES) -> bool:
+    """Whether :func:`emit` runs the compiled list schedule
+    (:mod:`~tacos.solvers.forest.jit_emit`): numba is there, ``TACOS_JIT`` does not turn it
+    off, and the kernel is loaded already or a schedule of ``work`` slices over trees of
+    ``nodes`` NPUs pays for loading it."""
+    loaded = "tacos.solvers.forest.jit_emit" in sys.modules
+    if LOOKAHEAD or not loaded and (work < JIT_MIN_WORK or nodes < JIT_MIN_NODES):
+        return False  # (small solves never look for numba)
+    from tacos.solvers.greedy import jit  # (the greedy's switch: numba there, TACOS_JIT)
+
+    return jit.available()
+
+
+def _emit_compiled(trees: list[Tree], npu_of: list[list[int]],
+                   rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
+                   hops: list[Hop], fixed: list, users: dict[int, list[int]],
+                   children: list[dict[int, list[tuple[int, int, int]]]], free: list[int],
+                   scale: list[float], op: str, batch: bool, stripe: bool, ordered: bool
+                   ) -> Sequence[Transfer]:
+    """:func:`emit`'s list schedule run by :func:`~tacos.solvers.forest.jit_emit.run` (every
+    hop's route fixed, no step merging): the same transfers as columns, in the same order
+    (``ordered``: sorted as :func:`emit` sorts them)."""
+    from tacos.solvers.forest import jit_emit
+
+    i64 = np.int64
+    hop_len = [len(r) for r in fixed]
+    hop_ptr = np.concatenate(([0], np.cumsum(hop_len))).astype(i64)
+    hop_link = np.array([li for r in fixed for li in r], dtype=i64)
+    n_links = len(free)
+    user_len = [len(users.get(li, ())) for li in range(n_links)]
+    user_ptr = np.concatenate(([0], np.cumsum(user_len))).astype(i64)
+    user_hop = np.array([h for li in range(n_links) for h in users.get(li, ())], dtype=i64)
+    n_nodes = [len(t.edges) + 1 for t in trees]
+    node_base = np.concatenate(([0], np.cumsum(n_nodes)[:-1])).astype(i64)
+    c_len: list[int] = []
+    c_edge: list[int] = []
+    c_hop: list[int] = []
+    c_rank: list[int] = []
+    for ch, n in zip(children, n_nodes, strict=True):
+        for node in range(n):
+            kids = ch.get(node, ())
+            c_len.append(len(kids))
+            for e, hid, rank in kids:
+                c_edge.append(e)
+                c_hop.append(hid)
+                c_rank.append(rank)
+    edge_base = np.concatenate(([0], np.cumsum([len(t.edges) for t in trees])[:-1])).astype(i64)
+    edge_child = np.array([y for t in trees for _, y in t.edges], dtype=i64)
+    n_rounds = np.array([len(r) for r in rounds], dtype=i64)
+    round_base = np.concatenate(([0], np.cumsum(n_rounds)[:-1])).astype(i64)
+    flat_rounds = [r for tree_rounds in rounds for r in tree_rounds]
+    rchunk_ptr = np.concatenate(([0], np.cumsum([len(r) for r in flat_rounds]))).astype(i64)
+    rchunk = np.array([c for r in flat_rounds for c in r], dtype=i64)
+    start, end, tree, edge, hop, cptr, chunks = jit_emit.run(
+        np.array(free, dtype=i64), hop_ptr, hop_link,
+        np.array([h.alpha for h in hops], dtype=np.float64),
+        np.array([h.bandwidth for h in hops], dtype=np.float64), user_ptr, user_hop,
+        node_base, np.concatenate(([0], np.cumsum(c_len))).astype(i64),
+        np.array(c_edge, dtype=i64), np.array(c_hop, dtype=i64), np.array(c_rank, dtype=i64),
+        edge_base, edge_child, round_base, n_rounds, np.array(scale, dtype=np.float64),
+        rchunk_ptr, rchunk, np.asarray(chunk_bytes, dtype=i64), bool(batch), bool(stripe), TIE)
+    # every transfer's sender and receiver NPUs, and its route (the hop's fixed route)
+    npu_flat = np.array([n for ns in npu_of for n in ns], dtype=i64)
+    edge_parent = np.array([x for t in trees for x, _ in t.edges], dtype=i64)
+    at = edge_base[tree] + edge
+    src = npu_flat[node_base[tree] + edge_parent[at]]
+    dst = npu_flat[node_base[tree] + edge_child[at]]
+    if ordered:  # by (start, end, src, dst, route, chunks): a transfer's chunks are its own
+        # (no chunk crosses one tree edge twice), so the first chunk settles the rest
+        routes = sorted(set(fixed))
+        rank = {r: n for n, r in enumerate(routes)}
+        route_rank = np.array([rank[r] for r in fixed], dtype=i64)[hop]
+        first = chunks[cptr[:-1]] if len(chunks) else np.zeros(0, dtype=i64)
+        keys = (first, route_rank, dst, src, end, start)
+        perm = np.lexsort(keys)
+        if len(perm) > 1 and bool(np.all(
+                [k[perm[1:]] == k[perm[:-1]] for k in keys], axis=0).any()):
+            cols = _columns(start, end, src, dst, hop, hop_ptr, hop_link, cptr, chunks, op)
+            return sorted(cols, key=_sort_key)  # (a tie the keys above do not settle)
+        start, end, src, dst, hop = start[perm], end[perm], src[perm], dst[perm], hop[perm]
+        from tacos.model.columns import csr_take
+
+        cptr, chunks = csr_take(cptr, chunks, perm)
+        if cptr is None:
+            cptr = np.arange(len(chunks) + 1, dtype=i64)
+    return _columns(start, end, src, dst, hop, hop_ptr, hop_link, cptr, chunks, op)
+
+
+def _sort_key(t: Transfer) -> tuple:
+    return (t.start, t.end, t.src, t.dst, t.route, t.chunks, t.op)
+
+
+def _columns(start: np.ndarray, end: np.ndarray, src: np.ndarray, dst: np.ndarray,
+             hop: np.ndarray, hop_ptr: np.ndarray, hop_link: np.ndarray, cptr: np.ndarray,
+             chunks: np.ndarray, op: str) -> Sequence[Transfer]:
+    """The transfers as :class:`~tacos.model.columns.TransferColumns` (routes: their hops')."""
+    from tacos.model.columns import TransferColumns, csr_take
+    from tacos.model.transfer import OPS
+
+    rptr, rlinks = csr_take(hop_ptr, hop_link, hop)
+    return TransferColumns(start, end, src, dst, rptr, rlinks, cptr, chunks,
+                           np.full(len(start), OPS.index(op), dtype=np.uint8))
+
+
 def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: list[int],
          hop_of: Callable[[Path], Hop], lanes: list[int], op: str = "copy",
          batch: bool | str = True, is_switch: Callable[[int], bool] | None = None,
-         stripe: bool = True, local: list[tuple[Tree, list[int]]] | None = None
-         ) -> list[Transfer]:
+         stripe: bool = True, local: list[tuple[Tree, list[int]]] | None = None,
+         ordered: bool = False) -> Sequence[Transfer]:
     """List-schedule every (tree, round) along its tree; ``rounds[i][j]`` = chunk ids tree i
     sends in round j; ``lanes[l]`` = transfers link l carries at once; ``batch`` merges a
     round's ready slices on a route into one transfer, and ``batch='steps'`` merges every
@@ -270,7 +390,11 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     ``is_switch`` tells relay NPUs on a path (stored and forwarded) from switches (cut
     through); ``stripe`` spreads a slice over the idle parallel lanes of its route when nothing
     else waits for them.  ``local`` is :func:`localize`'s result for these trees, when the
-    caller keeps it across calls.  Returns the timed transfers."""
+    caller keeps it across calls.  Returns the timed transfers, in the order they were started,
+    or with ``ordered`` sorted by (start, end, src, dst, route, chunks).  Where every hop's
+    route is fixed and slices do not merge by step, the compiled list schedule runs
+    (:mod:`~tacos.solvers.forest.jit_emit`, :func:`compiled`): the same transfers, as
+    :class:`~tacos.model.columns.TransferColumns`."""
     if local is None:
         local = localize(trees, is_switch)
     trees = [t for t, _ in local]
@@ -343,6 +467,11 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
     # hops whose every link has one choice: their route is fixed (most hops)
     fixed = [tuple(c[0] for c in hop.links) if all(len(c) == 1 for c in hop.links) else None
              for hop in hops]
+    if not steps and batch in (True, False) and None not in fixed and trees \
+            and compiled(sum(len(t.edges) * len(r) for t, r in zip(trees, rounds, strict=True)),
+                         len(set(npu_of[0]))):
+        return _emit_compiled(trees, npu_of, rounds, chunk_bytes, hops, fixed, users, children,
+                              free, scale, op, batch, stripe, ordered)
 
     def lanes_for(hid: int) -> tuple[int, ...] | None:
         route = fixed[hid]
@@ -455,4 +584,6 @@ def emit(trees: list[Tree], rounds: list[list[tuple[int, ...]]], chunk_bytes: li
             end, key, done, route = heapq.heappop(events)
             now = max(now, end)
         start(touched, now)
+    if ordered:
+        out.sort(key=_sort_key)
     return out

@@ -79,6 +79,7 @@ from tacos.check.simulate import simulate
 from tacos.errors import UsageError
 from tacos.model import patterns
 from tacos.model.collective import Collective
+from tacos.model.columns import TransferColumns
 from tacos.model.schedule import Schedule, Transfer
 from tacos.model.topology import Topology
 from tacos.passes.inversion import assemble, plan_inversion
@@ -148,10 +149,6 @@ DIM_MODES: tuple[tuple[bool | str, int], ...] = (("steps", 0), ("steps", -2))
 """The same for the dimension-ordered trees of tori (:mod:`~tacos.solvers.forest.torus`),
 after one round of step-merged transfers (every link busy from the start; one round won on
 every torus measured at 64 MiB and 1 GiB, so only two slicings are timed besides it)."""
-
-
-def _order(t: Transfer) -> tuple:
-    return (t.start, t.end, t.src, t.dst, t.route, t.chunks, t.op)
 
 
 def plan_forest(topology: Topology, group: tuple[int, ...], roots: tuple[int, ...],
@@ -479,6 +476,8 @@ class ForestSolver(SolverBase):
         self._refined.clear()
         # the list schedule lets transfers ending within TIE of each other start together;
         # the simulator's replay in the same order starts each as early as it can
+        if best.columnar:  # (the compiled list schedule's columns) as a tuple, as before
+            best = Schedule(best.topology, best.collective, tuple(best.transfers), best.meta)
         best = simulate(best).schedule
         data = coll.size / len(group) if len(forests[0].roots) > 1 else coll.size
         optimal = sum(f.optimal_time(data) for f in forests)
@@ -631,11 +630,11 @@ class ForestSolver(SolverBase):
                         self._local[id(f)] = local
                 transfers = emit(f.trees, rounds, sizes, lambda p, f=f: view.hop(p, f.reverse),
                                  lanes, batch=batch, is_switch=view.topology.is_switch,
-                                 local=local[1])
-                transfers.sort(key=_order)
+                                 local=local[1], ordered=True)
                 cache[key] = (f, transfers)
-            scheds[f.phase if plan is not None else "copy"] = Schedule(view.topology, sub,
-                                                                        tuple(transfers))
+            scheds[f.phase if plan is not None else "copy"] = Schedule(
+                view.topology, sub, transfers if isinstance(transfers, tuple | TransferColumns)
+                else tuple(transfers))
         topo = view.topology
         meta = {"pipeline": {"slices": s, "rounds": len(groups), "chunks_per_npu": per,
                              "base_chunks_per_npu": q * big_k, "batched": batch,
