@@ -426,8 +426,9 @@ KINDS = ("allreduce", "allgather")
 def multinode_candidates(topology: Topology, collective: Collective) -> dict[str, Any]:
     """The multi-node program families for ``collective`` on ``topology`` (name -> family):
     the hierarchical programs (:data:`STAGES` and up to :data:`DEEP_STAGES` pipeline
-    stages; for all-reduce also :data:`HIERARCHICAL_RAMP`) when the ranks span two or more
-    equal nodes, else none."""
+    stages; for all-reduce also :data:`HIERARCHICAL_RAMP`) and the latency-bound programs of
+    :mod:`tacos.msccl.multinode_latency` when the ranks span two or more equal nodes, else
+    none."""
     if collective.kind not in KINDS:
         return {}
     nodes = rail_layout(topology, collective)
@@ -442,6 +443,9 @@ def multinode_candidates(topology: Topology, collective: Collective) -> dict[str
     # later, so the next reduce-scatter keeps the NIC busy while the rail partials are summed
     lag = 0 if len(nodes) == 2 else 1
     out = {HIERARCHICAL: Hierarchical(collective, layout, lag=lag, sms=sms)}
+    from tacos.msccl.multinode_latency import latency_candidates
+
+    out.update(latency_candidates(collective, layout))  # one hop per phase, for small sizes
     if collective.kind == "allreduce":  # the all-gather's stages gained nothing past four
         from tacos.msccl.multinode_rotated import Ramped
 
