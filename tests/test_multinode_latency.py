@@ -1,6 +1,7 @@
-"""The latency-bound multi-node MSCCL programs (tacos/msccl/multinode_latency.py): verified, LL,
-few thread blocks, one NIC send per rail peer, and faster than NCCL's modelled best at small
-sizes on two DGX-A100 nodes."""
+"""The latency-bound multi-node MSCCL programs (tacos/msccl/multinode_latency.py, and
+tacos/msccl/multinode_leader.py where nodes have no rails): verified, LL, few thread blocks,
+one NIC send per rail peer, and faster than NCCL's modelled best at small sizes on two
+DGX-A100 (and NDv2) nodes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tacos.errors import TacosError
 from tacos.model import patterns
 from tacos.msccl.lower import MscclOptions
 from tacos.msccl.multinode_latency import LATENCY, LATENCY_PIECES, latency_allreduce
+from tacos.msccl.multinode_leader import LEADER, leader_layout
 from tacos.msccl.multinode_program import _is_nic, multinode_candidates
 from tacos.msccl.shape import Shape
 from tacos.msccl.verify import verify_program
@@ -122,3 +124,34 @@ def test_bad_layouts_are_refused():
         latency_allreduce([[0, 1]], 1, MscclOptions(proto="LL"))
     with pytest.raises(TacosError, match="power of two"):
         latency_allreduce([[0, 1], [2, 3]], 1, MscclOptions(proto="LL"), pieces=3)
+
+
+@pytest.fixture(scope="module")
+def two_ndv2():
+    return tacos.load(ROOT / "examples" / "ndv2_2node.tdl").topology
+
+
+def test_leader_tree_follows_the_nvlink_cube_mesh_to_the_nic_gpu(two_ndv2):
+    """NDv2: one NIC per node at GPU 0; GPUs 5, 6, 7 reach it through GPUs 1, 2, 3 (one
+    child each, the fewest additions in turn), every tree edge a direct NVLink."""
+    lay = leader_layout(two_ndv2, list(two_ndv2.live_npus))
+    assert lay.leaders == (0, 8) and lay.depth() == 2
+    assert lay.parent[:8] == (-1, 0, 0, 0, 0, 1, 2, 3)
+    for r, up in enumerate(lay.parent):
+        if up >= 0:
+            route = two_ndv2.routing.best(r, up, 1.0)
+            assert len(route.links) == 1 and not _is_nic(two_ndv2.links[route.links[0]])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inplace", [True, False])
+def test_leader_allreduce_verifies_and_beats_nccl_at_1_kib(two_ndv2, inplace):
+    coll = patterns.build("allreduce", list(two_ndv2.live_npus), size=KIB, chunks_per_npu=1)
+    fam = multinode_candidates(two_ndv2, coll)[LEADER]
+    for inst in (1, 2):
+        prog = _verified(fam.lower(Shape(inst, "LL"), MscclOptions(inplace=inplace)))
+        assert prog.nchannels == inst
+        # one paired thread block per tree neighbour (and per other leader) per instance
+        assert len(prog.gpus[0].tbs) == 5 * inst and len(prog.gpus[5].tbs) == inst
+    ours = estimate_program(prog, two_ndv2, KIB).time
+    assert _nccl_best(two_ndv2, "allreduce", KIB) / ours >= 1.5

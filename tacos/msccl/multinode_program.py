@@ -427,13 +427,16 @@ def multinode_candidates(topology: Topology, collective: Collective) -> dict[str
     """The multi-node program families for ``collective`` on ``topology`` (name -> family):
     the hierarchical programs (:data:`STAGES` and up to :data:`DEEP_STAGES` pipeline
     stages; for all-reduce also :data:`HIERARCHICAL_RAMP`) and the latency-bound programs of
-    :mod:`tacos.msccl.multinode_latency` when the ranks span two or more equal nodes, else
-    none."""
+    :mod:`tacos.msccl.multinode_latency` when the ranks span two or more equal nodes with
+    rails between; else, for an all-reduce over nodes whose GPUs are not all linked (NDv2,
+    MI250), the leader program of :mod:`tacos.msccl.multinode_leader` when it applies."""
     if collective.kind not in KINDS:
         return {}
     nodes = rail_layout(topology, collective)
-    if nodes is None:
-        return {}
+    if nodes is None:  # no rails: a tree to one leader per node, for small sizes
+        from tacos.msccl.multinode_leader import leader_candidates
+
+        return leader_candidates(topology, collective)
     from tacos.msccl.shape_choose import limits_for
 
     layout = tuple(tuple(n) for n in nodes)
