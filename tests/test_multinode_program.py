@@ -59,7 +59,7 @@ def test_no_hierarchical_program_where_a_node_lacks_routes_between_its_gpus(exam
     topo = tacos.load(ROOT / "examples" / f"{example}.tdl").topology
     coll = patterns.build("allreduce", list(topo.live_npus), size=1 << 20, chunks_per_npu=1)
     assert rail_layout(topo, coll) is None
-    assert set(multinode_candidates(topo, coll)) == {"latency-leader"}
+    assert set(multinode_candidates(topo, coll)) == {"latency-leader", "leader-staged"}
     coll = patterns.build("allgather", list(topo.live_npus), size=1 << 20, chunks_per_npu=1)
     assert multinode_candidates(topo, coll) == {}
 

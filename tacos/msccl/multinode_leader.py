@@ -101,9 +101,12 @@ def leader_layout(topology: Topology, group: Sequence[int]) -> LeaderLayout | No
     return LeaderLayout(tuple(leaders), tuple(parent))
 
 
-def leader_allreduce(layout: LeaderLayout, instances: int, options: MscclOptions) -> Program:
-    """The all-reduce program (module docstring) on ``layout``."""
-    n_ranks, inst = len(layout.parent), instances
+def leader_allreduce(layout: LeaderLayout, instances: int, options: MscclOptions,
+                     stages: int = 1) -> Program:
+    """The all-reduce program (module docstring) on ``layout``, each instance's data cut into
+    ``stages`` pipeline stages (chunk ``p·K + k``): every thread block takes the stages in
+    turn, so a rank forwards stage k while its children still send stage k+1."""
+    n_ranks, inst, k_n = len(layout.parent), instances, stages
     inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     ranks: dict[int, dict[int, _Tb]] = {}
@@ -112,35 +115,42 @@ def leader_allreduce(layout: LeaderLayout, instances: int, options: MscclOptions
         up = layout.parent[r]
         rails = [v for v in layout.leaders if v != r] if up < 0 else []
         peers = kids + rails + ([up] if up >= 0 else [])
+        if up < 0 and not kids:
+            raise TacosError("a leader needs at least one rank under it")
         tbs: dict[int, _Tb] = {}
         for p in range(inst):
             tb = {w: _Tb(p * len(peers) + j, w, w, p) for j, w in enumerate(peers)}
             tbs.update({t.id: t for t in tb.values()})
-            cur, chain = ("i", p), []
-            for w in kids:  # the children's partials, added in turn
-                chain = [(tb[w].id, tb[w].add("rrc", cur, (out, p), 1, chain))]
-                cur = (out, p)
-            if up >= 0:
-                tb[up].add("s", cur, (out, p), 1, chain)
-                done: list[Wait] = [(tb[up].id, tb[up].add("r", (out, p), (out, p), 1))]
-            else:
-                if cur != (out, p):  # a leader without children: its own partial
-                    raise TacosError("a leader needs at least one rank under it")
+            done: dict[int, list[Wait]] = {}
+            for k in range(k_n):
+                c = p * k_n + k
+                cur, chain = ("i", c), []
+                for w in kids:  # the children's partials, added in turn
+                    chain = [(tb[w].id, tb[w].add("rrc", cur, (out, c), 1, chain))]
+                    cur = (out, c)
+                if up >= 0:
+                    tb[up].add("s", cur, (out, c), 1, chain)
+                    continue
                 sent = [(tb[v].id, tb[v].add("s", cur, cur, 1, chain)) for v in rails]
-                done = sent
-                for v in rails:
-                    done = [(tb[v].id, tb[v].add("rrc", cur, cur, 1, done))]
-            for w in kids:  # the total down the tree
-                tb[w].add("s", (out, p), (out, p), 1, done)
+                done[k] = sent
+                for v in rails:  # the other nodes' sums, once my sends have read mine
+                    done[k] = [(tb[v].id, tb[v].add("rrc", cur, cur, 1, done[k]))]
+            for k in range(k_n):  # the total down the tree
+                c = p * k_n + k
+                if up >= 0:
+                    done[k] = [(tb[up].id, tb[up].add("r", (out, c), (out, c), 1))]
+                for w in kids:
+                    tb[w].add("s", (out, c), (out, c), 1, done[k])
         ranks[r] = tbs
     blocks_of = _finish(ranks)
     if not _parses(blocks_of, n_ranks):
         raise TacosError(f"{n_ranks} ranks with {inst} instances exceed the runtime parser's "
                          "nodes per rank", hint="fewer instances")
-    gpus = [Gpu(r, inst, 0 if inplace else inst, 0, tuple(blocks))
+    c = inst * k_n
+    gpus = [Gpu(r, c, 0 if inplace else c, 0, tuple(blocks))
             for r, blocks in enumerate(blocks_of)]
     return Program(options.name or f"tacos_leader_allreduce_{len(layout.leaders)}",
-                   options.proto, inst, inst, n_ranks, "allreduce", int(inplace),
+                   options.proto, inst, c, n_ranks, "allreduce", int(inplace),
                    int(options.out_of_place), options.min_bytes, options.max_bytes,
                    tuple(gpus), options.redop)
 
@@ -152,12 +162,14 @@ class Leader:
 
     collective: Collective
     layout: LeaderLayout
+    stages: int = 1
 
     @property
     def label(self) -> str:
         """What the family is, for reports."""
         return (f"leader all-reduce: {len(self.layout.leaders)} nodes, a tree of depth "
-                f"{self.layout.depth()} to each node's leader, leaders exchange their sums")
+                f"{self.layout.depth()} to each node's leader, leaders exchange their sums, "
+                f"{self.stages} pipeline stage{'s' * (self.stages > 1)}")
 
     def lower(self, shape: Shape, base: MscclOptions | None = None) -> Program:
         """The program for ``shape`` with ``base``'s header fields."""
@@ -165,16 +177,22 @@ class Leader:
         opts.validate()
         if self.collective.kind != "allreduce":
             raise TacosError(f"no leader program for {self.collective.kind}")
-        return leader_allreduce(self.layout, shape.instances, opts)
+        return leader_allreduce(self.layout, shape.instances, opts, self.stages)
 
 
 LEADER = "latency-leader"
+#: The leader family in :data:`STAGES` pipeline stages: the hops overlap at larger sizes.
+LEADER_STAGED = "leader-staged"
+STAGES = 4
 
 
 def leader_candidates(topology: Topology, collective: Collective) -> dict[str, Leader]:
-    """The leader family for an all-reduce on ``topology`` when :func:`leader_layout` finds
-    leaders and trees, else none."""
+    """The leader families (one stage and :data:`STAGES`) for an all-reduce on ``topology``
+    when :func:`leader_layout` finds leaders and trees, else none."""
     if collective.kind != "allreduce":
         return {}
     layout = leader_layout(topology, list(collective.group))
-    return {} if layout is None else {LEADER: Leader(collective, layout)}
+    if layout is None:
+        return {}
+    return {LEADER: Leader(collective, layout),
+            LEADER_STAGED: Leader(collective, layout, stages=STAGES)}
