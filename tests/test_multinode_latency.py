@@ -14,7 +14,7 @@ from tacos.errors import TacosError
 from tacos.model import patterns
 from tacos.msccl.lower import MscclOptions
 from tacos.msccl.multinode_latency import LATENCY, LATENCY_PIECES, latency_allreduce
-from tacos.msccl.multinode_leader import LEADER, leader_layout
+from tacos.msccl.multinode_leader import LEADER, LEADER_STAGED, leader_layout
 from tacos.msccl.multinode_program import _is_nic, multinode_candidates
 from tacos.msccl.shape import Shape
 from tacos.msccl.verify import verify_program
@@ -147,11 +147,13 @@ def test_leader_tree_follows_the_nvlink_cube_mesh_to_the_nic_gpu(two_ndv2):
 @pytest.mark.parametrize("inplace", [True, False])
 def test_leader_allreduce_verifies_and_beats_nccl_at_1_kib(two_ndv2, inplace):
     coll = patterns.build("allreduce", list(two_ndv2.live_npus), size=KIB, chunks_per_npu=1)
-    fam = multinode_candidates(two_ndv2, coll)[LEADER]
-    for inst in (1, 2):
-        prog = _verified(fam.lower(Shape(inst, "LL"), MscclOptions(inplace=inplace)))
-        assert prog.nchannels == inst
-        # one paired thread block per tree neighbour (and per other leader) per instance
-        assert len(prog.gpus[0].tbs) == 5 * inst and len(prog.gpus[5].tbs) == inst
+    fams = multinode_candidates(two_ndv2, coll)
+    for name, stages in ((LEADER_STAGED, 4), (LEADER, 1)):
+        for inst in (1, 2):
+            prog = _verified(fams[name].lower(Shape(inst, "LL"),
+                                              MscclOptions(inplace=inplace)))
+            assert prog.nchannels == inst and prog.nchunksperloop == stages * inst
+            # one paired thread block per tree neighbour (and other leader) per instance
+            assert len(prog.gpus[0].tbs) == 5 * inst and len(prog.gpus[5].tbs) == inst
     ours = estimate_program(prog, two_ndv2, KIB).time
     assert _nccl_best(two_ndv2, "allreduce", KIB) / ours >= 1.5
