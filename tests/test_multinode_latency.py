@@ -157,3 +157,24 @@ def test_leader_allreduce_verifies_and_beats_nccl_at_1_kib(two_ndv2, inplace):
             assert len(prog.gpus[0].tbs) == 5 * inst and len(prog.gpus[5].tbs) == inst
     ours = estimate_program(prog, two_ndv2, KIB).time
     assert _nccl_best(two_ndv2, "allreduce", KIB) / ours >= 1.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inplace", [True, False])
+def test_leader_allgather_verifies_and_merges_steps_at_one_instance(two_ndv2, inplace):
+    """Merged, a leader sends its node's eight shards to the other leader in one step (one
+    send of eight chunks); one step per shard, in eight.  Both verify, and the merged one
+    beats NCCL at 1 KiB."""
+    coll = patterns.build("allgather", list(two_ndv2.live_npus), size=KIB, chunks_per_npu=1)
+    fams = multinode_candidates(two_ndv2, coll)
+    for name, nic_steps in ((LEADER_STAGED, 8), (LEADER, 1 + (not inplace))):
+        for inst in (1, 2):
+            prog = _verified(fams[name].lower(Shape(inst, "LL"),
+                                              MscclOptions(inplace=inplace)))
+            sends = [st.cnt for tb in prog.gpus[0].tbs if tb.send == 8 and tb.chan == 0
+                     for st in tb.steps if st.type == "s"]
+            assert sum(sends) == 8
+            assert len(sends) == (nic_steps if inst == 1 else 8)
+    ours = estimate_program(fams[LEADER].lower(Shape(1, "LL"), MscclOptions(inplace=True)),
+                            two_ndv2, KIB).time
+    assert _nccl_best(two_ndv2, "allgather", KIB) / ours >= 1.5

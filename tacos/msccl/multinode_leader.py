@@ -29,7 +29,7 @@ from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
 from tacos.msccl.multinode_program import _is_nic, node_groups
-from tacos.msccl.multinode_steps import Wait, _finish, _parses, _Tb
+from tacos.msccl.multinode_steps import Wait, _finish, _parses, _peer_tbs, _Tb
 from tacos.msccl.program import Gpu, Program
 from tacos.msccl.shape import Shape
 
@@ -155,10 +155,120 @@ def leader_allreduce(layout: LeaderLayout, instances: int, options: MscclOptions
                    tuple(gpus), options.redop)
 
 
+def leader_allgather(layout: LeaderLayout, instances: int, options: MscclOptions,
+                     merge: bool = True) -> Program:
+    """The all-gather through the leaders: every rank sends its shard up the tree and
+    forwards its children's as they arrive; each leader sends its node's shards to every
+    other leader as they arrive (a send and a receive thread block per other leader, so two
+    leaders' sends never wait on each other); down the tree every rank sends each child the
+    shards outside the child's subtree, its own subtree's first, then as they arrive from
+    above.  Chunk ``r·I + p`` of the output is rank r's shard, instance p.  ``merge``: every
+    message takes its shards in rank order, consecutive chunks in one step (at one instance
+    a leader sends its node's shards in one step: one call's latency instead of one per
+    shard), each step after all its shards have arrived; else one step per shard, in the
+    order they arrive (a pipeline, for larger sizes)."""
+    n_ranks, inst = len(layout.parent), instances
+    inplace = bool(options.inplace)
+    kids = {r: layout.children(r) for r in range(n_ranks)}
+
+    def sub(r: int) -> list[int]:
+        """r's subtree, r first, in the order r sends it up."""
+        return [r] + [q for w in kids[r] for q in sub(w)]
+
+    subs = {r: sub(r) for r in range(n_ranks)}
+    incoming: dict[int, list[int]] = {}  # per leader: the other nodes' shards, as they arrive
+    for v in layout.leaders:
+        incoming[v] = [q for u in layout.leaders if u != v for q in subs[u]]
+
+    def down(r: int, w: int) -> list[int]:
+        """The shards r sends child w, in order."""
+        up = layout.parent[r]
+        above = incoming[r] if up < 0 else down(up, r)
+        inside = set(subs[w])
+        return [q for q in subs[r] if q not in inside] + above
+
+    def shard(r: int, p: int) -> int:
+        return r * inst + p
+
+    def runs(shards: list[int], sender: int) -> list[list[int]]:
+        """The steps of a message of ``shards`` from ``sender``: one per shard, or (merged)
+        runs of consecutive chunks (the sender's own shard alone when it comes from the
+        input buffer)."""
+        if not merge:
+            return [[q] for q in shards]
+        out: list[list[int]] = []
+        for q in sorted(shards):
+            alone = not inplace and sender in (q, out[-1][-1] if out else -1)
+            if out and inst == 1 and q == out[-1][-1] + 1 and not alone:
+                out[-1].append(q)
+            else:
+                out.append([q])
+        return out
+
+    ranks: dict[int, dict[int, _Tb]] = {}
+    for r in range(n_ranks):
+        up = layout.parent[r]
+        rails = [v for v in layout.leaders if v != r] if up < 0 else []
+        tree = kids[r] + ([up] if up >= 0 else [])
+        per_tb = len(tree) + 2 * len(rails)
+        tbs: dict[int, _Tb] = {}
+        for p in range(inst):
+            tb = {w: _Tb(p * per_tb + j, w, w, p) for j, w in enumerate(tree)}
+            rs, rr = _peer_tbs(rails, p * per_tb + len(tree), p, False)
+            tbs.update({t.id: t for t in (*tb.values(), *rs.values(), *rr.values())})
+            mine = ("o", shard(r, p)) if inplace else ("i", p)
+            have: dict[int, list[Wait]] = {r: []}
+
+            def src(q: int, p: int = p, mine: tuple[str, int] = mine,
+                    r: int = r) -> tuple[str, int]:
+                return mine if q == r else ("o", shard(q, p))
+
+            def send(t: _Tb, shards: list[int], p: int = p, r: int = r,
+                     have: dict[int, list[Wait]] = have) -> None:
+                for run in runs(shards, r):
+                    t.add("s", src(run[0]), ("o", shard(run[0], p)), len(run),
+                          list(dict.fromkeys(w for q in run for w in have[q])))
+
+            def recv(t: _Tb, shards: list[int], sender: int, p: int = p,
+                     have: dict[int, list[Wait]] = have) -> None:
+                for run in runs(shards, sender):
+                    at = ("o", shard(run[0], p))
+                    got = [(t.id, t.add("r", at, at, len(run)))]
+                    have.update({q: got for q in run})
+
+            for w in kids[r]:  # up: my children's subtrees arrive
+                recv(tb[w], subs[w], w)
+            if up >= 0:
+                send(tb[up], subs[r])
+                recv(tb[up], down(up, r), up)  # down: from my parent
+            else:
+                for v in rails:
+                    send(rs[v], subs[r])
+                    recv(rr[v], subs[v], v)
+            for w in kids[r]:
+                send(tb[w], down(r, w))
+        if not inplace:  # my own shard into my output
+            tb0 = tbs[inst * per_tb] = _Tb(inst * per_tb, -1, -1, 0)
+            for p in range(inst):
+                tb0.add("cpy", ("i", p), ("o", shard(r, p)), 1)
+        ranks[r] = tbs
+    blocks_of = _finish(ranks)
+    if not _parses(blocks_of, n_ranks):
+        raise TacosError(f"{n_ranks} ranks with {inst} instances exceed the runtime parser's "
+                         "nodes per rank", hint="fewer instances")
+    gpus = [Gpu(r, inst, n_ranks * inst, 0, tuple(blocks))
+            for r, blocks in enumerate(blocks_of)]
+    return Program(options.name or f"tacos_leader_allgather_{len(layout.leaders)}",
+                   options.proto, inst, n_ranks * inst, n_ranks, "allgather", int(inplace),
+                   int(options.out_of_place), options.min_bytes, options.max_bytes,
+                   tuple(gpus), options.redop)
+
+
 @dataclass(frozen=True)
 class Leader:
-    """The leader all-reduce family for ``collective`` on ``layout``: any shape's instances
-    and protocol (port order and pairing do not apply)."""
+    """The leader family for ``collective`` on ``layout``: any shape's instances and protocol
+    (port order and pairing do not apply); all-reduce in ``stages`` pipeline stages,
+    all-gather in merged steps (``stages == 1``) or one step per shard."""
 
     collective: Collective
     layout: LeaderLayout
@@ -167,14 +277,20 @@ class Leader:
     @property
     def label(self) -> str:
         """What the family is, for reports."""
-        return (f"leader all-reduce: {len(self.layout.leaders)} nodes, a tree of depth "
-                f"{self.layout.depth()} to each node's leader, leaders exchange their sums, "
-                f"{self.stages} pipeline stage{'s' * (self.stages > 1)}")
+        tree = (f"{len(self.layout.leaders)} nodes, a tree of depth {self.layout.depth()} to "
+                "each node's leader")
+        if self.collective.kind == "allgather":
+            how = "merged steps" if self.stages == 1 else "one step per shard as it arrives"
+            return f"leader all-gather: {tree}, {how}"
+        return (f"leader all-reduce: {tree}, leaders exchange their sums, {self.stages} "
+                f"pipeline stage{'s' * (self.stages > 1)}")
 
     def lower(self, shape: Shape, base: MscclOptions | None = None) -> Program:
         """The program for ``shape`` with ``base``'s header fields."""
         opts = shape.options(base)
         opts.validate()
+        if self.collective.kind == "allgather":  # merged steps, or shards as they arrive
+            return leader_allgather(self.layout, shape.instances, opts, self.stages == 1)
         if self.collective.kind != "allreduce":
             raise TacosError(f"no leader program for {self.collective.kind}")
         return leader_allreduce(self.layout, shape.instances, opts, self.stages)
@@ -187,9 +303,10 @@ STAGES = 4
 
 
 def leader_candidates(topology: Topology, collective: Collective) -> dict[str, Leader]:
-    """The leader families (one stage and :data:`STAGES`) for an all-reduce on ``topology``
-    when :func:`leader_layout` finds leaders and trees, else none."""
-    if collective.kind != "allreduce":
+    """The leader families (all-reduce: one stage and :data:`STAGES`; all-gather: merged
+    steps and one step per shard) on ``topology`` when :func:`leader_layout` finds leaders
+    and trees, else none."""
+    if collective.kind not in ("allreduce", "allgather"):
         return {}
     layout = leader_layout(topology, list(collective.group))
     if layout is None:
