@@ -1,12 +1,14 @@
-"""A latency-bound multi-node all-reduce through one leader GPU per node, for nodes whose GPUs
-are not all linked to each other or share a NIC (NDv2: a cube mesh of NVLink and one NIC per
-node; MI250: a partial xGMI mesh), where the rail programs
+"""Latency-bound multi-node all-reduce and all-gather through one leader GPU per node, for
+nodes whose GPUs are not all linked to each other or share a NIC (NDv2: a cube mesh of NVLink
+and one NIC per node; MI250: a partial xGMI mesh), where the rail programs
 (:mod:`tacos.msccl.multinode_program`, :mod:`tacos.msccl.multinode_latency`) do not apply.
 
 Per node, the leader is a rank with a route to every other node; the node's ranks form a
 breadth-first tree over the routes that stay inside the node, rooted at the leader, each rank
 hung under the parent of the level above with the fewest children so far (the fewest
-additions in turn at any rank).  Per instance (channel p, chunk p):
+additions in turn at any rank).
+
+All-reduce (:func:`leader_allreduce`), per instance (channel p) and pipeline stage:
 
 * up the tree: every rank adds its children's partials into its own as they arrive (``rrc``,
   one child after the other), then sends the sum to its parent;
@@ -16,7 +18,9 @@ additions in turn at any rank).  Per instance (channel p, chunk p):
 
 One thread block per tree or leader neighbour (``send=w recv=w``).  The critical path is
 ``2·depth`` in-node hops and one NIC hop, every hop carrying the whole message (the
-chooser's instances split it over channels): meant for LL at small sizes.
+chooser's instances split it over channels, the stages pipeline it): meant for LL at small
+sizes.  The all-gather (:func:`leader_allgather`) moves the shards the same way: up to the
+leader, across to the other leaders, down to every rank.
 """
 
 from __future__ import annotations

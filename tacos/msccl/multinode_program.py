@@ -428,8 +428,8 @@ def multinode_candidates(topology: Topology, collective: Collective) -> dict[str
     the hierarchical programs (:data:`STAGES` and up to :data:`DEEP_STAGES` pipeline
     stages; for all-reduce also :data:`HIERARCHICAL_RAMP`) and the latency-bound programs of
     :mod:`tacos.msccl.multinode_latency` when the ranks span two or more equal nodes with
-    rails between; else, for an all-reduce over nodes whose GPUs are not all linked (NDv2,
-    MI250), the leader program of :mod:`tacos.msccl.multinode_leader` when it applies."""
+    rails between; else, over nodes whose GPUs are not all linked (NDv2, MI250), the leader
+    programs of :mod:`tacos.msccl.multinode_leader` when they apply."""
     if collective.kind not in KINDS:
         return {}
     nodes = rail_layout(topology, collective)
