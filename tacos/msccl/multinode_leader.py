@@ -32,7 +32,7 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
-from tacos.msccl.multinode_program import _is_nic, node_groups
+from tacos.msccl.multinode_nodes import _is_nic, node_groups
 from tacos.msccl.multinode_steps import Wait, _finish, _parses, _peer_tbs, _Tb
 from tacos.msccl.program import Gpu, Program
 from tacos.msccl.shape import Shape

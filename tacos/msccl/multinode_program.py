@@ -47,6 +47,8 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
+from tacos.msccl.multinode_nodes import NIC_TAGS as NIC_TAGS  # re-exported
+from tacos.msccl.multinode_nodes import _is_nic, node_groups
 from tacos.msccl.multinode_steps import (
     Wait,
     _finish,
@@ -59,8 +61,6 @@ from tacos.msccl.multinode_steps import (
 from tacos.msccl.program import DEFAULT_SMS, Gpu, Program
 from tacos.msccl.shape import Shape
 
-#: Link tags of network links (NICs); the other links join the GPUs of one node.
-NIC_TAGS = ("nic", "ib", "net", "eth", "roce")
 #: Reduction sub-chunks per sub-block: thread blocks per instance and node sub-block that
 #: reduce.
 REDUCERS = 4
@@ -68,31 +68,6 @@ REDUCERS = 4
 #: turn, so the NIC phase of one stage overlaps the NVLink phases of the others.
 STAGES = 4
 
-
-
-def node_groups(topology: Topology, group: Sequence[int]) -> list[list[int]]:
-    """The ranks of ``group`` (indices into it) per node, nodes in the order of their first
-    rank: ranks are in one node when links other than NIC links (tags ``nic``, ``ib``,
-    ``net``, ``eth``, ``roce``) join them, through switches or not."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for lk in topology.links:
-        if _is_nic(lk):
-            continue
-        a, b = find(lk.src), find(lk.dst)
-        if a != b:
-            parent[a] = b
-    nodes: dict[int, list[int]] = {}
-    for r, npu in enumerate(group):
-        nodes.setdefault(find(npu), []).append(r)
-    return list(nodes.values())
 
 
 def rail_layout(topology: Topology, collective: Collective) -> list[list[int]] | None:
@@ -115,10 +90,6 @@ def rail_layout(topology: Topology, collective: Collective) -> list[list[int]] |
                 if inside and any(_is_nic(topology.links[i]) for i in route.links):
                     return None  # the node's own phases would cross the network
     return nodes
-
-
-def _is_nic(link: object) -> bool:
-    return str(getattr(link, "tag", "") or "").lower().startswith(NIC_TAGS)
 
 
 def _rail_order(stages: int, lag: int | None = None) -> list[tuple[str, int]]:
