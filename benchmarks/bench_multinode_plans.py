@@ -3,7 +3,8 @@
 For each system (an ``examples/NAME.tdl`` or a preset ``NAME:nodes=4``), collective and
 size, the plan and shape ``tacosc TOPO -c COLL -o plans/`` writes for that size's window
 (:func:`tacos.sweep_shaped.choose_windows`, each program verified; the candidates include the
-hierarchical multi-node programs of :mod:`tacos.msccl.multinode_program` and, on nodes of
+hierarchical multi-node programs of :mod:`tacos.msccl.multinode_program`, the latency-bound
+ones for small sizes of :mod:`tacos.msccl.multinode_latency` and, on nodes of
 directly linked GPUs such as MI250 boxes, the ring programs of
 :mod:`tacos.msccl.xgmi_program`), NCCL's modelled
 best without in-switch reduction (the fastest of ring and tree that NCCL has for the

@@ -47,6 +47,8 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
+from tacos.msccl.multinode_nodes import NIC_TAGS as NIC_TAGS  # re-exported
+from tacos.msccl.multinode_nodes import _is_nic, node_groups
 from tacos.msccl.multinode_steps import (
     Wait,
     _finish,
@@ -59,8 +61,6 @@ from tacos.msccl.multinode_steps import (
 from tacos.msccl.program import DEFAULT_SMS, Gpu, Program
 from tacos.msccl.shape import Shape
 
-#: Link tags of network links (NICs); the other links join the GPUs of one node.
-NIC_TAGS = ("nic", "ib", "net", "eth", "roce")
 #: Reduction sub-chunks per sub-block: thread blocks per instance and node sub-block that
 #: reduce.
 REDUCERS = 4
@@ -68,31 +68,6 @@ REDUCERS = 4
 #: turn, so the NIC phase of one stage overlaps the NVLink phases of the others.
 STAGES = 4
 
-
-
-def node_groups(topology: Topology, group: Sequence[int]) -> list[list[int]]:
-    """The ranks of ``group`` (indices into it) per node, nodes in the order of their first
-    rank: ranks are in one node when links other than NIC links (tags ``nic``, ``ib``,
-    ``net``, ``eth``, ``roce``) join them, through switches or not."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for lk in topology.links:
-        if _is_nic(lk):
-            continue
-        a, b = find(lk.src), find(lk.dst)
-        if a != b:
-            parent[a] = b
-    nodes: dict[int, list[int]] = {}
-    for r, npu in enumerate(group):
-        nodes.setdefault(find(npu), []).append(r)
-    return list(nodes.values())
 
 
 def rail_layout(topology: Topology, collective: Collective) -> list[list[int]] | None:
@@ -115,10 +90,6 @@ def rail_layout(topology: Topology, collective: Collective) -> list[list[int]] |
                 if inside and any(_is_nic(topology.links[i]) for i in route.links):
                     return None  # the node's own phases would cross the network
     return nodes
-
-
-def _is_nic(link: object) -> bool:
-    return str(getattr(link, "tag", "") or "").lower().startswith(NIC_TAGS)
 
 
 def _rail_order(stages: int, lag: int | None = None) -> list[tuple[str, int]]:
@@ -426,13 +397,17 @@ KINDS = ("allreduce", "allgather")
 def multinode_candidates(topology: Topology, collective: Collective) -> dict[str, Any]:
     """The multi-node program families for ``collective`` on ``topology`` (name -> family):
     the hierarchical programs (:data:`STAGES` and up to :data:`DEEP_STAGES` pipeline
-    stages; for all-reduce also :data:`HIERARCHICAL_RAMP`) when the ranks span two or more
-    equal nodes, else none."""
+    stages; for all-reduce also :data:`HIERARCHICAL_RAMP`) and the latency-bound programs of
+    :mod:`tacos.msccl.multinode_latency` when the ranks span two or more equal nodes with
+    rails between; else, over nodes whose GPUs are not all linked (NDv2, MI250), the leader
+    programs of :mod:`tacos.msccl.multinode_leader` when they apply."""
     if collective.kind not in KINDS:
         return {}
     nodes = rail_layout(topology, collective)
-    if nodes is None:
-        return {}
+    if nodes is None:  # no rails: a tree to one leader per node, for small sizes
+        from tacos.msccl.multinode_leader import leader_candidates
+
+        return leader_candidates(topology, collective)
     from tacos.msccl.shape_choose import limits_for
 
     layout = tuple(tuple(n) for n in nodes)
@@ -442,6 +417,9 @@ def multinode_candidates(topology: Topology, collective: Collective) -> dict[str
     # later, so the next reduce-scatter keeps the NIC busy while the rail partials are summed
     lag = 0 if len(nodes) == 2 else 1
     out = {HIERARCHICAL: Hierarchical(collective, layout, lag=lag, sms=sms)}
+    from tacos.msccl.multinode_latency import latency_candidates
+
+    out.update(latency_candidates(collective, layout))  # one hop per phase, for small sizes
     if collective.kind == "allreduce":  # the all-gather's stages gained nothing past four
         from tacos.msccl.multinode_rotated import Ramped
 
