@@ -172,10 +172,15 @@ class Lowering:
         """
         chunks = self.collective.chunks
         routed = []
+        known: dict[tuple[int, int], list[int] | None] = {}  # the graph's routes are fixed
         for msg in program:
             if msg.src == msg.dst or not msg.chunks:
                 continue
-            route = self.graph.route(msg.src, msg.dst)
+            key = (msg.src, msg.dst)
+            if key in known:
+                route = known[key]
+            else:
+                route = known[key] = self.graph.route(msg.src, msg.dst)
             if route is None:
                 raise InfeasibleError(
                     f"NPU {self.topology.node_name(msg.dst)} cannot be reached from NPU "
@@ -185,12 +190,15 @@ class Lowering:
                          and any(chunks[c].reduce for c in msg.chunks))
             routed.append((msg, route, multi))
         split = any(multi and len(route) > 2 for _, route, multi in routed)
-        for msg, route, multi in routed:
-            if split and multi:
-                for part in msg.parts or ():
-                    self._send(route, part)
-            else:
-                self._send(route, msg.chunks)
+        sends = [(route, part) for msg, route, multi in routed
+                 for part in ((msg.parts or ()) if split and multi else (msg.chunks,))]
+        from tacos.solvers.lowering import place_jit
+
+        if place_jit.usable(self, sends):  # large programs: the same loop, compiled
+            place_jit.place_compiled(self, sends)
+            return
+        for route, chunks in sends:
+            self._send(route, chunks)
 
     def _send(self, route: list[int], chunks: tuple[int, ...]) -> None:
         sizes = self.collective.chunks
