@@ -339,7 +339,8 @@ def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
     if not floor > times[best]:
         return floor, ""
     return floor, (f"cannot win: its MSCCL XML lowering takes at least {format_time(floor)} in the "
-            f"runtime model (every connection at its full rate), more than {best}'s "
+            f"runtime model (every connection at its full rate, or its busiest thread block at "
+            f"the CTA rate), more than {best}'s "
             f"{format_time(times[best])}")
 
 

@@ -18,8 +18,9 @@ seconds to minutes.  There the portfolio goes through a :class:`ScaleGate`:
   million transfers); the channel count built and those not built are in ``skipped``.
 * **A synthesized plan whose runtime floor is above NCCL's fastest model is not timed in
   full** (:func:`tacos.solvers.auto_floor.runtime_floor`: one pass of the runtime model with
-  every connection at its full rate); the portfolio's ranking leaves it out from the same
-  floor.
+  every connection at its full rate, not even that when the busiest thread block of the
+  lowering already takes longer at the CTA rate); the portfolio's ranking leaves it out from
+  the same floor.
 * **A plan already verified or ranked is not verified or ranked again**: the command line's
   verification and report reuse the winner's verification (:func:`verified_report`) and its
   runtime-model time (:func:`ranked_runtime`).
