@@ -31,6 +31,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from tacos.errors import InfeasibleError, ToolFailure
 from tacos.model.collective import Collective
@@ -234,7 +235,7 @@ class Lowering:
         transfer on the physical route of its hop)."""
         rows = self._assign_ops()
         topo = self.topology
-        rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], r[4], r[5], r[6]))
+        rows.sort(key=itemgetter(0, 1, 2, 3, 4, 5, 6))
         transfers = tuple(Transfer(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
                           for r in rows)
         return Schedule(topo, self.collective, transfers, dict(meta))
@@ -242,34 +243,43 @@ class Lowering:
     def _assign_ops(self) -> list[list]:
         coll = self.collective
         rows = self._rows
-        by_chunk: dict[int, list[int]] = defaultdict(list)
-        for i, r in enumerate(rows):
-            for c in r[5]:
-                if coll.chunks[c].reduce:
-                    by_chunk[c].append(i)
-        tol = 1e-12 * max((r[1] for r in rows), default=0.0)
-        decision = _decisions(coll, rows, by_chunk, tol)
-        out = []
-        for i, r in enumerate(rows):
-            kept, ops = [], set()
-            for c in r[5]:
-                op = decision.get((i, c), "copy")
-                if op == "drop":
-                    continue
-                kept.append(c)
-                if op != "either":
-                    ops.add(op)
-            if not kept:
+        if all(len(r) == 6 for r in rows) and not any(c.reduce for c in coll.chunks):
+            # copies only, no in-switch groups: what the replay below gives every row
+            return [[r[0], r[1], r[2], r[3], r[4], tuple(r[5]), "copy", None] for r in rows]
+        return _ops(coll, rows)
+
+
+def _ops(coll: Collective, rows: list[list]) -> list[list]:
+    """The rows of :meth:`Lowering.schedule` with their op and group: reduction chunks
+    replayed (:func:`_decisions`), dropped sends left out."""
+    by_chunk: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        for c in r[5]:
+            if coll.chunks[c].reduce:
+                by_chunk[c].append(i)
+    tol = 1e-12 * max((r[1] for r in rows), default=0.0)
+    decision = _decisions(coll, rows, by_chunk, tol)
+    out = []
+    for i, r in enumerate(rows):
+        kept, ops = [], set()
+        for c in r[5]:
+            op = decision.get((i, c), "copy")
+            if op == "drop":
                 continue
-            group = r[6] if len(r) > 6 else None  # in-switch group id (nccl_lower)
-            if len(ops) > 1 or (group is not None and len(kept) != len(r[5])):
-                raise ToolFailure(
-                    f"baseline lowering mixed copy and reduce in one transfer {r[2]}->{r[3]}",
-                    hint="please report this with the topology and collective")
-            reduce = "reduce" in ops or (group is not None and len(r) > 7 and r[7] == "reduce")
-            out.append([r[0], r[1], r[2], r[3], r[4], tuple(kept),
-                        "reduce" if reduce else "copy", group])
-        return out
+            kept.append(c)
+            if op != "either":
+                ops.add(op)
+        if not kept:
+            continue
+        group = r[6] if len(r) > 6 else None  # in-switch group id (nccl_lower)
+        if len(ops) > 1 or (group is not None and len(kept) != len(r[5])):
+            raise ToolFailure(
+                f"baseline lowering mixed copy and reduce in one transfer {r[2]}->{r[3]}",
+                hint="please report this with the topology and collective")
+        reduce = "reduce" in ops or (group is not None and len(r) > 7 and r[7] == "reduce")
+        out.append([r[0], r[1], r[2], r[3], r[4], tuple(kept),
+                    "reduce" if reduce else "copy", group])
+    return out
 
 
 def _decisions(coll: Collective, rows: list[list], by_chunk: dict[int, list[int]], tol: float
