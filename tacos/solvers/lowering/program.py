@@ -41,6 +41,9 @@ from tacos.model.topology import Topology
 from tacos.solvers.lowering.hops import NpuGraph
 
 EPS = 1e-13
+COPIES_AT_ONCE = True
+"""Rows without reduction chunks or in-switch groups all get their copy op at once (what
+replaying them gives), without the replay."""
 
 
 @dataclass(frozen=True)
@@ -243,43 +246,38 @@ class Lowering:
     def _assign_ops(self) -> list[list]:
         coll = self.collective
         rows = self._rows
-        if all(len(r) == 6 for r in rows) and not any(c.reduce for c in coll.chunks):
+        if COPIES_AT_ONCE and all(len(r) == 6 for r in rows) \
+                and not any(c.reduce for c in coll.chunks):
             # copies only, no in-switch groups: what the replay below gives every row
             return [[r[0], r[1], r[2], r[3], r[4], tuple(r[5]), "copy", None] for r in rows]
-        return _ops(coll, rows)
-
-
-def _ops(coll: Collective, rows: list[list]) -> list[list]:
-    """The rows of :meth:`Lowering.schedule` with their op and group: reduction chunks
-    replayed (:func:`_decisions`), dropped sends left out."""
-    by_chunk: dict[int, list[int]] = defaultdict(list)
-    for i, r in enumerate(rows):
-        for c in r[5]:
-            if coll.chunks[c].reduce:
-                by_chunk[c].append(i)
-    tol = 1e-12 * max((r[1] for r in rows), default=0.0)
-    decision = _decisions(coll, rows, by_chunk, tol)
-    out = []
-    for i, r in enumerate(rows):
-        kept, ops = [], set()
-        for c in r[5]:
-            op = decision.get((i, c), "copy")
-            if op == "drop":
+        by_chunk: dict[int, list[int]] = defaultdict(list)
+        for i, r in enumerate(rows):
+            for c in r[5]:
+                if coll.chunks[c].reduce:
+                    by_chunk[c].append(i)
+        tol = 1e-12 * max((r[1] for r in rows), default=0.0)
+        decision = _decisions(coll, rows, by_chunk, tol)
+        out = []
+        for i, r in enumerate(rows):
+            kept, ops = [], set()
+            for c in r[5]:
+                op = decision.get((i, c), "copy")
+                if op == "drop":
+                    continue
+                kept.append(c)
+                if op != "either":
+                    ops.add(op)
+            if not kept:
                 continue
-            kept.append(c)
-            if op != "either":
-                ops.add(op)
-        if not kept:
-            continue
-        group = r[6] if len(r) > 6 else None  # in-switch group id (nccl_lower)
-        if len(ops) > 1 or (group is not None and len(kept) != len(r[5])):
-            raise ToolFailure(
-                f"baseline lowering mixed copy and reduce in one transfer {r[2]}->{r[3]}",
-                hint="please report this with the topology and collective")
-        reduce = "reduce" in ops or (group is not None and len(r) > 7 and r[7] == "reduce")
-        out.append([r[0], r[1], r[2], r[3], r[4], tuple(kept),
-                    "reduce" if reduce else "copy", group])
-    return out
+            group = r[6] if len(r) > 6 else None  # in-switch group id (nccl_lower)
+            if len(ops) > 1 or (group is not None and len(kept) != len(r[5])):
+                raise ToolFailure(
+                    f"baseline lowering mixed copy and reduce in one transfer {r[2]}->{r[3]}",
+                    hint="please report this with the topology and collective")
+            reduce = "reduce" in ops or (group is not None and len(r) > 7 and r[7] == "reduce")
+            out.append([r[0], r[1], r[2], r[3], r[4], tuple(kept),
+                        "reduce" if reduce else "copy", group])
+        return out
 
 
 def _decisions(coll: Collective, rows: list[list], by_chunk: dict[int, list[int]], tol: float
