@@ -8,9 +8,11 @@ exactly as the Python loop would: the same rows (start, end, hop, route, chunks)
 availability of every chunk at every NPU and the same link calendar (busy intervals per lane,
 busy time per link), so whatever the lowering does next sees no difference.
 
-It runs on a fresh lowering (nothing placed yet), when numba is installed and ``TACOS_JIT``
-does not disable it (:func:`tacos.solvers.greedy.jit.available`), and the program has at
-least :data:`MIN_SENDS` sends (loading the kernel costs a few tenths of a second).
+It runs on a fresh lowering (nothing placed yet) whose class places sends as
+:class:`~tacos.solvers.lowering.program.Lowering` does (the caller checks), when numba is
+installed and ``TACOS_JIT`` does not disable it (:func:`tacos.solvers.greedy.jit.available`),
+and the program has at least :data:`MIN_SENDS` sends (loading the kernel costs a few tenths
+of a second).
 """
 
 from __future__ import annotations
@@ -30,12 +32,9 @@ Python loop runs."""
 def usable(lowering: Any, sends: list) -> bool:
     """True when :func:`place_compiled` may run ``sends`` on ``lowering`` (see module doc)."""
     from tacos.solvers.greedy.jit import available
-    from tacos.solvers.lowering.program import Lowering
 
-    cls = type(lowering)
     return (len(sends) >= MIN_SENDS and not lowering._rows and not lowering._avail
-            and not lowering.calendar._res and cls._send is Lowering._send
-            and cls._place is Lowering._place
+            and not lowering.calendar._res
             and lowering.topology.n_npus * len(lowering.collective.chunks) <= MAX_CELLS
             and all(chunks for _, chunks in sends) and available())
 

@@ -198,7 +198,8 @@ class Lowering:
                  for part in ((msg.parts or ()) if split and multi else (msg.chunks,))]
         from tacos.solvers.lowering import place_jit
 
-        if place_jit.usable(self, sends):  # large programs: the same loop, compiled
+        own = type(self)._send is Lowering._send and type(self)._place is Lowering._place
+        if own and place_jit.usable(self, sends):  # large programs: the same loop, compiled
             place_jit.place_compiled(self, sends)
             return
         for route, chunks in sends:
