@@ -362,16 +362,18 @@ def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
     if any(t.group is not None for t in schedule.transfers):
         return 0.0, ""
     coll = schedule.collective
+    best = min(times, key=lambda k: (times[k], k))
     try:
         floor = floor_of(schedule, topology) if floor_of else \
-            runtime_floor(lowering_of(schedule), topology, int(coll.size), coll.group)
+            runtime_floor(lowering_of(schedule), topology, int(coll.size), coll.group,
+                          above=times[best])
     except TacosError:
         return 0.0, ""
-    best = min(times, key=lambda k: (times[k], k))
     if not floor > times[best]:
         return floor, ""
     return floor, (f"cannot win: its MSCCL XML lowering takes at least {format_time(floor)} in the "
-            f"runtime model (every connection at its full rate), more than {best}'s "
+            f"runtime model (every connection at its full rate, or its busiest thread block at "
+            f"the CTA rate), more than {best}'s "
             f"{format_time(times[best])}")
 
 

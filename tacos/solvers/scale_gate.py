@@ -18,8 +18,9 @@ seconds to minutes.  There the portfolio goes through a :class:`ScaleGate`:
   million transfers); the channel count built and those not built are in ``skipped``.
 * **A synthesized plan whose runtime floor is above NCCL's fastest model is not timed in
   full** (:func:`tacos.solvers.auto_floor.runtime_floor`: one pass of the runtime model with
-  every connection at its full rate); the portfolio's ranking leaves it out from the same
-  floor.
+  every connection at its full rate, not even that when the busiest thread block of the
+  lowering already takes longer at the CTA rate); the portfolio's ranking leaves it out from
+  the same floor.
 * **A plan already verified or ranked is not verified or ranked again**: the command line's
   verification and report reuse the winner's verification (:func:`verified_report`) and its
   runtime-model time (:func:`ranked_runtime`).
@@ -88,6 +89,8 @@ class ScaleGate:
     _reports: dict[int, VerifyReport] = field(default_factory=dict)
     _runtimes: dict[tuple[int, bool], tuple[Any, str]] = field(default_factory=dict)
     _floors: dict[int, float] = field(default_factory=dict)
+    #: NCCL's fastest modelled time, once known: a floor only needs to be known above it
+    _above: float | None = None
 
     def verify(self, schedule: Schedule) -> VerifyReport:
         """:func:`~tacos.check.verify_once.verified`, kept for the winner's report."""
@@ -119,7 +122,9 @@ class ScaleGate:
     def floor_of(self, schedule: Schedule, topology: Topology) -> float:
         """The runtime floor of ``schedule``'s MSCCL XML lowering
         (:func:`tacos.solvers.auto_floor.runtime_floor`), once per plan; 0.0 when it has none
-        (in-switch groups, or a lowering the runtime model cannot time)."""
+        (in-switch groups, or a lowering the runtime model cannot time).  Once NCCL's fastest
+        model is known, a floor above it may be the cheaper thread-block bound
+        (``runtime_floor(..., above=)``)."""
         key = id(schedule)
         if key not in self._floors:
             from tacos.runtime.plans import lowering_of
@@ -130,7 +135,7 @@ class ScaleGate:
                 coll = schedule.collective
                 try:
                     floor = runtime_floor(lowering_of(schedule), topology, int(coll.size),
-                                          coll.group)
+                                          coll.group, above=self._above)
                 except TacosError:
                     floor = 0.0
             self._floors[key] = floor
@@ -178,7 +183,9 @@ class ScaleGate:
                                            collective.group, name).time
             except (TacosError, KeyError, ValueError):
                 times[name] = 0.0  # no model time: cannot be ranked ahead, so it is built
-        best = self._best_synthesized(topology, plans, min(times.values()))
+        fastest = min(times.values())
+        self._above = fastest if fastest > 0 else None
+        best = self._best_synthesized(topology, plans, fastest)
         if best is None:
             return None
         label, bound = best

@@ -31,6 +31,7 @@ from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from tacos.errors import InfeasibleError, ToolFailure
 from tacos.model.collective import Collective
@@ -40,6 +41,9 @@ from tacos.model.topology import Topology
 from tacos.solvers.lowering.hops import NpuGraph
 
 EPS = 1e-13
+COPIES_AT_ONCE = True
+"""Rows without reduction chunks or in-switch groups all get their copy op at once (what
+replaying them gives), without the replay."""
 
 
 @dataclass(frozen=True)
@@ -172,10 +176,15 @@ class Lowering:
         """
         chunks = self.collective.chunks
         routed = []
+        known: dict[tuple[int, int], list[int] | None] = {}  # the graph's routes are fixed
         for msg in program:
             if msg.src == msg.dst or not msg.chunks:
                 continue
-            route = self.graph.route(msg.src, msg.dst)
+            key = (msg.src, msg.dst)
+            if key in known:
+                route = known[key]
+            else:
+                route = known[key] = self.graph.route(msg.src, msg.dst)
             if route is None:
                 raise InfeasibleError(
                     f"NPU {self.topology.node_name(msg.dst)} cannot be reached from NPU "
@@ -185,12 +194,16 @@ class Lowering:
                          and any(chunks[c].reduce for c in msg.chunks))
             routed.append((msg, route, multi))
         split = any(multi and len(route) > 2 for _, route, multi in routed)
-        for msg, route, multi in routed:
-            if split and multi:
-                for part in msg.parts or ():
-                    self._send(route, part)
-            else:
-                self._send(route, msg.chunks)
+        sends = [(route, part) for msg, route, multi in routed
+                 for part in ((msg.parts or ()) if split and multi else (msg.chunks,))]
+        from tacos.solvers.lowering import place_jit
+
+        own = type(self)._send is Lowering._send and type(self)._place is Lowering._place
+        if own and place_jit.usable(self, sends):  # large programs: the same loop, compiled
+            place_jit.place_compiled(self, sends)
+            return
+        for route, chunks in sends:
+            self._send(route, chunks)
 
     def _send(self, route: list[int], chunks: tuple[int, ...]) -> None:
         sizes = self.collective.chunks
@@ -226,7 +239,7 @@ class Lowering:
         transfer on the physical route of its hop)."""
         rows = self._assign_ops()
         topo = self.topology
-        rows.sort(key=lambda r: (r[0], r[1], r[2], r[3], r[4], r[5], r[6]))
+        rows.sort(key=itemgetter(0, 1, 2, 3, 4, 5, 6))
         transfers = tuple(Transfer(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
                           for r in rows)
         return Schedule(topo, self.collective, transfers, dict(meta))
@@ -234,6 +247,10 @@ class Lowering:
     def _assign_ops(self) -> list[list]:
         coll = self.collective
         rows = self._rows
+        if COPIES_AT_ONCE and all(len(r) == 6 for r in rows) \
+                and not any(c.reduce for c in coll.chunks):
+            # copies only, no in-switch groups: what the replay below gives every row
+            return [[r[0], r[1], r[2], r[3], r[4], tuple(r[5]), "copy", None] for r in rows]
         by_chunk: dict[int, list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
             for c in r[5]:
