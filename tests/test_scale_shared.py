@@ -125,4 +125,4 @@ def test_schedule_tasks_keeps_precedences_and_one_task_per_resource() -> None:
         assert all(starts[i] >= starts[p] + dur[p] - 1e-12 for p in preds[i])
     for r in set(res):
         spans = sorted((starts[i], starts[i] + dur[i]) for i in range(n) if res[i] == r)
-        assert all(b[0] >= a[1] - 1e-12 for a, b in zip(spans, spans[1:]))
+        assert all(b[0] >= a[1] - 1e-12 for a, b in zip(spans, spans[1:], strict=False))
