@@ -21,6 +21,7 @@ from tacos.scale.synthesize import TemplateSolver, synthesize_symmetric
 
 CLOS2 = ClosFabric(4, 2, hosts_per_leaf=2)
 SMALL = ClosFabric(4, 2, hosts_per_leaf=2, gpus=2)
+THREE = ClosFabric(8, 2, hosts_per_leaf=4, gpus=2)   # rail digits pos0, pos1, leaf0
 CLOS3 = ClosFabric(8, 3, hosts_per_leaf=2, leaves_per_pod=2)
 SOLVERS = ("direct",)
 
@@ -32,6 +33,8 @@ def _plan(system, layout, per_npu=64, **kw):
 
 @pytest.mark.parametrize("system,layout", [
     pytest.param(SMALL, shared.SharedLayout(((1, 2), (1,)), (1, 1)), id="2-gpu nodes"),
+    pytest.param(THREE, shared.SharedLayout((((1, 1), (2, 1)), (1,)), ((1, 2), 2)),
+                 id="nested"),
     pytest.param(CLOS2, shared.SharedLayout(((1, 2), (1,)), (1, 1)), id="clos2",
                  marks=pytest.mark.slow),
     pytest.param(CLOS3, shared.SharedLayout(((1, 1, 2),), (1,)), id="clos3",
@@ -40,6 +43,7 @@ def test_shared_plan_equals_full_synthesis_and_both_verifiers(system, layout) ->
     sym = _plan(system, layout)
     full = _plan(system, layout, symmetric=False)
     assert any(p.joint for p in sym.phases)
+    assert len(sym.parts) == len(shared._leaves(layout.groups))
     assert sym.makespan == full.makespan
     report = verify_symmetric(sym)
     assert report.ok, report.text(5)
@@ -49,6 +53,20 @@ def test_shared_plan_equals_full_synthesis_and_both_verifiers(system, layout) ->
     assert written.makespan == pytest.approx(sym.makespan, rel=1e-12)
     ref = tacos.collective("allreduce", range(system.n_npus), size=sym.size)
     assert sym.makespan >= lower_bound(written.topology, ref).value
+
+
+def test_nested_groups_share_each_level_of_digits() -> None:
+    plan = _plan(THREE, shared.SharedLayout((((1, 1), (1, 1)),), ((1, 2),)), fuse=False)
+    moved = {(p.axis, p.kind): set() for p in plan.phases}
+    for p in plan.phases:
+        moved[p.axis, p.kind].add(p.moved)
+    assert moved[1, "reducescatter"] == {(0,), (1,), (2,), (3,)}      # alone
+    assert moved[2, "reducescatter"] == {(0, 1), (2, 3)}             # in pairs
+    assert moved[3, "reducescatter"] == {(0, 1, 2, 3)}               # the whole group
+    assert moved[2, "allgather"] == moved[2, "reducescatter"]
+    assert verify_symmetric(plan).ok and verify_schedule(expand(plan)).ok
+    bad = shared.SharedLayout((((1, 1), 1),), ((1, 2),))   # subgroups of different depths
+    assert shared.build(THREE, "allreduce", plan.size, bad, TemplateSolver(SOLVERS, 0)) is None
 
 
 def test_a_group_pays_the_late_alpha_once() -> None:

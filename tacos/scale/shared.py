@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -50,12 +51,20 @@ def applies(system: SymmetricSystem, kind: str) -> bool:
 
 @dataclass(frozen=True)
 class SharedLayout:
-    """``groups``: integer weights of the parts, group by group (a part's share of the buffer
-    is its weight over the sum); ``early``: per group, the rail digits each of its parts runs
-    alone."""
+    """``groups``: the parts' integer weights (a part's share of the buffer is its weight over
+    the sum), grouped: a group is a tuple of parts (ints) or, nested, of subgroups of one depth.
+    ``early``: per group, its cuts, one per level: a part runs the rail digits before
+    ``cuts[0]`` alone, a subgroup of depth d (a tuple of parts: d = 1) runs the digits from
+    ``cuts[d - 1]`` to ``cuts[d]`` together, the group itself from its last cut to the end
+    (an int: one cut, a group of parts)."""
 
-    groups: tuple[tuple[int, ...], ...]
-    early: tuple[int, ...]
+    groups: tuple[Any, ...]
+    early: tuple[Any, ...]
+
+    def cuts(self, g: int) -> tuple[int, ...]:
+        """Group g's cuts as a tuple."""
+        e = self.early[g]
+        return (e,) if isinstance(e, int) else tuple(e)
 
 
 def _joint_steps(system: SymmetricSystem, late: Sequence[int], region: int, solve: Solve,
@@ -93,77 +102,166 @@ def _busy(steps: list[tuple[int, str, Schedule]]) -> float:
     return sum(t.makespan for _, _, t in steps)
 
 
+def _leaves(node: Any) -> list[int]:
+    return [node] if isinstance(node, int) else [w for c in node for w in _leaves(c)]
+
+
+def _depth(node: Any) -> int | None:
+    """Nesting depth of a group (parts: 0), None when its subgroups differ in depth."""
+    if isinstance(node, int):
+        return 0
+    if not node:
+        return None
+    ds = {_depth(c) for c in node}
+    return None if len(ds) != 1 or None in ds else 1 + ds.pop()  # type: ignore[operator]
+
+
+class _Tasks:
+    """The phases of a layout as tasks for :func:`~tacos.scale.pipeline.schedule_tasks`."""
+
+    def __init__(self, system: SymmetricSystem, rail: str) -> None:
+        self.system, self.rail = system, rail
+        self.specs: list[tuple[int, int, str, Any, tuple[int, ...]]] = []
+        self.preds: list[list[int]] = []
+        self.chain: list[list[int]] = []  # the rails in layout order (a schedule variant)
+        self.last: dict[int, int] = {}
+        self.rail_last = -1
+
+    def add(self, parts: Sequence[int], axis: int, k: str, t: Any) -> None:
+        i = len(self.specs)
+        self.preds.append(sorted({self.last[q] for q in parts if q in self.last}))
+        extra = []
+        if self.system.resource(axis) == self.rail:
+            if self.rail_last >= 0:
+                extra.append(self.rail_last)
+            self.rail_last = i
+        self.chain.append(extra)
+        self.specs.append((parts[0], axis, k, t, tuple(parts[1:])))
+        for q in parts:
+            self.last[q] = i
+
+    def schedule(self, variants: int = 4) -> tuple[float, list[float]]:
+        """(end, starts) of the best of the scheduler variants (all-gathers or
+        reduce-scatters first on a tie; rails in layout order or free)."""
+        resources = [self.system.resource(a) for _, a, _, _, _ in self.specs]
+        durations = [t.makespan for _, _, _, t, _ in self.specs]
+        chained = [sorted({*p, *c}) for p, c in zip(self.preds, self.chain, strict=True)]
+        best: tuple[float, list[float]] | None = None
+        for ag_first, deps in ((True, chained), (False, chained), (True, self.preds),
+                               (False, self.preds))[:variants]:
+            ranks = [int((k == "allgather") != ag_first) for _, _, k, _, _ in self.specs]
+            starts = schedule_tasks(resources, durations, deps, ranks)
+            end = max((s + d for s, d in zip(starts, durations, strict=True)), default=0.0)
+            if best is None or end < best[0]:
+                best = (end, starts)
+        assert best is not None
+        return best
+
+
+def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: SharedLayout,
+          solve: Solve, fuse: bool) -> tuple[_Tasks, list[int]] | None:
+    """The tasks of ``layout`` with templates from ``solve`` (anything with a ``makespan``),
+    and the fused digits of each group; None when the layout is malformed for ``system``."""
+    from tacos.scale.synthesize import axis_order
+
+    order = axis_order(system, kind, 0)
+    first, rails = order[0], order[1:]
+    if len(layout.early) != len(layout.groups):
+        return None
+    tasks = _Tasks(system, system.resource(rails[0]))
+    region = list(sizes)
+    fused_counts: list[int] = []
+
+    def run(parts: list[int], axes: Sequence[int], k: str) -> None:
+        for a in axes:
+            r = system.axes[a].size
+            if k == "allgather":
+                for q in parts:
+                    region[q] *= r
+            tasks.add(parts, a, k, solve(system.template(a), k, sum(region[q] for q in parts)))
+            if k == "reducescatter":
+                for q in parts:
+                    region[q] //= r
+
+    def down(node: Any, cuts: tuple[int, ...], top: bool) -> list[int]:
+        """Reduce-scatters of ``node`` (part ids, nested as the group) up to its joint
+        phases; the parts it holds."""
+        if isinstance(node, int):
+            run([node], (first, *rails[:cuts[0]]), "reducescatter")
+            return [node]
+        qs = [q for c in node for q in down(c, cuts, False)]
+        d = _depth(node)
+        assert d is not None
+        lo = cuts[d - 1]
+        if top:
+            steps = _joint_steps(system, rails[lo:], sum(region[q] for q in qs), solve, fuse)
+            fused_counts.append(sum(k == "allreduce" for _, k, _ in steps))
+            for a, k, t in steps:
+                tasks.add(qs, a, k, t)
+                if k != "allreduce":
+                    r = system.axes[a].size
+                    for q in qs:
+                        region[q] = region[q] // r if k == "reducescatter" else region[q] * r
+        else:
+            run(qs, rails[lo:cuts[d]], "reducescatter")
+        return qs
+
+    def up(node: Any, cuts: tuple[int, ...], top: bool) -> None:
+        """The all-gathers of ``node`` after its parent's."""
+        if isinstance(node, int):
+            run([node], (*reversed(rails[:cuts[0]]), first), "allgather")
+            return
+        if not top:
+            d = _depth(node)
+            assert d is not None
+            run(_leaves(node), tuple(reversed(rails[cuts[d - 1]:cuts[d]])), "allgather")
+        for c in node:
+            up(c, cuts, False)
+
+    def number(node: Any, ids: Any) -> Any:
+        """``node`` with its parts replaced by their ids, in order."""
+        return next(ids) if isinstance(node, int) else tuple(number(c, ids) for c in node)
+
+    ids = iter(range(len(sizes)))
+    for g, group in enumerate(layout.groups):
+        cuts = layout.cuts(g)
+        d = _depth(group)
+        if d is None or d < 1 or len(cuts) != d or list(cuts) != sorted(set(cuts)) \
+                or cuts[0] < 0 or cuts[-1] >= len(rails):
+            return None
+        numbered = number(group, ids)
+        down(numbered, cuts, True)
+        up(numbered, cuts, True)
+    return tasks, fused_counts
+
+
 def build(system: SymmetricSystem, kind: str, size: int, layout: SharedLayout, solve: Solve,
           fuse: bool = True) -> SymmetricPlan | None:
     """The plan of ``layout`` (None when a part would hold less than a byte per NPU or the
-    layout leaves no late digit)."""
-    from tacos.scale.synthesize import axis_order, split
+    layout is malformed: subgroups of one group of different depths, cuts that do not rise or
+    leave the group no late digit)."""
+    from tacos.scale.synthesize import split
 
     n = system.n_npus
-    flat = [w for g in layout.groups for w in g]
+    flat = [w for g in layout.groups for w in _leaves(g)]
     sizes = split(size, flat, n)
-    order = axis_order(system, kind, 0)
-    first, rails = order[0], order[1:]
-    if min(sizes) < n or len(layout.early) != len(layout.groups) \
-            or not all(0 <= j < len(rails) for j in layout.early):
+    if min(sizes) < n:
         return None
-    rail = system.resource(rails[0])
-    specs: list[tuple[int, int, str, Schedule, tuple[int, ...]]] = []
-    preds: list[list[int]] = []
-    rail_chain: list[list[int]] = []  # the rails in layout order (a variant of the schedule)
-    last: dict[int, int] = {}
-    chain = [-1]
-
-    def add(part: int, axis: int, k: str, t: Schedule, joint: tuple[int, ...] = ()) -> None:
-        i = len(specs)
-        ps = {last[q] for q in (part, *joint) if q in last}
-        extra = []
-        if system.resource(axis) == rail:
-            if chain[0] >= 0:
-                extra.append(chain[0])
-            chain[0] = i
-        specs.append((part, axis, k, t, joint))
-        preds.append(sorted(ps))
-        rail_chain.append(extra)
-        for q in (part, *joint):
-            last[q] = i
-
-    region = list(sizes)
-    q0 = 0
-    fused_counts = []
-    for group, j in zip(layout.groups, layout.early, strict=True):
-        early, late = rails[:j], rails[j:]
-        qs = list(range(q0, q0 + len(group)))
-        q0 += len(group)
-        for q in qs:
-            for a in (first, *early):
-                add(q, a, "reducescatter", solve(system.template(a), "reducescatter", region[q]))
-                region[q] //= system.axes[a].size
-        steps = _joint_steps(system, late, sum(region[q] for q in qs), solve, fuse)
-        fused_counts.append(sum(k == "allreduce" for _, k, _ in steps))
-        for a, k, t in steps:
-            add(qs[0], a, k, t, tuple(qs[1:]))
-        for q in qs:
-            for a in (*reversed(early), first):
-                region[q] *= system.axes[a].size
-                add(q, a, "allgather", solve(system.template(a), "allgather", region[q]))
-    resources = [system.resource(a) for _, a, _, _, _ in specs]
-    durations = [t.makespan for _, _, _, t, _ in specs]
-    best = None
-    chained = [sorted({*p, *c}) for p, c in zip(preds, rail_chain, strict=True)]
-    for ag_first, deps in ((True, chained), (False, chained), (True, preds), (False, preds)):
-        ranks = [int((k == "allgather") != ag_first) for _, _, k, _, _ in specs]
-        starts = schedule_tasks(resources, durations, deps, ranks)
-        end = max(s + d for s, d in zip(starts, durations, strict=True))
-        if best is None or end < best[0]:
-            best = (end, starts)
-    assert best is not None
+    made = _emit(system, kind, sizes, layout, solve, fuse)
+    if made is None:
+        return None
+    tasks, fused_counts = made
+    _, starts = tasks.schedule()
     phases = tuple(Phase(q, a, k, t, st, joint)
-                   for (q, a, k, t, joint), st in zip(specs, best[1], strict=True))
+                   for (q, a, k, t, joint), st in zip(tasks.specs, starts, strict=True))
     meta = {"parts": len(sizes), "fused_digits": ",".join(map(str, fused_counts)),
-            "shared": " ".join(f"{','.join(map(str, g))}:{j}"
-                               for g, j in zip(layout.groups, layout.early, strict=True))}
+            "shared": " ".join(f"{_text(g)}:{','.join(map(str, layout.cuts(i)))}"
+                               for i, g in enumerate(layout.groups))}
     return SymmetricPlan(system, kind, sum(sizes), sizes, phases, meta)
+
+
+def _text(node: Any) -> str:
+    return str(node) if isinstance(node, int) else "(" + ",".join(map(_text, node)) + ")"
 
 
 # -- choosing layouts on an affine model ---------------------------------------------------------
@@ -341,3 +439,46 @@ def candidates(system: SymmetricSystem, kind: str, size: int, solve: Solve, fuse
             found.append((end, SharedLayout(weights, (j,) * len(shape))))
     found.sort(key=lambda x: x[0])
     return [lay for _, lay in found[:keep]]
+
+
+class AffineTemplates:
+    """Template times ``a + b size`` per (template, kind), fitted through two solves of
+    ``solve`` (a quarter and a 64th of ``size``, rounded to the template's members): a fast
+    stand-in for ``solve`` when only the times matter (:func:`layout_end`)."""
+
+    @dataclass(frozen=True)
+    class Time:
+        """A template's time (what the scheduler reads of a template)."""
+
+        makespan: float
+
+    def __init__(self, solve: Solve, size: int) -> None:
+        self.solve, self.size = solve, size
+        self.fits: dict[tuple[Topology, str], tuple[float, float]] = {}
+
+    def __call__(self, topology: Topology, kind: str, size: int) -> AffineTemplates.Time:
+        key = (topology, kind)
+        fit = self.fits.get(key)
+        if fit is None:
+            r = topology.n_npus
+            s1 = max(r, self.size // 4 // r * r)
+            s2 = max(r, self.size // 64 // r * r)
+            t1 = self.solve(topology, kind, s1).makespan
+            t2 = self.solve(topology, kind, s2).makespan
+            b = (t1 - t2) / (s1 - s2) if s1 != s2 else 0.0
+            fit = self.fits[key] = (t1 - b * s1, b)
+        return AffineTemplates.Time(fit[0] + fit[1] * size)
+
+
+def layout_end(system: SymmetricSystem, kind: str, size: int, layout: SharedLayout,
+               times: AffineTemplates, fuse: bool = True) -> float:
+    """The end of ``layout`` on the template times ``times`` (the scheduler of :func:`build`,
+    rails in layout order, all-gathers first on a tie); inf when malformed."""
+    from tacos.scale.synthesize import split
+
+    flat = [w for g in layout.groups for w in _leaves(g)]
+    sizes = split(size, flat, system.n_npus)
+    if min(sizes) < system.n_npus:
+        return float("inf")
+    made = _emit(system, kind, sizes, layout, times, fuse)  # type: ignore[arg-type]
+    return float("inf") if made is None else made[0].schedule(variants=1)[0]
