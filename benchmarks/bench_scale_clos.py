@@ -72,6 +72,7 @@ print(json.dumps({"npus": system.n_npus, "links": system.n_links, "synth_cpu": c
                   "phases": len(plan.phases), "templates": plan.meta["templates"],
                   "transfers": plan.n_transfers, "size": plan.size,
                   "fused": plan.meta.get("fused_digits", ""),
+                  "shared": plan.meta.get("shared", ""),
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -205,8 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     print("| case | NPUs | collective | size | synthesis CPU (s) | verify CPU (s) | peak RSS "
           "(MiB) | time (ms) | bound (ms) | time / bound | parts | templates | transfers "
-          "represented | fused digits per part | verified |")
-    print("|" + "---|" * 15)
+          "represented | fused digits per part (per group if shared) | shared groups "
+          "(weights:cuts) | verified |")
+    print("|" + "---|" * 16)
     for name in args.only or CASES:
         for size in [x for x in CASES[name][3] if not args.sizes or x in args.sizes]:
             r = run(name, size)
@@ -215,7 +217,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{r['synth_cpu']:.1f} | {r['verify_cpu']:.2f} | {r['rss_mib']:.0f} | "
                   f"{r['makespan'] * 1e3:.3f} | {r['bound'] * 1e3:.3f} | {r['ratio']:.4f} | "
                   f"{r['parts']} | {r['templates']} | {r['transfers']:,} | "
-                  f"{r.get('fused') or '-'} | {'yes' if r['verified'] else 'NO'} |", flush=True)
+                  f"{r.get('fused') or '-'} | {r.get('shared') or '-'} | "
+                  f"{'yes' if r['verified'] else 'NO'} |", flush=True)
     for series, names in SERIES.items():
         pts = [(r["npus"], r["synth_cpu"] + r["verify_cpu"], r["rss_mib"]) for r in rows
                if r["case"] in names and r["size_gib"] == 1]

@@ -380,7 +380,7 @@ def model_end(model: StageModel | Sequence[StageModel], groups: Sequence[Sequenc
     return max(end, t)
 
 
-SHAPES = ((3, 6, 3), (4, 8, 4), (5, 10, 5), (4, 6, 4), (3, 8, 3), (5, 5, 5), (4, 4, 4, 4))
+SHAPES = ((3, 6, 3), (4, 8, 4), (4, 6, 4), (3, 8, 3), (5, 5, 5))
 MAX_EARLY = 4
 
 
@@ -434,7 +434,7 @@ def candidates(system: SymmetricSystem, kind: str, size: int, solve: Solve, fuse
     found = []
     for _, j in probe[:2]:
         for shape in SHAPES:
-            end, shares = best_shares(models[j], shape, seed)
+            end, shares = best_shares(models[j], shape, seed, restarts=3)
             weights = tuple(tuple(max(1, round(x * 10000)) for x in g) for g in shares)
             found.append((end, SharedLayout(weights, (j,) * len(shape))))
     found.sort(key=lambda x: x[0])
@@ -471,9 +471,9 @@ class AffineTemplates:
 
 
 def layout_end(system: SymmetricSystem, kind: str, size: int, layout: SharedLayout,
-               times: AffineTemplates, fuse: bool = True) -> float:
+               times: AffineTemplates, fuse: bool = True, variants: int = 4) -> float:
     """The end of ``layout`` on the template times ``times`` (the scheduler of :func:`build`,
-    rails in layout order, all-gathers first on a tie); inf when malformed."""
+    its first ``variants`` variants); inf when malformed."""
     from tacos.scale.synthesize import split
 
     flat = [w for g in layout.groups for w in _leaves(g)]
@@ -481,4 +481,4 @@ def layout_end(system: SymmetricSystem, kind: str, size: int, layout: SharedLayo
     if min(sizes) < system.n_npus:
         return float("inf")
     made = _emit(system, kind, sizes, layout, times, fuse)  # type: ignore[arg-type]
-    return float("inf") if made is None else made[0].schedule(variants=1)[0]
+    return float("inf") if made is None else made[0].schedule(variants)[0]
