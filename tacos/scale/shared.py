@@ -382,6 +382,10 @@ def model_end(model: StageModel | Sequence[StageModel], groups: Sequence[Sequenc
 
 SHAPES = ((3, 6, 3), (4, 8, 4), (4, 6, 4), (3, 8, 3), (5, 5, 5))
 MAX_EARLY = 4
+# fabrics smaller than this are not searched (the search costs about 3 s CPU, more than the
+# whole synthesis of a 4-node fabric, and the plans there are short anyway);
+# ``parts=SharedLayout(...)`` still builds a layout at any size
+MIN_NPUS = 256
 
 
 def best_shares(model: StageModel | Sequence[StageModel], shape: Sequence[int],
@@ -419,8 +423,9 @@ def candidates(system: SymmetricSystem, kind: str, size: int, solve: Solve, fuse
                seed: int = 0, keep: int = 3) -> list[SharedLayout]:
     """The ``keep`` layouts :func:`model_end` finds fastest: for the two early-digit counts
     (up to :data:`MAX_EARLY`) best on the shape (4, 8, 4), every shape of :data:`SHAPES`,
-    shares by :func:`best_shares`, as integer weights."""
-    if not applies(system, kind):
+    shares by :func:`best_shares`, as integer weights; none on fabrics of fewer than
+    :data:`MIN_NPUS` NPUs."""
+    if not applies(system, kind) or system.n_npus < MIN_NPUS:
         return []
     n_rails = len(system.axes) - 1
     models = {}
