@@ -34,6 +34,7 @@ from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import Phase, SymmetricPlan
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.topology import Topology
+from tacos.scale.parts import axis_order, split
 from tacos.scale.pipeline import schedule_tasks
 
 Solve = Callable[[Topology, str, int], Schedule]
@@ -162,8 +163,6 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
           solve: Solve, fuse: bool) -> tuple[_Tasks, list[int]] | None:
     """The tasks of ``layout`` with templates from ``solve`` (anything with a ``makespan``),
     and the fused digits of each group; None when the layout is malformed for ``system``."""
-    from tacos.scale.synthesize import axis_order
-
     order = axis_order(system, kind, 0)
     first, rails = order[0], order[1:]
     if len(layout.early) != len(layout.groups):
@@ -240,8 +239,6 @@ def build(system: SymmetricSystem, kind: str, size: int, layout: SharedLayout, s
     """The plan of ``layout`` (None when a part would hold less than a byte per NPU or the
     layout is malformed: subgroups of one group of different depths, cuts that do not rise or
     leave the group no late digit)."""
-    from tacos.scale.synthesize import split
-
     n = system.n_npus
     flat = [w for g in layout.groups for w in _leaves(g)]
     sizes = split(size, flat, n)
@@ -284,8 +281,6 @@ def stage_model(system: SymmetricSystem, kind: str, size: int, early: int, solve
     """The stages of :func:`build`'s plans, fitted through template solves (cached by
     ``solve``) of a part of a quarter and a thirty-second of ``size``, and of a group of the
     whole and an eighth of it; None when the layout leaves no late digit."""
-    from tacos.scale.synthesize import axis_order
-
     n = system.n_npus
     order = axis_order(system, kind, 0)
     first, rails = order[0], order[1:]
@@ -479,8 +474,6 @@ def layout_end(system: SymmetricSystem, kind: str, size: int, layout: SharedLayo
                times: AffineTemplates, fuse: bool = True, variants: int = 4) -> float:
     """The end of ``layout`` on the template times ``times`` (the scheduler of :func:`build`,
     its first ``variants`` variants); inf when malformed."""
-    from tacos.scale.synthesize import split
-
     flat = [w for g in layout.groups for w in _leaves(g)]
     sizes = split(size, flat, system.n_npus)
     if min(sizes) < system.n_npus:

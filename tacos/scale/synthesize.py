@@ -36,29 +36,12 @@ from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import PLAN_KINDS, Phase, SymmetricPlan
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.topology import Topology
+from tacos.scale.parts import axis_order, rotates, split
 from tacos.scale.pipeline import schedule_parts
 
 DEFAULT_SOLVERS = ("forest", "greedy", "direct")
 DEFAULT_PARTS = (1, 2, 4, 8, 16, 32)
 MAX_FUSED = 6  # fused digits tried per part: beyond this the extra bytes outweigh the α saved
-
-
-def rotates(system: SymmetricSystem) -> bool:
-    """True when every axis has links of its own (a torus): all-gather parts then start on
-    different axes."""
-    return len({system.resource(a) for a in range(len(system.axes))}) == len(system.axes)
-
-
-def axis_order(system: SymmetricSystem, kind: str, part: int) -> list[int]:
-    """The axes a part visits.  Reductions go in system order (the fast NVSwitch first, so the
-    rails carry an eighth of the buffer); all-gathers go the other way (the NVSwitch last), or
-    rotated by the part index when every axis has links of its own."""
-    n = len(system.axes)
-    if kind != "allgather":
-        return list(range(n))
-    if rotates(system):
-        return [(k + part) % n for k in range(n)]
-    return list(reversed(range(n)))
 
 
 def part_steps(system: SymmetricSystem, kind: str, part: int, fused: int = 0
@@ -166,17 +149,6 @@ class TemplateSolver:
                              + "; ".join(reasons))
         return Schedule(best.topology, best.collective, tuple(best.transfers),
                         {"solver": best.meta.get("solver"), "template": topology.name})
-
-
-def split(size: int, weights: Sequence[int], unit: int) -> tuple[int, ...]:
-    """``size`` bytes cut in proportion to ``weights``, each part a multiple of ``unit``; the
-    bytes left over by rounding go to the largest part (the total is ``size`` rounded down to a
-    multiple of ``unit``)."""
-    total = sum(weights)
-    parts = [size * w // total // unit * unit for w in weights]
-    big = max(range(len(parts)), key=lambda i: (weights[i], -i))
-    parts[big] += (size // unit * unit) - sum(parts)
-    return tuple(parts)
 
 
 def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
