@@ -128,6 +128,16 @@ def test_the_stage_model_predicts_the_built_plan() -> None:
                         solve)
     assert plan is not None and verify_symmetric(plan).ok
     assert plan.makespan == pytest.approx(end, rel=0.01)
+    # the same layout on fitted template times, through the real scheduler; nested as well
+    times = shared.AffineTemplates(solve, size)
+    assert shared.layout_end(fabric, "allreduce", size, plan_layout := shared.SharedLayout(
+        weights, (2, 2, 2)), times) == pytest.approx(plan.makespan, rel=0.01)
+    nested = shared.SharedLayout((((1, 1), (1, 1)),), ((1, 2),))
+    built = shared.build(fabric, "allreduce", size, nested, solve)
+    assert built is not None and verify_symmetric(built).ok
+    assert shared.layout_end(fabric, "allreduce", size, nested, times) == \
+        pytest.approx(built.makespan, rel=0.01)
+    assert plan_layout.cuts(0) == (2,)
     assert not shared.applies(fabric, "allgather") and shared.applies(fabric, "allreduce")
 
 
