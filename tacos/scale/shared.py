@@ -15,10 +15,13 @@ the group's held ranges at once and pays each α once for the group:
     per part of the group:  early rail AG digits, NVSwitch AG
 
 A part's rail α falls from every digit twice to its early digits twice, plus its group's late
-digits shared by the group.  :func:`candidates` picks group shapes and part weights on an
-affine model of the stages (fitted to template solves, :func:`stage_model`) with a small
-simulation of the two link classes (:func:`model_end`); :func:`build` makes the plan with the
-real templates and the list scheduler :func:`~tacos.scale.pipeline.schedule_tasks`, and
+digits shared by the group.  Groups may nest (:class:`SharedLayout`: pairs of parts taking
+middle digits together inside a group, and so on); :func:`layout_end` times any layout on
+fitted template times (:class:`AffineTemplates`) with the real scheduler.  :func:`candidates`
+picks group shapes and part weights on an affine model of the stages (fitted to template
+solves, :func:`stage_model`) with a small simulation of the two link classes
+(:func:`model_end`); :func:`build` makes the plan with the real templates and the list
+scheduler :func:`~tacos.scale.pipeline.schedule_tasks`, and
 :func:`tacos.scale.synthesize.synthesize_symmetric` keeps it when it is faster.
 """
 
