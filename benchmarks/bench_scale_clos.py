@@ -14,6 +14,7 @@ Usage::
     nice python -m benchmarks.bench_scale_clos --json out.json
     nice python -m benchmarks.bench_scale_clos --expanded       # unexpanded vs expanded check
     nice python -m benchmarks.bench_scale_clos --cli            # tacosc -o plan.json; verify
+    nice python -m benchmarks.bench_scale_clos --breakdown      # shared digits: α, fill, drain
 
 ``--expanded`` compares, on systems small enough, :func:`verify_symmetric` with writing the plan
 out (:func:`tacos.model.symmetric_plan.expand`) and running the full verifier on it, each in a
@@ -72,6 +73,7 @@ print(json.dumps({"npus": system.n_npus, "links": system.n_links, "synth_cpu": c
                   "phases": len(plan.phases), "templates": plan.meta["templates"],
                   "transfers": plan.n_transfers, "size": plan.size,
                   "fused": plan.meta.get("fused_digits", ""),
+                  "shared": plan.meta.get("shared", ""),
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -167,6 +169,45 @@ def run_cli(size: str = "1GiB", only: list[str] | None = None) -> None:
                       f"{plan.stat().st_size / 1024:.0f} | {line} |", flush=True)
 
 
+def rail_breakdown(plan) -> dict:
+    """Where a Clos all-reduce plan's time above the bandwidth term goes: the route α of the
+    rail phases' transfers out of one NIC (member 0 of each template), the rails' idle time
+    before the first and after the last rail phase (fill, drain) and between rail phases."""
+    system = plan.system
+    rail = sorted((p for p in plan.phases if system.tier(p.axis) > 0), key=lambda p: p.start)
+    alpha = sum(sum(p.template.topology.links[li].alpha for li in t.route)
+                for p in rail for t in p.template.transfers if t.src == 0)
+    busy = sum(p.template.makespan for p in rail)
+    first, last = rail[0].start, max(p.end for p in rail)
+    return {"alpha": alpha, "fill": first, "drain": plan.makespan - last,
+            "gaps": last - first - busy}
+
+
+def run_breakdown(size_gib: float = 1) -> None:
+    """Shared-digit layouts of the 1,024- and 5,000-node fabrics with ``direct`` templates
+    (fast; the benchmarked plans use the default solvers): time / bound and where the time
+    above the bound goes, per layout the model ranks best."""
+    from tacos.check.bounds_symmetric import symmetric_bound
+    from tacos.model.clos import ClosFabric
+    from tacos.scale import shared
+    from tacos.scale.synthesize import TemplateSolver
+
+    print("| case | layout (weights:cuts) | time / bound | rail α on one NIC (µs) | fill (µs) "
+          "| drain (µs) | gaps (µs) |")
+    print("|" + "---|" * 7)
+    for name in ("clos-1024", "clos-5000"):
+        system = ClosFabric(**CASES[name][1])
+        size = int(size_gib * GiB) // system.n_npus * system.n_npus
+        solve = TemplateSolver(("direct",), 0)
+        bound = symmetric_bound(system, "allreduce", size)
+        for layout in shared.candidates(system, "allreduce", size, solve, keep=1):
+            plan = shared.build(system, "allreduce", size, layout, solve)
+            b = rail_breakdown(plan)
+            print(f"| {name} | {plan.meta['shared']} | {plan.makespan / bound:.4f} | "
+                  f"{b['alpha'] * 1e6:.0f} | {b['fill'] * 1e6:.0f} | {b['drain'] * 1e6:.0f} | "
+                  f"{b['gaps'] * 1e6:.1f} |", flush=True)
+
+
 def run(name: str, size_gib: float) -> dict:
     """One case in a fresh interpreter; its JSON line."""
     kind, opts, coll, _ = CASES[name]
@@ -193,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", nargs="*", type=float, help="only these sizes (GiB) of each case")
     ap.add_argument("--expanded", action="store_true",
                     help="compare the unexpanded check with the expanded one instead")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="where the shared-digit plans' time above the bound goes")
     ap.add_argument("--cli", action="store_true",
                     help="time tacosc's symmetric path and tacosc verify instead")
     args = ap.parse_args(argv)
@@ -202,11 +245,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.cli:
         run_cli(only=args.only)
         return
+    if args.breakdown:
+        run_breakdown()
+        return
     rows = []
     print("| case | NPUs | collective | size | synthesis CPU (s) | verify CPU (s) | peak RSS "
           "(MiB) | time (ms) | bound (ms) | time / bound | parts | templates | transfers "
-          "represented | fused digits per part | verified |")
-    print("|" + "---|" * 15)
+          "represented | fused digits per part (per group if shared) | shared groups "
+          "(weights:cuts) | verified |")
+    print("|" + "---|" * 16)
     for name in args.only or CASES:
         for size in [x for x in CASES[name][3] if not args.sizes or x in args.sizes]:
             r = run(name, size)
@@ -215,7 +262,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{r['synth_cpu']:.1f} | {r['verify_cpu']:.2f} | {r['rss_mib']:.0f} | "
                   f"{r['makespan'] * 1e3:.3f} | {r['bound'] * 1e3:.3f} | {r['ratio']:.4f} | "
                   f"{r['parts']} | {r['templates']} | {r['transfers']:,} | "
-                  f"{r.get('fused') or '-'} | {'yes' if r['verified'] else 'NO'} |", flush=True)
+                  f"{r.get('fused') or '-'} | {r.get('shared') or '-'} | "
+                  f"{'yes' if r['verified'] else 'NO'} |", flush=True)
     for series, names in SERIES.items():
         pts = [(r["npus"], r["synth_cpu"] + r["verify_cpu"], r["rss_mib"]) for r in rows
                if r["case"] in names and r["size_gib"] == 1]

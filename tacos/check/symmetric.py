@@ -22,7 +22,8 @@ by parts that are each as small as a template or an axis's embedding:
     phases whose time windows overlap use disjoint global links (the links the template's
     transfers use, in every copy).
 ``order``
-    a part's phases run one after another (a phase starts when the previous one has ended).
+    a part's phases run one after another (a phase starts when the previous one has ended);
+    a joint phase is a phase of every part it moves.
 ``data``
     the symbolic state of every part, the same for every NPU by symmetry: the set of axes its
     held range is pinned to (member j holds the pieces whose digit is j) and the set of axes
@@ -31,7 +32,8 @@ by parts that are each as small as a template or an axis's embedding:
     all-reduce along a (a fused digit, in all-reduce plans only) needs a unpinned and not yet
     reduced and leaves it unpinned; template chunk sizes must equal the held range's.  At the
     end, all-reduce: nothing pinned, everything reduced; reduce-scatter: everything pinned and
-    reduced; all-gather: nothing pinned.
+    reduced; all-gather: nothing pinned.  A joint phase (``Phase.joint``) needs the parts it
+    moves in one state, and its template's size is their held ranges together.
 
 A plan that passes stands for a schedule that :func:`verify_schedule` would accept
 (:func:`tacos.model.symmetric_plan.expand` writes it out; the tests check both agree on small
@@ -187,55 +189,68 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
                 add(("template", f"part {ph.part} axis {ph.axis}: {report}".splitlines()[0]))
         checked[id(t)] = ok
     rep.stats["templates"] = len(checked)
-    # data flow and order, part by part
-    for q in range(len(plan.parts)):
-        mine = sorted((p for p in plan.phases if p.part == q), key=lambda p: p.start)
-        fixed, reduced = set(initial_fixed(plan.kind, n_axes)), set()
-        if plan.kind == "allgather":
-            reduced = set(range(n_axes))
-        region = plan.parts[q] // n if plan.kind == "allgather" else plan.parts[q]
-        prev_end = 0.0
-        for ph in mine:
-            a, r = ph.axis, system.axes[ph.axis].size
-            if _late(ph.start, prev_end):
-                add(("order", f"part {q}: the {ph.kind} along axis {a} starts at {ph.start} "
-                              f"before the previous phase ends ({prev_end})"))
-            prev_end = max(prev_end, ph.end)
-            if ph.kind == "reducescatter":
-                if a in fixed or a in reduced:
-                    add(("data", f"part {q}: reduce-scatter along axis {a} twice"))
-                want = (region, "reducescatter")
-                fixed.add(a)
-                reduced.add(a)
-                region //= r
-            elif ph.kind == "allgather":
-                if a not in fixed:
-                    add(("data", f"part {q}: all-gather along axis {a}, whose range is whole"))
-                region *= r
-                want = (region, "allgather")
-                fixed.discard(a)
-            elif ph.kind == "allreduce" and plan.kind == "allreduce":
-                if a in fixed or a in reduced:
-                    add(("data", f"part {q}: all-reduce along axis {a}, already reduced "
-                                 "over it or pinned to it"))
-                want = (region, "allreduce")
-                reduced.add(a)
-            else:
-                add(("data", f"part {q}: unknown phase kind {ph.kind!r}"))
-                continue
-            if want[0] % r or want[0] <= 0:
-                add(("data", f"part {q}: {want[0]} bytes do not split over {r} members"))
-                continue
-            ref = build(want[1], range(r), size=want[0])
-            if ph.template.collective.chunks != ref.chunks:
-                add(("data", f"part {q}: the {ph.kind} along axis {a} is not the {want[1]} "
-                             f"of {want[0]} bytes its range needs"))
-        done = {"allreduce": (set(), set(range(n_axes))),
-                "reducescatter": (set(range(n_axes)), set(range(n_axes))),
-                "allgather": (set(), set(range(n_axes)))}[plan.kind]
-        if (fixed, reduced) != done:
-            add(("data", f"part {q} ends pinned to axes {sorted(fixed)} and reduced over "
-                         f"{sorted(reduced)}, not a finished {plan.kind}"))
+    # data flow and order: every part's state, phases in time order
+    n_parts = len(plan.parts)
+    fixed = [set(initial_fixed(plan.kind, n_axes)) for _ in range(n_parts)]
+    reduced = [set(range(n_axes)) if plan.kind == "allgather" else set()
+               for _ in range(n_parts)]
+    region = [p // n if plan.kind == "allgather" else p for p in plan.parts]
+    prev_end = [0.0] * n_parts
+    for ph in sorted(plan.phases, key=lambda p: (p.start, p.part)):
+        moved = ph.moved
+        q = ph.part
+        if len(set(moved)) != len(moved) or not all(0 <= x < n_parts for x in moved):
+            add(("data", f"a phase along axis {ph.axis} moves parts {list(moved)}: not "
+                         f"distinct parts of the plan's {n_parts}"))
+            continue
+        if len({(frozenset(fixed[x]), frozenset(reduced[x])) for x in moved}) > 1:
+            add(("data", f"the joint phase of parts {list(moved)} along axis {ph.axis} moves "
+                         "parts in different states"))
+        a, r = ph.axis, system.axes[ph.axis].size
+        for x in moved:
+            if _late(ph.start, prev_end[x]):
+                add(("order", f"part {x}: the {ph.kind} along axis {a} starts at {ph.start} "
+                              f"before the previous phase ends ({prev_end[x]})"))
+            prev_end[x] = max(prev_end[x], ph.end)
+        if ph.kind == "reducescatter":
+            if a in fixed[q] or a in reduced[q]:
+                add(("data", f"part {q}: reduce-scatter along axis {a} twice"))
+            want = (sum(region[x] for x in moved), "reducescatter")
+            for x in moved:
+                fixed[x].add(a)
+                reduced[x].add(a)
+                region[x] //= r
+        elif ph.kind == "allgather":
+            if a not in fixed[q]:
+                add(("data", f"part {q}: all-gather along axis {a}, whose range is whole"))
+            for x in moved:
+                region[x] *= r
+                fixed[x].discard(a)
+            want = (sum(region[x] for x in moved), "allgather")
+        elif ph.kind == "allreduce" and plan.kind == "allreduce":
+            if a in fixed[q] or a in reduced[q]:
+                add(("data", f"part {q}: all-reduce along axis {a}, already reduced "
+                             "over it or pinned to it"))
+            want = (sum(region[x] for x in moved), "allreduce")
+            for x in moved:
+                reduced[x].add(a)
+        else:
+            add(("data", f"part {q}: unknown phase kind {ph.kind!r}"))
+            continue
+        if want[0] % r or want[0] <= 0 or any(region[x] <= 0 for x in moved):
+            add(("data", f"part {q}: {want[0]} bytes do not split over {r} members"))
+            continue
+        ref = build(want[1], range(r), size=want[0])
+        if ph.template.collective.chunks != ref.chunks:
+            add(("data", f"part {q}: the {ph.kind} along axis {a} is not the {want[1]} "
+                         f"of {want[0]} bytes its range needs"))
+    done = {"allreduce": (set(), set(range(n_axes))),
+            "reducescatter": (set(range(n_axes)), set(range(n_axes))),
+            "allgather": (set(), set(range(n_axes)))}[plan.kind]
+    for q in range(n_parts):
+        if (fixed[q], reduced[q]) != done:
+            add(("data", f"part {q} ends pinned to axes {sorted(fixed[q])} and reduced over "
+                         f"{sorted(reduced[q])}, not a finished {plan.kind}"))
     # link classes of phases that overlap in time
     used: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
 

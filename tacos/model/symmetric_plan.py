@@ -41,13 +41,20 @@ PHASE_KINDS = ("reducescatter", "allgather", "allreduce")
 class Phase:
     """Every group of ``axis`` runs ``template`` (a reduce-scatter, all-gather or all-reduce
     of its members, :data:`PHASE_KINDS`, in the template's own ids) on ``part`` of the buffer,
-    starting at ``start``."""
+    starting at ``start``; ``joint``: further parts the same template moves with it (a joint
+    phase, see the module docstring)."""
 
     part: int
     axis: int
     kind: str
     template: Schedule
     start: float
+    joint: tuple[int, ...] = ()
+
+    @property
+    def moved(self) -> tuple[int, ...]:
+        """Every part the phase moves: ``part``, then ``joint``."""
+        return (self.part, *self.joint)
 
     @property
     def end(self) -> float:
@@ -113,16 +120,16 @@ def expand(plan: SymmetricPlan) -> Schedule:
     fixed = {q: set(initial_fixed(plan.kind, len(system.axes))) for q in range(len(plan.parts))}
     cols: dict[str, list] = {k: [] for k in ("start", "end", "src", "dst", "route", "chunks",
                                              "op")}
-    for ph in sorted(plan.phases, key=lambda p: (p.part, p.start)):
+    for ph in sorted(plan.phases, key=lambda p: (p.start, p.part)):
         emb = system.embed(ph.axis)
-        held = fixed[ph.part]
+        held = fixed[ph.part]  # the parts a joint phase moves are in one state (the verifier)
         pinned = sorted(held | {ph.axis})
         t = ph.template
         for c in range(len(emb.nodes)):
             own = emb.coords[c]
             others = [a for a in pinned if a != ph.axis]
             cand = np.flatnonzero(np.all(every[:, others] == own[others], axis=1))
-            by_digit = {j: tuple(int(ph.part * n + i) for i in cand
+            by_digit = {j: tuple(int(q * n + i) for q in ph.moved for i in cand
                                  if every[i, ph.axis] == j)
                         for j in range(int(radices[ph.axis]))}
             for tr in t.transfers:
@@ -133,10 +140,11 @@ def expand(plan: SymmetricPlan) -> Schedule:
                 cols["route"].append(tuple(int(emb.links[c, k]) for k in tr.route))
                 cols["chunks"].append(tuple(sorted(x for j in tr.chunks for x in by_digit[j])))
                 cols["op"].append(tr.op)
-        if ph.kind == "reducescatter":
-            held.add(ph.axis)
-        elif ph.kind == "allgather":
-            held.discard(ph.axis)
+        for q in ph.moved:
+            if ph.kind == "reducescatter":
+                fixed[q].add(ph.axis)
+            elif ph.kind == "allgather":
+                fixed[q].discard(ph.axis)
     transfers = transfers_from_columns(cols["start"], cols["end"], cols["src"], cols["dst"],
                                        cols["route"], cols["chunks"], cols["op"])
     coll = global_collective(system, plan.kind, plan.parts)

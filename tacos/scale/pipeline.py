@@ -51,3 +51,38 @@ def schedule_parts(steps: Sequence[Sequence[tuple[str, str, float]]],
         nxt[q] += 1
         left -= 1
     return out
+
+
+def schedule_tasks(resources: Sequence[str], durations: Sequence[float],
+                   preds: Sequence[Sequence[int]], ranks: Sequence[int]) -> list[float]:
+    """Start times of tasks with precedences (a list scheduler, as :func:`schedule_parts`):
+    task i runs on ``resources[i]`` for ``durations[i]`` after every task in ``preds[i]``;
+    of the tasks whose predecessors are placed, the one that can start earliest goes next
+    (ties: the lower ``ranks[i]``, then the lower index).  Used by plans whose phases move
+    several parts (:mod:`tacos.scale.shared`), which are not sequences of one part each.
+
+    >>> schedule_tasks(["a", "a", "b"], [1.0, 1.0, 2.0], [[], [], [0]], [1, 0, 0])
+    [1.0, 0.0, 2.0]
+    """
+    n = len(durations)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    waiting = [len(p) for p in preds]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succ[p].append(i)
+    ready_at = [0.0] * n
+    free: dict[str, float] = {}
+    start = [0.0] * n
+    open_ = {i for i in range(n) if waiting[i] == 0}
+    while open_:
+        i = min(open_, key=lambda k: (max(ready_at[k], free.get(resources[k], 0.0)),
+                                      ranks[k], k))
+        open_.discard(i)
+        start[i] = max(ready_at[i], free.get(resources[i], 0.0))
+        end = free[resources[i]] = start[i] + durations[i]
+        for s in succ[i]:
+            ready_at[s] = max(ready_at[s], end)
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                open_.add(s)
+    return start

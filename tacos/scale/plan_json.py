@@ -13,12 +13,14 @@ on the axis's template topology, in the template's own ids) and the phases that 
      "parts": [bytes, ...],
      "templates": [{"axis": 0, "kind": "reducescatter", "size": bytes,
                     "transfers": [[start, end, src, dst, [link, ...], [chunk, ...], op], ...]}],
-     "phases": [[part, axis, template, start], ...],
+     "phases": [[part, axis, template, start], ...],   # or [..., start, [part, ...]]
      "makespan": seconds, "meta": {...}}
 
 A template's ``kind`` is ``reducescatter``, ``allgather`` or ``allreduce`` (a fused digit of
-an all-reduce plan, :mod:`tacos.scale.exchange`).  Template topologies and collectives are not
-stored: they are rebuilt from the system
+an all-reduce plan, :mod:`tacos.scale.exchange`).  A phase row with a fifth element is a
+joint phase: the listed parts ride the same template as ``part``
+(:class:`~tacos.model.symmetric_plan.Phase`, ``joint``).  Template topologies and collectives
+are not stored: they are rebuilt from the system
 (:meth:`~tacos.model.symmetry.SymmetricSystem.template`) and the template's kind and size, so a
 file cannot bring its own.  Floats are written with ``repr`` (they read back exactly).
 """
@@ -95,7 +97,8 @@ def plan_doc(plan: SymmetricPlan) -> dict[str, Any]:
                 "axis": ph.axis, "kind": ph.kind, "size": t.collective.size,
                 "transfers": [[_num(x.start), _num(x.end), x.src, x.dst, list(x.route),
                                list(x.chunks), x.op] for x in t.transfers]})
-        phases.append([ph.part, ph.axis, k, _num(ph.start)])
+        row = [ph.part, ph.axis, k, _num(ph.start)]
+        phases.append(row + [list(ph.joint)] if ph.joint else row)
     meta = {k: v for k, v in plan.meta.items()
             if k not in ("synthesis_cpu", "tried") and isinstance(v, (int, float, str, bool))}
     n = plan.system.n_npus
@@ -168,17 +171,23 @@ def plan_from_doc(doc: Any, source: str = "<string>") -> SymmetricPlan:
     made = [_template(system, t, source, k) for k, t in enumerate(templates)]
     phases = []
     for row in doc["phases"] if isinstance(doc["phases"], list) else [None]:
-        _need(isinstance(row, list) and len(row) == 4
+        _need(isinstance(row, list) and len(row) in (4, 5)
               and all(isinstance(x, int) for x in row[:3])
-              and isinstance(row[3], (int, float)) and math.isfinite(row[3]), source,
-              f"a phase is [part, axis, template, start], not {row!r}"[:200])
-        part, axis, k, start = row
+              and isinstance(row[3], (int, float)) and math.isfinite(row[3])
+              and (len(row) == 4 or (isinstance(row[4], list) and row[4]
+                                     and all(isinstance(x, int) for x in row[4]))), source,
+              f"a phase is [part, axis, template, start] or [part, axis, template, start, "
+              f"[part, ...]], not {row!r}"[:200])
+        part, axis, k, start = row[:4]
+        joint = tuple(row[4]) if len(row) == 5 else ()
+        _need(all(0 <= x < len(parts) for x in joint), source,
+              f"joint phase of part {part}: no part among {list(joint)}")
         _need(0 <= part < len(parts), source, f"phase of part {part}: no such part")
         _need(0 <= k < len(made), source, f"phase of part {part}: no template {k}")
         _need(templates[k]["axis"] == axis, source,
               f"phase of part {part}: template {k} is for axis {templates[k]['axis']}, "
               f"not {axis}")
-        phases.append(Phase(part, axis, templates[k]["kind"], made[k], float(start)))
+        phases.append(Phase(part, axis, templates[k]["kind"], made[k], float(start), joint))
     meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
     return SymmetricPlan(system, coll["kind"], coll["size"], tuple(parts), tuple(phases),
                          dict(meta))

@@ -15,6 +15,9 @@ all-gather, reduce-scatter or all-reduce on a system of isomorphic groups
 * an all-reduce part may end its reduce-scatters with **fused digits** (an all-reduce exchange
   of a binary group instead of its reduce-scatter and all-gather, :mod:`tacos.scale.exchange`),
   as many as make the part shortest (:func:`part_phases`).
+* on a multi-rail Clos all-reduce, groups of parts may take the late rail digits together
+  (joint phases: **shared late digits**, :mod:`tacos.scale.shared`), each α paid once per
+  group; those layouts are tried after the others and kept when faster.
 
 ``symmetric=False`` is the reference: it solves the template of every copy separately (cut out
 of the whole topology and renumbered) and keeps the plan only if every copy's solution has the
@@ -33,29 +36,12 @@ from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import PLAN_KINDS, Phase, SymmetricPlan
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.topology import Topology
+from tacos.scale.parts import axis_order, rotates, split
 from tacos.scale.pipeline import schedule_parts
 
 DEFAULT_SOLVERS = ("forest", "greedy", "direct")
 DEFAULT_PARTS = (1, 2, 4, 8, 16, 32)
 MAX_FUSED = 6  # fused digits tried per part: beyond this the extra bytes outweigh the α saved
-
-
-def rotates(system: SymmetricSystem) -> bool:
-    """True when every axis has links of its own (a torus): all-gather parts then start on
-    different axes."""
-    return len({system.resource(a) for a in range(len(system.axes))}) == len(system.axes)
-
-
-def axis_order(system: SymmetricSystem, kind: str, part: int) -> list[int]:
-    """The axes a part visits.  Reductions go in system order (the fast NVSwitch first, so the
-    rails carry an eighth of the buffer); all-gathers go the other way (the NVSwitch last), or
-    rotated by the part index when every axis has links of its own."""
-    n = len(system.axes)
-    if kind != "allgather":
-        return list(range(n))
-    if rotates(system):
-        return [(k + part) % n for k in range(n)]
-    return list(reversed(range(n)))
 
 
 def part_steps(system: SymmetricSystem, kind: str, part: int, fused: int = 0
@@ -163,17 +149,6 @@ class TemplateSolver:
                              + "; ".join(reasons))
         return Schedule(best.topology, best.collective, tuple(best.transfers),
                         {"solver": best.meta.get("solver"), "template": topology.name})
-
-
-def split(size: int, weights: Sequence[int], unit: int) -> tuple[int, ...]:
-    """``size`` bytes cut in proportion to ``weights``, each part a multiple of ``unit``; the
-    bytes left over by rounding go to the largest part (the total is ``size`` rounded down to a
-    multiple of ``unit``)."""
-    total = sum(weights)
-    parts = [size * w // total // unit * unit for w in weights]
-    big = max(range(len(parts)), key=lambda i: (weights[i], -i))
-    parts[big] += (size // unit * unit) - sum(parts)
-    return tuple(parts)
 
 
 def layouts(kind: str, n_axes: int, counts: Sequence[int], rotate: bool = False
@@ -284,9 +259,10 @@ def system_of(topology: Topology) -> SymmetricSystem:
 
 
 def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: int, *,
-                         parts: Sequence[int] | int | None = None,
+                         parts: Sequence[int] | int | Any | None = None,
                          solvers: Sequence[str] = DEFAULT_SOLVERS, seed: int = 0,
-                         symmetric: bool = True, fuse: bool = True) -> SymmetricPlan:
+                         symmetric: bool = True, fuse: bool = True,
+                         share: bool = True) -> SymmetricPlan:
     """A plan for ``kind`` (all-gather, reduce-scatter, all-reduce) of ``size`` bytes (the
     nccl-tests convention) on ``system`` (a :class:`Topology` is first recognized by
     :func:`system_of`; the plan's ids are the topology's).
@@ -294,22 +270,30 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     ``parts``: None tries the layouts of :func:`layouts` (equal parts, counts
     :data:`DEFAULT_PARTS`, and ramps), then the part sizes of the critical-path LP
     (:mod:`tacos.scale.layout_lp`, fitted to the equal layouts' stage times), and keeps the
-    fastest plan; an int cuts the buffer in that
-    many equal parts; a sequence gives part weights.  Every part is a multiple of the NPU count
-    (whole bytes per piece), so ``size`` is rounded down to one (``meta['size_requested']``
-    keeps the asked size).  ``solvers``: tried on every template, fastest verified kept.
+    fastest plan; an int cuts the buffer in that many equal parts; a sequence gives part
+    weights; a :class:`tacos.scale.shared.SharedLayout` builds that layout of shared late
+    digits.  Every part is a multiple of the NPU count (whole bytes per piece), so ``size``
+    is rounded down to one (``meta['size_requested']`` keeps the asked size).
+    ``solvers``: tried on every template, fastest verified kept.
     ``symmetric=False`` also solves every copy of every template on its own (see the module
     docstring) and raises :class:`~tacos.errors.TacosError` if any copy would differ.
     ``fuse``: an all-reduce part may end its reduce-scatters with fused digits (all-reduce
     exchanges of binary groups, :mod:`tacos.scale.exchange`), as many as make the part
     shortest (:func:`part_phases`); False keeps the reduce-scatter/all-gather pairs.
+    ``share`` (with ``parts=None``): also try layouts whose groups of parts share the late
+    rail digits (:mod:`tacos.scale.shared`), chosen on an affine model of their stages and
+    built with the real templates; False leaves them out.
     """
     if kind not in PLAN_KINDS:
         raise TacosError(f"symmetric synthesis does {', '.join(PLAN_KINDS)}, not {kind!r}")
     if isinstance(system, Topology):
         system = system_of(system)
     n_axes, n = len(system.axes), system.n_npus
-    if parts is None:
+    from tacos.scale import shared
+
+    if isinstance(parts, shared.SharedLayout):
+        candidates = []
+    elif parts is None:
         candidates = layouts(kind, n_axes, DEFAULT_PARTS, rotates(system))
     elif isinstance(parts, int):
         candidates = layouts(kind, n_axes, [parts], rotates(system))[:1]
@@ -339,6 +323,16 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     if parts is None and not (kind == "allgather" and rotates(system)):
         for weights in _lp_candidates(equal):
             attempt(weights)
+    if isinstance(parts, shared.SharedLayout) or (parts is None and share):
+        chosen = [parts] if isinstance(parts, shared.SharedLayout) else \
+            shared.candidates(system, kind, size, solve, fuse, seed)
+        for layout in chosen:
+            plan = shared.build(system, kind, size, layout, solve, fuse)
+            if plan is None:
+                continue
+            tried["shared " + plan.meta["shared"]] = plan.makespan
+            if best is None or plan.makespan < best.makespan:
+                best = plan
     if best is None:
         raise TacosError(f"{size} bytes is less than one byte per NPU and part",
                          hint=f"use at least {n} bytes")
