@@ -58,3 +58,39 @@ def test_two_node_window_set_covers_every_size_and_verifies(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", str(out)]) == 0
     assert "disjoint and contiguous" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_kept_analyses_change_no_choice_and_spare_recurring_programs(tmp_path, monkeypatch):
+    """The window sweep keeps more runtime-model analyses on a small group: every window's
+    plan, shape, time and XML are those of a sweep that keeps the runtime model's own few,
+    with fewer programs analysed; the runtime model's limit is back afterwards."""
+    import tacos
+    from tacos import sweep_shaped
+    from tacos.msccl.lower import MscclOptions
+    from tacos.runtime import msccl_exec
+    from tacos.sweep import sweep
+
+    topo = tacos.parse(MINI).topology
+    res = sweep(topo, "allreduce", "4KiB,1MiB,16MiB", candidates=("nccl-ring", "nccl"),
+                trials=1, workers=1)
+    built = [0]
+    real = msccl_exec.build_model
+
+    def counted(program):
+        built[0] += 1
+        return real(program)
+
+    monkeypatch.setattr(msccl_exec, "build_model", counted)
+    runs = {}
+    for kept in (0, sweep_shaped.KEPT_ANALYSES):
+        monkeypatch.setattr(sweep_shaped, "KEPT_ANALYSES", kept)
+        msccl_exec._ANALYSED.clear()
+        built[0] = 0
+        choices = sweep_shaped.choose_windows(res, base=MscclOptions(inplace=True),
+                                              instances=(1, 4))
+        runs[kept] = (built[0], [(c.plan, c.shape, c.time, c.xml()) for c in choices])
+        assert len(msccl_exec._ANALYSED) <= msccl_exec._ANALYSED_MAX
+    (few, plain), (many, kept_) = runs.values()
+    assert kept_ == plain
+    assert many < few
