@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 
 ALLPAIRS = "allpairs"
 STAGED = "allpairs-staged"
-#: groups of at most this many ranks keep :data:`KEPT_ANALYSES` runtime-model analyses
-SMALL_GROUP = 64
+#: groups of at most this many ranks keep :data:`KEPT_ANALYSES` runtime-model analyses (on
+#: 2x MI250, 32 ranks, keeping them saved no CPU and cost 0.8 GiB: docs/benchmarks/window-sets.md)
+SMALL_GROUP = 16
 KEPT_ANALYSES = 64
 
 
