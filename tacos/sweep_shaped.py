@@ -9,11 +9,18 @@ programs written directly (:mod:`tacos.msccl.allpairs_program`,
 runtime model times fastest at that size is kept (:func:`tacos.msccl.shape_choose.
 choose_shape`).  :func:`tacos.msccl.sweep_xml.write_windows` writes the choices as one file per
 window.
+
+The runtime model keeps its analysis (folded model and happens-before graph) of the last few
+programs it timed (:mod:`tacos.runtime.msccl_exec`); a window's search times about forty, and
+the program families and the all-pairs plans recur at every size, so on groups of at most
+:data:`SMALL_GROUP` ranks the sweep keeps :data:`KEPT_ANALYSES` of them while it runs: the
+same times, each recurring program analysed once instead of once per window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +36,10 @@ if TYPE_CHECKING:
 
 ALLPAIRS = "allpairs"
 STAGED = "allpairs-staged"
+#: groups of at most this many ranks keep :data:`KEPT_ANALYSES` runtime-model analyses (on
+#: 2x MI250, 32 ranks, keeping them saved no CPU and cost 0.8 GiB: docs/benchmarks/window-sets.md)
+SMALL_GROUP = 16
+KEPT_ANALYSES = 64
 
 
 def candidate_plans(row: SweepRow, allpairs: Callable[[], Schedule | None],
@@ -84,15 +95,34 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
         return built["s"]
 
     out = []
-    for n, row in enumerate(rows, 1):
-        plans = candidate_plans(row, allpairs, result.topology)
-        plans.update(multinode_candidates(result.topology, coll))
-        plans.update(xgmi_candidates(result.topology, coll, row.size))
-        out.append(choose_shape(plans, result.topology, row.size, base=base, candidates=cands,
-                                limits=limits, estimator=estimator, cache=cache))
-        if progress is not None:
-            progress(n, len(rows))
+    with _analyses_kept(KEPT_ANALYSES if len(coll.group) <= SMALL_GROUP else 0):
+        for n, row in enumerate(rows, 1):
+            plans = candidate_plans(row, allpairs, result.topology)
+            plans.update(multinode_candidates(result.topology, coll))
+            plans.update(xgmi_candidates(result.topology, coll, row.size))
+            out.append(choose_shape(plans, result.topology, row.size, base=base,
+                                    candidates=cands, limits=limits, estimator=estimator,
+                                    cache=cache))
+            if progress is not None:
+                progress(n, len(rows))
     return out
+
+
+@contextmanager
+def _analyses_kept(count: int) -> Iterator[None]:
+    """While open, the runtime model keeps at least ``count`` program analyses; on leaving, the
+    oldest beyond its own limit are dropped again."""
+    from tacos.runtime import msccl_exec
+
+    old = msccl_exec._ANALYSED_MAX
+    msccl_exec._ANALYSED_MAX = max(old, count)
+    try:
+        yield
+    finally:
+        msccl_exec._ANALYSED_MAX = old
+        kept = msccl_exec._ANALYSED
+        while len(kept) > old:
+            kept.pop(next(iter(kept)))
 
 
 def window_table(rows: Sequence[SweepRow], choices: Sequence[Choice],
