@@ -26,7 +26,7 @@ from tacos.msccl.fifo_calls import widest_size
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
-from tacos.msccl.shape_refuse import refusal
+from tacos.msccl.shape_refuse import Receipts, instances_refusal, kept_receipts, refusal
 from tacos.msccl.verify_fifo import split_deadlocks
 
 Estimator = Callable[[Program, Topology, int], float]
@@ -383,6 +383,7 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     seen: dict[tuple[str, Shape], float | None] = {}
     best = [incumbent]
     loads: dict[str, dict[int, float] | str] = {}
+    receipts: dict[str, Receipts | None] = {}
 
     def bounds(plan: str, program: Program, proto: str) -> tuple[float, float, float]:
         """The plan's port bound in ``proto``, the one-instance program's CTA bound and its
@@ -439,6 +440,15 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
                     considered.append(Candidate(plan, shape, None, [
                         "pruned: its CTA bound is no faster than the best shape found"]))
                     return CTA_BOUND
+        if shape.instances > 1 and isinstance(schedule, Schedule):
+            # chunks kept by the receiver cannot share a step from two instances on
+            if plan not in receipts:
+                receipts[plan] = kept_receipts(schedule, inplace=base.inplace)
+            why = instances_refusal(schedule, shape.instances, lim, inplace=base.inplace,
+                                    receipts=receipts[plan])
+            if why:  # as a lowering over the limits would be rejected, without building it
+                considered.append(Candidate(plan, shape, None, [why]))
+                return None
         got = cache.program(schedule, shape, base)
         if isinstance(got, str):
             considered.append(Candidate(plan, shape, None, [got]))
