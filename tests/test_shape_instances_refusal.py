@@ -7,12 +7,18 @@ from __future__ import annotations
 import pytest
 
 import tacos
+from tacos.errors import TacosError
 from tacos.model.patterns import build
 from tacos.msccl import shape_choose
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.shape import RuntimeLimits, parsed_nodes, shapes
 from tacos.msccl.shape_choose import ShapeCache, choose_shape
-from tacos.msccl.shape_refuse import instances_refusal, kept_receipts, receipts_per_rank
+from tacos.msccl.shape_refuse import (
+    chunks_refusal,
+    instances_refusal,
+    kept_receipts,
+    receipts_per_rank,
+)
 
 RING = 'topology "r"\nbiring r[8] 100GB/s 1us\n'
 TORUS = 'topology "t"\ntorus t[3, 3, 2] 50GiB/s 0.5us\n'
@@ -91,3 +97,17 @@ def test_the_search_keeps_its_choice_and_lowers_no_refused_count(monkeypatch):
     assert full.time == got.time
     assert [(c.plan, c.shape, c.time) for c in full.considered] == \
         [(c.plan, c.shape, c.time) for c in got.considered]
+
+
+def test_a_chunk_count_that_does_not_divide_the_message_is_refused_before_lowering():
+    topo, _, tree = _plan(RING, "allreduce", "nccl-tree", 3)  # refined: 48 chunks
+    for instances in (1, 2):
+        program = lower(tree, options=MscclOptions(instances=instances, fit_fifo=False))
+        assert program.nchunksperloop == len(tree.collective.chunks) * instances
+    assert chunks_refusal(tree, 24 * 1024) == ""
+    assert "does not divide" in chunks_refusal(tree, 1 << 20)
+    cache = ShapeCache()
+    with pytest.raises(TacosError, match="refused before lowering: nchunksperloop"):
+        choose_shape({"tree": tree}, topo, 1 << 22, cache=cache,
+                     candidates=shapes(protos=("Simple",), instances=(1, 2)))
+    assert not cache._programs  # nothing lowered

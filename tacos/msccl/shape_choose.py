@@ -26,7 +26,13 @@ from tacos.msccl.fifo_calls import widest_size
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
-from tacos.msccl.shape_refuse import Receipts, instances_refusal, kept_receipts, refusal
+from tacos.msccl.shape_refuse import (
+    Receipts,
+    chunks_refusal,
+    instances_refusal,
+    kept_receipts,
+    refusal,
+)
 from tacos.msccl.verify_fifo import split_deadlocks
 
 Estimator = Callable[[Program, Topology, int], float]
@@ -375,7 +381,8 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     if estimator is None:
         estimator = runtime_estimator(group)
     considered: list[Candidate] = []
-    refused = {k: why for k, v in schedules.items() if (why := refusal(v, lim))}
+    refused = {k: why for k, v in schedules.items()
+               if (why := refusal(v, lim) or chunks_refusal(v, nbytes // ELEMENT_BYTES))}
     for k, why in refused.items():  # no shape of it loads: none is lowered
         considered.extend(Candidate(k, sh, None, [why]) for sh in cands)
     full, schedules = schedules, {k: v for k, v in schedules.items() if k not in refused}

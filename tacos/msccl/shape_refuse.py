@@ -177,3 +177,19 @@ def instances_refusal(plan: Schedule | Any, instances: int, limits: RuntimeLimit
             f"{nodes} parsed nodes (1 + {ngpus} gpus + {instances} x ({got.peers} thread "
             f"blocks + a step for each of the {got.kept} chunks it receives into its output "
             f"buffer)) > {limits.max_nodes}")
+
+
+def chunks_refusal(plan: Schedule | Any, elements: int) -> str:
+    """Why no instance count of ``plan`` can split a message of ``elements`` elements (or ''):
+    a lowered schedule's ``nchunksperloop`` is its chunk count times the instances, so when
+    the chunk count does not divide the elements no shape does (what the search would find
+    after lowering every shape).  None for a program family or a pipelined schedule, whose
+    first round alone is lowered."""
+    if not isinstance(plan, Schedule) or int(
+            (plan.meta.get("pipeline") or {}).get("slices", 1)) > 1:
+        return ""
+    chunks = len(plan.collective.chunks)
+    if not chunks or elements % chunks == 0:
+        return ""
+    return (f"refused before lowering: nchunksperloop ({chunks} chunks x the instances) does "
+            f"not divide {elements} elements in any shape")
