@@ -26,7 +26,13 @@ from tacos.msccl.fifo_calls import widest_size
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
-from tacos.msccl.shape_refuse import refusal
+from tacos.msccl.shape_refuse import (
+    Receipts,
+    chunks_refusal,
+    instances_refusal,
+    kept_receipts,
+    refusal,
+)
 from tacos.msccl.verify_fifo import split_deadlocks
 
 Estimator = Callable[[Program, Topology, int], float]
@@ -375,7 +381,8 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     if estimator is None:
         estimator = runtime_estimator(group)
     considered: list[Candidate] = []
-    refused = {k: why for k, v in schedules.items() if (why := refusal(v, lim))}
+    refused = {k: why for k, v in schedules.items()
+               if (why := refusal(v, lim) or chunks_refusal(v, nbytes // ELEMENT_BYTES))}
     for k, why in refused.items():  # no shape of it loads: none is lowered
         considered.extend(Candidate(k, sh, None, [why]) for sh in cands)
     full, schedules = schedules, {k: v for k, v in schedules.items() if k not in refused}
@@ -383,6 +390,7 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     seen: dict[tuple[str, Shape], float | None] = {}
     best = [incumbent]
     loads: dict[str, dict[int, float] | str] = {}
+    receipts: dict[str, Receipts | None] = {}
 
     def bounds(plan: str, program: Program, proto: str) -> tuple[float, float, float]:
         """The plan's port bound in ``proto``, the one-instance program's CTA bound and its
@@ -439,6 +447,15 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
                     considered.append(Candidate(plan, shape, None, [
                         "pruned: its CTA bound is no faster than the best shape found"]))
                     return CTA_BOUND
+        if shape.instances > 1 and isinstance(schedule, Schedule):
+            # chunks kept by the receiver cannot share a step from two instances on
+            if plan not in receipts:
+                receipts[plan] = kept_receipts(schedule, inplace=base.inplace)
+            why = instances_refusal(schedule, shape.instances, lim, inplace=base.inplace,
+                                    receipts=receipts[plan])
+            if why:  # as a lowering over the limits would be rejected, without building it
+                considered.append(Candidate(plan, shape, None, [why]))
+                return None
         got = cache.program(schedule, shape, base)
         if isinstance(got, str):
             considered.append(Candidate(plan, shape, None, [got]))

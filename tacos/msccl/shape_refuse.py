@@ -11,11 +11,19 @@ or receives in ``k`` transfers needs at least ``k`` steps in any lowering (a low
 transfer into several steps, never join two).  So a plan whose busiest rank is over the limit
 by that count is refused before its one-instance program is built (NCCL's ring at the most
 channels of its transfer budget on 256 ranks: 4,080 sends per rank).
+
+From two instances on, a lowering cannot join the chunks of a transfer that land in the
+receiver's output buffer into one step (:func:`instances_refusal`): piece ``p`` of output slot
+``y`` is MSCCL chunk ``y·I + p``, so two chunks of one piece are ``I`` or more slots apart.  A
+plan whose transfers carry many chunks each (NCCL's tree: 64 to 128 chunks per transfer at 128
+to 256 ranks) then needs a step per chunk and piece, and is refused at that instance count
+before it is lowered (the lowering itself would build millions of runs and gigabytes first).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from tacos.model.schedule import Schedule
@@ -94,3 +102,94 @@ def refusal(plan: Schedule | Any, limits: RuntimeLimits) -> str:
                 f"so at least {nodes} parsed nodes (a step per transfer, a thread block per "
                 f"peer, 1 + {ngpus} gpus) > {limits.max_nodes} in every shape")
     return ""
+
+
+@dataclass(frozen=True)
+class Receipts:
+    """Of a schedule's busiest rank (NPU id) from two instances on: ``per_instance`` parsed
+    nodes each instance adds at least (a thread block per send or receive peer, the more of
+    the two, and a step per chunk it receives and keeps), and those two counts."""
+
+    rank: int
+    per_instance: int
+    peers: int
+    kept: int
+
+
+def kept_receipts(plan: Schedule | Any, *, inplace: bool) -> Receipts | None:
+    """The :class:`Receipts` of a schedule's busiest rank (:func:`receipts_per_rank`), or
+    None when no bound applies."""
+    every = receipts_per_rank(plan, inplace=inplace)
+    if not every:
+        return None
+    return max(every.values(), key=lambda x: (x.per_instance, -x.rank))
+
+
+def receipts_per_rank(plan: Schedule | Any, *, inplace: bool) -> dict[int, Receipts] | None:
+    """The :class:`Receipts` of every rank (NPU id) of a schedule, or None when no bound
+    applies (a program family, a pipelined schedule, whose first round alone is lowered, an
+    in-place all-to-all, whose output slots can hold another chunk first, or no transfers).
+
+    Why it is a bound, from two instances on: every chunk a rank receives and keeps (it is in
+    the chunk's postcondition) is written into the rank's output slot for that chunk, whose
+    only other occupant is the same chunk (every layout but the in-place all-to-all's); slot
+    ``y``'s piece ``p`` is MSCCL chunk ``y·I + p``, so two such chunks of one transfer and
+    piece are never adjacent and each is a receiving step of its own, in every instance.
+    And the pieces travel on separate channels, so every instance has its own thread block
+    per peer."""
+    if not isinstance(plan, Schedule) or not plan.transfers:
+        return None
+    coll = plan.collective
+    if (coll.kind == "alltoall" and inplace) or int(
+            (plan.meta.get("pipeline") or {}).get("slices", 1)) > 1:
+        return None
+    post = {c.id: c.post for c in coll.chunks}
+    kept: dict[int, int] = defaultdict(int)
+    peers_out: dict[int, set[int]] = defaultdict(set)
+    peers_in: dict[int, set[int]] = defaultdict(set)
+    for t in plan.transfers:
+        peers_out[t.src].add(t.dst)
+        peers_in[t.dst].add(t.src)
+        kept[t.dst] += sum(1 for c in t.chunks if t.dst in post[c])
+    out = {}
+    for r in set(peers_out) | set(peers_in):
+        peers = max(len(peers_out[r]), len(peers_in[r]))
+        out[r] = Receipts(r, peers + kept[r], peers, kept[r])
+    return out
+
+
+def instances_refusal(plan: Schedule | Any, instances: int, limits: RuntimeLimits, *,
+                      inplace: bool, receipts: Receipts | None = None) -> str:
+    """Why ``plan`` lowered with ``instances`` (at least 2) cannot load (or ''): its busiest
+    rank's parsed nodes, 1 + the GPU count + ``instances`` x :func:`kept_receipts`' nodes
+    per instance, are over the runtime parser's limit.  ``receipts``: the plan's
+    :func:`kept_receipts`, when already known."""
+    if instances < 2:
+        return ""
+    got = receipts if receipts is not None else kept_receipts(plan, inplace=inplace)
+    if got is None:
+        return ""
+    ngpus = len(plan.collective.group)
+    nodes = 1 + ngpus + instances * got.per_instance
+    if nodes <= limits.max_nodes:
+        return ""
+    return (f"refused before lowering: at {instances} instances NPU {got.rank} needs at least "
+            f"{nodes} parsed nodes (1 + {ngpus} gpus + {instances} x ({got.peers} thread "
+            f"blocks + a step for each of the {got.kept} chunks it receives into its output "
+            f"buffer)) > {limits.max_nodes}")
+
+
+def chunks_refusal(plan: Schedule | Any, elements: int) -> str:
+    """Why no instance count of ``plan`` can split a message of ``elements`` elements (or ''):
+    a lowered schedule's ``nchunksperloop`` is its chunk count times the instances, so when
+    the chunk count does not divide the elements no shape does (what the search would find
+    after lowering every shape).  None for a program family or a pipelined schedule, whose
+    first round alone is lowered."""
+    if not isinstance(plan, Schedule) or int(
+            (plan.meta.get("pipeline") or {}).get("slices", 1)) > 1:
+        return ""
+    chunks = len(plan.collective.chunks)
+    if not chunks or elements % chunks == 0:
+        return ""
+    return (f"refused before lowering: nchunksperloop ({chunks} chunks x the instances) does "
+            f"not divide {elements} elements in any shape")

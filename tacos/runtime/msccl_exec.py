@@ -303,9 +303,15 @@ def _check_ll128_net(conns: dict[tuple[int, int, int], _Conn], topology: Topolog
 
 #: The folded model and happens-before graph of the last few programs timed, by the identity
 #: of their ``gpus`` list (a program timed under several protocols shares it): the protocol
-#: is only the program's header, so neither depends on it.
-_ANALYSED: dict[int, tuple[Any, Model, Any]] = {}
+#: is only the program's header, so neither depends on it.  Each entry also holds the steps
+#: it was built from (a doubled program's count twice).
+_ANALYSED: dict[tuple[int, bool], tuple[Any, Model, Any, int]] = {}
 _ANALYSED_MAX = 8
+#: The oldest analyses are dropped while the kept ones were built from more steps than this
+#: in all; the newest is always kept.  An analysis takes about 1 KB per step (a million-step
+#: program of 512 ranks: a gigabyte), so eight of them could fill the memory, while small
+#: programs keep all eight and are analysed once for their three protocols.
+ANALYSED_MAX_STEPS = 1_000_000
 
 
 def _analysed(program: Program, twice: bool = False) -> tuple[Model, Any]:
@@ -316,13 +322,29 @@ def _analysed(program: Program, twice: bool = False) -> tuple[Model, Any]:
     from tacos.nogc import paused_gc
     from tacos.runtime import msccl_sim
 
+    _ANALYSED.pop(key, None)  # a program gone since: its id is reused
+    steps = (2 if twice else 1) * sum(len(tb.steps) for g in program.gpus for tb in g.tbs)
+    _make_room(steps)  # before building: the dropped analyses' memory is reused
     with paused_gc():  # many small objects, no cycles: full collections only cost
         model = build_model(_twice(program) if twice else program)
         hb = build_hb(model, msccl_sim.topological_order if msccl_sim.worth_it(model) else None)
-    if len(_ANALYSED) >= _ANALYSED_MAX:
-        _ANALYSED.pop(next(iter(_ANALYSED)))
-    _ANALYSED[key] = (program.gpus, model, hb)
+    _ANALYSED[key] = (program.gpus, model, hb, steps)
     return model, hb
+
+
+def _make_room(steps: int) -> None:
+    """Drop the oldest analyses until one of ``steps`` more fits :data:`_ANALYSED_MAX` and
+    :data:`ANALYSED_MAX_STEPS` (or none is left)."""
+    held = sum(v[3] for v in _ANALYSED.values())
+    while _ANALYSED and (len(_ANALYSED) >= _ANALYSED_MAX
+                         or held + steps > ANALYSED_MAX_STEPS):
+        held -= _ANALYSED.pop(next(iter(_ANALYSED)))[3]
+
+
+def analysed_steps() -> int:
+    """The steps of the programs whose analyses (folded model and happens-before graph) the
+    runtime model keeps (a doubled program's twice)."""
+    return sum(v[3] for v in _ANALYSED.values())
 
 
 def forget_analysis(program: Program) -> None:

@@ -83,8 +83,14 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
     from tacos.model.units import format_time
     from tacos.msccl.lower import IN_PLACE_KINDS, MscclOptions
     from tacos.msccl.shape import shapes
-    from tacos.msccl.shape_choose import SHARED_CACHE, ShapesPruned, choose_shape, limits_for
-    from tacos.msccl.shape_refuse import refusal
+    from tacos.msccl.shape_choose import (
+        ELEMENT_BYTES,
+        SHARED_CACHE,
+        ShapesPruned,
+        choose_shape,
+        limits_for,
+    )
+    from tacos.msccl.shape_refuse import chunks_refusal, refusal
 
     inplace = collective.kind in IN_PLACE_KINDS  # as the file is written: programs reused
     base = MscclOptions(inplace=inplace, outofplace=not inplace)
@@ -97,9 +103,10 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
     if not plain:
         return None
     lim = limits_for(topology, base.max_steps_per_tb)
+    nbytes = max(1, int(collective.size))
     floors: dict[str, float] = {}
     for label in list(plain):
-        why = refusal(plain[label], lim)
+        why = refusal(plain[label], lim) or chunks_refusal(plain[label], nbytes // ELEMENT_BYTES)
         if why:
             skipped[label] = (f"not ranked: runtime-shaped XML {why} (link-model time "
                               f"{link_times[label]:.4g} s)")
@@ -110,7 +117,6 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
         except TacosError:
             floors[label] = 0.0
     cands = shapes(instances=instances, port_orders=(False,))
-    nbytes = max(1, int(collective.size))
     cache = SHARED_CACHE
     times: dict[str, float] = {}
     runtime: dict[str, Any] = {}
