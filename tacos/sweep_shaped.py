@@ -19,8 +19,7 @@ same times, each recurring program analysed once instead of once per window.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -94,8 +93,10 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
                 built["s"] = allpairs_schedule(result.topology, c)
         return built["s"]
 
+    from tacos.runtime import msccl_exec
+
     out = []
-    with _analyses_kept(KEPT_ANALYSES if len(coll.group) <= SMALL_GROUP else 0):
+    with msccl_exec.analyses_kept(KEPT_ANALYSES if len(coll.group) <= SMALL_GROUP else 0):
         for n, row in enumerate(rows, 1):
             plans = candidate_plans(row, allpairs, result.topology)
             plans.update(multinode_candidates(result.topology, coll))
@@ -106,23 +107,6 @@ def choose_windows(result: Sweep, *, base: MscclOptions | None = None,
             if progress is not None:
                 progress(n, len(rows))
     return out
-
-
-@contextmanager
-def _analyses_kept(count: int) -> Iterator[None]:
-    """While open, the runtime model keeps at least ``count`` program analyses; on leaving, the
-    oldest beyond its own limit are dropped again."""
-    from tacos.runtime import msccl_exec
-
-    old = msccl_exec._ANALYSED_MAX
-    msccl_exec._ANALYSED_MAX = max(old, count)
-    try:
-        yield
-    finally:
-        msccl_exec._ANALYSED_MAX = old
-        kept = msccl_exec._ANALYSED
-        while len(kept) > old:
-            kept.pop(next(iter(kept)))
 
 
 def window_table(rows: Sequence[SweepRow], choices: Sequence[Choice],

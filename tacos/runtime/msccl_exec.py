@@ -24,7 +24,8 @@ Semantics (``docs/msccl-xml.md`` §1.9-1.10; Azure/msccl-executor-nccl ``msccl_k
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -339,6 +340,21 @@ def _make_room(steps: int) -> None:
     while _ANALYSED and (len(_ANALYSED) >= _ANALYSED_MAX
                          or held + steps > ANALYSED_MAX_STEPS):
         held -= _ANALYSED.pop(next(iter(_ANALYSED)))[3]
+
+
+@contextmanager
+def analyses_kept(count: int) -> Iterator[None]:
+    """While open, keep at least ``count`` program analyses (still within
+    :data:`ANALYSED_MAX_STEPS`); on leaving, the oldest beyond the usual limit are dropped."""
+    global _ANALYSED_MAX
+    old = _ANALYSED_MAX
+    _ANALYSED_MAX = max(old, count)
+    try:
+        yield
+    finally:
+        _ANALYSED_MAX = old
+        while len(_ANALYSED) > old:
+            _ANALYSED.pop(next(iter(_ANALYSED)))
 
 
 def analysed_steps() -> int:
