@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.msccl.lower import MscclOptions
-from tacos.msccl.multinode_steps import Wait, _finish, _parses, _peer_tbs, _Tb
-from tacos.msccl.program import Gpu, Program
+from tacos.msccl.multinode_steps import Wait, _finish, _parses, _peer_tbs, _program, _Tb
+from tacos.msccl.program import Program
 from tacos.msccl.shape import Shape
 
 
@@ -68,7 +68,6 @@ def latency_allreduce(nodes: list[list[int]], instances: int, options: MscclOpti
     if pieces < 1 or pieces & (pieces - 1):
         raise TacosError(f"pieces per block must be a power of two, not {pieces}")
     n_ranks, inst, p_n = m_nodes * g_size, instances, pieces
-    inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
 
@@ -119,11 +118,8 @@ def latency_allreduce(nodes: list[list[int]], instances: int, options: MscclOpti
     if not _parses(blocks_of, n_ranks):
         raise TacosError(f"{n_ranks} ranks with {p_n} pieces exceed the runtime parser's "
                          "nodes per rank", hint="fewer pieces or instances")
-    gpus = [Gpu(r, c, 0 if inplace else c, 0, tuple(blocks))
-            for r, blocks in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_ll_allreduce_{m_nodes}x{g_size}", options.proto,
-                   inst, c, n_ranks, "allreduce", int(inplace), int(options.out_of_place),
-                   options.min_bytes, options.max_bytes, tuple(gpus), options.redop)
+    return _program("allreduce", blocks_of, f"tacos_ll_allreduce_{m_nodes}x{g_size}", inst, c,
+                    options)
 
 
 def latency_allgather(nodes: list[list[int]], instances: int, options: MscclOptions
@@ -173,12 +169,8 @@ def latency_allgather(nodes: list[list[int]], instances: int, options: MscclOpti
     if not _parses(blocks_of, n_ranks):
         raise TacosError(f"{n_ranks} ranks with {inst} instances exceed the runtime parser's "
                          "nodes per rank", hint="fewer instances")
-    gpus = [Gpu(r, inst, n_ranks * inst, 0, tuple(blocks))
-            for r, blocks in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_ll_allgather_{m_nodes}x{g_size}", options.proto,
-                   inst, n_ranks * inst, n_ranks, "allgather", int(inplace),
-                   int(options.out_of_place), options.min_bytes, options.max_bytes,
-                   tuple(gpus), options.redop)
+    return _program("allgather", blocks_of, f"tacos_ll_allgather_{m_nodes}x{g_size}", inst, inst,
+                    options)
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
 from tacos.msccl.multinode_nodes import _is_nic, node_groups
-from tacos.msccl.multinode_steps import Wait, _finish, _parses, _peer_tbs, _Tb
-from tacos.msccl.program import Gpu, Program
+from tacos.msccl.multinode_steps import Wait, _finish, _parses, _peer_tbs, _program, _Tb
+from tacos.msccl.program import Program
 from tacos.msccl.shape import Shape
 
 
@@ -111,7 +111,6 @@ def leader_allreduce(layout: LeaderLayout, instances: int, options: MscclOptions
     ``stages`` pipeline stages (chunk ``p·K + k``): every thread block takes the stages in
     turn, so a rank forwards stage k while its children still send stage k+1."""
     n_ranks, inst, k_n = len(layout.parent), instances, stages
-    inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     ranks: dict[int, dict[int, _Tb]] = {}
     for r in range(n_ranks):
@@ -151,12 +150,8 @@ def leader_allreduce(layout: LeaderLayout, instances: int, options: MscclOptions
         raise TacosError(f"{n_ranks} ranks with {inst} instances exceed the runtime parser's "
                          "nodes per rank", hint="fewer instances")
     c = inst * k_n
-    gpus = [Gpu(r, c, 0 if inplace else c, 0, tuple(blocks))
-            for r, blocks in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_leader_allreduce_{len(layout.leaders)}",
-                   options.proto, inst, c, n_ranks, "allreduce", int(inplace),
-                   int(options.out_of_place), options.min_bytes, options.max_bytes,
-                   tuple(gpus), options.redop)
+    return _program("allreduce", blocks_of, f"tacos_leader_allreduce_{len(layout.leaders)}",
+                    inst, c, options)
 
 
 def leader_allgather(layout: LeaderLayout, instances: int, options: MscclOptions,
@@ -260,12 +255,8 @@ def leader_allgather(layout: LeaderLayout, instances: int, options: MscclOptions
     if not _parses(blocks_of, n_ranks):
         raise TacosError(f"{n_ranks} ranks with {inst} instances exceed the runtime parser's "
                          "nodes per rank", hint="fewer instances")
-    gpus = [Gpu(r, inst, n_ranks * inst, 0, tuple(blocks))
-            for r, blocks in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_leader_allgather_{len(layout.leaders)}",
-                   options.proto, inst, n_ranks * inst, n_ranks, "allgather", int(inplace),
-                   int(options.out_of_place), options.min_bytes, options.max_bytes,
-                   tuple(gpus), options.redop)
+    return _program("allgather", blocks_of, f"tacos_leader_allgather_{len(layout.leaders)}",
+                    inst, inst, options)
 
 
 @dataclass(frozen=True)

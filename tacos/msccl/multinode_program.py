@@ -56,9 +56,10 @@ from tacos.msccl.multinode_steps import (
     _parses,
     _peer_tbs,
     _pow2_floor,
+    _program,
     _Tb,
 )
-from tacos.msccl.program import DEFAULT_SMS, Gpu, Program
+from tacos.msccl.program import DEFAULT_SMS, Program
 from tacos.msccl.shape import Shape
 
 #: Reduction sub-chunks per sub-block: thread blocks per instance and node sub-block that
@@ -154,7 +155,6 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
     size = list(ramp) if ramp is not None else [1] * k_n
     units = sum(size)
     first = [sum(size[:k]) for k in range(k_n)]
-    inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
     a_slots = (g_size - 1) * m_nodes * q_n  # scratch per stage: intra partials ...
@@ -265,11 +265,8 @@ def hierarchical_allreduce(nodes: list[list[int]], instances: int, options: Mscc
     if k_n > 1 and not _parses(blocks_of, n_ranks):
         return hierarchical_allreduce(nodes, instances, options, _pow2_floor(k_n) // 2,
                                       paired, lag, reducers, fold)
-    gpus = [Gpu(r, c, 0 if inplace else c, per_k * units * inst, tuple(blocks))
-            for r, blocks in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_hier_allreduce_{m_nodes}x{g_size}", options.proto,
-                   inst, c, n_ranks, "allreduce", int(inplace), int(options.out_of_place),
-                   options.min_bytes, options.max_bytes, tuple(gpus), options.redop)
+    return _program("allreduce", blocks_of, f"tacos_hier_allreduce_{m_nodes}x{g_size}", inst, c,
+                    options, per_k * units * inst)
 
 
 def hierarchical_allgather(nodes: list[list[int]], instances: int, options: MscclOptions,
@@ -333,12 +330,8 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
     blocks_of = _finish(ranks)
     if k_n > 1 and not _parses(blocks_of, n_ranks):
         return hierarchical_allgather(nodes, instances, options, k_n - 1, paired)
-    gpus = [Gpu(r, c, n_ranks * c, 0, tuple(blocks))
-            for r, blocks in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_hier_allgather_{m_nodes}x{g_size}", options.proto,
-                   inst, n_ranks * c, n_ranks, "allgather", int(inplace),
-                   int(options.out_of_place), options.min_bytes, options.max_bytes,
-                   tuple(gpus), options.redop)
+    return _program("allgather", blocks_of, f"tacos_hier_allgather_{m_nodes}x{g_size}", inst, c,
+                    options)
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,10 @@ from tacos.msccl.multinode_steps import (
     _parses,
     _peer_tbs,
     _pow2_floor,
+    _program,
     _Tb,
 )
-from tacos.msccl.program import Gpu, Program
+from tacos.msccl.program import Program
 from tacos.msccl.shape import Shape
 
 
@@ -112,7 +113,6 @@ def rotated_allreduce(nodes: list[list[int]], instances: int, options: MscclOpti
                               " stages, sizes summing to a power of two")
     units = sum(size)
     first = [sum(size[:k]) for k in range(k_n)]
-    inplace = bool(options.inplace)
     out = "o" if options.out_of_place else "i"
     inst = instances
     where = {r: (n, g) for n, ranks in enumerate(nodes) for g, r in enumerate(ranks)}
@@ -186,11 +186,8 @@ def rotated_allreduce(nodes: list[list[int]], instances: int, options: MscclOpti
     if not _parses(blocks_of, n_ranks):
         raise TacosError(f"{n_ranks} ranks with {k_n} stages exceed the runtime parser's "
                          "nodes per rank", hint="fewer stages")
-    gpus = [Gpu(r, c, 0 if inplace else c, 0, tuple(blocks))
-            for r, blocks in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_hier_allreduce_{m_nodes}x{g_size}", options.proto,
-                   inst, c, n_ranks, "allreduce", int(inplace), int(options.out_of_place),
-                   options.min_bytes, options.max_bytes, tuple(gpus), options.redop)
+    return _program("allreduce", blocks_of, f"tacos_hier_allreduce_{m_nodes}x{g_size}", inst, c,
+                    options)
 
 
 #: The stage sizes the family uses: six stages (the most the 64-step limit holds with

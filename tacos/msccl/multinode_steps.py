@@ -6,8 +6,12 @@ and the runtime parser's nodes per rank."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from tacos.msccl.program import MAX_NODES, Step, Threadblock, nop_step
+from tacos.msccl.program import MAX_NODES, Gpu, Program, Step, Threadblock, nop_step
+
+if TYPE_CHECKING:
+    from tacos.msccl.lower import MscclOptions
 
 Wait = tuple[int, int]  # (tb id, step index) of the same rank
 
@@ -83,3 +87,20 @@ def _is_pow2(x: int) -> bool:
 
 def _pow2_floor(x: int) -> int:
     return 1 << (max(1, x).bit_length() - 1)
+
+
+def _program(kind: str, blocks_of: Sequence[Sequence[Threadblock]], name: str, channels: int,
+             chunks: int, options: MscclOptions, scratch: int = 0) -> Program:
+    """The program of a multi-node family from each rank's thread blocks: ``chunks`` per rank's
+    input (an all-gather's output holds every rank's), ``channels`` in its header, the name
+    ``options.name`` or ``name``."""
+    n_ranks = len(blocks_of)
+    inplace = bool(options.inplace)
+    if kind == "allreduce":
+        outs, total = 0 if inplace else chunks, chunks
+    else:
+        outs = total = n_ranks * chunks
+    gpus = tuple(Gpu(r, chunks, outs, scratch, tuple(b)) for r, b in enumerate(blocks_of))
+    return Program(options.name or name, options.proto, channels, total, n_ranks, kind,
+                   int(inplace), int(options.out_of_place), options.min_bytes,
+                   options.max_bytes, gpus, options.redop)

@@ -44,7 +44,8 @@ from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 from tacos.msccl.lower import MscclOptions
 from tacos.msccl.multinode_program import _finish, _Tb, node_groups
-from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_NODES, Gpu, Program
+from tacos.msccl.multinode_steps import _program
+from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_NODES, Program
 from tacos.msccl.shape import Shape
 from tacos.msccl.xgmi_rings import disjoint_cycles, lane_matrices
 
@@ -197,12 +198,8 @@ def xgmi_allreduce(nodes: list[list[int]], cycles: Sequence[Sequence[int]], k: i
     c = g_size * p_n
     blocks_of = _finish(ranks)
     _check_nodes(blocks_of, 2 * g_size)
-    inplace = bool(options.inplace)
-    gpus = [Gpu(r, c, 0 if inplace else c, 0, tuple(b)) for r, b in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_xgmi_allreduce_2x{g_size}", options.proto,
-                   max(len(cycles) * k, rail_tbs), c, 2 * g_size, "allreduce", int(inplace),
-                   int(options.out_of_place), options.min_bytes, options.max_bytes,
-                   tuple(gpus), options.redop)
+    return _program("allreduce", blocks_of, f"tacos_xgmi_allreduce_2x{g_size}",
+                    max(len(cycles) * k, rail_tbs), c, options)
 
 
 def xgmi_allgather(nodes: list[list[int]], cycles: Sequence[Sequence[int]], k: int,
@@ -270,11 +267,8 @@ def xgmi_allgather(nodes: list[list[int]], cycles: Sequence[Sequence[int]], k: i
     c = p_n
     blocks_of = _finish(ranks)
     _check_nodes(blocks_of, n_ranks)
-    gpus = [Gpu(r, c, n_ranks * c, 0, tuple(b)) for r, b in enumerate(blocks_of)]
-    return Program(options.name or f"tacos_xgmi_allgather_{m_nodes}x{g_size}", options.proto,
-                   max(len(cycles) * k, rail_tbs), n_ranks * c, n_ranks, "allgather",
-                   int(inplace), int(options.out_of_place), options.min_bytes,
-                   options.max_bytes, tuple(gpus), options.redop)
+    return _program("allgather", blocks_of, f"tacos_xgmi_allgather_{m_nodes}x{g_size}",
+                    max(len(cycles) * k, rail_tbs), c, options)
 
 
 def _check_nodes(blocks_of: Sequence[Sequence[object]], n_ranks: int) -> None:
