@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,8 @@ from tacos.msccl.mscclpp_reader import read_plan_text
 from tacos.msccl.mscclpp_writer import emit_mscclpp_json
 from tacos.runtime.mscclpp_exec import estimate_mscclpp
 from tacos.verify_plan import verify
+
+PRESETS = Path(tacos.__file__).parent / "presets"
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +79,7 @@ def test_plan_whose_chunks_do_not_cut_its_size_is_rechunked(tmp_path, capsys):
     """DGX-1's forest packs 6 trees per root: 48 chunks never cut a power-of-two size into
     16-byte units, so MSCCL++ would refuse the plan at its own size."""
     out = tmp_path / "ag.json"
-    assert main(["tacos/presets/dgx1.tdl", "-c", "allgather", "--size", "1MiB", "--solver",
+    assert main([str(PRESETS / "dgx1.tdl"), "-c", "allgather", "--size", "1MiB", "--solver",
                  "forest", "--format", "mscclpp", "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "48 chunks do not cut" in err and "re-synthesized with" in err
@@ -84,7 +87,7 @@ def test_plan_whose_chunks_do_not_cut_its_size_is_rechunked(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert size_problems(doc, 1 << 20) == []
     assert doc["min_message_size"] == smallest_loading_size(doc) > 0
-    assert main(["verify", str(out), "--topology", "tacos/presets/dgx1.tdl",
+    assert main(["verify", str(out), "--topology", str(PRESETS / "dgx1.tdl"),
                  "--size", "1MiB"]) == 0
 
 

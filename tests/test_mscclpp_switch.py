@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from tacos.msccl.mscclpp_switch import best_switch_plan, switch_ops, switch_plan
 from tacos.msccl.mscclpp_writer import emit_mscclpp_json
 from tacos.runtime.mscclpp_exec import estimate_mscclpp
 from tacos.verify_plan import verify
+
+PRESETS = Path(tacos.__file__).parent / "presets"
 
 SIZE = 64 << 20
 
@@ -126,14 +129,14 @@ def test_loader_refuses_ranks_that_list_a_switch_group_differently(h100):
 
 def test_cli_forest_mscclpp_writes_a_switch_plan(tmp_path, capsys):
     out = tmp_path / "star.json"
-    assert main(["tacos/presets/dgx_h100_node.tdl", "-c", "allreduce", "--size", "64MiB",
+    assert main([str(PRESETS / "dgx_h100_node.tdl"), "-c", "allreduce", "--size", "64MiB",
                  "--solver", "forest", "--format", "mscclpp", "-o", str(out),
                  "--report"]) == 0
     text = capsys.readouterr().out
     assert "switch channels" in text
     doc = json.loads(out.read_text())
     assert any(ch["channel_type"] == "switch" for ch in doc["gpus"][0]["channels"])
-    assert main(["verify", str(out), "--topology", "tacos/presets/dgx_h100_node.tdl",
+    assert main(["verify", str(out), "--topology", str(PRESETS / "dgx_h100_node.tdl"),
                  "--size", "64MiB"]) == 0
 
 

@@ -121,7 +121,7 @@ def test_window_gaps_name_the_sizes_left_to_nccl_and_why():
 
 def test_sweep_prints_where_its_windows_leave_sizes_to_nccl(tmp_path, capsys):
     out = tmp_path / "plans"
-    assert main(["tacos/presets/dgx_a100_node.tdl", "-c", "allgather", "--sizes",
+    assert main([str(PRESETS / "dgx_a100_node.tdl"), "-c", "allgather", "--sizes",
                  "96KiB,96MiB", "--chunks", "3", "--solver", "greedy", "--shape", "fixed",
                  "-o", str(out)]) == 0
     text = capsys.readouterr().out
