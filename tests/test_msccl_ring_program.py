@@ -72,6 +72,7 @@ def test_ring_families_only_where_every_pair_is_equally_far():
     assert ring_families(node(), patterns.build("allgather", list(range(8)), size=1 << 20)) == {}
 
 
+@pytest.mark.slow  # about 2 s at 1 GiB; the other tests here cover the ring families
 def test_two_rings_per_channel_beat_nccls_ring_at_one_gib_on_a100():
     """The rule for large all-reduces on an NVSwitch node: 32 channels (MSCCL's maximum) with
     the ring in both directions on every channel.  Each thread block receives half the bytes

@@ -99,6 +99,7 @@ def test_model_agrees_with_the_replay_on_the_hierarchical_allreduce():
     assert abs(model / replay(prog, topo, 64 << 20) - 1) <= 0.10
 
 
+@pytest.mark.slow  # about 3 s: the other tests here cover the families in the default run
 def test_shape_chooser_takes_the_family_and_the_choice_verifies():
     from tacos.msccl.shape_choose import choose_shape
 
