@@ -17,7 +17,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # the two leaf-spines (about 10 s each) run with -m slow; the ring plan on the 4:1 one below and
 # the process groups keep the fabric path in the default run
 FABRICS = (pytest.param("leafspine", marks=pytest.mark.slow),
-           pytest.param("leafspine_4to1", marks=pytest.mark.slow), "dgx_a100_group4",
+           pytest.param("leafspine_4to1", marks=pytest.mark.slow),
+           pytest.param("dgx_a100_group4", marks=pytest.mark.slow),
            "group_noncontiguous")
 
 

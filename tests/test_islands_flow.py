@@ -9,7 +9,7 @@ from tacos.solvers import islands
 
 SYSTEMS = [
     "use dgx2(nodes=2)",
-    "use mi250(nodes=2)",
+    pytest.param("use mi250(nodes=2)", marks=pytest.mark.slow),  # about 1.4 s
     "fattree host[16] leaves=4 spines=2 down 64GB/s 1us up 32GB/s 1us",
     "dragonfly d[4, 5] local 400GB/s 0.5us global 200GB/s 1us",
 ]

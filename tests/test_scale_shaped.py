@@ -95,6 +95,7 @@ def test_the_shaped_ranking_keeps_the_winner_of_the_full_portfolio(case, monkeyp
     assert all(k not in facts["times"] for k in facts["skipped"])
 
 
+@pytest.mark.slow  # about 1.7 s; the other tests here keep the ranking in the default run
 def test_a_plan_left_out_by_its_floor_is_not_lowered(monkeypatch):
     # 16 MiB on two DGX-A100 nodes: the greedy's shape beats NCCL's ring's every shape
     topo, coll = _problem("use dgx_a100(nodes=2)", "allgather", 16 * MiB)
