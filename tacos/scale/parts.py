@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from tacos.model.schedule import Schedule
 from tacos.model.symmetry import SymmetricSystem
+
+Phases = list[tuple[int, str, Schedule]]
 
 
 def rotates(system: SymmetricSystem) -> bool:
@@ -35,3 +38,24 @@ def split(size: int, weights: Sequence[int], unit: int) -> tuple[int, ...]:
     big = max(range(len(parts)), key=lambda i: (weights[i], -i))
     parts[big] += (size // unit * unit) - sum(parts)
     return tuple(parts)
+
+
+def busy(phases: Phases) -> float:
+    """How long a part's phases keep their links busy in all: the sum of their templates' times."""
+    return sum(t.makespan for _, _, t in phases)
+
+
+def least_busy(candidates: Iterable[Phases]) -> Phases:
+    """The least :func:`busy` of ``candidates`` (built lazily, in an order where the time first
+    falls, then rises), stopping after two in a row that are no better."""
+    best: Phases | None = None
+    worse = 0
+    for phases in candidates:
+        if best is None or busy(phases) < busy(best):
+            best, worse = phases, 0
+        else:
+            worse += 1
+            if worse == 2:
+                break
+    assert best is not None
+    return best

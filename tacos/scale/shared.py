@@ -37,7 +37,7 @@ from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import Phase, SymmetricPlan
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.topology import Topology
-from tacos.scale.parts import axis_order, split
+from tacos.scale.parts import axis_order, busy, least_busy, split
 from tacos.scale.pipeline import schedule_tasks
 
 Solve = Callable[[Topology, str, int], Schedule]
@@ -79,9 +79,7 @@ def _joint_steps(system: SymmetricSystem, late: Sequence[int], region: int, solv
     k = 0
     while fuse and k < min(len(late), MAX_FUSED) and system.axes[late[-1 - k]].size == 2:
         k += 1
-    best: list[tuple[int, str, Schedule]] | None = None
-    worse = 0
-    for fused in range(k + 1):
+    def phases(fused: int) -> list[tuple[int, str, Schedule]]:
         cut = len(late) - fused
         out, r = [], region
         for a in late[:cut]:
@@ -92,18 +90,9 @@ def _joint_steps(system: SymmetricSystem, late: Sequence[int], region: int, solv
         for a in reversed(late[:cut]):
             r *= system.axes[a].size
             out.append((a, "allgather", solve(system.template(a), "allgather", r)))
-        if best is None or _busy(out) < _busy(best):
-            best, worse = out, 0
-        else:
-            worse += 1
-            if worse == 2:
-                break
-    assert best is not None
-    return best
+        return out
 
-
-def _busy(steps: list[tuple[int, str, Schedule]]) -> float:
-    return sum(t.makespan for _, _, t in steps)
+    return least_busy(phases(fused) for fused in range(k + 1))
 
 
 def _leaves(node: Any) -> list[int]:
@@ -306,7 +295,7 @@ def stage_model(system: SymmetricSystem, kind: str, size: int, early: int, solve
 
     def group(w: float) -> float:
         r = max(n, int(size * w) // n * n) // shrink
-        return _busy(_joint_steps(system, late, r, solve, fuse))
+        return busy(_joint_steps(system, late, r, solve, fuse))
 
     def fit(w1: float, t1: float, w2: float, t2: float) -> tuple[float, float]:
         b = max((t1 - t2) / (w1 - w2), 0.0)

@@ -36,7 +36,7 @@ from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import PLAN_KINDS, Phase, SymmetricPlan
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.topology import Topology
-from tacos.scale.parts import axis_order, rotates, split
+from tacos.scale.parts import axis_order, least_busy, rotates, split
 from tacos.scale.pipeline import schedule_parts
 
 DEFAULT_SOLVERS = ("forest", "greedy", "direct")
@@ -183,25 +183,13 @@ def part_phases(system: SymmetricSystem, kind: str, q: int, part_size: int,
     (:func:`part_steps`) is the one that makes the part's phases the shortest in sum (the
     rails carry most of them, and the pipeline is as long as the rails are busy): each digit
     fused saves a route α and costs bytes that grow with the held range."""
-    best: list[tuple[int, str, Schedule]] | None = None
-    worse = 0
-    for fused in range(fusable(system, kind) + 1 if fuse else 1):
+    def phases(fused: int) -> list[tuple[int, str, Schedule]]:
         steps = part_steps(system, kind, q, fused)
         sizes = template_sizes(system, kind, part_size, steps)
-        mine = [(a, k, solve(system.template(a), k, s))
+        return [(a, k, solve(system.template(a), k, s))
                 for (a, k), s in zip(steps, sizes, strict=True)]
-        if best is None or _busy(mine) < _busy(best):
-            best, worse = mine, 0
-        else:
-            worse += 1
-            if worse == 2:
-                break
-    assert best is not None
-    return best
 
-
-def _busy(phases: list[tuple[int, str, Schedule]]) -> float:
-    return sum(t.makespan for _, _, t in phases)
+    return least_busy(phases(f) for f in range(fusable(system, kind) + 1 if fuse else 1))
 
 
 def _plan(system: SymmetricSystem, kind: str, parts: tuple[int, ...],
