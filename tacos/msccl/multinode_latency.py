@@ -82,9 +82,7 @@ def latency_allreduce(nodes: list[list[int]], instances: int, options: MscclOpti
         rails = [v for v in range(m_nodes) if v != n]
         for p in range(inst):
             peers = [nodes[n][w] for w in intra] + [nodes[v][g] for v in rails]
-            send_tb, recv_tb = _peer_tbs(peers, p * per_tb, p, False)
-            for tb in (*send_tb.values(), *recv_tb.values()):
-                tbs[tb.id] = tb
+            send_tb, recv_tb = _peer_tbs(peers, p * per_tb, p, False, tbs)
             # node reduce-scatter: peer j adds piece (j + t) mod P at turn t, after the
             # piece's previous writer; I send peer w its pieces in the order w takes them
             last: dict[int, Wait] = {}
@@ -144,9 +142,7 @@ def latency_allgather(nodes: list[list[int]], instances: int, options: MscclOpti
         rails = [nodes[v][g] for v in range(m_nodes) if v != n]
         for p in range(inst):
             mine = ("o", shard(r, p)) if inplace else ("i", p)
-            send_tb, recv_tb = _peer_tbs(rails + intra, p * per_tb, p, False)
-            for tb in (*send_tb.values(), *recv_tb.values()):
-                tbs[tb.id] = tb
+            send_tb, recv_tb = _peer_tbs(rails + intra, p * per_tb, p, False, tbs)
             arrived: dict[int, Wait] = {}
             for v in rails:
                 send_tb[v].add("s", mine, ("o", shard(r, p)), 1)

@@ -213,8 +213,8 @@ def leader_allgather(layout: LeaderLayout, instances: int, options: MscclOptions
         tbs: dict[int, _Tb] = {}
         for p in range(inst):
             tb = {w: _Tb(p * per_tb + j, w, w, p) for j, w in enumerate(tree)}
-            rs, rr = _peer_tbs(rails, p * per_tb + len(tree), p, False)
-            tbs.update({t.id: t for t in (*tb.values(), *rs.values(), *rr.values())})
+            tbs.update({t.id: t for t in tb.values()})
+            rs, rr = _peer_tbs(rails, p * per_tb + len(tree), p, False, tbs)
             mine = ("o", shard(r, p)) if inplace else ("i", p)
             have: dict[int, list[Wait]] = {r: []}
 

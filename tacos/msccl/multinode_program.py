@@ -295,9 +295,7 @@ def hierarchical_allgather(nodes: list[list[int]], instances: int, options: Mscc
         intra = [nodes[n][w] for w in range(g_size) if w != g]
         rails = [nodes[v][g] for v in range(m_nodes) if v != n]
         for p in range(inst):
-            send_tb, recv_tb = _peer_tbs(rails + intra, p * per_tb, p, paired)
-            for tb in (*send_tb.values(), *recv_tb.values()):
-                tbs[tb.id] = tb
+            send_tb, recv_tb = _peer_tbs(rails + intra, p * per_tb, p, paired, tbs)
 
             def mine(p: int, k: int, r: int = r) -> tuple[str, int]:
                 return ("o", shard(r, p, k)) if inplace else ("i", p * k_n + k)

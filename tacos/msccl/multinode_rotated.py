@@ -129,9 +129,7 @@ def rotated_allreduce(nodes: list[list[int]], instances: int, options: MscclOpti
         rails = [v for v in range(m_nodes) if v != n]
         for p in range(inst):
             peers = [nodes[n][w] for w in intra] + [nodes[v][g] for v in rails]
-            send_tb, recv_tb = _peer_tbs(peers, p * per_tb, p, False)
-            for tb in (*send_tb.values(), *recv_tb.values()):
-                tbs[tb.id] = tb
+            send_tb, recv_tb = _peer_tbs(peers, p * per_tb, p, False, tbs)
             peer_tb = {w: (send_tb[nodes[n][w]], recv_tb[nodes[n][w]]) for w in intra}
             rail_tb = {v: (send_tb[nodes[v][g]], recv_tb[nodes[v][g]]) for v in rails}
             # the node's reduce-scatter: peer j (my index for it) adds piece (j + t) mod P

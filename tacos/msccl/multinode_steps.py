@@ -44,15 +44,18 @@ class _Tb:
         return last
 
 
-def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool
-              ) -> tuple[dict[int, _Tb], dict[int, _Tb]]:
+def _peer_tbs(peers: Sequence[int], base: int, chan: int, paired: bool,
+              into: dict[int, _Tb] | None = None) -> tuple[dict[int, _Tb], dict[int, _Tb]]:
     """Per peer, the thread block that sends to it and the one that receives from it (one
-    ``send=w recv=w`` block when ``paired``), numbered from ``base`` on channel ``chan``."""
+    ``send=w recv=w`` block when ``paired``), numbered from ``base`` on channel ``chan``;
+    each is also entered in ``into`` (a rank's thread blocks by id) when given."""
     if paired:
-        both = {w: _Tb(base + j, w, w, chan) for j, w in enumerate(peers)}
-        return both, both
-    sends = {w: _Tb(base + j, w, -1, chan) for j, w in enumerate(peers)}
-    recvs = {w: _Tb(base + len(peers) + j, -1, w, chan) for j, w in enumerate(peers)}
+        sends = recvs = {w: _Tb(base + j, w, w, chan) for j, w in enumerate(peers)}
+    else:
+        sends = {w: _Tb(base + j, w, -1, chan) for j, w in enumerate(peers)}
+        recvs = {w: _Tb(base + len(peers) + j, -1, w, chan) for j, w in enumerate(peers)}
+    if into is not None:
+        into.update({tb.id: tb for tb in (*sends.values(), *recvs.values())})
     return sends, recvs
 
 
