@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tacos
+from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.solvers.nccl.lower import best_of, best_of_bounded
 from tacos.solvers.nccl.rings import max_channels, nccl_ring, ring_floor, ring_schedule
@@ -33,7 +34,9 @@ def test_the_floor_is_under_every_settings_makespan(tdl: str, kind: str) -> None
     for c in sorted({1, 2, max_channels(sys_)}):
         for slices in ((1, 4) if kind == "broadcast" else (1,)):
             floor = ring_floor(sys_, coll, c, slices)
-            made = ring_schedule(sys_, coll, c, slices).makespan
+            sched = ring_schedule(sys_, coll, c, slices)
+            assert verify_schedule(sched).ok
+            made = sched.makespan
             assert 0 < floor <= made
             floors.append(floor / made)
     assert max(floors) > 0.5  # not a trivial bound: it prunes the one-channel ring
@@ -60,6 +63,7 @@ def test_the_bounded_ring_is_the_one_of_building_every_setting(tdl: str, monkeyp
     want = nccl_ring(sys_, coll)
     assert got.meta["tuned"] == want.meta["tuned"]
     assert got.transfers == want.transfers
+    assert verify_schedule(got).ok
     assert len(pruned) < len(built) - len(pruned)  # settings were skipped
 
 
