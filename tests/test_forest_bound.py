@@ -23,8 +23,9 @@ TOPOS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(TOPOS))
-@pytest.mark.parametrize("trees", ["exact", 1, 2])
+@pytest.mark.parametrize("name,trees", [
+    pytest.param(name, trees, marks=pytest.mark.slow) if (name, trees) == ("mesh", 1)  # ~0.7 s
+    else (name, trees) for trees in ("exact", 1, 2) for name in sorted(TOPOS)])
 def test_load_bound_lies_between_the_rate_floor_and_the_schedule(name, trees):
     topo = TOPOS[name]()
     group = tuple(topo.live_npus)
@@ -90,6 +91,7 @@ def test_solver_reports_what_the_bound_skipped():
     assert sched.makespan <= min(times) * (1 + 1e-9)
 
 
+@pytest.mark.slow  # ~1.5 s: two sizes packed cold and again; the memo's own test stays default
 def test_a_sweep_packs_once_and_gives_the_cold_schedules():
     from tacos.solvers.forest import memo
     from tacos.solvers.forest import solver as forest_solver

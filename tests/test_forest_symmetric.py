@@ -125,7 +125,7 @@ def test_orbit_budgets_too_small_give_no_packing():
 @pytest.mark.parametrize("kind", ["allgather", "allreduce", "reducescatter"])
 @pytest.mark.parametrize("make", [
     lambda: torus(3, 3, bandwidth=10 * GB, latency=US),
-    lambda: _tdl_torus(3, 2, 2),
+    pytest.param(lambda: _tdl_torus(3, 2, 2), marks=pytest.mark.slow),  # 0.5-1 s each
 ])
 def test_symmetric_schedules_verify(make, kind):
     topo = make()

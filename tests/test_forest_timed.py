@@ -131,7 +131,7 @@ def test_one_round_follows_the_programs_steps(packed):
 
 
 @needs_cp_sat
-@pytest.mark.parametrize("kind", ["allgather", "allreduce"])
+@pytest.mark.parametrize("kind", ["allgather", pytest.param("allreduce", marks=pytest.mark.slow)])
 def test_plan_with_timed_trees_verifies_and_beats_the_others(kind, tmp_path):
     topo = _pairs()
     group = tuple(topo.live_npus)
@@ -268,7 +268,7 @@ def test_link_timed_trees_enter_each_tight_island_once_and_are_deterministic(box
 
 
 @needs_cp_sat
-@pytest.mark.parametrize("kind", ["allgather", "allreduce"])
+@pytest.mark.parametrize("kind", ["allgather", pytest.param("allreduce", marks=pytest.mark.slow)])
 def test_plan_with_link_timed_trees_verifies_and_lowers_to_xml(kind, tmp_path):
     topo = tacos.parse(BOXES, source="boxes").topology
     group = tuple(topo.live_npus)

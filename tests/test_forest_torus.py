@@ -105,8 +105,10 @@ def test_non_cubic_torus_trees_claim_their_busiest_arc():
 
 
 @pytest.mark.parametrize("make", [
-    lambda: mesh(3, 3, bandwidth=GB, latency=US),  # no wrap-around
-    lambda: _slower(torus(3, 3, bandwidth=GB, latency=US), 0, 1),  # one slower link
+    pytest.param(lambda: mesh(3, 3, bandwidth=GB, latency=US),  # no wrap-around (~1 s)
+                 marks=pytest.mark.slow),
+    pytest.param(lambda: _slower(torus(3, 3, bandwidth=GB, latency=US), 0, 1),  # one slower link
+                 marks=pytest.mark.slow),
     lambda: torus(3, 3, bandwidth=[GB, 2 * GB], latency=US),  # dimensions of two speeds
     lambda: torus(4, 2, bandwidth=GB, latency=US),  # a ring of two: + and - coincide
     lambda: ring(4, bandwidth=GB, latency=US, bidirectional=False),  # one direction only

@@ -7,6 +7,7 @@ Every import counts -- module level, inside functions and under ``TYPE_CHECKING`
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import networkx as nx
@@ -40,7 +41,8 @@ def _resolve(name: str) -> str | None:
     return name or None
 
 
-def imports_of(module: str) -> set[str]:
+@functools.cache  # each source is parsed once per run, not once per test that reads it
+def imports_of(module: str) -> frozenset[str]:
     """Every tacos module ``module`` imports anywhere in its source."""
     path, is_package = MODULES[module]
     package = module if is_package else module.rpartition(".")[0]
@@ -63,7 +65,7 @@ def imports_of(module: str) -> set[str]:
             target = _resolve(name) if name.split(".")[0] == "tacos" else None
             if target and target != module:
                 found.add(target)
-    return found
+    return frozenset(found)
 
 
 def _is_cli(module: str) -> bool:

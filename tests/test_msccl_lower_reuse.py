@@ -34,7 +34,9 @@ def _forget() -> None:
     flow_mod._ORDERED.clear()
 
 
-@pytest.mark.parametrize("name", ["mesh4x4_allreduce_greedy", "hypercube_alltoall_greedy",
+@pytest.mark.parametrize("name", ["mesh4x4_allreduce_greedy",
+                                  pytest.param("hypercube_alltoall_greedy",  # ~0.6 s
+                                               marks=pytest.mark.slow),
                                   "group_noncontiguous_allgather_forest"])
 def test_shared_lowerings_equal_fresh_ones_in_any_order(name: str) -> None:
     schedule = load(FIXTURES / f"{name}.json")

@@ -63,7 +63,8 @@ def test_no_hierarchical_program_where_a_node_lacks_routes_between_its_gpus(exam
         assert set(multinode_candidates(topo, coll)) == {"latency-leader", "leader-staged"}
 
 
-@pytest.mark.parametrize("inplace", [True, False])
+@pytest.mark.parametrize("inplace", [pytest.param(True, marks=pytest.mark.slow),  # ~0.5 s each
+                                     False])
 @pytest.mark.parametrize("kind", ["allreduce", "allgather"])
 def test_programs_verify(kind, inplace):
     fam = _family(_two_dgx(), kind)
@@ -150,6 +151,7 @@ def test_ll128_over_a_nic_is_refused_where_nccl_disables_it():
     assert estimate_program(ll128, dgx, 1 << 20).time > 0
 
 
+@pytest.mark.slow  # ~2 s: a 4-instance ring on 16 GPUs and its replay
 def test_port_shared_among_the_connections_active_on_average():
     """The lowered 2x DGX-A100 ring routes many connections through each NIC and NVSwitch
     port, not all active at once; splitting a port among the mean number active while it is

@@ -50,7 +50,8 @@ def test_rail_order_takes_every_phase_once_all_gather_after_reduce_scatter(stage
         assert before == (tail >= 1)
 
 
-@pytest.mark.parametrize("inplace", [True, False])
+@pytest.mark.parametrize("inplace", [pytest.param(True, marks=pytest.mark.slow),  # ~1.5 s
+                                     False])
 def test_node_partials_are_added_as_they_arrive_without_scratch_or_reducers(inplace):
     """2x DGX-A100: every thread block has a peer (no reducers), no scratch, the node's
     reduce-scatter is ``rrc`` in ``P >= G-1`` pieces, and each stage carries its share of

@@ -90,7 +90,8 @@ def test_a_chain_of_forwards_pays_one_hop_latency_per_hop():
 
 
 @pytest.mark.parametrize("fixture,nbytes", [("executor_ndv4_r48ll128.xml", 4 << 20),
-                                            ("executor_ndv4_r48ll.xml", 1 << 20)])
+                                            pytest.param("executor_ndv4_r48ll.xml", 1 << 20,
+                                                         marks=pytest.mark.slow)])  # ~1 s
 def test_microsofts_channels_per_ring_programs_agree_with_the_replay(fixture, nbytes):
     """Microsoft's rings spread over 4 channels each (a block's chain of forwards crosses
     thread blocks at every hop) are timed within 10 % of the replay (0.72 before the replay
