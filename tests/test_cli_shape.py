@@ -38,6 +38,7 @@ def test_fixed_shape_keeps_the_old_windows(tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.slow  # ~1.3 s; the output folder of shaped windows stays in the default run
 def test_one_file_with_shape_auto_gets_the_window_around_its_size(tmp_path, capsys):
     out = tmp_path / "plan.xml"
     assert main([NODE, "-c", "allreduce", "--size", "4KiB", "--inplace", "--shape", "auto",

@@ -51,7 +51,9 @@ def test_every_collective_on_every_example(example: Path) -> None:
             assert xreport.summary["ngpus"] == len(coll.group)  # ranks = the group
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", [  # multidim: ~1 s, 64 NPUs and four collectives
+    pytest.param(p, marks=pytest.mark.slow) if p.stem == "multidim" else p for p in EXAMPLES],
+    ids=lambda p: p.stem)
 def test_declared_collectives(example: Path) -> None:
     spec = tacos.load(example)
     if spec.collective is None:

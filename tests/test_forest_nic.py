@@ -77,7 +77,7 @@ def test_trees_span_fit_and_each_nic_sends_to_its_offsets(nodes, peers):
     assert all(pos[x] == pos[y] for x, ys in got.items() for y in ys)
 
 
-@pytest.mark.parametrize("kind", ["allgather", "allreduce"])
+@pytest.mark.parametrize("kind", ["allgather", pytest.param("allreduce", marks=pytest.mark.slow)])
 def test_one_nic_transfer_per_peer_step_and_round(kind):
     topo = _mini(4)
     group, f = _forest(topo)

@@ -85,7 +85,8 @@ def _counted_plan(topo, trees) -> tuple[Forest, int]:
 
 @pytest.mark.parametrize(("make", "trees"), [
     (lambda: mini_dgx(2), "auto"), (lambda: mini_dgx(3, 8), "auto"), (lambda: mini_dgx(3, 8), 2),
-    (lambda: tacos.parse("use mi250(nodes=2)").topology, 2)],
+    pytest.param(lambda: tacos.parse("use mi250(nodes=2)").topology, 2,  # ~0.6 s
+                 marks=pytest.mark.slow)],
     ids=["2x4", "3x8", "3x8-k2", "2x MI250-k2"])
 def test_the_packers_shortcut_gives_the_max_flow_trees(make, trees, monkeypatch):
     topo = make()

@@ -42,6 +42,7 @@ def test_compile_is_in_place_by_default_and_out_of_place_on_request(tmp_path, ki
         assert report.ok and report.checks["symbolic"] == "passed", report.text()
 
 
+@pytest.mark.slow  # ~1.3 s: a compile and a full verification
 def test_flipped_buffer_semantics_fail_verification(tmp_path):
     path = tmp_path / "ag.xml"
     assert main([NODE, "-c", "allgather", "--size", "1MiB", "--solver", "greedy",

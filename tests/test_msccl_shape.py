@@ -212,6 +212,7 @@ def test_chooser_takes_the_fastest_fitting_shape_and_says_why():
     assert "LL" in small.lines()[0] and "channels" in small.lines()[0]
 
 
+@pytest.mark.slow  # ~1 s; test_cli_shape checks a folder of windows as a set in the default run
 def test_size_windows_are_a_verified_set(tmp_path):
     from tacos.sweep import sweep
     from tacos.sweep_shaped import choose_windows, window_table
@@ -349,6 +350,7 @@ def test_program_bounds_never_exceed_the_runtime_model_time(proto, nbytes):
             assert max(b.link, b.cta) > 0
 
 
+@pytest.mark.slow  # ~1.4 s: the whole portfolio shaped
 def test_auto_ranks_plans_by_their_shaped_program_when_writing_xml():
     """``emit='shaped'``: every candidate's time is that of a runtime-shaped program (at least
     as fast as its fixed lowering), the winner is the fastest of them, and its shaped

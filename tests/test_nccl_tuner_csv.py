@@ -27,12 +27,14 @@ def _first_match(rows, kind: str, nbytes: int):
     return next(r for r in rows if r.collective == kind and r.min_bytes <= nbytes <= r.max_bytes)
 
 
-@pytest.mark.parametrize("preset", [
+@pytest.mark.parametrize("preset", [  # two-node systems other than the DGX A100: -m slow
     "dgx1()", "dgx2_node()", pytest.param("dgx2(nodes=2)", marks=pytest.mark.slow),
-    "dgx_a100_node()", "dgx_a100(nodes=2)", "dgx_h100_node()", "dgx_h100(nodes=2)",
+    "dgx_a100_node()", "dgx_a100(nodes=2)", "dgx_h100_node()",
+    pytest.param("dgx_h100(nodes=2)", marks=pytest.mark.slow),
     "mi250_node()", pytest.param("mi250(nodes=2)", marks=pytest.mark.slow), "ndv2()",
-    "ndv2(nodes=2)", "ndv4()", "ndv4(nodes=2)", "p3_8xlarge_node()", "p3_8xlarge(nodes=2)",
-    "tpu_v4()"])
+    pytest.param("ndv2(nodes=2)", marks=pytest.mark.slow), "ndv4()",
+    pytest.param("ndv4(nodes=2)", marks=pytest.mark.slow), "p3_8xlarge_node()",
+    pytest.param("p3_8xlarge(nodes=2)", marks=pytest.mark.slow), "tpu_v4()"])
 def test_rules_parse_cover_all_sizes_and_agree_with_the_model(preset):
     topo = tacos.parse(f"use {preset}\n").topology
     kinds = ["allreduce", "allgather", "reducescatter"]

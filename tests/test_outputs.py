@@ -24,6 +24,7 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, 20 * 1024))
 
 
+@pytest.mark.slow  # ~1.3 s: a compile in a subprocess under a file-size limit
 def test_output_hitting_a_file_size_limit_keeps_the_previous_file(tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     out.write_text("previous plan\n")

@@ -64,6 +64,7 @@ def test_cli_verify_size_without_topology(tmp_path, dgx1_xml, capsys):
     assert main(["verify", str(path), "--size", str(_chunks(dgx1_xml) * 4096)]) == 0
 
 
+@pytest.mark.slow  # ~1 s
 def test_compile_warns_when_the_plan_would_be_skipped_at_its_own_size(tmp_path, capsys):
     bad, good = tmp_path / "bad.xml", tmp_path / "good.xml"
     dgx1 = str(PRESETS / "dgx1.tdl")

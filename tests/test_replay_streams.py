@@ -41,6 +41,7 @@ def test_emitted_plan_agrees_with_the_replay_within_ten_percent(kind, nbytes):
     assert abs(ch.time / r - 1) <= 0.10
 
 
+@pytest.mark.slow  # ~1 s
 def test_replay_sees_a_program_run_slower_when_its_sends_share_one_cta():
     """Fewer instances put more bytes on each thread block: the replay times it slower, as
     the model does (the two are not the same code)."""
@@ -105,6 +106,7 @@ def test_microsofts_channels_per_ring_programs_agree_with_the_replay(fixture, nb
     assert abs(model / replay(prog, topo, nbytes) - 1) <= 0.10
 
 
+@pytest.mark.slow  # ~0.8 s
 def test_port_share_is_capped_at_the_cta_rate_while_the_port_is_quiet():
     """Microsoft's r48ll128 at 16 MiB: its heavier thread blocks run through the crowded
     middle of the iteration, and the quiet spells at its ends do not help them beyond their
