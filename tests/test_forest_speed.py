@@ -50,7 +50,7 @@ def _plan(topo, kind: str) -> tuple[str, int]:
     return tacos.emit(sched, "json"), len(calls)
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
+@pytest.mark.parametrize("nodes", [2, pytest.param(3, marks=pytest.mark.slow)])  # 3: ~0.6 s
 def test_all_reduce_gives_the_plan_of_the_full_computation(nodes, monkeypatch):
     topo = mini_dgx(nodes)
     fast, packed = _plan(topo, "allreduce")
