@@ -103,16 +103,77 @@ def link_program(topology: Topology, group: tuple[int, ...]) -> tuple | None:
     return tuple(sorted(arcs.items())), tuple(sorted(lanes.items()))
 
 
+Found = dict[tuple[int, int], dict[int, tuple[int, int]]]
+"""A program's answer: for each (representative, tree), every other NPU's (parent, start step)."""
+
+
 def _solve(group: tuple[int, ...], reps: list[int], k: int,
            arcs: dict[Arc, tuple[tuple[Edge, ...], int]], caps: dict[Edge, int],
            lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
            islands: list[tuple[int, ...]], steps: int, find: float = FIND_TIME,
-           improve: float = IMPROVE_TIME,
-           ) -> dict[tuple[int, int], dict[int, tuple[int, int]]] | None:
+           improve: float = IMPROVE_TIME) -> Found | None:
     """The program of the module docstring for the k trees of every root in ``reps``: for each
     (representative, tree) the arc and start step bringing the tree to every other NPU, within
     ``find`` deterministic seconds, then ``improve`` more to move edges to earlier steps (also
-    :mod:`~tacos.solvers.forest.timed`'s program: arcs of one hop and one step)."""
+    :mod:`~tacos.solvers.forest.timed`'s program: arcs of one hop and one step).  The answer
+    (None too: nothing found within the limit) is remembered on disk under the inputs in
+    their order (:mod:`~tacos.solvers.forest.disk_cache`): a second compile of the same shape
+    reads it back instead of solving (and importing CP-SAT) again."""
+    from tacos.solvers.forest.disk_cache import remembered
+
+    inputs = {"group": list(group), "reps": list(reps), "k": k,
+              "arcs": [[u, v, [list(h) for h in hops], d]
+                       for (u, v), (hops, d) in arcs.items()],
+              "caps": [[x, z, c] for (x, z), c in caps.items()],
+              "lanes": [[x, z, c] for (x, z), c in lanes.items()],
+              "images": [[rep, [[a, b] for a, b in m.items()]] for rep, m in images],
+              "islands": [list(i) for i in islands], "steps": steps, "find": find,
+              "improve": improve}
+    return remembered("timed", inputs,
+                      lambda: _solved(group, reps, k, arcs, caps, lanes, images, islands,
+                                      steps, find, improve),
+                      _encode, lambda data: _decode(data, group, reps, k))
+
+
+def _encode(found: Found | None) -> list | None:
+    """``found`` as JSON-able data: [representative, tree, [[NPU, parent, step], ...]]."""
+    if found is None:
+        return None
+    return [[r, i, [[v, u, s] for v, (u, s) in parent.items()]]
+            for (r, i), parent in found.items()]
+
+
+def _decode(data: list | None, group: tuple[int, ...], reps: list[int], k: int
+            ) -> Found | None:
+    """:func:`_encode`'s data back; ValueError unless every (representative, tree) of
+    ``reps`` x k brings every other NPU of ``group`` once."""
+    if data is None:
+        return None
+    from tacos.solvers.forest.disk_cache import ints
+
+    out: Found = {}
+    members = set(group)
+    for entry in data:
+        r, i, rows = entry
+        parent = {}
+        for row in rows:
+            v, u, s = ints(row, 3)
+            parent[v] = (u, s)
+        if type(r) is not int or type(i) is not int or set(parent) != members - {r} \
+                or not members.issuperset(u for u, _ in parent.values()):
+            raise ValueError("not a program's answer")
+        out[r, i] = parent
+    if set(out) != {(r, i) for r in reps for i in range(k)}:
+        raise ValueError("not a program's answer")
+    return out
+
+
+def _solved(group: tuple[int, ...], reps: list[int], k: int,
+            arcs: dict[Arc, tuple[tuple[Edge, ...], int]], caps: dict[Edge, int],
+            lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
+            islands: list[tuple[int, ...]], steps: int, find: float, improve: float,
+            ) -> Found | None:
+    """:func:`_solve`'s answer, solved by CP-SAT."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -172,11 +233,11 @@ def _solve(group: tuple[int, ...], reps: list[int], k: int,
         if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             first = {key: solver.value(var) for key, var in y.items()}
         # (else the packing found stands: the improvement ran out of time before its hint)
-    out: dict[tuple[int, int], dict[int, tuple[int, int]]] = defaultdict(dict)
+    out: Found = defaultdict(dict)
     for (r, i, (u, v), s), on in first.items():
         if on:
             out[r, i][v] = (u, s)
-    return out
+    return dict(out)
 
 
 def _tree(root: int, parent: dict[int, tuple[int, int]], m: dict[int, int],
