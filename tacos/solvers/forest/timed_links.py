@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Any
 
 from tacos.model.topology import Topology
 from tacos.solvers.forest import shallow as forest_shallow
@@ -173,11 +174,39 @@ def _solved(group: tuple[int, ...], reps: list[int], k: int,
             lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
             islands: list[tuple[int, ...]], steps: int, find: float, improve: float,
             ) -> Found | None:
-    """:func:`_solve`'s answer, solved by CP-SAT."""
-    from ortools.sat.python import cp_model
+    """:func:`_solve`'s answer, solved by CP-SAT (through :mod:`~tacos.solvers.forest.sat`,
+    which loads without pandas)."""
+    from tacos.solvers.forest import sat
 
-    model = cp_model.CpModel()
-    y: dict[tuple[int, int, Arc, int], cp_model.IntVar] = {}
+    model = sat.Model()
+    y = _program(model, group, reps, k, arcs, caps, lanes, images, islands, steps)
+    solver = sat.Solver()
+    solver.parameters.num_workers = 1  # deterministic (with a deterministic time limit)
+    solver.parameters.max_deterministic_time = find
+    if solver.solve(model) not in (sat.OPTIMAL, sat.FEASIBLE):
+        return None
+    first = {key: solver.value(var) for key, var in y.items()}
+    if improve > 0:
+        _earliest(model, y, arcs, first)
+        solver.parameters.max_deterministic_time = improve
+        if solver.solve(model) in (sat.OPTIMAL, sat.FEASIBLE):
+            first = {key: solver.value(var) for key, var in y.items()}
+        # (else the packing found stands: the improvement ran out of time before its hint)
+    out: Found = defaultdict(dict)
+    for (r, i, (u, v), s), on in first.items():
+        if on:
+            out[r, i][v] = (u, s)
+    return dict(out)
+
+
+def _program(model: Any, group: tuple[int, ...], reps: list[int], k: int,
+             arcs: dict[Arc, tuple[tuple[Edge, ...], int]], caps: dict[Edge, int],
+             lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
+             islands: list[tuple[int, ...]], steps: int) -> dict[tuple, Any]:
+    """Builds :func:`_solve`'s program in ``model`` (a :class:`~tacos.solvers.forest.sat.Model`
+    or a ``cp_model.CpModel``: the same calls); the Boolean of every (representative, tree,
+    arc, start step)."""
+    y: dict[tuple[int, int, Arc, int], Any] = {}
     for r in reps:
         for i in range(k):
             arrival = {v: model.new_int_var(0 if v == r else 1, 0 if v == r else steps, "")
@@ -219,25 +248,16 @@ def _solved(group: tuple[int, ...], reps: list[int], k: int,
     for h, terms in total.items():
         if len(terms) > caps.get(h, 0):
             model.add(sum(terms) <= caps.get(h, 0))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1  # deterministic (with a deterministic time limit)
-    solver.parameters.max_deterministic_time = find
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    first = {key: solver.value(var) for key, var in y.items()}
-    if improve > 0:
-        for key, var in y.items():
-            model.add_hint(var, first[key])
-        model.minimize(sum((s + arcs[a][1] - 1) * var for (_r, _i, a, s), var in y.items()))
-        solver.parameters.max_deterministic_time = improve
-        if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            first = {key: solver.value(var) for key, var in y.items()}
-        # (else the packing found stands: the improvement ran out of time before its hint)
-    out: Found = defaultdict(dict)
-    for (r, i, (u, v), s), on in first.items():
-        if on:
-            out[r, i][v] = (u, s)
-    return dict(out)
+    return y
+
+
+def _earliest(model: Any, y: dict[tuple, Any], arcs: dict[Arc, tuple[tuple[Edge, ...], int]],
+              first: dict[tuple, int]) -> None:
+    """Turns :func:`_program`'s model into the improvement: the packing ``first`` as its hint,
+    the sum of arrivals minimized."""
+    for key, var in y.items():
+        model.add_hint(var, first[key])
+    model.minimize(sum((s + arcs[a][1] - 1) * var for (_r, _i, a, s), var in y.items()))
 
 
 def _tree(root: int, parent: dict[int, tuple[int, int]], m: dict[int, int],
