@@ -105,6 +105,12 @@ def test_a_packing_is_read_back_when_large_enough_and_the_empty_folder_turns_it_
         plan_forest(topo, group, group, "copy", False, 3)
 
 
+def test_inputs_json_cannot_hold_are_computed_without_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TACOS_CACHE_DIR", str(tmp_path))
+    assert disk_cache.remembered("pack", {"k": object()}, lambda: 7, int, int) == 7
+    assert not (tmp_path / "forest").exists()
+
+
 def test_the_key_follows_the_inputs_in_their_order():
     a = disk_cache.key_of("pack", {"caps": [[0, 1, 2], [1, 0, 2]]})
     assert a == disk_cache.key_of("pack", {"caps": [[0, 1, 2], [1, 0, 2]]})

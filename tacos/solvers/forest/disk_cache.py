@@ -89,7 +89,10 @@ def remembered(kind: str, inputs: Any, compute: Callable[[], Any],
     folder = cache_dir()
     if folder is None:
         return compute()
-    path = folder / f"{key_of(kind, inputs)}.json"
+    try:
+        path = folder / f"{key_of(kind, inputs)}.json"
+    except (TypeError, ValueError):  # inputs JSON cannot hold (a foreign number type): no cache
+        return compute()
     try:
         return decode(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError, KeyError, IndexError):
