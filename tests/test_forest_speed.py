@@ -52,6 +52,7 @@ def _plan(topo, kind: str) -> tuple[str, int]:
 
 @pytest.mark.parametrize("nodes", [2, pytest.param(3, marks=pytest.mark.slow)])  # 3: ~0.6 s
 def test_all_reduce_gives_the_plan_of_the_full_computation(nodes, monkeypatch):
+    monkeypatch.setenv("TACOS_CACHE_DIR", "")  # pack every time: no packing read from disk
     topo = mini_dgx(nodes)
     fast, packed = _plan(topo, "allreduce")
     with monkeypatch.context() as m:
@@ -89,6 +90,7 @@ def _counted_plan(topo, trees) -> tuple[Forest, int]:
                  marks=pytest.mark.slow)],
     ids=["2x4", "3x8", "3x8-k2", "2x MI250-k2"])
 def test_the_packers_shortcut_gives_the_max_flow_trees(make, trees, monkeypatch):
+    monkeypatch.setenv("TACOS_CACHE_DIR", "")  # pack every time: no packing read from disk
     topo = make()
     fast, fast_flows = _counted_plan(topo, trees)
     with monkeypatch.context() as m:

@@ -257,15 +257,71 @@ def pack_cached(cache: dict | None, compute: tuple[int, ...], roots: tuple[int, 
     a topology whose reversed capacities equal the forward ones, in the same order, packs
     once."""
     if cache is None:
-        return pack_trees(compute, roots, split, k, interleave, islands)
+        return _pack_remembered(compute, roots, split, k, interleave, islands)
     key = (tuple(compute), tuple(roots), k, interleave, tuple(map(tuple, islands)),
            tuple(split.caps.items()),
            tuple((e, tuple(pool)) for e, pool in split.paths.items()))
     hit = cache.get(key)
     if hit is None:
-        hit = cache[key] = pack_trees(compute, roots, split, k, interleave, islands)
+        hit = cache[key] = _pack_remembered(compute, roots, split, k, interleave, islands)
     trees, tests = hit
     return [replace(t, edges=list(t.edges), paths=list(t.paths)) for t in trees], tests
+
+
+def _pack_remembered(compute: tuple[int, ...], roots: tuple[int, ...], split: SplitGraph,
+                     k: int, interleave: bool, islands: list[tuple[int, ...]]
+                     ) -> tuple[list[Tree], int]:
+    """:func:`pack_trees`, remembered on disk under its inputs in their order when it took at
+    least :data:`~tacos.solvers.forest.disk_cache.PACK_MIN_TESTS` max-flow tests
+    (:mod:`~tacos.solvers.forest.disk_cache`)."""
+    from tacos.solvers.forest.disk_cache import PACK_MIN_TESTS, remembered
+
+    inputs = {"compute": list(compute), "roots": list(roots), "k": k,
+              "interleave": interleave, "islands": [list(i) for i in islands],
+              "caps": [[x, y, c] for (x, y), c in split.caps.items()],
+              "paths": [[x, y, [[list(p), c] for p, c in pool]]
+                        for (x, y), pool in split.paths.items()]}
+    return remembered("pack", inputs,
+                      lambda: pack_trees(compute, roots, split, k, interleave, islands),
+                      _encode_packing, lambda data: _decode_packing(data, compute, roots, k),
+                      keep=lambda answer: answer[1] >= PACK_MIN_TESTS)
+
+
+def _encode_packing(answer: tuple[list[Tree], int]) -> list:
+    """A packing and its test count as JSON-able data (trees as [root, mult, edges, paths])."""
+    trees, tests = answer
+    return [tests, [[t.root, t.mult, [list(e) for e in t.edges], [list(p) for p in t.paths]]
+                    for t in trees]]
+
+
+def _decode_packing(data: list, compute: tuple[int, ...], roots: tuple[int, ...], k: int
+                    ) -> tuple[list[Tree], int]:
+    """:func:`_encode_packing`'s data back; ValueError unless every tree is a spanning
+    arborescence of its root over ``compute`` whose paths join its edges' ends, and every
+    root of ``roots`` has k trees (with multiplicity)."""
+    from tacos.solvers.forest.disk_cache import ints
+
+    tests, rows = data
+    if type(tests) is not int or not isinstance(rows, list):
+        raise ValueError("not a packing")
+    group = set(compute)
+    per_root: dict[int, int] = defaultdict(int)
+    trees = []
+    for root, mult, edges, paths in rows:
+        edges = [tuple(ints(e, 2)) for e in edges]
+        paths = [tuple(ints(p)) for p in paths]
+        reached = {root}
+        for (x, y), path in zip(edges, paths, strict=True):
+            if x not in reached or y in reached or path[0] != x or path[-1] != y:
+                raise ValueError("not an arborescence")
+            reached.add(y)
+        if reached != group or type(mult) is not int or mult < 1:
+            raise ValueError("not a spanning tree")
+        per_root[root] += mult
+        trees.append(Tree(root, mult, edges, paths))
+    if per_root != {r: k for r in roots}:
+        raise ValueError("not k trees per root")
+    return trees, tests
 
 
 def _eccentricity(compute: tuple[int, ...], caps: dict[Edge, int]) -> dict[int, int]:

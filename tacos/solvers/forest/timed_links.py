@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Any
 
 from tacos.model.topology import Topology
 from tacos.solvers.forest import shallow as forest_shallow
@@ -103,20 +104,109 @@ def link_program(topology: Topology, group: tuple[int, ...]) -> tuple | None:
     return tuple(sorted(arcs.items())), tuple(sorted(lanes.items()))
 
 
+Found = dict[tuple[int, int], dict[int, tuple[int, int]]]
+"""A program's answer: for each (representative, tree), every other NPU's (parent, start step)."""
+
+
 def _solve(group: tuple[int, ...], reps: list[int], k: int,
            arcs: dict[Arc, tuple[tuple[Edge, ...], int]], caps: dict[Edge, int],
            lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
            islands: list[tuple[int, ...]], steps: int, find: float = FIND_TIME,
-           improve: float = IMPROVE_TIME,
-           ) -> dict[tuple[int, int], dict[int, tuple[int, int]]] | None:
+           improve: float = IMPROVE_TIME) -> Found | None:
     """The program of the module docstring for the k trees of every root in ``reps``: for each
     (representative, tree) the arc and start step bringing the tree to every other NPU, within
     ``find`` deterministic seconds, then ``improve`` more to move edges to earlier steps (also
-    :mod:`~tacos.solvers.forest.timed`'s program: arcs of one hop and one step)."""
-    from ortools.sat.python import cp_model
+    :mod:`~tacos.solvers.forest.timed`'s program: arcs of one hop and one step).  The answer
+    (None too: nothing found within the limit) is remembered on disk under the inputs in
+    their order (:mod:`~tacos.solvers.forest.disk_cache`): a second compile of the same shape
+    reads it back instead of solving (and importing CP-SAT) again."""
+    from tacos.solvers.forest.disk_cache import remembered
 
-    model = cp_model.CpModel()
-    y: dict[tuple[int, int, Arc, int], cp_model.IntVar] = {}
+    inputs = {"group": list(group), "reps": list(reps), "k": k,
+              "arcs": [[u, v, [list(h) for h in hops], d]
+                       for (u, v), (hops, d) in arcs.items()],
+              "caps": [[x, z, c] for (x, z), c in caps.items()],
+              "lanes": [[x, z, c] for (x, z), c in lanes.items()],
+              "images": [[rep, [[a, b] for a, b in m.items()]] for rep, m in images],
+              "islands": [list(i) for i in islands], "steps": steps, "find": find,
+              "improve": improve}
+    return remembered("timed", inputs,
+                      lambda: _solved(group, reps, k, arcs, caps, lanes, images, islands,
+                                      steps, find, improve),
+                      _encode, lambda data: _decode(data, group, reps, k))
+
+
+def _encode(found: Found | None) -> list | None:
+    """``found`` as JSON-able data: [representative, tree, [[NPU, parent, step], ...]]."""
+    if found is None:
+        return None
+    return [[r, i, [[v, u, s] for v, (u, s) in parent.items()]]
+            for (r, i), parent in found.items()]
+
+
+def _decode(data: list | None, group: tuple[int, ...], reps: list[int], k: int
+            ) -> Found | None:
+    """:func:`_encode`'s data back; ValueError unless every (representative, tree) of
+    ``reps`` x k brings every other NPU of ``group`` once."""
+    if data is None:
+        return None
+    from tacos.solvers.forest.disk_cache import ints
+
+    out: Found = {}
+    members = set(group)
+    for entry in data:
+        r, i, rows = entry
+        parent = {}
+        for row in rows:
+            v, u, s = ints(row, 3)
+            parent[v] = (u, s)
+        if type(r) is not int or type(i) is not int or set(parent) != members - {r} \
+                or not members.issuperset(u for u, _ in parent.values()):
+            raise ValueError("not a program's answer")
+        out[r, i] = parent
+    if set(out) != {(r, i) for r in reps for i in range(k)}:
+        raise ValueError("not a program's answer")
+    return out
+
+
+def _solved(group: tuple[int, ...], reps: list[int], k: int,
+            arcs: dict[Arc, tuple[tuple[Edge, ...], int]], caps: dict[Edge, int],
+            lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
+            islands: list[tuple[int, ...]], steps: int, find: float, improve: float,
+            ) -> Found | None:
+    """:func:`_solve`'s answer, solved by CP-SAT (through :mod:`~tacos.solvers.forest.sat`,
+    which loads without pandas)."""
+    from tacos.solvers.forest import sat
+
+    model = sat.Model()
+    y = _program(model, group, reps, k, arcs, caps, lanes, images, islands, steps)
+    solver = sat.Solver()
+    solver.parameters.num_workers = 1  # deterministic (with a deterministic time limit)
+    solver.parameters.max_deterministic_time = find
+    if solver.solve(model) not in (sat.OPTIMAL, sat.FEASIBLE):
+        return None
+    first = {key: solver.value(var) for key, var in y.items()}
+    if improve > 0:
+        _earliest(model, y, arcs, first)
+        solver.parameters.max_deterministic_time = improve
+        if solver.solve(model) in (sat.OPTIMAL, sat.FEASIBLE):
+            first = {key: solver.value(var) for key, var in y.items()}
+        # (else the packing found stands: the improvement ran out of time before its hint)
+    out: Found = defaultdict(dict)
+    for (r, i, (u, v), s), on in first.items():
+        if on:
+            out[r, i][v] = (u, s)
+    return dict(out)
+
+
+def _program(model: Any, group: tuple[int, ...], reps: list[int], k: int,
+             arcs: dict[Arc, tuple[tuple[Edge, ...], int]], caps: dict[Edge, int],
+             lanes: dict[Edge, int], images: list[tuple[int, dict[int, int]]],
+             islands: list[tuple[int, ...]], steps: int) -> dict[tuple, Any]:
+    """Builds :func:`_solve`'s program in ``model`` (a :class:`~tacos.solvers.forest.sat.Model`
+    or a ``cp_model.CpModel``: the same calls); the Boolean of every (representative, tree,
+    arc, start step)."""
+    y: dict[tuple[int, int, Arc, int], Any] = {}
     for r in reps:
         for i in range(k):
             arrival = {v: model.new_int_var(0 if v == r else 1, 0 if v == r else steps, "")
@@ -158,25 +248,16 @@ def _solve(group: tuple[int, ...], reps: list[int], k: int,
     for h, terms in total.items():
         if len(terms) > caps.get(h, 0):
             model.add(sum(terms) <= caps.get(h, 0))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1  # deterministic (with a deterministic time limit)
-    solver.parameters.max_deterministic_time = find
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    first = {key: solver.value(var) for key, var in y.items()}
-    if improve > 0:
-        for key, var in y.items():
-            model.add_hint(var, first[key])
-        model.minimize(sum((s + arcs[a][1] - 1) * var for (_r, _i, a, s), var in y.items()))
-        solver.parameters.max_deterministic_time = improve
-        if solver.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            first = {key: solver.value(var) for key, var in y.items()}
-        # (else the packing found stands: the improvement ran out of time before its hint)
-    out: dict[tuple[int, int], dict[int, tuple[int, int]]] = defaultdict(dict)
-    for (r, i, (u, v), s), on in first.items():
-        if on:
-            out[r, i][v] = (u, s)
-    return out
+    return y
+
+
+def _earliest(model: Any, y: dict[tuple, Any], arcs: dict[Arc, tuple[tuple[Edge, ...], int]],
+              first: dict[tuple, int]) -> None:
+    """Turns :func:`_program`'s model into the improvement: the packing ``first`` as its hint,
+    the sum of arrivals minimized."""
+    for key, var in y.items():
+        model.add_hint(var, first[key])
+    model.minimize(sum((s + arcs[a][1] - 1) * var for (_r, _i, a, s), var in y.items()))
 
 
 def _tree(root: int, parent: dict[int, tuple[int, int]], m: dict[int, int],
