@@ -90,7 +90,24 @@ def _search(nodes: Sequence[int], start: int, succ, rng: random.Random, budget: 
     None within ``budget``.
 
     ``succ`` and ``weight`` must not change during the search (the callers change the lanes
-    left only between searches): both are read once per node and hop, not once per step."""
+    left only between searches): both are read once per node and hop, not once per step.
+    Searches of at least :data:`~tacos.solvers.nccl.ring_search_jit.MIN_NODES` nodes run
+    compiled, with the same answer and draws (:mod:`tacos.solvers.nccl.ring_search_jit`)."""
+    from tacos.solvers.nccl import ring_search_jit
+
+    if ring_search_jit.usable(nodes):
+        got = ring_search_jit.search(nodes, start, succ, rng, budget, end=end, cycle=cycle,
+                                     weight=weight)
+        if got is not False:
+            return got
+    return _search_python(nodes, start, succ, rng, budget, end=end, cycle=cycle,
+                          weight=weight)
+
+
+def _search_python(nodes: Sequence[int], start: int, succ, rng: random.Random, budget: int,
+                   *, end: int | None = None, cycle: bool = False,
+                   weight=None) -> list[int] | None:
+    """:func:`_search` in Python."""
     n = len(nodes)
     allowed = set(nodes)
     after: dict[int, tuple[int, ...]] = {}  # succ(v), as read once
