@@ -83,3 +83,26 @@ def test_torus_rings_are_the_python_search_s(monkeypatch):
         out[jit] = rings.intra_rings(system(topo, group), group)
     assert out["1"] == out["0"]
     assert len(out["1"]) >= 2 and all(sorted(r) == group for r in out["1"])
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_search_answers_as_python_with_or_without_the_kernel_loaded(monkeypatch, loaded):
+    """Not loaded: a short Python search first, then the compiled one from the start."""
+    monkeypatch.setattr(ring_search_jit, "MIN_NODES", 1)
+    monkeypatch.setattr(ring_search_jit, "PYTHON_STEPS", 40)
+    monkeypatch.setattr(ring_search_jit, "loaded", lambda: loaded)
+    kernel_runs = []
+    real = ring_search_jit.search
+    monkeypatch.setattr(ring_search_jit, "search",
+                        lambda *a, **k: kernel_runs.append(1) or real(*a, **k))
+    for seed in range(120):
+        nodes, start, succ, weight, end, cycle = _graph(seed)
+        budget = random.Random(seed).choice([10, 40, 300, 20_000])
+        py, mixed = random.Random(seed), random.Random(seed)
+        want = rings._search_python(nodes, start, succ, py, budget, end=end, cycle=cycle,
+                                    weight=weight)
+        got = rings._search(nodes, start, succ, mixed, budget, end=end, cycle=cycle,
+                            weight=weight)
+        assert got == want, seed
+        assert mixed.getstate() == py.getstate(), seed
+    assert 0 < len(kernel_runs) < 120 if not loaded else len(kernel_runs) == 120

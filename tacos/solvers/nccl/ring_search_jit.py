@@ -12,25 +12,39 @@ the steps counted against the budget and the generator left behind are the Pytho
 
 It runs when numba is installed, ``TACOS_JIT`` does not disable it
 (:func:`tacos.solvers.greedy.jit.available`) and the search has at least :data:`MIN_NODES`
-nodes (loading the kernel costs more than a small search).
+nodes, once the kernel is loaded or when the Python search has not ended within
+:data:`PYTHON_STEPS` steps (loading the kernel costs more than a short search).
 """
 
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 MIN_NODES = 32
-"""Search nodes from which the compiled search is used."""
+"""Search nodes from which the compiled search may be used."""
+
+PYTHON_STEPS = 2_000
+"""Steps the Python search runs first while the kernel is not loaded in this process: most
+searches that succeed end well within them (a few milliseconds), and loading the kernel
+costs more than that; a search still running then starts again, compiled."""
+
+KERNEL = "tacos.solvers.nccl.ring_search_kernel"
 
 
 def usable(nodes: Sequence[int]) -> bool:
-    """Whether :func:`search` runs a search over ``nodes`` (see module doc)."""
+    """Whether :func:`search` may run a search over ``nodes`` (see module doc)."""
     from tacos.solvers.greedy.jit import available
 
     return len(nodes) >= MIN_NODES and available()
+
+
+def loaded() -> bool:
+    """Whether the kernel is already loaded in this process."""
+    return KERNEL in sys.modules
 
 
 def search(nodes: Sequence[int], start: int, succ: Callable[[int], Sequence[int]],
