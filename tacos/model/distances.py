@@ -24,9 +24,9 @@ BATCH_ENTRIES = 1 << 23
 
 BFS_MAX_NODES = 256
 """Largest topology whose uniform hop counts are found by breadth-first search in Python
-rather than by ``csgraph.dijkstra``: on small topologies the search takes milliseconds, and
-importing ``scipy.sparse`` (0.3-0.5 s) is most of what the bound cost a first compile of a
-4x4x4 torus.  The counts are the same integers either way."""
+rather than by ``csgraph.dijkstra``: on small topologies the search takes milliseconds, while
+importing ``scipy.sparse`` costs 0.3-0.5 s of a compile that needs it for nothing else (a 4x4
+mesh).  The counts are the same integers either way."""
 
 
 class Distances:
