@@ -98,7 +98,7 @@ def place_compiled(lowering: Any, sends: list[tuple[list[int], tuple[int, ...]]]
     srv_off = np.zeros(len(links) + 1, np.int64)
     srv_off[1:] = np.cumsum([max(1, lk.multiplicity) for lk in links])
     n_ids = max(max(ab) for ab in hop_ends) + 1
-    out_s, out_e, out_r, avail, starts, ends, count, busy = kernel.place_all(
+    out_s, out_e, out_r, avail, cal_off, cal_s, cal_e, count, busy = kernel.place_all(
         np.asarray(src, np.int64), np.asarray(dst, np.int64),
         np.asarray(nbytes, np.float64), np.asarray(hop_off, np.int64),
         np.asarray(hop_pair, np.int64), np.asarray(chunk_off, np.int64),
@@ -135,5 +135,5 @@ def place_compiled(lowering: Any, sends: list[tuple[list[int], tuple[int, ...]]]
         res = cal.lanes(li)
         res.busy = busy_l[li]
         for srv, k in zip(res.servers, range(k0, k1), strict=True):
-            srv.starts = starts[k][:count_l[k]].tolist()
-            srv.ends = ends[k][:count_l[k]].tolist()
+            srv.starts = cal_s[cal_off[k]:cal_off[k + 1]].tolist()
+            srv.ends = cal_e[cal_off[k]:cal_off[k + 1]].tolist()

@@ -119,7 +119,7 @@ def place_all(src, dst, nbytes, hop_off, hop_pair, chunk_off, chunks, pair_off, 
     """Place every send (``src``/``dst`` NPU, ``nbytes``, hops ``hop_off[i]..``, each hop's
     candidate routes ``pair_routes[pair_off[p]..]``) in order.  Returns the start, end and
     route of every hop, the availability of every (NPU, chunk) and the calendar (per server
-    its busy intervals, per link its busy time)."""
+    its busy intervals, flat, per link its busy time)."""
     n_links = srv_off.shape[0] - 1
     n_srv = srv_off[n_links]
     starts = List()
@@ -185,4 +185,14 @@ def place_all(src, dst, nbytes, hop_off, hop_pair, chunk_off, chunks, pair_off, 
             c = chunks[j]
             if avail[b0, c] < ready:
                 avail[b0, c] = ready
-    return out_s, out_e, out_r, avail, starts, ends, count, busy
+    # the calendar as flat arrays (server k's intervals at cal_off[k]..): reading a typed
+    # List from Python compiles its accessors in every process
+    cal_off = np.zeros(n_srv + 1, np.int64)
+    for k in range(n_srv):
+        cal_off[k + 1] = cal_off[k] + count[k]
+    cal_s = np.empty(cal_off[n_srv], np.float64)
+    cal_e = np.empty(cal_off[n_srv], np.float64)
+    for k in range(n_srv):
+        cal_s[cal_off[k]:cal_off[k + 1]] = starts[k][:count[k]]
+        cal_e[cal_off[k]:cal_off[k + 1]] = ends[k][:count[k]]
+    return out_s, out_e, out_r, avail, cal_off, cal_s, cal_e, count, busy

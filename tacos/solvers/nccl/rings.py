@@ -90,7 +90,40 @@ def _search(nodes: Sequence[int], start: int, succ, rng: random.Random, budget: 
     None within ``budget``.
 
     ``succ`` and ``weight`` must not change during the search (the callers change the lanes
-    left only between searches): both are read once per node and hop, not once per step."""
+    left only between searches): both are read once per node and hop, not once per step.
+    Searches of at least :data:`~tacos.solvers.nccl.ring_search_jit.MIN_NODES` nodes may run
+    compiled, with the same answer and draws (:mod:`tacos.solvers.nccl.ring_search_jit`):
+    once the kernel is loaded, or when the Python search has not ended within
+    :data:`~tacos.solvers.nccl.ring_search_jit.PYTHON_STEPS` steps (it then starts again,
+    compiled, from the generator's state at the start: the same search)."""
+    from tacos.solvers.nccl import ring_search_jit
+
+    if ring_search_jit.usable(nodes):
+        state = rng.getstate()
+        if not ring_search_jit.loaded():
+            calls = [0]
+            found = _search_python(nodes, start, succ, rng, min(budget,
+                                                               ring_search_jit.PYTHON_STEPS),
+                                   end=end, cycle=cycle, weight=weight, calls=calls)
+            # options() runs once per step and once at the start: fewer calls, the search
+            # ended on its own before the short budget
+            if found is not None or budget <= ring_search_jit.PYTHON_STEPS \
+                    or calls[0] <= ring_search_jit.PYTHON_STEPS:
+                return found
+            rng.setstate(state)
+        got = ring_search_jit.search(nodes, start, succ, rng, budget, end=end, cycle=cycle,
+                                     weight=weight)
+        if got is not False:
+            return got
+        rng.setstate(state)
+    return _search_python(nodes, start, succ, rng, budget, end=end, cycle=cycle,
+                          weight=weight)
+
+
+def _search_python(nodes: Sequence[int], start: int, succ, rng: random.Random, budget: int,
+                   *, end: int | None = None, cycle: bool = False,
+                   weight=None, calls: list[int] | None = None) -> list[int] | None:
+    """:func:`_search` in Python; ``calls[0]`` counts the calls of its options step."""
     n = len(nodes)
     allowed = set(nodes)
     after: dict[int, tuple[int, ...]] = {}  # succ(v), as read once
@@ -103,6 +136,8 @@ def _search(nodes: Sequence[int], start: int, succ, rng: random.Random, budget: 
         return got
 
     def options(path: list[int], on: set[int]) -> list[int]:
+        if calls is not None:
+            calls[0] += 1
         v, last = path[-1], len(path) == n - 1
         nxt = hops.get(v)
         if nxt is None:

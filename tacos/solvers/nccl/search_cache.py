@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 #: modules whose code decides a ring search's answer (their source is part of the key)
-_SOURCES = ("rings.py", "../lowering/hops.py")
+_SOURCES = ("rings.py", "../lowering/hops.py", "ring_search_jit.py",
+            "ring_search_kernel.py")
 FORMAT = 1
 
 
