@@ -49,7 +49,7 @@ def test_floor_never_above_the_lowering_and_refusal_only_where_it_fails(text, ki
         got = busiest_pair(sched, max_steps)
         assert got is not None and got.channels >= 1
         for instances in (1, 2, 3):
-            floor = channel_floor(sched, instances, max_steps)
+            floor = channel_floor(sched, instances, max_steps, inplace=inplace)
             opts = MscclOptions(inplace=inplace, outofplace=not inplace, instances=instances,
                                 max_steps_per_tb=max_steps, fit_fifo=False)
             try:
@@ -60,7 +60,7 @@ def test_floor_never_above_the_lowering_and_refusal_only_where_it_fails(text, ki
                 assert floor <= program.nchannels, (max_steps, instances)
                 fitted += 1
             for cap in (1, 2, 4, 8, 16, 32):
-                why = channels_refusal(sched, instances, max_steps, cap)
+                why = channels_refusal(sched, instances, max_steps, cap, inplace=inplace)
                 assert bool(why) == (floor > cap)
                 if why:
                     refused += 1
@@ -69,6 +69,27 @@ def test_floor_never_above_the_lowering_and_refusal_only_where_it_fails(text, ki
                             inplace=inplace, outofplace=not inplace, instances=instances,
                             max_steps_per_tb=max_steps, max_channels=cap, fit_fifo=False))
     assert refused and fitted
+
+
+@pytest.mark.parametrize("chunks", [4])
+def test_from_two_instances_a_kept_chunk_is_a_run_of_its_own(chunks):
+    _, _, sched = _plan(RING, "allreduce", "nccl-tree", chunks)
+    plain = busiest_pair(sched, 4)
+    split = busiest_pair(sched, 4, kept_runs=True)
+    assert sum(split.per_lane) > sum(plain.per_lane)  # tree transfers carry several chunks
+    lowered = 0
+    for max_steps, instances in ((4, 2), (8, 2), (16, 2), (16, 3), (64, 2)):
+        floor = channel_floor(sched, instances, max_steps, inplace=True)
+        assert floor == instances * busiest_pair(sched, max_steps, kept_runs=True).channels
+        try:
+            program = lower(sched, options=MscclOptions(
+                inplace=True, instances=instances, max_steps_per_tb=max_steps,
+                fit_fifo=False))
+        except TacosError:
+            continue
+        assert floor <= program.nchannels
+        lowered += 1
+    assert lowered
 
 
 def test_floor_counts_the_cuts_of_a_long_lane():
@@ -80,7 +101,8 @@ def test_floor_counts_the_cuts_of_a_long_lane():
                                   for pair in {(t.src, t.dst) for t in sched.transfers})
     assert got.per_lane[0] > 4
     assert got.channels == -(-got.per_lane[0] // 4)  # parts of ceil(0.9 x 4) = 4 units
-    assert channel_floor(sched, 2, 4) == 2 * got.channels
+    assert channel_floor(sched, 2, 4) == 2 * busiest_pair(sched, 4, kept_runs=True).channels
+    assert channel_floor(sched, 1, 4) == got.channels
     program = lower(sched, options=MscclOptions(inplace=True, max_steps_per_tb=4,
                                                 fit_fifo=False))
     assert got.channels <= program.nchannels

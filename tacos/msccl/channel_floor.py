@@ -9,10 +9,12 @@ lowering, for a schedule without per-transfer channel hints (``meta['channel_of_
 that is not pipelined (a pipelined schedule is lowered as its first round):
 
 1. *Runs.*  Every transfer becomes at least one run per piece (``build_flow`` splits each
-   piece of it into contiguous runs, never joins two transfers), on the lane
+   piece of it into contiguous runs, never joins two transfers), and from two instances on
+   at least one per chunk its receiver keeps (:func:`split_applies`), on the lane
    :func:`tacos.msccl.lower_order.lanes` gives it (first-fit colouring of the ordered pair's
    transfers by time; computed here the same way).  So a conn carries at least ``k`` runs,
-   ``k`` the transfers of its pair on its lane.
+   ``k`` the transfers of its pair on its lane (from two instances on, their kept chunks,
+   at least one per transfer).
 2. *Round 1.*  Without cuts and hints, every run of a conn has the same key, so one channel,
    and its sends are all in one thread block of the sender (``plan_tbs`` keys a send's tb by
    rank, channel and send peer).  A unit of ``_long_sequences`` (one event, or a receive with
@@ -72,17 +74,26 @@ def _part_size(max_steps: int) -> int:
     return math.ceil(max(1.0, 0.9 * max_steps) * (1 + 1e-9))
 
 
-def busiest_pair(schedule: Schedule, max_steps: int) -> PairLanes | None:
+def busiest_pair(schedule: Schedule, max_steps: int, *, kept_runs: bool = False
+                 ) -> PairLanes | None:
     """The :class:`PairLanes` of the pair whose one piece needs the most channels (see the
-    module doc), or None for a pipelined schedule or one without transfers."""
+    module doc), or None for a pipelined schedule or one without transfers.  ``kept_runs``
+    (for two instances or more, where :func:`split_applies`): a transfer counts as the chunks
+    its receiver keeps (at least 1), each a run of its own (``per_lane`` then counts runs)."""
     if not isinstance(schedule, Schedule) or not schedule.transfers or int(
             (schedule.meta.get("pipeline") or {}).get("slices", 1)) > 1:
         return None
     hints = schedule.meta.get("channel_of_transfer")
     hinted = isinstance(hints, list) and len(hints) == len(schedule.transfers)
+    if kept_runs:
+        post = {c.id: c.post for c in schedule.collective.chunks}
+        weight = [max(1, sum(1 for c in t.chunks if t.dst in post[c]))
+                  for t in schedule.transfers]
+    else:
+        weight = [1] * len(schedule.transfers)
     per_pair: dict[tuple[int, int], int] = defaultdict(int)
-    for t in schedule.transfers:
-        per_pair[(t.src, t.dst)] += 1
+    for i, t in enumerate(schedule.transfers):
+        per_pair[(t.src, t.dst)] += weight[i]
     if hinted:
         (src, dst), n = max(per_pair.items(), key=lambda kv: (kv[1], -kv[0][0], -kv[0][1]))
         return PairLanes(src, dst, (n,), max(1, math.ceil(n / max_steps)))
@@ -94,7 +105,7 @@ def busiest_pair(schedule: Schedule, max_steps: int) -> PairLanes | None:
     counts: dict[tuple[int, int], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for i, t in enumerate(schedule.transfers):
         if per_pair[(t.src, t.dst)] > max_steps:
-            counts[(t.src, t.dst)][lane[i]] += 1
+            counts[(t.src, t.dst)][lane[i]] += weight[i]
     m = _part_size(max_steps)
     best: PairLanes | None = None
     for (src, dst), by_lane in sorted(counts.items()):
@@ -105,25 +116,44 @@ def busiest_pair(schedule: Schedule, max_steps: int) -> PairLanes | None:
     return best
 
 
-def channel_floor(schedule: Schedule | Any, instances: int, max_steps: int) -> int:
+def split_applies(schedule: Schedule | Any, instances: int, *, inplace: bool) -> bool:
+    """Whether from ``instances`` on every chunk a transfer's receiver keeps is a run of its
+    own (:func:`tacos.msccl.shape_refuse.receipts_per_rank`'s argument: two such chunks of
+    one piece land ``instances`` or more output slots apart): two instances or more, a
+    schedule, and not an in-place all-to-all (whose output slots can hold another chunk)."""
+    return (instances >= 2 and isinstance(schedule, Schedule)
+            and not (schedule.collective.kind == "alltoall" and inplace))
+
+
+def channel_floor(schedule: Schedule | Any, instances: int, max_steps: int, *,
+                  inplace: bool = False) -> int:
     """Channels every MSCCL lowering of ``schedule`` with ``instances`` instances and
     ``max_steps`` steps per thread block has at least (module doc: the proof); 0 when no
     bound applies (a program family, a pipelined schedule)."""
-    got = busiest_pair(schedule, max_steps) if isinstance(schedule, Schedule) else None
+    if not isinstance(schedule, Schedule):
+        return 0
+    got = busiest_pair(schedule, max_steps,
+                       kept_runs=split_applies(schedule, instances, inplace=inplace))
     return 0 if got is None else instances * got.channels
 
 
 def channels_refusal(schedule: Schedule | Any, instances: int, max_steps: int,
-                     max_channels: int, *, busiest: PairLanes | None = None) -> str:
+                     max_channels: int, *, inplace: bool = False,
+                     busiest: PairLanes | None = None) -> str:
     """Why ``schedule`` lowered with ``instances`` instances cannot fit ``max_channels``
     channels (or ''): its :func:`channel_floor` is over them, so the lowering would fail.
-    ``busiest``: the schedule's :func:`busiest_pair`, when already known."""
-    got = busiest if busiest is not None else (
-        busiest_pair(schedule, max_steps) if isinstance(schedule, Schedule) else None)
+    ``busiest``: the schedule's :func:`busiest_pair` for that instance count (``kept_runs``
+    as :func:`split_applies`), when already known."""
+    if not isinstance(schedule, Schedule):
+        return ""
+    split = split_applies(schedule, instances, inplace=inplace)
+    got = busiest if busiest is not None else busiest_pair(schedule, max_steps,
+                                                           kept_runs=split)
     if got is None or instances * got.channels <= max_channels:
         return ""
     lanes_text = " + ".join(str(k) for k in got.per_lane)
+    what = "runs (a chunk its receiver keeps is one)" if split else "transfers"
     return (f"refused before lowering: at {instances} instances it needs at least "
             f"{instances * got.channels} channels > {max_channels} (NPU {got.src} -> "
-            f"{got.dst}: {lanes_text} transfers per lane, a thread block of at most "
+            f"{got.dst}: {lanes_text} {what} per lane, a thread block of at most "
             f"{max_steps} steps per piece and segment)")

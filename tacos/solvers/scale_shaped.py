@@ -112,7 +112,8 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
         why = (refusal(plain[label], lim)
                or chunks_refusal(plain[label], nbytes // ELEMENT_BYTES)
                or channels_refusal(plain[label], 1, base.max_steps_per_tb,
-                                   min(base.max_channels, lim.max_channels)))
+                                   min(base.max_channels, lim.max_channels),
+                                   inplace=inplace))
         if why:
             skipped[label] = (f"not ranked: runtime-shaped XML {why} (link-model time "
                               f"{link_times[label]:.4g} s)")
