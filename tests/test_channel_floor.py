@@ -34,7 +34,7 @@ CASES = [
     pytest.param(RING, "allreduce", "nccl-ring", 2, marks=pytest.mark.slow),
     pytest.param(RING, "allgather", "greedy", 3, marks=pytest.mark.slow),
     pytest.param(TORUS, "allreduce", "greedy", 2, marks=pytest.mark.slow),
-    (TORUS, "reducescatter", "nccl-ring", 2),
+    pytest.param(TORUS, "reducescatter", "nccl-ring", 2, marks=pytest.mark.slow),
     pytest.param(MESH, "allgather", "greedy", 4, marks=pytest.mark.slow),
 ]
 
