@@ -14,6 +14,8 @@ Usage::
 
     nice python -m benchmarks.bench_scale_default --nodes 8,32,128
     nice python -m benchmarks.bench_scale_default --xml --before /tmp/before
+    nice python -m benchmarks.bench_scale_default --xml --xml-k 8x8x4,8 --report
+    nice python -m benchmarks.bench_scale_default --torus --torus-k 8,12
 """
 
 from __future__ import annotations
@@ -39,14 +41,45 @@ def dgx_file(nodes: int) -> str:
     return f"use dgx_a100(nodes={nodes})\ncollective allgather size 1GiB\n"
 
 
-def torus_file(k: int, kind: str) -> str:
-    """A k x k x k torus (50 GiB/s, 0.5 µs links) running ``kind`` on 64 MiB."""
-    return (f'topology "torus {k}x{k}x{k}"\ntorus t[{k}, {k}, {k}] 50GiB/s 0.5us\n'
+def dims(spec: str) -> tuple[int, int, int]:
+    """``"8"`` -> (8, 8, 8); ``"8x8x4"`` -> (8, 8, 4)."""
+    parts = [int(x) for x in spec.split("x")]
+    a, b, c = parts if len(parts) == 3 else parts * 3
+    return a, b, c
+
+
+def torus_file(k: int | tuple[int, int, int], kind: str) -> str:
+    """A k x k x k torus (or a, b, c; 50 GiB/s, 0.5 µs links) running ``kind`` on 64 MiB."""
+    a, b, c = (k, k, k) if isinstance(k, int) else k
+    return (f'topology "torus {a}x{b}x{c}"\ntorus t[{a}, {b}, {c}] 50GiB/s 0.5us\n'
             f"collective {kind} size 64MiB\n")
 
 
-def run(tree: Path, args: list[str], timeout: float) -> dict:
-    """One ``tacosc`` process: ``{"cpu", "rss_mib", "wall", "finished", "plan", "rc"}``."""
+def tree_rss_mib(pid: int) -> float:
+    """Resident MiB of a process and its descendants (``/proc``; 0 where unreadable)."""
+    kids: dict[int, list[int]] = {}
+    rss: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            pages = int((entry / "statm").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(entry.name))
+        rss[int(entry.name)] = pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0.0)
+        todo.extend(kids.get(p, []))
+    return total
+
+
+def run(tree: Path, args: list[str], timeout: float, rss_limit_mib: float = 6144.0) -> dict:
+    """One ``tacosc`` process: ``{"cpu", "rss_mib", "wall", "finished", "plan", "rc"}``;
+    killed past ``timeout`` wall seconds or ``rss_limit_mib`` resident (with its workers)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen([sys.executable, "-c", MAIN, *args], cwd=tree, stdout=out,
@@ -56,7 +89,8 @@ def run(tree: Path, args: list[str], timeout: float) -> dict:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            if time.perf_counter() - t0 > timeout:
+            if (time.perf_counter() - t0 > timeout
+                    or tree_rss_mib(proc.pid) > rss_limit_mib):
                 finished = False
                 proc.send_signal(signal.SIGKILL)
                 pid, status, usage = os.wait4(proc.pid, 0)
@@ -87,6 +121,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="of --torus and --xml: which of default,greedy to run")
     ap.add_argument("--before", type=Path, help="also run the package exported in DIR")
     ap.add_argument("--timeout", type=float, default=1200.0, help="wall seconds per run")
+    ap.add_argument("--rss-limit", type=float, default=6144.0,
+                    help="MiB resident (a run and its workers) past which a run is stopped")
+    ap.add_argument("--torus-k", default="16",
+                    help="of --torus: the torus sides k (k x k x k), e.g. 8,12,16")
+    ap.add_argument("--xml-k", default="8", help="of --xml: the torus shapes, e.g. 8,8x8x4")
+    ap.add_argument("--report", action="store_true", help="of --xml: pass --report")
     args = ap.parse_args(argv)
     trees = [("after", HERE)] + ([("before", args.before)] if args.before else [])
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-default-"))
@@ -96,23 +136,29 @@ def main(argv: list[str] | None = None) -> None:
         f.write_text(dgx_file(k))
         cases.append((f"{k}x DGX-A100 all-gather 1 GiB", 8 * k, "default", [str(f)]))
     solvers = [x for x in args.solvers.split(",") if x]
-    torus_cases = [(16, "allgather", "16x16x16 torus all-gather 64 MiB, --trials 1",
-                    lambda f, solver: [str(f), "--trials", "1"])] if args.torus else []
+    torus_cases = [(dims(k), "allgather", f"{k}x{k}x{k} torus all-gather 64 MiB, --trials 1",
+                    lambda f, solver: [str(f), "--trials", "1"])
+                   for k in args.torus_k.split(",")] if args.torus else []
     if args.xml:
-        torus_cases.append((8, "allreduce", "8x8x8 torus all-reduce 64 MiB, -o plan.xml",
-                            lambda f, solver: [str(f), "-o", str(tmp / f"{solver}.xml")]))
-    for k, kind, name, command in torus_cases:
-        f = tmp / f"torus{k}.tdl"
-        f.write_text(torus_file(k, kind))
+        report = ["--report"] if args.report else []
+        for k in args.xml_k.split(","):
+            d = dims(k)
+            torus_cases.append((d, "allreduce", f"{'x'.join(map(str, d))} torus all-reduce "
+                                f"64 MiB, -o plan.xml{' --report' if report else ''}",
+                                lambda f, solver: [str(f), "-o",
+                                                   str(tmp / f"{solver}.xml"), *report]))
+    for d, kind, name, command in torus_cases:
+        f = tmp / f"torus{'x'.join(map(str, d))}{kind}.tdl"
+        f.write_text(torus_file(d, kind))
         for solver in solvers:
             extra = [] if solver == "default" else ["--solver", "greedy"]
-            cases.append((name, k ** 3, solver, [*command(f, solver), *extra]))
+            cases.append((name, d[0] * d[1] * d[2], solver, [*command(f, solver), *extra]))
     print("| case | NPUs | solver | tree | CPU s | peak RSS MiB | finished | plan |")
     print("|---|---:|---|---|---:|---:|---|---|")
     results: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for name, npus, solver, cargs in cases:
         for label, tree in trees:
-            r = run(tree, cargs, args.timeout)
+            r = run(tree, cargs, args.timeout, args.rss_limit)
             print(json.dumps({"case": name, "npus": npus, "solver": solver, "tree": label,
                               **r}), file=sys.stderr, flush=True)
             done = "yes" if r["finished"] and r["rc"] == 0 else \

@@ -22,6 +22,12 @@ from typing import Any
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
+from tacos.msccl.channel_floor import (
+    PairLanes,
+    busiest_pair,
+    channels_refusal,
+    split_applies,
+)
 from tacos.msccl.fifo_calls import widest_size
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
@@ -381,8 +387,15 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     if estimator is None:
         estimator = runtime_estimator(group)
     considered: list[Candidate] = []
+    max_channels = min(base.max_channels, lim.max_channels)
+    busiest: dict[str, PairLanes | None] = {
+        k: busiest_pair(v, base.max_steps_per_tb) if isinstance(v, Schedule) else None
+        for k, v in schedules.items()}
     refused = {k: why for k, v in schedules.items()
-               if (why := refusal(v, lim) or chunks_refusal(v, nbytes // ELEMENT_BYTES))}
+               if (why := refusal(v, lim) or chunks_refusal(v, nbytes // ELEMENT_BYTES)
+                   or channels_refusal(v, 1, base.max_steps_per_tb, max_channels,
+                                       inplace=base.inplace, busiest=busiest[k]))}
+    busiest_split: dict[str, PairLanes | None] = {}  # from two instances on
     for k, why in refused.items():  # no shape of it loads: none is lowered
         considered.extend(Candidate(k, sh, None, [why]) for sh in cands)
     full, schedules = schedules, {k: v for k, v in schedules.items() if k not in refused}
@@ -456,6 +469,15 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
             if why:  # as a lowering over the limits would be rejected, without building it
                 considered.append(Candidate(plan, shape, None, [why]))
                 return None
+        split = split_applies(schedule, shape.instances, inplace=base.inplace)
+        if split and plan not in busiest_split:
+            busiest_split[plan] = busiest_pair(schedule, base.max_steps_per_tb, kept_runs=True)
+        why = channels_refusal(schedule, shape.instances, base.max_steps_per_tb,
+                               max_channels, inplace=base.inplace,
+                               busiest=busiest_split[plan] if split else busiest[plan])
+        if why:  # the lowering would fail at "N channels > max_channels": not built
+            considered.append(Candidate(plan, shape, None, [why]))
+            return None
         got = cache.program(schedule, shape, base)
         if isinstance(got, str):
             considered.append(Candidate(plan, shape, None, [got]))

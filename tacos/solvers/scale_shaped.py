@@ -7,7 +7,9 @@ plan's one-instance program to order them.  At 512 ranks one such program has ab
 steps (tens of seconds and gigabytes to lower), so holding several at once fills the memory.
 Behind the scale gate (:mod:`tacos.solvers.scale_gate`), :func:`shaped_ranking` instead
 
-1. refuses, before lowering, the plans no shape can load (:func:`tacos.msccl.shape_refuse.refusal`);
+1. refuses, before lowering, the plans no shape can load (:func:`tacos.msccl.shape_refuse.refusal`,
+   and :func:`tacos.msccl.channel_floor.channels_refusal`: more channels than the runtime's
+   32 at one instance already);
 2. takes every plan's **port floor** from its schedule alone (:func:`port_floor`: the bytes
    its transfers put on every link over the link's best effective rate in any protocol, plus
    that protocol's base latency), the same bound the shape search prunes with once a plan is
@@ -81,6 +83,7 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
     portfolio's ranking).  Plans left out are in ``skipped`` with the reason.  None when no
     plan can be shaped (the caller then ranks the fixed lowering)."""
     from tacos.model.units import format_time
+    from tacos.msccl.channel_floor import channels_refusal
     from tacos.msccl.lower import IN_PLACE_KINDS, MscclOptions
     from tacos.msccl.shape import shapes
     from tacos.msccl.shape_choose import (
@@ -106,7 +109,11 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
     nbytes = max(1, int(collective.size))
     floors: dict[str, float] = {}
     for label in list(plain):
-        why = refusal(plain[label], lim) or chunks_refusal(plain[label], nbytes // ELEMENT_BYTES)
+        why = (refusal(plain[label], lim)
+               or chunks_refusal(plain[label], nbytes // ELEMENT_BYTES)
+               or channels_refusal(plain[label], 1, base.max_steps_per_tb,
+                                   min(base.max_channels, lim.max_channels),
+                                   inplace=inplace))
         if why:
             skipped[label] = (f"not ranked: runtime-shaped XML {why} (link-model time "
                               f"{link_times[label]:.4g} s)")
