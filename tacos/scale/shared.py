@@ -41,6 +41,7 @@ from tacos.scale.parts import axis_order, busy, least_busy, split
 from tacos.scale.pipeline import schedule_tasks
 
 Solve = Callable[[Topology, str, int], Schedule]
+Mix = Callable[[Topology, int, int], Schedule | None]
 MAX_FUSED = 6  # as tacos.scale.synthesize.MAX_FUSED
 
 
@@ -114,35 +115,37 @@ class _Tasks:
 
     def __init__(self, system: SymmetricSystem, rail: str) -> None:
         self.system, self.rail = system, rail
-        self.specs: list[tuple[int, int, str, Any, tuple[int, ...]]] = []
+        self.specs: list[tuple[int, int, str, Any, tuple[int, ...], tuple[int, ...]]] = []
         self.preds: list[list[int]] = []
         self.chain: list[list[int]] = []  # the rails in layout order (a schedule variant)
         self.last: dict[int, int] = {}
         self.rail_last = -1
 
-    def add(self, parts: Sequence[int], axis: int, k: str, t: Any) -> None:
+    def add(self, parts: Sequence[int], axis: int, k: str, t: Any,
+            scatter: Sequence[int] = ()) -> None:
         i = len(self.specs)
-        self.preds.append(sorted({self.last[q] for q in parts if q in self.last}))
+        every = (*parts, *scatter)
+        self.preds.append(sorted({self.last[q] for q in every if q in self.last}))
         extra = []
         if self.system.resource(axis) == self.rail:
             if self.rail_last >= 0:
                 extra.append(self.rail_last)
             self.rail_last = i
         self.chain.append(extra)
-        self.specs.append((parts[0], axis, k, t, tuple(parts[1:])))
-        for q in parts:
+        self.specs.append((parts[0], axis, k, t, tuple(parts[1:]), tuple(scatter)))
+        for q in every:
             self.last[q] = i
 
     def schedule(self, variants: int = 4) -> tuple[float, list[float]]:
         """(end, starts) of the best of the scheduler variants (all-gathers or
         reduce-scatters first on a tie; rails in layout order or free)."""
-        resources = [self.system.resource(a) for _, a, _, _, _ in self.specs]
-        durations = [t.makespan for _, _, _, t, _ in self.specs]
+        resources = [self.system.resource(a) for _, a, _, _, _, _ in self.specs]
+        durations = [t.makespan for _, _, _, t, _, _ in self.specs]
         chained = [sorted({*p, *c}) for p, c in zip(self.preds, self.chain, strict=True)]
         best: tuple[float, list[float]] | None = None
         for ag_first, deps in ((True, chained), (False, chained), (True, self.preds),
                                (False, self.preds))[:variants]:
-            ranks = [int((k == "allgather") != ag_first) for _, _, k, _, _ in self.specs]
+            ranks = [int((k == "allgather") != ag_first) for _, _, k, _, _, _ in self.specs]
             starts = schedule_tasks(resources, durations, deps, ranks)
             end = max((s + d for s, d in zip(starts, durations, strict=True)), default=0.0)
             if best is None or end < best[0]:
@@ -151,10 +154,33 @@ class _Tasks:
         return best
 
 
+def _pairs(layout: SharedLayout) -> dict[int, int]:
+    """Part ids of a mixed layout: the i-th part of a group (of parts, not nested) -> the i-th
+    part of the next group, when both cut their early digits at the same place."""
+    out: dict[int, int] = {}
+    start = 0
+    firsts = []
+    for g in layout.groups:
+        firsts.append(start)
+        start += len(_leaves(g))
+    for g in range(len(layout.groups) - 1):
+        a, b = layout.groups[g], layout.groups[g + 1]
+        if _depth(a) != 1 or _depth(b) != 1 or layout.cuts(g) != layout.cuts(g + 1) \
+                or layout.cuts(g)[0] < 1:
+            continue
+        for i in range(min(len(a), len(b))):
+            out[firsts[g] + i] = firsts[g + 1] + i
+    return out
+
+
 def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: SharedLayout,
-          solve: Solve, fuse: bool) -> tuple[_Tasks, list[int]] | None:
+          solve: Solve, fuse: bool, mix: Mix | None = None) -> tuple[_Tasks, list[int]] | None:
     """The tasks of ``layout`` with templates from ``solve`` (anything with a ``makespan``),
-    and the fused digits of each group; None when the layout is malformed for ``system``."""
+    and the fused digits of each group; None when the layout is malformed for ``system``.
+    ``mix`` (a mixed-template maker, :func:`tacos.scale.mixed.mixed_template`): the early
+    all-gathers of a group's i-th part ride with the early reduce-scatters of the next group's
+    i-th part (:func:`_pairs`), digit by digit, wherever the mixed template is shorter than
+    the two apart."""
     order = axis_order(system, kind, 0)
     first, rails = order[0], order[1:]
     if len(layout.early) != len(layout.groups):
@@ -162,6 +188,30 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
     tasks = _Tasks(system, system.resource(rails[0]))
     region = list(sizes)
     fused_counts: list[int] = []
+    pairs = _pairs(layout) if mix is not None else {}
+    started: set[int] = set()    # parts whose NVSwitch reduce-scatter is already emitted
+    carried: set[int] = set()    # parts whose early reduce-scatters rode a mixed phase
+
+    def ride(p: int, q: int, axes: Sequence[int]) -> None:
+        """Part p's all-gathers along ``axes`` with part q's reduce-scatters along them."""
+        assert mix is not None
+        if q not in started:
+            run([q], (first,), "reducescatter")
+            started.add(q)
+        for a in axes:
+            r = system.axes[a].size
+            topo = system.template(a)
+            region[p] *= r
+            ag = solve(topo, "allgather", region[p])
+            rs = solve(topo, "reducescatter", region[q])
+            both = mix(topo, region[p], region[q])
+            if both is not None and both.makespan < ag.makespan + rs.makespan:
+                tasks.add([p], a, "allgather", both, (q,))
+            else:
+                tasks.add([p], a, "allgather", ag)
+                tasks.add([q], a, "reducescatter", rs)
+            region[q] //= r
+        carried.add(q)
 
     def run(parts: list[int], axes: Sequence[int], k: str) -> None:
         for a in axes:
@@ -178,7 +228,10 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
         """Reduce-scatters of ``node`` (part ids, nested as the group) up to its joint
         phases; the parts it holds."""
         if isinstance(node, int):
-            run([node], (first, *rails[:cuts[0]]), "reducescatter")
+            if node in carried:
+                return [node]
+            run([node], (first,) if node in started else (first, *rails[:cuts[0]]),
+                "reducescatter")
             return [node]
         qs = [q for c in node for q in down(c, cuts, False)]
         d = _depth(node)
@@ -200,7 +253,11 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
     def up(node: Any, cuts: tuple[int, ...], top: bool) -> None:
         """The all-gathers of ``node`` after its parent's."""
         if isinstance(node, int):
-            run([node], (*reversed(rails[:cuts[0]]), first), "allgather")
+            if node in pairs:
+                ride(node, pairs[node], rails[:cuts[0]])
+                run([node], (first,), "allgather")
+            else:
+                run([node], (*reversed(rails[:cuts[0]]), first), "allgather")
             return
         if not top:
             d = _depth(node)
@@ -227,25 +284,27 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
 
 
 def build(system: SymmetricSystem, kind: str, size: int, layout: SharedLayout, solve: Solve,
-          fuse: bool = True) -> SymmetricPlan | None:
+          fuse: bool = True, mix: Mix | None = None) -> SymmetricPlan | None:
     """The plan of ``layout`` (None when a part would hold less than a byte per NPU or the
     layout is malformed: subgroups of one group of different depths, cuts that do not rise or
-    leave the group no late digit)."""
+    leave the group no late digit); ``mix``: with mixed phases (:func:`_emit`)."""
     n = system.n_npus
     flat = [w for g in layout.groups for w in _leaves(g)]
     sizes = split(size, flat, n)
     if min(sizes) < n:
         return None
-    made = _emit(system, kind, sizes, layout, solve, fuse)
+    made = _emit(system, kind, sizes, layout, solve, fuse, mix)
     if made is None:
         return None
     tasks, fused_counts = made
     _, starts = tasks.schedule()
-    phases = tuple(Phase(q, a, k, t, st, joint)
-                   for (q, a, k, t, joint), st in zip(tasks.specs, starts, strict=True))
+    phases = tuple(Phase(q, a, k, t, st, joint, scatter)
+                   for (q, a, k, t, joint, scatter), st in zip(tasks.specs, starts, strict=True))
     meta = {"parts": len(sizes), "fused_digits": ",".join(map(str, fused_counts)),
             "shared": " ".join(f"{_text(g)}:{','.join(map(str, layout.cuts(i)))}"
                                for i, g in enumerate(layout.groups))}
+    if mix is not None:
+        meta["mixed_phases"] = sum(bool(p.scatter) for p in phases)
     return SymmetricPlan(system, kind, sum(sizes), sizes, phases, meta)
 
 
