@@ -74,6 +74,7 @@ print(json.dumps({"npus": system.n_npus, "links": system.n_links, "synth_cpu": c
                   "transfers": plan.n_transfers, "size": plan.size,
                   "fused": plan.meta.get("fused_digits", ""),
                   "shared": plan.meta.get("shared", ""),
+                  "mixed": plan.meta.get("mixed_phases", 0),
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -258,11 +259,13 @@ def main(argv: list[str] | None = None) -> None:
         for size in [x for x in CASES[name][3] if not args.sizes or x in args.sizes]:
             r = run(name, size)
             rows.append(r)
+            mixed = f" + {r['mixed']} mixed phases" if r.get("mixed") else ""
             print(f"| {name} | {r['npus']:,} | {r['collective']} | {size:g} GiB | "
                   f"{r['synth_cpu']:.1f} | {r['verify_cpu']:.2f} | {r['rss_mib']:.0f} | "
                   f"{r['makespan'] * 1e3:.3f} | {r['bound'] * 1e3:.3f} | {r['ratio']:.4f} | "
                   f"{r['parts']} | {r['templates']} | {r['transfers']:,} | "
-                  f"{r.get('fused') or '-'} | {r.get('shared') or '-'} | "
+                  f"{r.get('fused') or '-'} | {r.get('shared') or '-'}"
+                  f"{mixed} | "
                   f"{'yes' if r['verified'] else 'NO'} |", flush=True)
     for series, names in SERIES.items():
         pts = [(r["npus"], r["synth_cpu"] + r["verify_cpu"], r["rss_mib"]) for r in rows
