@@ -22,7 +22,7 @@ RADIX5 = ClosFabric(25, 2, hosts_per_leaf=5, gpus=2)
 LAYOUT = shared.SharedLayout(((1, 2), (1, 1), (1,)), (1, 1, 1))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mixed(system=SMALL, layout=LAYOUT):
     size = 64 * system.n_npus * 6
     plan = shared.build(system, "allreduce", size, layout, TemplateSolver(("direct",), 0),
@@ -84,7 +84,7 @@ def test_mixed_plan_passes_both_verifiers_and_is_faster() -> None:
 @pytest.mark.parametrize("system", [pytest.param(SMALL, id="small"),
                                     pytest.param(THREE, id="three", marks=pytest.mark.slow)])
 def test_mixed_plan_equals_full_synthesis(system) -> None:
-    layout = shared.SharedLayout(((1, 2), (1, 1)), (1, 1))
+    layout = shared.SharedLayout(((1, 2), (1, 1)), (1, 1), mixed=True)
     size = 64 * system.n_npus * 5
     sym = synthesize_symmetric(system, "allreduce", size, parts=layout, solvers=("direct",))
     full = synthesize_symmetric(system, "allreduce", size, parts=layout, solvers=("direct",),

@@ -175,7 +175,8 @@ def expand(plan: SymmetricPlan) -> Schedule:
                 cols["src"].append(int(emb.nodes[c, tr.src]))
                 cols["dst"].append(int(emb.nodes[c, tr.dst]))
                 cols["route"].append(tuple(int(emb.links[c, k]) for k in tr.route))
-                cols["chunks"].append(tuple(sorted(x for j in tr.chunks for x in by_digit.get(j, ()))))
+                cols["chunks"].append(tuple(sorted(x for j in tr.chunks
+                                                   for x in by_digit.get(j, ()))))
                 cols["op"].append(tr.op)
                 cols["group"].append(None if tr.group is None else next_group + tr.group)
             next_group += n_groups

@@ -272,9 +272,10 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     ``share`` (with ``parts=None``): also try layouts whose groups of parts share the late
     rail digits (:mod:`tacos.scale.shared`), chosen on an affine model of their stages and
     built with the real templates; False leaves them out.
-    ``mixed``: each shared layout is also built with mixed phases (a group's early
-    all-gathers riding with the next group's early reduce-scatters, :mod:`tacos.scale.mixed`)
-    and kept when faster; False builds them without.
+    ``mixed``: also try shared layouts with mixed phases (a group's early all-gathers riding
+    with the next group's early reduce-scatters as joint transfers, :mod:`tacos.scale.mixed`;
+    a :class:`~tacos.scale.shared.SharedLayout` with ``mixed=True`` is built with them);
+    False leaves them out.
     """
     if kind not in PLAN_KINDS:
         raise TacosError(f"symmetric synthesis does {', '.join(PLAN_KINDS)}, not {kind!r}")
@@ -317,16 +318,17 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
             attempt(weights)
     if isinstance(parts, shared.SharedLayout) or (parts is None and share):
         chosen = [parts] if isinstance(parts, shared.SharedLayout) else \
-            shared.candidates(system, kind, size, solve, fuse, seed)
+            shared.candidates(system, kind, size, solve, fuse, seed,
+                              mix=mixed_template if mixed else None)
         for layout in chosen:
-            for mix in (None, mixed_template) if mixed and shared._pairs(layout) else (None,):
-                plan = shared.build(system, kind, size, layout, solve, fuse, mix)
-                if plan is None:
-                    continue
-                tag = " mixed" if mix is not None else ""
-                tried["shared " + plan.meta["shared"] + tag] = plan.makespan
-                if best is None or plan.makespan < best.makespan:
-                    best = plan
+            mix = mixed_template if mixed and layout.mixed else None
+            plan = shared.build(system, kind, size, layout, solve, fuse, mix)
+            if plan is None:
+                continue
+            tag = " mixed" if mix is not None else ""
+            tried["shared " + plan.meta["shared"] + tag] = plan.makespan
+            if best is None or plan.makespan < best.makespan:
+                best = plan
     if best is None:
         raise TacosError(f"{size} bytes is less than one byte per NPU and part",
                          hint=f"use at least {n} bytes")
