@@ -196,7 +196,8 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
             report = verify_schedule(t)
             if not report.ok:
                 ok = False
-                add(("template", f"part {ph.part} axis {ph.axis}: {report}".splitlines()[0]))
+                first = report.text(1).splitlines()[1].strip()   # the first violation
+                add(("template", f"part {ph.part} axis {ph.axis}: {first}"))
         checked[id(t)] = ok
     rep.stats["templates"] = len(checked)
     # data flow and order: every part's state, phases in time order
