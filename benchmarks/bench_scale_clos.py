@@ -74,6 +74,7 @@ print(json.dumps({"npus": system.n_npus, "links": system.n_links, "synth_cpu": c
                   "transfers": plan.n_transfers, "size": plan.size,
                   "fused": plan.meta.get("fused_digits", ""),
                   "shared": plan.meta.get("shared", ""),
+                  "mixed": plan.meta.get("mixed_phases", 0),
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -175,8 +176,14 @@ def rail_breakdown(plan) -> dict:
     before the first and after the last rail phase (fill, drain) and between rail phases."""
     system = plan.system
     rail = sorted((p for p in plan.phases if system.tier(p.axis) > 0), key=lambda p: p.start)
-    alpha = sum(sum(p.template.topology.links[li].alpha for li in t.route)
-                for p in rail for t in p.template.transfers if t.src == 0)
+    alpha = 0.0
+    for p in rail:
+        sent = {}   # a joint transfer's members (one group) pay the route's alpha once
+        for k, t in enumerate(p.template.transfers):
+            if t.src == 0:
+                sent.setdefault(("g", t.group) if t.group is not None else k, t.route)
+        alpha += sum(sum(p.template.topology.links[li].alpha for li in r)
+                     for r in sent.values())
     busy = sum(p.template.makespan for p in rail)
     first, last = rail[0].start, max(p.end for p in rail)
     return {"alpha": alpha, "fill": first, "drain": plan.makespan - last,
@@ -190,20 +197,24 @@ def run_breakdown(size_gib: float = 1) -> None:
     from tacos.check.bounds_symmetric import symmetric_bound
     from tacos.model.clos import ClosFabric
     from tacos.scale import shared
+    from tacos.scale.mixed import mixed_template
     from tacos.scale.synthesize import TemplateSolver
 
-    print("| case | layout (weights:cuts) | time / bound | rail α on one NIC (µs) | fill (µs) "
-          "| drain (µs) | gaps (µs) |")
-    print("|" + "---|" * 7)
+    print("| case | mixed phases | layout (weights:cuts) | time / bound | rail α on one NIC (µs) "
+          "| fill (µs) | drain (µs) | gaps (µs) |")
+    print("|" + "---|" * 8)
     for name in ("clos-1024", "clos-5000"):
         system = ClosFabric(**CASES[name][1])
         size = int(size_gib * GiB) // system.n_npus * system.n_npus
         solve = TemplateSolver(("direct",), 0)
         bound = symmetric_bound(system, "allreduce", size)
-        for layout in shared.candidates(system, "allreduce", size, solve, keep=1):
-            plan = shared.build(system, "allreduce", size, layout, solve)
+        for mix in (None, mixed_template):
+            layout = shared.candidates(system, "allreduce", size, solve, keep=1, mix=mix)[0]
+            plan = shared.build(system, "allreduce", size, layout, solve,
+                                mix=mix if layout.mixed else None)
             b = rail_breakdown(plan)
-            print(f"| {name} | {plan.meta['shared']} | {plan.makespan / bound:.4f} | "
+            print(f"| {name} | {plan.meta.get('mixed_phases', 0)} | {plan.meta['shared']} | "
+                  f"{plan.makespan / bound:.4f} | "
                   f"{b['alpha'] * 1e6:.0f} | {b['fill'] * 1e6:.0f} | {b['drain'] * 1e6:.0f} | "
                   f"{b['gaps'] * 1e6:.1f} |", flush=True)
 
@@ -258,11 +269,13 @@ def main(argv: list[str] | None = None) -> None:
         for size in [x for x in CASES[name][3] if not args.sizes or x in args.sizes]:
             r = run(name, size)
             rows.append(r)
+            mixed = f" + {r['mixed']} mixed phases" if r.get("mixed") else ""
             print(f"| {name} | {r['npus']:,} | {r['collective']} | {size:g} GiB | "
                   f"{r['synth_cpu']:.1f} | {r['verify_cpu']:.2f} | {r['rss_mib']:.0f} | "
                   f"{r['makespan'] * 1e3:.3f} | {r['bound'] * 1e3:.3f} | {r['ratio']:.4f} | "
                   f"{r['parts']} | {r['templates']} | {r['transfers']:,} | "
-                  f"{r.get('fused') or '-'} | {r.get('shared') or '-'} | "
+                  f"{r.get('fused') or '-'} | {r.get('shared') or '-'}"
+                  f"{mixed} | "
                   f"{'yes' if r['verified'] else 'NO'} |", flush=True)
     for series, names in SERIES.items():
         pts = [(r["npus"], r["synth_cpu"] + r["verify_cpu"], r["rss_mib"]) for r in rows

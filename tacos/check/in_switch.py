@@ -16,6 +16,13 @@ collectives"), shared by the verifier, the simulator and the solvers:
   ``op='reduce'`` and come from distinct sources; their routes form a tree into the
   destination, they enter it by one link, and every node where they meet is a switch that
   declares ``reduce``;
+* **joint** (several payloads, one signal): the members share their source, destination and
+  route and carry disjoint chunks, each with its own ``op`` (one may copy into the
+  destination's output while another is reduced into it); no switch capability is needed, and
+  the group lasts at least the route's α plus **all** its members' bytes over the bandwidth
+  (the verifier's ``duration`` rule): several puts to one peer followed by one signal, which
+  pays the route latency once (MSCCL++ port channels: ``put`` pushes a data trigger per
+  destination region, ``signal`` one flag for all of them);
 * the members start and end together (checked by the verifier with its time tolerance) and a
   link used by several members is held **once** for the group's whole duration.
 
@@ -35,6 +42,7 @@ from tacos.model.topology import Topology
 
 MULTICAST = "multicast"
 REDUCE = "reduce"
+JOINT = "joint"
 
 
 class GroupError(ValueError):
@@ -68,6 +76,12 @@ def group_shape(topology: Topology, members: Sequence[Transfer]) -> GroupShape:
     routes = [tuple(t.route) for t in members]
     if len(members) == 1:
         return GroupShape("single", union_links(routes), ())
+    if len(set(routes)) == 1 and len({(t.src, t.dst) for t in members}) == 1:
+        seen = [c for t in members for c in t.chunks]
+        if len(set(seen)) != len(seen):
+            raise GroupError("a joint transfer (one source, one destination, one route) "
+                             "carries every chunk once: its members' chunks overlap")
+        return GroupShape(JOINT, union_links(routes), ())
     chunks = {tuple(sorted(t.chunks)) for t in members}
     if len(chunks) != 1:
         raise GroupError("its transfers carry different chunks; one in-switch operation moves "

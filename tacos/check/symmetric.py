@@ -33,7 +33,12 @@ by parts that are each as small as a template or an axis's embedding:
     reduced and leaves it unpinned; template chunk sizes must equal the held range's.  At the
     end, all-reduce: nothing pinned, everything reduced; reduce-scatter: everything pinned and
     reduced; all-gather: nothing pinned.  A joint phase (``Phase.joint``) needs the parts it
-    moves in one state, and its template's size is their held ranges together.
+    moves in one state, and its template's size is their held ranges together.  A mixed
+    phase (``Phase.scatter``, all-reduce plans) is an all-gather of the parts it moves and a
+    reduce-scatter of its scatter parts along the same axis, each by the rules above; its
+    template's collective is exactly :func:`~tacos.model.symmetric_plan.mixed_collective` of
+    the two sizes (so a copy where a reduction is due, or the other way round, fails the
+    template's own check).
 
 A plan that passes stands for a schedule that :func:`verify_schedule` would accept
 (:func:`tacos.model.symmetric_plan.expand` writes it out; the tests check both agree on small
@@ -50,7 +55,12 @@ import numpy as np
 from tacos.check.tables import TIME_EPS
 from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
-from tacos.model.symmetric_plan import PLAN_KINDS, SymmetricPlan, initial_fixed
+from tacos.model.symmetric_plan import (
+    PLAN_KINDS,
+    SymmetricPlan,
+    initial_fixed,
+    mixed_collective,
+)
 from tacos.model.symmetry import SymmetricSystem
 
 
@@ -186,7 +196,8 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
             report = verify_schedule(t)
             if not report.ok:
                 ok = False
-                add(("template", f"part {ph.part} axis {ph.axis}: {report}".splitlines()[0]))
+                first = report.text(1).splitlines()[1].strip()   # the first violation
+                add(("template", f"part {ph.part} axis {ph.axis}: {first}"))
         checked[id(t)] = ok
     rep.stats["templates"] = len(checked)
     # data flow and order: every part's state, phases in time order
@@ -197,21 +208,38 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
     region = [p // n if plan.kind == "allgather" else p for p in plan.parts]
     prev_end = [0.0] * n_parts
     for ph in sorted(plan.phases, key=lambda p: (p.start, p.part)):
-        moved = ph.moved
+        moved, every = ph.moved, ph.every_part
         q = ph.part
-        if len(set(moved)) != len(moved) or not all(0 <= x < n_parts for x in moved):
-            add(("data", f"a phase along axis {ph.axis} moves parts {list(moved)}: not "
+        if len(set(every)) != len(every) or not all(0 <= x < n_parts for x in every):
+            add(("data", f"a phase along axis {ph.axis} moves parts {list(every)}: not "
                          f"distinct parts of the plan's {n_parts}"))
             continue
-        if len({(frozenset(fixed[x]), frozenset(reduced[x])) for x in moved}) > 1:
-            add(("data", f"the joint phase of parts {list(moved)} along axis {ph.axis} moves "
-                         "parts in different states"))
+        for qs in (moved, ph.scatter):
+            if len({(frozenset(fixed[x]), frozenset(reduced[x])) for x in qs}) > 1:
+                add(("data", f"the joint phase of parts {list(qs)} along axis {ph.axis} "
+                             "moves parts in different states"))
         a, r = ph.axis, system.axes[ph.axis].size
-        for x in moved:
+        for x in every:
             if _late(ph.start, prev_end[x]):
                 add(("order", f"part {x}: the {ph.kind} along axis {a} starts at {ph.start} "
                               f"before the previous phase ends ({prev_end[x]})"))
             prev_end[x] = max(prev_end[x], ph.end)
+        if ph.scatter and (ph.kind != "allgather" or plan.kind != "allreduce"):
+            add(("data", f"part {q}: a mixed phase (parts {list(ph.scatter)} reduce-scattered "
+                         f"in it) is a {ph.kind} in a {plan.kind} plan, not an all-gather in "
+                         "an all-reduce plan"))
+            continue
+        scattered = 0
+        if ph.scatter:
+            s0 = ph.scatter[0]
+            if a in fixed[s0] or a in reduced[s0]:
+                add(("data", f"part {s0}: reduce-scatter along axis {a} twice (in the mixed "
+                             f"phase of part {q})"))
+            scattered = sum(region[x] for x in ph.scatter)
+            for x in ph.scatter:
+                fixed[x].add(a)
+                reduced[x].add(a)
+                region[x] //= r
         if ph.kind == "reducescatter":
             if a in fixed[q] or a in reduced[q]:
                 add(("data", f"part {q}: reduce-scatter along axis {a} twice"))
@@ -237,13 +265,20 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
         else:
             add(("data", f"part {q}: unknown phase kind {ph.kind!r}"))
             continue
-        if want[0] % r or want[0] <= 0 or any(region[x] <= 0 for x in moved):
+        if (want[0] % r or want[0] <= 0 or any(region[x] <= 0 for x in every)
+                or (ph.scatter and (scattered % r or scattered <= 0))):
             add(("data", f"part {q}: {want[0]} bytes do not split over {r} members"))
             continue
-        ref = build(want[1], range(r), size=want[0])
-        if ph.template.collective.chunks != ref.chunks:
-            add(("data", f"part {q}: the {ph.kind} along axis {a} is not the {want[1]} "
-                         f"of {want[0]} bytes its range needs"))
+        if ph.scatter:
+            ref_chunks = mixed_collective(r, want[0], scattered).chunks
+            what = (f"mixed all-gather of {want[0]} bytes and reduce-scatter of {scattered} "
+                    "bytes")
+        else:
+            ref_chunks = build(want[1], range(r), size=want[0]).chunks
+            what = f"{want[1]} of {want[0]} bytes"
+        if ph.template.collective.chunks != ref_chunks:
+            add(("data", f"part {q}: the {ph.kind} along axis {a} is not the {what} its "
+                         "range needs"))
     done = {"allreduce": (set(), set(range(n_axes))),
             "reducescatter": (set(range(n_axes)), set(range(n_axes))),
             "allgather": (set(), set(range(n_axes)))}[plan.kind]

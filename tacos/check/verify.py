@@ -22,7 +22,9 @@ trusting any solver.  Each problem found is a :class:`Violation` tagged with one
 ``group``
     transfers with the same ``group`` id form one in-switch operation
     (:func:`tacos.check.in_switch.group_shape`): one source fanning out through switches that
-    declare ``multicast``, or one destination reduced into through switches that declare ``reduce``;
+    declare ``multicast``, or one destination reduced into through switches that declare ``reduce``,
+    or a **joint** transfer (one source, destination and route; disjoint chunks, each member
+    its own ``op``; its duration must cover α plus all members' bytes, rule ``duration``);
     the members start and end together.
 ``causality``
     the sender holds (a value of) every chunk it sends when the transfer starts.
@@ -50,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from tacos.check.in_switch import GroupError, group_shape
+from tacos.check.in_switch import JOINT, GroupError, group_shape
 from tacos.check.tables import (
     DURATION_RTOL,
     HopTable,
@@ -295,10 +297,27 @@ def _check_groups(schedule: Schedule, usable: np.ndarray, out: _Collector) -> No
                     "and end together; an in-switch operation moves as one", transfer=first)
             continue
         try:
-            group_shape(topo, members)
+            shape = group_shape(topo, members)
         except GroupError as exc:
             out.add("group", f"group {g} (transfers {_short(idxs)}): {exc}", transfer=first,
                     npu=members[0].src)
+            continue
+        if shape.kind == JOINT:
+            _check_joint_duration(schedule, g, idxs, members, out)
+
+
+def _check_joint_duration(schedule: Schedule, g: object, idxs: list[int],
+                          members: list[Transfer], out: _Collector) -> None:
+    """A joint group (one route, several payloads) lasts at least the route's α plus all its
+    members' bytes over the route's bandwidth: the payloads share one lane."""
+    coll = schedule.collective
+    route = schedule.topology.routing.make(members[0].route)
+    need = route.time(sum(coll.chunks[c].size for t in members for c in t.chunks))
+    t = members[0]
+    if t.end - t.start < need * (1 - DURATION_RTOL) - duration_slack(t.start, t.end):
+        out.add("duration", f"group {g} (transfers {_short(idxs)}): a joint transfer lasts "
+                f"{t.end - t.start:.6g} s but its payloads together need {need:.6g} s "
+                "(alpha + bytes/bandwidth)", transfer=idxs[0])
 
 
 def _check_overlap(schedule: Schedule, usable: np.ndarray, out: _Collector) -> None:

@@ -19,6 +19,13 @@ back, as one exchange) leaves the held range as it is and reduces it over a: tem
 is again the held pieces whose digit a is j, but every member ends with every chunk.  An
 all-reduce plan may end its reduce-scatters with such phases (the innermost digits) and skip
 their all-gathers.
+
+A **mixed** phase (``Phase.scatter``, all-reduce plans) is an all-gather along a of the parts it
+moves and, in the same template, a reduce-scatter along a of the parts in ``scatter``: template
+chunks 0..r-1 are the all-gather's (chunk j: the pieces of the moved parts whose digit a is j),
+chunks r..2r-1 the reduce-scatter's (chunk r + j: the scatter parts' pieces whose digit a is j;
+:func:`mixed_collective`).  Its template sends both payloads to a partner as one joint transfer
+(a group of one route, ``docs/machine-model.md``), paying the route's α once.
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ class Phase:
     """Every group of ``axis`` runs ``template`` (a reduce-scatter, all-gather or all-reduce
     of its members, :data:`PHASE_KINDS`, in the template's own ids) on ``part`` of the buffer,
     starting at ``start``; ``joint``: further parts the same template moves with it (a joint
-    phase, see the module docstring)."""
+    phase); ``scatter``: parts the template reduce-scatters while it all-gathers the others
+    (a mixed phase, ``kind`` 'allgather'; see the module docstring)."""
 
     part: int
     axis: int
@@ -50,11 +58,18 @@ class Phase:
     template: Schedule
     start: float
     joint: tuple[int, ...] = ()
+    scatter: tuple[int, ...] = ()
 
     @property
     def moved(self) -> tuple[int, ...]:
-        """Every part the phase moves: ``part``, then ``joint``."""
+        """Every part the phase moves with its ``kind``: ``part``, then ``joint``."""
         return (self.part, *self.joint)
+
+    @property
+    def every_part(self) -> tuple[int, ...]:
+        """Every part the phase touches: :attr:`moved`, then the mixed phase's ``scatter``
+        parts (reduce-scattered in the same template)."""
+        return (self.part, *self.joint, *self.scatter)
 
     @property
     def end(self) -> float:
@@ -105,6 +120,20 @@ def global_collective(system: SymmetricSystem, kind: str, parts: tuple[int, ...]
     return Collective(kind, tuple(chunks), tuple(range(n)), sum(parts), len(parts))
 
 
+def mixed_collective(r: int, gather: int, scatter: int) -> Collective:
+    """The collective of a mixed template on ``r`` members: the all-gather of ``gather`` bytes
+    (chunks 0..r-1), then the reduce-scatter of ``scatter`` bytes (chunks r..2r-1, chunk
+    r + j owned by member j)."""
+    from dataclasses import replace
+
+    from tacos.model.patterns import build
+
+    ag = build("allgather", range(r), size=gather)
+    rs = build("reducescatter", range(r), size=scatter)
+    chunks = ag.chunks + tuple(replace(c, id=c.id + r, index=c.index + r) for c in rs.chunks)
+    return Collective("mixed", chunks, tuple(range(r)), gather + scatter, 2)
+
+
 def initial_fixed(kind: str, n_axes: int) -> frozenset[int]:
     """Axes whose digit a part's held range is pinned to at the start (all for all-gather)."""
     return frozenset(range(n_axes)) if kind == "allgather" else frozenset()
@@ -119,34 +148,47 @@ def expand(plan: SymmetricPlan) -> Schedule:
     every = system.coords_of(np.arange(n))          # piece index -> digits
     fixed = {q: set(initial_fixed(plan.kind, len(system.axes))) for q in range(len(plan.parts))}
     cols: dict[str, list] = {k: [] for k in ("start", "end", "src", "dst", "route", "chunks",
-                                             "op")}
+                                             "op", "group")}
+    next_group = 0
     for ph in sorted(plan.phases, key=lambda p: (p.start, p.part)):
         emb = system.embed(ph.axis)
-        held = fixed[ph.part]  # the parts a joint phase moves are in one state (the verifier)
-        pinned = sorted(held | {ph.axis})
+        r = int(radices[ph.axis])
         t = ph.template
+        n_groups = 1 + max((tr.group for tr in t.transfers if tr.group is not None),
+                           default=-1)
         for c in range(len(emb.nodes)):
             own = emb.coords[c]
-            others = [a for a in pinned if a != ph.axis]
-            cand = np.flatnonzero(np.all(every[:, others] == own[others], axis=1))
-            by_digit = {j: tuple(int(q * n + i) for q in ph.moved for i in cand
-                                 if every[i, ph.axis] == j)
-                        for j in range(int(radices[ph.axis]))}
+            by_digit: dict[int, tuple[int, ...]] = {}
+            # the parts a joint phase moves are in one state (the verifier), and so are a
+            # mixed phase's scatter parts: template chunk j (+ r) is their pieces of digit j
+            for off, qs in ((0, ph.moved), (r, ph.scatter)):
+                if not qs:
+                    continue
+                others = [a for a in sorted(fixed[qs[0]]) if a != ph.axis]
+                cand = np.flatnonzero(np.all(every[:, others] == own[others], axis=1))
+                for j in range(r):
+                    by_digit[off + j] = tuple(int(q * n + i) for q in qs for i in cand
+                                              if every[i, ph.axis] == j)
             for tr in t.transfers:
                 cols["start"].append(ph.start + tr.start)
                 cols["end"].append(ph.start + tr.end)
                 cols["src"].append(int(emb.nodes[c, tr.src]))
                 cols["dst"].append(int(emb.nodes[c, tr.dst]))
                 cols["route"].append(tuple(int(emb.links[c, k]) for k in tr.route))
-                cols["chunks"].append(tuple(sorted(x for j in tr.chunks for x in by_digit[j])))
+                cols["chunks"].append(tuple(sorted(x for j in tr.chunks
+                                                   for x in by_digit.get(j, ()))))
                 cols["op"].append(tr.op)
+                cols["group"].append(None if tr.group is None else next_group + tr.group)
+            next_group += n_groups
         for q in ph.moved:
             if ph.kind == "reducescatter":
                 fixed[q].add(ph.axis)
             elif ph.kind == "allgather":
                 fixed[q].discard(ph.axis)
+        for q in ph.scatter:
+            fixed[q].add(ph.axis)
     transfers = transfers_from_columns(cols["start"], cols["end"], cols["src"], cols["dst"],
-                                       cols["route"], cols["chunks"], cols["op"])
+                                       cols["route"], cols["chunks"], cols["op"], cols["group"])
     coll = global_collective(system, plan.kind, plan.parts)
     meta = {k: v for k, v in plan.meta.items() if k != "synthesis_cpu"}  # no clocks in output
     return Schedule(system.topology(), coll, tuple(sorted(transfers)),

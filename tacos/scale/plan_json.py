@@ -19,7 +19,15 @@ on the axis's template topology, in the template's own ids) and the phases that 
 A template's ``kind`` is ``reducescatter``, ``allgather`` or ``allreduce`` (a fused digit of
 an all-reduce plan, :mod:`tacos.scale.exchange`).  A phase row with a fifth element is a
 joint phase: the listed parts ride the same template as ``part``
-(:class:`~tacos.model.symmetric_plan.Phase`, ``joint``).  Template topologies and collectives
+(:class:`~tacos.model.symmetric_plan.Phase`, ``joint``).
+
+Version 2 (``tacos.symmetric-plan/2``, written only for plans with mixed phases, so every
+other plan's file is byte-for-byte the version-1 file; the reader takes both) adds the
+**mixed** template (``kind`` ``mixed``: ``size`` the all-gather's bytes, ``scatter`` the
+reduce-scatter's; :mod:`tacos.scale.mixed`), a transfer's optional eighth element, its
+``group`` id (a joint transfer's members share one), and a phase row's optional sixth
+element, the parts the mixed phase reduce-scatters (``Phase.scatter``; the fifth is then the
+joint parts, possibly empty).  Template topologies and collectives
 are not stored: they are rebuilt from the system
 (:meth:`~tacos.model.symmetry.SymmetricSystem.template`) and the template's kind and size, so a
 file cannot bring its own.  Floats are written with ``repr`` (they read back exactly).
@@ -36,12 +44,20 @@ from tacos.errors import TacosError
 from tacos.model.clos import ClosFabric
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
-from tacos.model.symmetric_plan import PHASE_KINDS, PLAN_KINDS, Phase, SymmetricPlan
+from tacos.model.symmetric_plan import (
+    PHASE_KINDS,
+    PLAN_KINDS,
+    Phase,
+    SymmetricPlan,
+    mixed_collective,
+)
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.torus_axes import TorusAxes
 from tacos.model.transfer import Transfer
 
 SCHEMA = "tacos.symmetric-plan/1"
+SCHEMA_MIXED = "tacos.symmetric-plan/2"
+SCHEMAS = (SCHEMA, SCHEMA_MIXED)
 SYSTEMS: dict[str, type] = {"clos": ClosFabric, "torus": TorusAxes}
 
 
@@ -93,16 +109,27 @@ def plan_doc(plan: SymmetricPlan) -> dict[str, Any]:
         k = index.get((id(t), ph.axis))
         if k is None:
             k = index[id(t), ph.axis] = len(templates)
-            templates.append({
-                "axis": ph.axis, "kind": ph.kind, "size": t.collective.size,
-                "transfers": [[_num(x.start), _num(x.end), x.src, x.dst, list(x.route),
-                               list(x.chunks), x.op] for x in t.transfers]})
+            entry: dict[str, Any] = {"axis": ph.axis, "kind": ph.kind,
+                                     "size": t.collective.size}
+            if ph.scatter:
+                r = plan.system.axes[ph.axis].size
+                gather = sum(c.size for c in t.collective.chunks[:r])
+                entry.update(kind="mixed", size=gather, scatter=t.collective.size - gather)
+            entry["transfers"] = [[_num(x.start), _num(x.end), x.src, x.dst, list(x.route),
+                                   list(x.chunks), x.op] + ([] if x.group is None else [x.group])
+                                  for x in t.transfers]
+            templates.append(entry)
         row = [ph.part, ph.axis, k, _num(ph.start)]
-        phases.append(row + [list(ph.joint)] if ph.joint else row)
+        if ph.scatter:
+            row += [list(ph.joint), list(ph.scatter)]
+        elif ph.joint:
+            row.append(list(ph.joint))
+        phases.append(row)
     meta = {k: v for k, v in plan.meta.items()
             if k not in ("synthesis_cpu", "tried") and isinstance(v, (int, float, str, bool))}
     n = plan.system.n_npus
-    return {"schema": SCHEMA, "system": system_doc(plan.system),
+    mixed = any(ph.scatter for ph in plan.phases)
+    return {"schema": SCHEMA_MIXED if mixed else SCHEMA, "system": system_doc(plan.system),
             "collective": {"kind": plan.kind, "size": plan.size, "npus": n},
             "parts": list(plan.parts), "templates": templates, "phases": phases,
             "makespan": plan.makespan, "meta": meta}
@@ -126,25 +153,36 @@ def _template(system: SymmetricSystem, doc: Any, source: str, k: int) -> Schedul
     axis, kind, size = doc["axis"], doc["kind"], doc["size"]
     _need(isinstance(axis, int) and 0 <= axis < len(system.axes), source,
           f"{where}: no axis {axis!r}")
-    _need(kind in PHASE_KINDS, source, f"{where}: kind {kind!r} is not "
-          + ", ".join(PHASE_KINDS[:-1]) + f" or {PHASE_KINDS[-1]}")
+    kinds = (*PHASE_KINDS, "mixed")
+    _need(kind in kinds, source, f"{where}: kind {kind!r} is not "
+          + ", ".join(kinds[:-1]) + f" or {kinds[-1]}")
     r = system.axes[axis].size
     _need(isinstance(size, int) and size > 0 and size % r == 0, source,
           f"{where}: size {size!r} does not split over {r} members")
     topo = system.template(axis)
-    coll = build(kind, range(r), size=size)
+    if kind == "mixed":
+        scatter = doc.get("scatter")
+        _need(isinstance(scatter, int) and scatter > 0 and scatter % r == 0, source,
+              f"{where}: a mixed template needs a scatter size that splits over {r} members")
+        coll = mixed_collective(r, size, scatter)
+    else:
+        coll = build(kind, range(r), size=size)
     out = []
     for row in doc["transfers"] if isinstance(doc["transfers"], list) else [None]:
-        _need(isinstance(row, list) and len(row) == 7, source,
-              f"{where}: a transfer is [start, end, src, dst, route, chunks, op]")
-        start, end, src, dst, route, chunks, op = row
+        _need(isinstance(row, list) and len(row) in (7, 8)
+              and (len(row) == 7 or (isinstance(row[7], int) and not isinstance(row[7], bool))),
+              source, f"{where}: a transfer is [start, end, src, dst, route, chunks, op] "
+                      "or [..., op, group]")
+        start, end, src, dst, route, chunks, op = row[:7]
+        group = row[7] if len(row) == 8 else None
         ok = (all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (start, end))
               and all(isinstance(x, int) for x in (src, dst))
               and isinstance(route, list) and all(isinstance(x, int) for x in route)
               and isinstance(chunks, list) and all(isinstance(x, int) for x in chunks)
               and op in ("copy", "reduce"))
         _need(ok, source, f"{where}: a malformed transfer {row!r}"[:200])
-        out.append(Transfer(float(start), float(end), src, dst, tuple(route), tuple(chunks), op))
+        out.append(Transfer(float(start), float(end), src, dst, tuple(route), tuple(chunks), op,
+                            group))
     return Schedule(topo, coll, tuple(out), {"template": topo.name})
 
 
@@ -152,8 +190,8 @@ def plan_from_doc(doc: Any, source: str = "<string>") -> SymmetricPlan:
     """The :class:`SymmetricPlan` a plan file's object describes; a :class:`TacosError`
     (naming ``source``) when it is not one.  Whether the plan is right is
     :func:`~tacos.check.symmetric.verify_symmetric`'s to say."""
-    _need(isinstance(doc, dict) and doc.get("schema") == SCHEMA, source,
-          f"not a {SCHEMA} file")
+    _need(isinstance(doc, dict) and doc.get("schema") in SCHEMAS, source,
+          f"not a {SCHEMA} (or /2) file")
     for key in ("system", "collective", "parts", "templates", "phases"):
         _need(key in doc, source, f"no {key!r}")
     system = system_from_doc(doc["system"], source)
@@ -171,23 +209,29 @@ def plan_from_doc(doc: Any, source: str = "<string>") -> SymmetricPlan:
     made = [_template(system, t, source, k) for k, t in enumerate(templates)]
     phases = []
     for row in doc["phases"] if isinstance(doc["phases"], list) else [None]:
-        _need(isinstance(row, list) and len(row) in (4, 5)
+        _need(isinstance(row, list) and len(row) in (4, 5, 6)
               and all(isinstance(x, int) for x in row[:3])
               and isinstance(row[3], (int, float)) and math.isfinite(row[3])
-              and (len(row) == 4 or (isinstance(row[4], list) and row[4]
-                                     and all(isinstance(x, int) for x in row[4]))), source,
+              and (len(row) == 4 or (isinstance(row[4], list) and (row[4] or len(row) == 6)
+                                     and all(isinstance(x, int) for x in row[4])))
+              and (len(row) < 6 or (isinstance(row[5], list) and row[5]
+                                    and all(isinstance(x, int) for x in row[5]))), source,
               f"a phase is [part, axis, template, start] or [part, axis, template, start, "
-              f"[part, ...]], not {row!r}"[:200])
+              f"[part, ...]] or [..., [part, ...], [part, ...]], not {row!r}"[:200])
         part, axis, k, start = row[:4]
-        joint = tuple(row[4]) if len(row) == 5 else ()
-        _need(all(0 <= x < len(parts) for x in joint), source,
-              f"joint phase of part {part}: no part among {list(joint)}")
+        joint = tuple(row[4]) if len(row) >= 5 else ()
+        scatter = tuple(row[5]) if len(row) == 6 else ()
+        _need(all(0 <= x < len(parts) for x in (*joint, *scatter)), source,
+              f"joint phase of part {part}: no part among {list(joint) + list(scatter)}")
         _need(0 <= part < len(parts), source, f"phase of part {part}: no such part")
         _need(0 <= k < len(made), source, f"phase of part {part}: no template {k}")
         _need(templates[k]["axis"] == axis, source,
               f"phase of part {part}: template {k} is for axis {templates[k]['axis']}, "
               f"not {axis}")
-        phases.append(Phase(part, axis, templates[k]["kind"], made[k], float(start), joint))
+        _need((templates[k]["kind"] == "mixed") == bool(scatter), source,
+              f"phase of part {part}: a mixed template goes with scatter parts, and only it")
+        kind = "allgather" if scatter else templates[k]["kind"]
+        phases.append(Phase(part, axis, kind, made[k], float(start), joint, scatter))
     meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
     return SymmetricPlan(system, coll["kind"], coll["size"], tuple(parts), tuple(phases),
                          dict(meta))

@@ -41,6 +41,7 @@ from tacos.scale.parts import axis_order, busy, least_busy, split
 from tacos.scale.pipeline import schedule_tasks
 
 Solve = Callable[[Topology, str, int], Schedule]
+Mix = Callable[[Topology, int, int], Schedule | None]
 MAX_FUSED = 6  # as tacos.scale.synthesize.MAX_FUSED
 
 
@@ -60,10 +61,12 @@ class SharedLayout:
     ``early``: per group, its cuts, one per level: a part runs the rail digits before
     ``cuts[0]`` alone, a subgroup of depth d (a tuple of parts: d = 1) runs the digits from
     ``cuts[d - 1]`` to ``cuts[d]`` together, the group itself from its last cut to the end
-    (an int: one cut, a group of parts)."""
+    (an int: one cut, a group of parts).  ``mixed``: chosen for mixed phases (:func:`pairs`;
+    :func:`tacos.scale.synthesize.synthesize_symmetric` builds it with them)."""
 
     groups: tuple[Any, ...]
     early: tuple[Any, ...]
+    mixed: bool = False
 
     def cuts(self, g: int) -> tuple[int, ...]:
         """Group g's cuts as a tuple."""
@@ -114,35 +117,37 @@ class _Tasks:
 
     def __init__(self, system: SymmetricSystem, rail: str) -> None:
         self.system, self.rail = system, rail
-        self.specs: list[tuple[int, int, str, Any, tuple[int, ...]]] = []
+        self.specs: list[tuple[int, int, str, Any, tuple[int, ...], tuple[int, ...]]] = []
         self.preds: list[list[int]] = []
         self.chain: list[list[int]] = []  # the rails in layout order (a schedule variant)
         self.last: dict[int, int] = {}
         self.rail_last = -1
 
-    def add(self, parts: Sequence[int], axis: int, k: str, t: Any) -> None:
+    def add(self, parts: Sequence[int], axis: int, k: str, t: Any,
+            scatter: Sequence[int] = ()) -> None:
         i = len(self.specs)
-        self.preds.append(sorted({self.last[q] for q in parts if q in self.last}))
+        every = (*parts, *scatter)
+        self.preds.append(sorted({self.last[q] for q in every if q in self.last}))
         extra = []
         if self.system.resource(axis) == self.rail:
             if self.rail_last >= 0:
                 extra.append(self.rail_last)
             self.rail_last = i
         self.chain.append(extra)
-        self.specs.append((parts[0], axis, k, t, tuple(parts[1:])))
-        for q in parts:
+        self.specs.append((parts[0], axis, k, t, tuple(parts[1:]), tuple(scatter)))
+        for q in every:
             self.last[q] = i
 
     def schedule(self, variants: int = 4) -> tuple[float, list[float]]:
         """(end, starts) of the best of the scheduler variants (all-gathers or
         reduce-scatters first on a tie; rails in layout order or free)."""
-        resources = [self.system.resource(a) for _, a, _, _, _ in self.specs]
-        durations = [t.makespan for _, _, _, t, _ in self.specs]
+        resources = [self.system.resource(a) for _, a, _, _, _, _ in self.specs]
+        durations = [t.makespan for _, _, _, t, _, _ in self.specs]
         chained = [sorted({*p, *c}) for p, c in zip(self.preds, self.chain, strict=True)]
         best: tuple[float, list[float]] | None = None
         for ag_first, deps in ((True, chained), (False, chained), (True, self.preds),
                                (False, self.preds))[:variants]:
-            ranks = [int((k == "allgather") != ag_first) for _, _, k, _, _ in self.specs]
+            ranks = [int((k == "allgather") != ag_first) for _, _, k, _, _, _ in self.specs]
             starts = schedule_tasks(resources, durations, deps, ranks)
             end = max((s + d for s, d in zip(starts, durations, strict=True)), default=0.0)
             if best is None or end < best[0]:
@@ -151,10 +156,33 @@ class _Tasks:
         return best
 
 
+def pairs(layout: SharedLayout) -> dict[int, int]:
+    """Part ids of a mixed layout: the i-th part of a group (of parts, not nested) -> the i-th
+    part of the next group, when both cut their early digits at the same place."""
+    out: dict[int, int] = {}
+    start = 0
+    firsts = []
+    for g in layout.groups:
+        firsts.append(start)
+        start += len(_leaves(g))
+    for g in range(len(layout.groups) - 1):
+        a, b = layout.groups[g], layout.groups[g + 1]
+        if _depth(a) != 1 or _depth(b) != 1 or layout.cuts(g) != layout.cuts(g + 1) \
+                or layout.cuts(g)[0] < 1:
+            continue
+        for i in range(min(len(a), len(b))):
+            out[firsts[g] + i] = firsts[g + 1] + i
+    return out
+
+
 def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: SharedLayout,
-          solve: Solve, fuse: bool) -> tuple[_Tasks, list[int]] | None:
+          solve: Solve, fuse: bool, mix: Mix | None = None) -> tuple[_Tasks, list[int]] | None:
     """The tasks of ``layout`` with templates from ``solve`` (anything with a ``makespan``),
-    and the fused digits of each group; None when the layout is malformed for ``system``."""
+    and the fused digits of each group; None when the layout is malformed for ``system``.
+    ``mix`` (a mixed-template maker, :func:`tacos.scale.mixed.mixed_template`): the early
+    all-gathers of a group's i-th part ride with the early reduce-scatters of the next group's
+    i-th part (:func:`pairs`), digit by digit, wherever the mixed template is shorter than
+    the two apart."""
     order = axis_order(system, kind, 0)
     first, rails = order[0], order[1:]
     if len(layout.early) != len(layout.groups):
@@ -162,6 +190,30 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
     tasks = _Tasks(system, system.resource(rails[0]))
     region = list(sizes)
     fused_counts: list[int] = []
+    paired = pairs(layout) if mix is not None else {}
+    started: set[int] = set()    # parts whose NVSwitch reduce-scatter is already emitted
+    carried: set[int] = set()    # parts whose early reduce-scatters rode a mixed phase
+
+    def ride(p: int, q: int, axes: Sequence[int]) -> None:
+        """Part p's all-gathers along ``axes`` with part q's reduce-scatters along them."""
+        assert mix is not None
+        if q not in started:
+            run([q], (first,), "reducescatter")
+            started.add(q)
+        for a in axes:
+            r = system.axes[a].size
+            topo = system.template(a)
+            region[p] *= r
+            ag = solve(topo, "allgather", region[p])
+            rs = solve(topo, "reducescatter", region[q])
+            both = mix(topo, region[p], region[q])
+            if both is not None and both.makespan < ag.makespan + rs.makespan:
+                tasks.add([p], a, "allgather", both, (q,))
+            else:
+                tasks.add([p], a, "allgather", ag)
+                tasks.add([q], a, "reducescatter", rs)
+            region[q] //= r
+        carried.add(q)
 
     def run(parts: list[int], axes: Sequence[int], k: str) -> None:
         for a in axes:
@@ -178,7 +230,10 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
         """Reduce-scatters of ``node`` (part ids, nested as the group) up to its joint
         phases; the parts it holds."""
         if isinstance(node, int):
-            run([node], (first, *rails[:cuts[0]]), "reducescatter")
+            if node in carried:
+                return [node]
+            run([node], (first,) if node in started else (first, *rails[:cuts[0]]),
+                "reducescatter")
             return [node]
         qs = [q for c in node for q in down(c, cuts, False)]
         d = _depth(node)
@@ -200,7 +255,11 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
     def up(node: Any, cuts: tuple[int, ...], top: bool) -> None:
         """The all-gathers of ``node`` after its parent's."""
         if isinstance(node, int):
-            run([node], (*reversed(rails[:cuts[0]]), first), "allgather")
+            if node in paired:
+                ride(node, paired[node], rails[:cuts[0]])
+                run([node], (first,), "allgather")
+            else:
+                run([node], (*reversed(rails[:cuts[0]]), first), "allgather")
             return
         if not top:
             d = _depth(node)
@@ -227,25 +286,27 @@ def _emit(system: SymmetricSystem, kind: str, sizes: Sequence[int], layout: Shar
 
 
 def build(system: SymmetricSystem, kind: str, size: int, layout: SharedLayout, solve: Solve,
-          fuse: bool = True) -> SymmetricPlan | None:
+          fuse: bool = True, mix: Mix | None = None) -> SymmetricPlan | None:
     """The plan of ``layout`` (None when a part would hold less than a byte per NPU or the
     layout is malformed: subgroups of one group of different depths, cuts that do not rise or
-    leave the group no late digit)."""
+    leave the group no late digit); ``mix``: with mixed phases (:func:`_emit`)."""
     n = system.n_npus
     flat = [w for g in layout.groups for w in _leaves(g)]
     sizes = split(size, flat, n)
     if min(sizes) < n:
         return None
-    made = _emit(system, kind, sizes, layout, solve, fuse)
+    made = _emit(system, kind, sizes, layout, solve, fuse, mix)
     if made is None:
         return None
     tasks, fused_counts = made
     _, starts = tasks.schedule()
-    phases = tuple(Phase(q, a, k, t, st, joint)
-                   for (q, a, k, t, joint), st in zip(tasks.specs, starts, strict=True))
+    phases = tuple(Phase(q, a, k, t, st, joint, scatter)
+                   for (q, a, k, t, joint, scatter), st in zip(tasks.specs, starts, strict=True))
     meta = {"parts": len(sizes), "fused_digits": ",".join(map(str, fused_counts)),
             "shared": " ".join(f"{_text(g)}:{','.join(map(str, layout.cuts(i)))}"
                                for i, g in enumerate(layout.groups))}
+    if mix is not None:
+        meta["mixed_phases"] = sum(bool(p.scatter) for p in phases)
     return SymmetricPlan(system, kind, sum(sizes), sizes, phases, meta)
 
 
@@ -306,29 +367,43 @@ def stage_model(system: SymmetricSystem, kind: str, size: int, early: int, solve
     return StageModel(f[0], f[1], fit(1.0, group(1.0), 1 / 8, group(1 / 8)), f[2], f[3])
 
 
-def model_end(model: StageModel | Sequence[StageModel], groups: Sequence[Sequence[float]]
-              ) -> float:
+def model_end(model: StageModel | Sequence[StageModel], groups: Sequence[Sequence[float]],
+              saved: float | None = None) -> float:
     """The end of a layout with shares ``groups`` on the affine ``model`` (one, or one per
     group): the rails take the stages in layout order (each part's early reduce-scatters, the
     group's late stage, each part's early all-gathers); the NVSwitch takes a ready all-gather
-    first, else the next reduce-scatter."""
+    first, else the next reduce-scatter.  ``saved`` (mixed layouts, :func:`pairs`): the i-th
+    part's early all-gathers ride with the next group's i-th part's early reduce-scatters, one
+    rail stage ``saved`` seconds shorter than the two apart."""
     models = [model] * len(groups) if isinstance(model, StageModel) else list(model)
-    rail: list[tuple[float, float]] = []   # (a, b) of each rail stage, in order
+    k = len(groups)
+    out_pairs = [min(len(groups[g]), len(groups[g + 1])) if saved is not None and g + 1 < k
+                 else 0 for g in range(k)]
+    in_pairs = [0, *out_pairs[:-1]]
+    rail: list[tuple[float, float]] = []   # (time, all-gathered share) of each rail stage
     rs: list[tuple[float, float, float]] = []   # (a, b, w) of each NVSwitch reduce-scatter
     ag_ab: list[tuple[float, float]] = []  # (a, b) of the NVSwitch all-gather after a stage
-    kinds: list[int] = []
-    for m, ws in zip(models, groups, strict=True):
-        for w in ws:
-            rail.append((m.early_rs[0] + m.early_rs[1] * w, w))
-            kinds.append(0)
-            ag_ab.append((0.0, 0.0))
+    kinds: list[int] = []   # 0 early RS, 1 late, 2 early AG, 3 mixed (AG + the next RS)
+    for g, (m, ws) in enumerate(zip(models, groups, strict=True)):
+        for i, w in enumerate(ws):
             rs.append((m.nvs_rs[0], m.nvs_rs[1], w))
+            if i >= in_pairs[g]:
+                rail.append((m.early_rs[0] + m.early_rs[1] * w, w))
+                kinds.append(0)
+                ag_ab.append((0.0, 0.0))
         rail.append((m.late[0] + m.late[1] * sum(ws), sum(ws)))
         kinds.append(1)
         ag_ab.append((0.0, 0.0))
-        for w in ws:
-            rail.append((m.early_ag[0] + m.early_ag[1] * w, w))
-            kinds.append(2)
+        for i, w in enumerate(ws):
+            t_ag = m.early_ag[0] + m.early_ag[1] * w
+            if i < out_pairs[g]:
+                n_ = models[g + 1]
+                wq = groups[g + 1][i]
+                rail.append((t_ag + n_.early_rs[0] + n_.early_rs[1] * wq - (saved or 0.0), w))
+                kinds.append(3)
+            else:
+                rail.append((t_ag, w))
+                kinds.append(2)
             ag_ab.append(m.nvs_ag)
     rs_done: list[float] = []
     ag: list[tuple[float, float]] = []
@@ -338,7 +413,7 @@ def model_end(model: StageModel | Sequence[StageModel], groups: Sequence[Sequenc
     while ri < len(rail) or ag or len(rs_done) < len(rs):
         rt = inf
         if ri < len(rail):
-            if kinds[ri] != 0:
+            if kinds[ri] in (1, 2):
                 rt = t
             elif e < len(rs_done):
                 rt = max(t, rs_done[e])
@@ -346,9 +421,9 @@ def model_end(model: StageModel | Sequence[StageModel], groups: Sequence[Sequenc
         if rt < inf and (rt <= nt or (not (ag and ag[0][0] <= nvs)
                                       and len(rs_done) == len(rs) and rt < ag[0][0])):
             t = max(t, rt) + rail[ri][0]
-            if kinds[ri] == 0:
+            if kinds[ri] in (0, 3):
                 e += 1
-            elif kinds[ri] == 2:
+            if kinds[ri] in (2, 3):
                 a, b = ag_ab[ri]
                 ag.append((t, a + b * rail[ri][1]))
             ri += 1
@@ -368,6 +443,8 @@ def model_end(model: StageModel | Sequence[StageModel], groups: Sequence[Sequenc
 
 
 SHAPES = ((3, 6, 3), (4, 8, 4), (4, 6, 4), (3, 8, 3), (5, 5, 5))
+# mixed layouts pair the i-th parts of neighbouring groups: groups of like sizes pair most
+MIXED_SHAPES = ((3, 8, 3), (4, 8, 4), (3, 6, 6, 3), (4, 6, 6, 4), (4, 4, 4, 4))
 MAX_EARLY = 4
 # fabrics smaller than this are not searched (the search costs about 3 s CPU, more than the
 # whole synthesis of a 4-node fabric, and the plans there are short anyway);
@@ -376,10 +453,12 @@ MIN_NPUS = 256
 
 
 def best_shares(model: StageModel | Sequence[StageModel], shape: Sequence[int],
-                seed: int = 0, restarts: int = 4) -> tuple[float, list[list[float]]]:
+                seed: int = 0, restarts: int = 4,
+                saved: float | None = None) -> tuple[float, list[list[float]]]:
     """Shares for groups of ``shape`` parts minimizing :func:`model_end`: Nelder-Mead from a
     ramp (small parts in the first and last group), restarted ``restarts`` times from the best
-    point perturbed (``seed`` draws the perturbations)."""
+    point perturbed (``seed`` draws the perturbations); ``saved``: of a mixed layout (see
+    :func:`model_end`)."""
     from scipy.optimize import minimize
 
     n = sum(shape)
@@ -396,7 +475,7 @@ def best_shares(model: StageModel | Sequence[StageModel], shape: Sequence[int],
     best = None
     for _ in range(restarts):
         x0 = x * np.exp(0.3 * rng.standard_normal(n))
-        res = minimize(lambda v: model_end(model, cut(v)), x0, method="Nelder-Mead",
+        res = minimize(lambda v: model_end(model, cut(v), saved), x0, method="Nelder-Mead",
                        options={"maxiter": 300 * n, "adaptive": True, "xatol": 1e-8,
                                 "fatol": 1e-12})
         if best is None or res.fun < best[0]:
@@ -406,12 +485,37 @@ def best_shares(model: StageModel | Sequence[StageModel], shape: Sequence[int],
     return best[0], cut(best[1])
 
 
+def mixed_saving(system: SymmetricSystem, kind: str, size: int, early: int, solve: Solve,
+                 mix: Mix) -> float | None:
+    """How much shorter a part's early all-gathers and the next part's early reduce-scatters
+    are as mixed phases than apart (template solves at a sixteenth of ``size`` each; the
+    saving is route α, the bytes are the same); None when some early digit has no mixed
+    template or it is not shorter."""
+    n = system.n_npus
+    order = axis_order(system, kind, 0)
+    first, rails = order[0], order[1:]
+    r = max(n, size // 16 // n * n) // system.axes[first].size
+    saved = 0.0
+    for a in rails[:early]:
+        topo = system.template(a)
+        k = system.axes[a].size
+        both = mix(topo, r // k * k, r // k * k)
+        if both is None:
+            return None
+        saved += (solve(topo, "allgather", r // k * k).makespan
+                  + solve(topo, "reducescatter", r // k * k).makespan - both.makespan)
+        r //= k
+    return saved if saved > 0 else None
+
+
 def candidates(system: SymmetricSystem, kind: str, size: int, solve: Solve, fuse: bool = True,
-               seed: int = 0, keep: int = 3) -> list[SharedLayout]:
-    """The ``keep`` layouts :func:`model_end` finds fastest: for the two early-digit counts
+               seed: int = 0, keep: int = 3, mix: Mix | None = None) -> list[SharedLayout]:
+    """The ``keep`` layouts :func:`model_end` finds fastest (and as many mixed ones): for the
+    two early-digit counts
     (up to :data:`MAX_EARLY`) best on the shape (4, 8, 4), every shape of :data:`SHAPES`,
-    shares by :func:`best_shares`, as integer weights; none on fabrics of fewer than
-    :data:`MIN_NPUS` NPUs."""
+    shares by :func:`best_shares`, as integer weights; with ``mix`` also every shape of
+    :data:`MIXED_SHAPES` as a mixed layout (``SharedLayout.mixed``, its saving from
+    :func:`mixed_saving`); none on fabrics of fewer than :data:`MIN_NPUS` NPUs."""
     if not applies(system, kind) or system.n_npus < MIN_NPUS:
         return []
     n_rails = len(system.axes) - 1
@@ -429,8 +533,16 @@ def candidates(system: SymmetricSystem, kind: str, size: int, solve: Solve, fuse
             end, shares = best_shares(models[j], shape, seed, restarts=3)
             weights = tuple(tuple(max(1, round(x * 10000)) for x in g) for g in shares)
             found.append((end, SharedLayout(weights, (j,) * len(shape))))
+        saved = mixed_saving(system, kind, size, j, solve, mix) if mix is not None else None
+        if saved is None:
+            continue
+        for shape in MIXED_SHAPES:
+            end, shares = best_shares(models[j], shape, seed, restarts=3, saved=saved)
+            weights = tuple(tuple(max(1, round(x * 10000)) for x in g) for g in shares)
+            found.append((end, SharedLayout(weights, (j,) * len(shape), mixed=True)))
     found.sort(key=lambda x: x[0])
-    return [lay for _, lay in found[:keep]]
+    plain = [lay for _, lay in found if not lay.mixed][:keep]
+    return plain + [lay for _, lay in found if lay.mixed][:keep]
 
 
 class AffineTemplates:

@@ -36,6 +36,7 @@ from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import PLAN_KINDS, Phase, SymmetricPlan
 from tacos.model.symmetry import SymmetricSystem
 from tacos.model.topology import Topology
+from tacos.scale.mixed import mixed_template
 from tacos.scale.parts import axis_order, least_busy, rotates, split
 from tacos.scale.pipeline import schedule_parts
 
@@ -250,7 +251,7 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
                          parts: Sequence[int] | int | Any | None = None,
                          solvers: Sequence[str] = DEFAULT_SOLVERS, seed: int = 0,
                          symmetric: bool = True, fuse: bool = True,
-                         share: bool = True) -> SymmetricPlan:
+                         share: bool = True, mixed: bool = True) -> SymmetricPlan:
     """A plan for ``kind`` (all-gather, reduce-scatter, all-reduce) of ``size`` bytes (the
     nccl-tests convention) on ``system`` (a :class:`Topology` is first recognized by
     :func:`system_of`; the plan's ids are the topology's).
@@ -271,6 +272,10 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     ``share`` (with ``parts=None``): also try layouts whose groups of parts share the late
     rail digits (:mod:`tacos.scale.shared`), chosen on an affine model of their stages and
     built with the real templates; False leaves them out.
+    ``mixed``: also try shared layouts with mixed phases (a group's early all-gathers riding
+    with the next group's early reduce-scatters as joint transfers, :mod:`tacos.scale.mixed`;
+    a :class:`~tacos.scale.shared.SharedLayout` with ``mixed=True`` is built with them);
+    False leaves them out.
     """
     if kind not in PLAN_KINDS:
         raise TacosError(f"symmetric synthesis does {', '.join(PLAN_KINDS)}, not {kind!r}")
@@ -313,12 +318,15 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
             attempt(weights)
     if isinstance(parts, shared.SharedLayout) or (parts is None and share):
         chosen = [parts] if isinstance(parts, shared.SharedLayout) else \
-            shared.candidates(system, kind, size, solve, fuse, seed)
+            shared.candidates(system, kind, size, solve, fuse, seed,
+                              mix=mixed_template if mixed else None)
         for layout in chosen:
-            plan = shared.build(system, kind, size, layout, solve, fuse)
+            mix = mixed_template if mixed and layout.mixed else None
+            plan = shared.build(system, kind, size, layout, solve, fuse, mix)
             if plan is None:
                 continue
-            tried["shared " + plan.meta["shared"]] = plan.makespan
+            tag = " mixed" if mix is not None else ""
+            tried["shared " + plan.meta["shared"] + tag] = plan.makespan
             if best is None or plan.makespan < best.makespan:
                 best = plan
     if best is None:
@@ -352,14 +360,22 @@ def _solve_every_copy(plan: SymmetricPlan, solve: TemplateSolver) -> None:
     whole = plan.system.topology()
     seen = set()
     for ph in plan.phases:
-        key = (ph.axis, ph.kind, ph.template.collective.size)
+        r = plan.system.axes[ph.axis].size
+        gather = sum(c.size for c in ph.template.collective.chunks[:r]) if ph.scatter else 0
+        key = (ph.axis, ph.kind, ph.template.collective.size, gather)
         if key in seen:
             continue
         seen.add(key)
         emb = plan.system.embed(ph.axis)
         for c in range(len(emb.nodes)):
             sub = subtopology(whole, emb.nodes[c].tolist(), emb.links[c].tolist())
-            own = solve.solve(sub, ph.kind, ph.template.collective.size)
+            mixed = (mixed_template(sub, gather, ph.template.collective.size - gather)
+                     if ph.scatter else None)
+            if ph.scatter and mixed is None:
+                raise TacosError(f"copy {c} of axis {plan.system.axes[ph.axis].name}: no "
+                                 "mixed template")
+            own = mixed if mixed is not None else \
+                solve.solve(sub, ph.kind, ph.template.collective.size)
             if abs(own.makespan - ph.template.makespan) > 1e-12 * ph.template.makespan:
                 raise TacosError(f"copy {c} of axis {plan.system.axes[ph.axis].name}: "
                                  f"{own.makespan} s alone against {ph.template.makespan} s")
