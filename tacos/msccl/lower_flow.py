@@ -287,6 +287,15 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
                                 target, conn, 1, (ps, 0, p, 0, 0), (pr, 0, p, 0, 0)))
                 continue
             for part, group in enumerate(_split(entries, max_count)):
+                if len(group) == 1:  # one chunk (the common case): the fields below, directly
+                    c, sl, rsrc, target = group[0]
+                    vid = ci[c]
+                    runs.append(Run(len(runs), i, p, part, u, v, ln, (c,), (ri[c],), (vid,),
+                                    None if rsrc is None else (versions[vid].prev,), sl, rsrc,
+                                    target, conn, 1,
+                                    (ps, 0, p, 0, 0) if part == 0
+                                    else (pr, 0, p, 2 * part - 1, 0), (pr, 0, p, 2 * part, 0)))
+                    continue
                 cs = tuple(e[0] for e in group)
                 creates = tuple(ci[c] for c in cs)
                 prevs = tuple(versions[vid].prev for vid in creates)
