@@ -76,7 +76,8 @@ def check(name: str, root: Path) -> list[str]:
             digest = hashlib.sha256(emit_xml(program).encode()).hexdigest()
             tb = thread_block_floor(program, schedule.topology, int(coll.size))
             try:
-                full = f"{runtime_floor(program, schedule.topology, int(coll.size), coll.group):.9e}"
+                floor = runtime_floor(program, schedule.topology, int(coll.size), coll.group)
+                full = f"{floor:.9e}"
             except TacosError as err:
                 full = f"refused {err}"
             lines.append(f"  {label}: {digest} steps={program.num_steps} tb_floor={tb:.9e} "
