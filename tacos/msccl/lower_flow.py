@@ -260,24 +260,27 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
             entries = []
             for c in order:
                 x = versions[ci[c]]
+                xid = x.id
                 target = None
                 if v in post[c]:
                     want = out_table[c * pieces + p] if same_everywhere else out_loc(v, c, p)
-                    o = occ.get((v, want))
+                    at = (v, want)
+                    o = occ.get(at)
                     if o is None or versions[o].chunk == c or last_use(o) <= pr:
                         target = want
+                        occ[at] = xid
+                        hist[at].append(xid)
                 if target is None:
                     target = scratch.get((v, c, p))
                     if target is None:
                         target = ("s", nscratch[v])
                         target = scratch[(v, c, p)] = interned.setdefault(target, target)
                         nscratch[v] += 1
-                else:
-                    occ[(v, target)] = x.id
-                hist[(v, target)].append(x.id)
-                loc[x.id * pieces + p] = target
-                rsrc = loc[x.prev * pieces + p] if x.prev is not None else None
-                entries.append((c, loc[ri[c] * pieces + p], rsrc, target))
+                    hist[(v, target)].append(xid)
+                loc[xid * pieces + p] = target
+                prev = x.prev
+                entries.append((c, loc[ri[c] * pieces + p],
+                                None if prev is None else loc[prev * pieces + p], target))
             conn = (u, v, p, ln)
             if len(entries) == 1:  # one chunk: one run (what _split gives, without it)
                 c, sl, rsrc, target = entries[0]
