@@ -1,6 +1,6 @@
 """The runtime model's arrays (:func:`tacos.runtime.msccl_sim._model_arrays`), filled as lists
 and converted once, hold what a transmission-by-transmission reading of the folded model gives,
-with the same dtypes, on a production program and on lowered tacos plans."""
+with the same dtypes, on production programs and a lowered tacos plan."""
 
 from __future__ import annotations
 
@@ -8,19 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from msccl_programs import verified
+from msccl_programs import node, verified
 
-import tacos
+from tacos.model import patterns
 from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import REDUCING_TYPES
 from tacos.msccl.verify_deps import build_hb
 from tacos.msccl.verify_model import build_model
 from tacos.msccl.xml_reader import load_xml
 from tacos.runtime import msccl_sim
-from tacos.synthesize import synthesize
+from tacos.solvers.allpairs import allpairs_schedule
 
 FIXTURES = Path(__file__).parent / "fixtures" / "msccl"
-EXAMPLES = Path(tacos.__file__).parent.parent / "examples"
 
 
 def _reference(model) -> dict[str, np.ndarray]:
@@ -46,12 +45,14 @@ def _reference(model) -> dict[str, np.ndarray]:
 
 
 def _programs():
-    mesh = tacos.load(EXAMPLES / "mesh4x4.tdl")
-    sch = synthesize(mesh.topology, mesh.collective, solver="greedy", trials=1, workers=1)
-    return [("ndv4 allpairs LL", verified(load_xml(FIXTURES / "executor_ndv4_ap2ll.xml"))),
-            ("mesh greedy", verified(lower(sch))),
-            ("mesh greedy x2 paired", verified(lower(sch, options=MscclOptions(
-                instances=2, pair_peers=True))))]
+    """Microsoft's all-pairs (LL) and ring (LL128, fused relays) programs of an NDv4 node, and
+    tacos's lowering of an all-pairs all-reduce at two instances."""
+    a100 = node()
+    coll = patterns.build("allreduce", a100.live_npus, size=1 << 20, chunks_per_npu=1)
+    return [*((name, verified(load_xml(FIXTURES / name)))
+              for name in ("executor_ndv4_ap2ll.xml", "executor_ndv4_r48ll128.xml")),
+            ("allpairs x2", verified(lower(allpairs_schedule(a100, coll),
+                                           options=MscclOptions(instances=2))))]
 
 
 @pytest.mark.parametrize("label,program", _programs(), ids=lambda p: p if isinstance(p, str)
@@ -72,3 +73,7 @@ def test_model_arrays_match_a_per_transmission_reading(label, program):
         assert (arrays.send_key[tx.gid] is not None) == sends
         if sends:
             assert arrays.send_key[tx.gid] == model.send_conn(tx)
+        fused = msccl_sim._KINDS.get(tx.type, 4) == 3
+        assert arrays.recv_key[tx.gid] == (model.recv_conn(tx) if fused else None)
+    if "r48" in label:  # the ring relays with fused receive-sends
+        assert any(k == 3 for k in arrays.kind)
