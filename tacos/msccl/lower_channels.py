@@ -177,24 +177,31 @@ def plan_tbs(flow: Flow, chan: list[int], forbidden: set[tuple[int, int]], *,
             tb_of_send[(rank, ch, w)] = (ch, w, matched_s.get(w, -1))
     send_tb = [tb_of_send[(r.src, chan[r.id], r.dst)] for r in runs]
     recv_tb = [tb_of_recv[(r.dst, chan[r.id], r.src)] for r in runs]
+    # each run's sending and receiving tb with its rank, one tuple each (not one per event)
+    send_at = [(r.src, tb) for r, tb in zip(runs, send_tb, strict=True)]
+    recv_at = [(r.dst, tb) for r, tb in zip(runs, recv_tb, strict=True)]
     sequence: dict[tuple[int, TbKey], list[tuple[str, int]]] = defaultdict(list)
     for ev in flow.order:
         kind, idx = ev
         if kind == "send":
-            sequence[(runs[idx].src, send_tb[idx])].append(ev)
+            sequence[send_at[idx]].append(ev)
         elif kind == "recv":
-            sequence[(runs[idx].dst, recv_tb[idx])].append(ev)
+            sequence[recv_at[idx]].append(ev)
+    del send_at, recv_at
     fused: dict[int, int] = {}
     for seq in sequence.values():
         k = 0
-        while k + 1 < len(seq):
+        n = len(seq)
+        while k + 1 < n:
             (k1, a), (k2, b) = seq[k], seq[k + 1]
-            if (k1 == "recv" and k2 == "send" and runs[b].reads == runs[a].creates
-                    and runs[b].piece == runs[a].piece and (a, b) not in forbidden):
-                fused[a] = b
-                k += 2
-            else:
-                k += 1
+            if k1 == "recv" and k2 == "send":
+                ra, rb = runs[a], runs[b]
+                if (rb.reads == ra.creates and rb.piece == ra.piece
+                        and (a, b) not in forbidden):
+                    fused[a] = b
+                    k += 2
+                    continue
+            k += 1
     unstored = set()
     for a, b in fused.items():
         r = runs[a]

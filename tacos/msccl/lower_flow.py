@@ -260,24 +260,27 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
             entries = []
             for c in order:
                 x = versions[ci[c]]
+                xid = x.id
                 target = None
                 if v in post[c]:
                     want = out_table[c * pieces + p] if same_everywhere else out_loc(v, c, p)
-                    o = occ.get((v, want))
+                    at = (v, want)
+                    o = occ.get(at)
                     if o is None or versions[o].chunk == c or last_use(o) <= pr:
                         target = want
+                        occ[at] = xid
+                        hist[at].append(xid)
                 if target is None:
                     target = scratch.get((v, c, p))
                     if target is None:
                         target = ("s", nscratch[v])
                         target = scratch[(v, c, p)] = interned.setdefault(target, target)
                         nscratch[v] += 1
-                else:
-                    occ[(v, target)] = x.id
-                hist[(v, target)].append(x.id)
-                loc[x.id * pieces + p] = target
-                rsrc = loc[x.prev * pieces + p] if x.prev is not None else None
-                entries.append((c, loc[ri[c] * pieces + p], rsrc, target))
+                    hist[(v, target)].append(xid)
+                loc[xid * pieces + p] = target
+                prev = x.prev
+                entries.append((c, loc[ri[c] * pieces + p],
+                                None if prev is None else loc[prev * pieces + p], target))
             conn = (u, v, p, ln)
             if len(entries) == 1:  # one chunk: one run (what _split gives, without it)
                 c, sl, rsrc, target = entries[0]
@@ -287,6 +290,15 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
                                 target, conn, 1, (ps, 0, p, 0, 0), (pr, 0, p, 0, 0)))
                 continue
             for part, group in enumerate(_split(entries, max_count)):
+                if len(group) == 1:  # one chunk (the common case): the fields below, directly
+                    c, sl, rsrc, target = group[0]
+                    vid = ci[c]
+                    runs.append(Run(len(runs), i, p, part, u, v, ln, (c,), (ri[c],), (vid,),
+                                    None if rsrc is None else (versions[vid].prev,), sl, rsrc,
+                                    target, conn, 1,
+                                    (ps, 0, p, 0, 0) if part == 0
+                                    else (pr, 0, p, 2 * part - 1, 0), (pr, 0, p, 2 * part, 0)))
+                    continue
                 cs = tuple(e[0] for e in group)
                 creates = tuple(ci[c] for c in cs)
                 prevs = tuple(versions[vid].prev for vid in creates)

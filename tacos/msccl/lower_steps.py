@@ -144,6 +144,10 @@ def _step_maker() -> Callable[..., Step]:
 make_step = _step_maker()
 
 
+#: receiving step types that also read a local slot (the partial they reduce into)
+_READING_RECEIVES = frozenset({"rrc", "rrs", "rrcs"})
+
+
 def _slots(loc: tuple[str, int], cnt: int) -> range:
     """The chunk slots ``loc`` covers on its rank, as integers ``offset * 3 + buffer``."""
     code = loc[1] * 3 + _BUF_CODE[loc[0]]
@@ -288,8 +292,16 @@ def build_steps(flow: Flow, chan: list[int], plan: TbPlan, *, max_steps: int,
                 src, dst = fields[idx]
                 cnt = r.cnt
                 units = (idx, fused[idx]) if idx in fused else (idx,)
-                reads = _slots(src[1:], cnt) if t in ("rrc", "rrs", "rrcs") else ()
-                writes = _slots(dst[1:], cnt) if t != "rrs" else ()
+                if t in _READING_RECEIVES:  # _slots(src[1:], cnt), inline
+                    code = src[2] * 3 + _BUF_CODE[src[1]]
+                    reads = range(code, code + 3 * cnt, 3)
+                else:
+                    reads = ()
+                if t != "rrs":
+                    code = dst[2] * 3 + _BUF_CODE[dst[1]]
+                    writes = range(code, code + 3 * cnt, 3)
+                else:
+                    writes = ()
                 if idx in fused and fused[idx] in ports:
                     writes = (*writes, *ports[fused[idx]])
             tbs = gpus.get(rank)

@@ -17,7 +17,14 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from tacos.msccl.program import MAX_REDUCE_FUSION, Program, Step, Threadblock
+from tacos.msccl.program import (
+    MAX_REDUCE_FUSION,
+    RECEIVING_TYPES,
+    SENDING_TYPES,
+    Program,
+    Step,
+    Threadblock,
+)
 
 TbKey = tuple[int, int]  # (rank, tb id)
 ConnKey = tuple[int, int, int]  # (sending rank, receiving rank, channel)
@@ -112,24 +119,26 @@ def _fold(model: Model, rank: int, tb: Threadblock) -> None:
     pending: list[tuple[int, int, int]] = []
     chain_key: tuple[str, int, str] | None = None
     total_re = 0
+    base = len(model.txs)
     for pos, st in enumerate(tb.steps):
-        if st.depid >= 0:
-            pending.append((st.depid, st.deps, pos))
-        if st.is_nop:
+        typ = st.type
+        depid = st.depid
+        if depid >= 0:
+            pending.append((depid, st.deps, pos))
+        if typ == "nop":
             continue
-        if st.type == "re" and chain_key == (st.dstbuf, st.dstoff, st.srcbuf) \
-                and st.depid == -1:
+        if typ == "re" and depid == -1 and chain_key == (st.dstbuf, st.dstoff, st.srcbuf):
             tx = txs[-1]
             tx.steps = tx.steps + (st,)
             tx.last = pos
             tx.hasdep = st.hasdep == 1
         else:
-            tx = Tx(len(model.txs) + len(txs), rank, tb.id, len(txs), pos, pos, st.type, (st,),
+            tx = Tx(base + len(txs), rank, tb.id, len(txs), pos, pos, typ, (st,),
                     pending, st.hasdep == 1)
             pending = []
             txs.append(tx)
         pos_tx[pos] = tx
-        if st.type == "re":
+        if typ == "re":
             total_re += 1
             if st.hasdep == 1 or total_re == MAX_REDUCE_FUSION:
                 chain_key = None
@@ -147,10 +156,12 @@ def _fold(model: Model, rank: int, tb: Threadblock) -> None:
         counter += 1
     # nops attach to the transmission that consumes their dependency
     nxt: Tx | None = None
-    for pos in range(len(tb.steps) - 1, -1, -1):
-        if pos_tx[pos] is not None:
-            nxt = pos_tx[pos]
-        elif tb.steps[pos].is_nop:
+    steps = tb.steps
+    for pos in range(len(steps) - 1, -1, -1):
+        here = pos_tx[pos]
+        if here is not None:
+            nxt = here
+        elif steps[pos].type == "nop":
             pos_tx[pos] = nxt
     model.txs.extend(txs)
     model.by_tb[key] = txs
@@ -175,7 +186,8 @@ def build_model(program: Program) -> Model:
             if tb.recv >= 0:
                 model.receiver.setdefault((tb.recv, g.id, tb.chan), key)
     for conn, key in model.sender.items():
-        model.sends[conn] = [t for t in model.by_tb[key] if t.step.sends]
+        model.sends[conn] = [t for t in model.by_tb[key] if t.steps[0].type in SENDING_TYPES]
     for conn, key in model.receiver.items():
-        model.recvs[conn] = [t for t in model.by_tb[key] if t.step.receives]
+        model.recvs[conn] = [t for t in model.by_tb[key]
+                             if t.steps[0].type in RECEIVING_TYPES]
     return model

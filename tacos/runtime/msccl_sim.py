@@ -99,16 +99,19 @@ def model_arrays(model: Model, hb: Any) -> ModelArrays:
 
 def _model_arrays(model: Model, hb: Any) -> ModelArrays:
     n = len(model.txs)
-    kind = np.empty(n, np.int8)
-    cnt = np.empty(n, np.float64)
-    mult = np.ones(n, np.float64)
-    reducing = np.zeros(n, np.bool_)
-    tb = np.empty(n, np.int64)
+    # filled as lists (a numpy item assignment costs several list ones), converted once
+    kind = [0] * n
+    cnt = [0] * n
+    mult = [1] * n
+    reducing = [False] * n
+    tb = [0] * n
     send_key: list[ConnKey | None] = [None] * n
     recv_key: list[ConnKey | None] = [None] * n
     tb_index: dict[TbKey, int] = {}
+    kinds = _KINDS
+    reducing_types = REDUCING_TYPES
     for key, tbo in model.tbs.items():
-        tb_index[key] = len(tb_index)
+        t = tb_index[key] = len(tb_index)
         send = (key[0], tbo.send, tbo.chan)
         recv = (tbo.recv, key[0], tbo.chan)
         for tx in model.by_tb.get(key, ()):
@@ -116,17 +119,19 @@ def _model_arrays(model: Model, hb: Any) -> ModelArrays:
             typ = tx.type
             c = tx.steps[0].cnt
             cnt[v] = c
-            k = _KINDS.get(typ, 4)
+            k = kinds.get(typ, 4)
             kind[v] = 0 if c == 0 or typ == "nop" else k
             if typ == "re":
                 mult[v] = max(1, len(tx.steps))
-            reducing[v] = typ in REDUCING_TYPES
-            tb[v] = tb_index[key]
-            if k in (2, 3):
+            if typ in reducing_types:
+                reducing[v] = True
+            tb[v] = t
+            if k == 2:
                 send_key[v] = send
-            if k == 3:
+            elif k == 3:
+                send_key[v] = send
                 recv_key[v] = recv
-    src = np.full(n, -1, np.int64)
+    src = [-1] * n
     sends, ks, cnts, bases, recvs = [], [], [], [], []
     for conn, ss in model.sends.items():
         rs = model.recvs.get(conn, [])
@@ -145,7 +150,9 @@ def _model_arrays(model: Model, hb: Any) -> ModelArrays:
     np.cumsum(lens, out=pred_ptr[1:])
     flat = [u for p in hb.preds for u in p]
     return ModelArrays(
-        kind, cnt, mult, reducing, send_key, recv_key, src, tb, list(tb_index), pred_ptr,
+        np.array(kind, np.int8), np.array(cnt, np.float64), np.array(mult, np.float64),
+        np.array(reducing, np.bool_), send_key, recv_key, np.array(src, np.int64),
+        np.array(tb, np.int64), list(tb_index), pred_ptr,
         np.asarray(flat, np.int64), np.asarray(hb.order, np.int64),
         np.asarray(sends, np.int64), np.asarray(ks, np.int64), np.asarray(cnts, np.float64),
         np.asarray(bases, np.int64), np.asarray(recvs, np.int64))
