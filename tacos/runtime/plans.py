@@ -89,11 +89,28 @@ def lowering_of(schedule: Schedule, options: Any = None) -> Any:
     if got is not None and all(a is b for a, b in zip(
             got[0], (schedule.transfers, schedule.collective, schedule.topology), strict=True)):
         return got[1]
+    why = unloadable(schedule, options)
+    if why:
+        raise TacosError(f"no MSCCL program of this plan can load: {why}")
     program = lower(schedule, options=options)
     if not isinstance(schedule.transfers, list):  # a list may change: not kept
         _remember(_LOWERED, key, (schedule.transfers, schedule.collective, schedule.topology),
                   program)
     return program
+
+
+def unloadable(schedule: Schedule, options: Any = None) -> str:
+    """Why no MSCCL XML lowering of ``schedule`` can load in the runtime, or '': the sound
+    refusals of the shape search (:func:`tacos.msccl.shape_refuse.refusal`: more peers on a
+    rank than SMs, or more parsed nodes than the runtime's parser holds -- at 4,096 ranks the
+    gpu elements alone are over it).  Checked before lowering, so that a plan no runtime can
+    run is not lowered only to be timed (at 4,096 ranks that lowering took over 14 GiB)."""
+    from tacos.msccl.lower import MscclOptions
+    from tacos.msccl.shape_choose import limits_for
+    from tacos.msccl.shape_refuse import refusal
+
+    steps = (options or MscclOptions()).max_steps_per_tb
+    return refusal(schedule, limits_for(schedule.topology, steps))
 
 
 #: the last few lowerings and runtime times, by the identity of what they were computed from
