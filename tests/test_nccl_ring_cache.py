@@ -65,3 +65,26 @@ def test_an_unwritable_cache_still_answers(tmp_path, monkeypatch):
     monkeypatch.setenv("TACOS_CACHE_DIR", str(blocker))  # its sub-folder cannot be made
     sys_ = _mesh_system()
     assert len(rings_mod.intra_rings(sys_, sys_.nodes[0])) == 6
+
+
+def test_a_search_that_finds_no_ring_is_remembered(tmp_path, monkeypatch):
+    monkeypatch.setenv("TACOS_CACHE_DIR", str(tmp_path))
+    topo = tacos.parse('topology "line"\nmesh m[3] 50GiB/s 0.5us\n').topology
+
+    def rings_of_line():
+        sys_ = system(topo, topo.live_npus)
+        return rings_mod.intra_rings(sys_, sys_.nodes[0])
+
+    with pytest.raises(tacos.TacosError) as searched:
+        rings_of_line()  # a path of 3 NPUs has no ring
+    (path,) = (tmp_path / "nccl-rings").glob("*.json")
+    assert search_cache._is_no_ring(__import__("json").loads(path.read_text()))
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(rings_mod, "_searched", no_search)
+    with pytest.raises(tacos.TacosError) as read:
+        rings_of_line()  # read back: the same error, no search
+    assert (read.value.message, read.value.hint) == (searched.value.message,
+                                                     searched.value.hint)

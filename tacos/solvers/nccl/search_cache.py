@@ -11,7 +11,10 @@ every default compile of the same topology used to pay again.
 the answer depends on: the inputs, the source of the modules that compute it (so an edit of the
 search never reads an older answer) and Python's version (whose ``random`` draws it).  A file
 that cannot be read, does not parse or does not have the answer's shape is ignored and the
-answer computed again; one that cannot be written is not written.  Errors are never stored.
+answer computed again; one that cannot be written is not written.  A search that finds no ring
+is an answer too (the same inputs and code never find one): it is stored as its error's
+message and hint and raised again when read (on a 16x16x16 torus that failed search took
+29 s of every default compile).
 
 Where: sub-folder ``nccl-rings`` of ``$TACOS_CACHE_DIR`` when set (empty: no cache), else of
 the user cache folder (``~/.cache/tacos``), as for the TDL parser's cache.
@@ -76,30 +79,53 @@ def _is_rings(value: Any, members: list[int]) -> bool:
         for r in value)
 
 
+def _is_no_ring(value: Any) -> bool:
+    """Whether ``value`` has the shape of a stored "no ring found" answer."""
+    return isinstance(value, dict) and set(value) == {"no_ring", "hint"} and \
+        isinstance(value["no_ring"], str) and isinstance(value["hint"], (str, type(None)))
+
+
 def remembered_rings(inputs: dict[str, Any], members: list[int],
                      compute: Callable[[], list[list[int]]]) -> list[list[int]]:
     """The rings ``compute()`` gives for ``inputs`` (which must determine them), read from the
-    cache when there, else computed and stored (see module doc)."""
+    cache when there, else computed and stored (see module doc).  When ``compute()`` raises a
+    :class:`~tacos.errors.TacosError` (no ring found), that answer is stored and raised again
+    on every later read."""
+    from tacos.errors import TacosError
+
     folder = cache_dir()
     if folder is None:
         return compute()
     path = folder / f"{key_of('intra_rings', inputs)}.json"
+    got: Any = None
     try:
         got = json.loads(path.read_text())
-        if _is_rings(got, members):
-            return got
     except (OSError, ValueError):
         pass
-    rings = compute()
+    if _is_rings(got, members):
+        return got
+    if _is_no_ring(got):
+        raise TacosError(got["no_ring"], hint=got["hint"])
+    try:
+        rings = compute()
+    except TacosError as exc:
+        _store(folder, path, {"no_ring": exc.message, "hint": exc.hint})
+        raise
+    _store(folder, path, rings)
+    return rings
+
+
+def _store(folder: Path, path: Path, value: Any) -> None:
+    """Write ``value`` as JSON to ``path`` atomically (a reader sees the whole file or none);
+    nothing when the folder cannot be made or written."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     except OSError:
-        return rings
+        return
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(rings, fh, separators=(",", ":"))
-        os.replace(tmp, path)  # atomic: a reader sees the whole file or none
+            json.dump(value, fh, separators=(",", ":"))
+        os.replace(tmp, path)
     except OSError:
         Path(tmp).unlink(missing_ok=True)
-    return rings
