@@ -5,9 +5,10 @@ It mirrors :func:`tacos.solvers.lowering.hops.hamiltonian_path` driven by ``_sea
 ``options`` step for step -- the same order of tries, the same step count against the budget,
 the same ``accept`` test -- and draws its random numbers exactly as ``random.Random.shuffle``
 does, from the generator's own Mersenne Twister state (``getstate()``), which it advances in
-place: ``_randbelow(n)`` takes ``getrandbits(n.bit_length())`` (the top bits of one 32-bit
-output) until it is below ``n``.  So the path found and the generator left behind are those of
-the Python search.  See :mod:`tacos.solvers.nccl.ring_search_jit`.
+place through the greedy kernel's :func:`~tacos.solvers.greedy.jit_bits.randbelow`: it takes
+``getrandbits(n.bit_length())`` (the top bits of one 32-bit output) until it is below ``n``.
+So the path found and the generator left behind are those of the Python search.  See
+:mod:`tacos.solvers.nccl.ring_search_jit`.
 """
 
 from __future__ import annotations
@@ -15,52 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_N = 624
-_M = 397
-_MATRIX_A = 0x9908B0DF
-_UPPER = 0x80000000
-_LOWER = 0x7FFFFFFF
-
-
-@njit(cache=True)
-def _twist(mt):  # pragma: no cover - compiled
-    for kk in range(_N - _M):
-        y = (mt[kk] & _UPPER) | (mt[kk + 1] & _LOWER)
-        mt[kk] = mt[kk + _M] ^ (y >> 1) ^ (_MATRIX_A if y & 1 else 0)
-    for kk in range(_N - _M, _N - 1):
-        y = (mt[kk] & _UPPER) | (mt[kk + 1] & _LOWER)
-        mt[kk] = mt[kk + (_M - _N)] ^ (y >> 1) ^ (_MATRIX_A if y & 1 else 0)
-    y = (mt[_N - 1] & _UPPER) | (mt[0] & _LOWER)
-    mt[_N - 1] = mt[_M - 1] ^ (y >> 1) ^ (_MATRIX_A if y & 1 else 0)
-
-
-@njit(cache=True)
-def _genrand(mt, pos):  # pragma: no cover - compiled
-    """CPython's ``genrand_uint32``: mt holds the 624 words (int64), pos[0] the index."""
-    if pos[0] >= _N:
-        _twist(mt)
-        pos[0] = 0
-    y = mt[pos[0]]
-    pos[0] += 1
-    y ^= y >> 11
-    y ^= (y << 7) & 0x9D2C5680
-    y ^= (y << 15) & 0xEFC60000
-    y ^= y >> 18
-    return y & 0xFFFFFFFF
-
-
-@njit(cache=True)
-def _randbelow(n, mt, pos):  # pragma: no cover - compiled
-    """``random.Random._randbelow_with_getrandbits(n)`` for 0 < n < 2**31."""
-    k = 0
-    m = n
-    while m:
-        k += 1
-        m >>= 1
-    r = _genrand(mt, pos) >> (32 - k)
-    while r >= n:
-        r = _genrand(mt, pos) >> (32 - k)
-    return r
+from tacos.solvers.greedy.jit_bits import randbelow as _randbelow  # CPython's MT19937
 
 
 @njit(cache=True)
