@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -86,6 +84,8 @@ def remembered(kind: str, inputs: Any, compute: Callable[[], Any],
     when there, else computed and, when ``keep(answer)``, stored.  ``encode`` turns an answer
     into JSON-able data; ``decode`` turns that back, raising ``ValueError`` (or ``TypeError``,
     ``KeyError``) on data of the wrong shape, which is then computed again."""
+    from tacos.solvers.nccl.search_cache import store_json
+
     folder = cache_dir()
     if folder is None:
         return compute()
@@ -100,17 +100,7 @@ def remembered(kind: str, inputs: Any, compute: Callable[[], Any],
     answer = compute()
     if not keep(answer):
         return answer
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    except OSError:
-        return answer
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(encode(answer), fh, separators=(",", ":"))
-        os.replace(tmp, path)  # atomic: a reader sees the whole file or none
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
+    store_json(path, encode(answer))
     return answer
 
 

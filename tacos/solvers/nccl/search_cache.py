@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -109,23 +108,22 @@ def remembered_rings(inputs: dict[str, Any], members: list[int],
     try:
         rings = compute()
     except TacosError as exc:
-        _store(folder, path, {"no_ring": exc.message, "hint": exc.hint})
+        store_json(path, {"no_ring": exc.message, "hint": exc.hint})
         raise
-    _store(folder, path, rings)
+    store_json(path, rings)
     return rings
 
 
-def _store(folder: Path, path: Path, value: Any) -> None:
-    """Write ``value`` as JSON to ``path`` atomically (a reader sees the whole file or none);
-    nothing when the folder cannot be made or written."""
+def store_json(path: Path, value: Any) -> None:
+    """Write ``value`` as JSON to ``path`` atomically (:func:`tacos.atomic.write_text`: a reader
+    sees the whole file or none), making its folder; nothing when it cannot be written (a cache
+    that cannot be written is not written)."""
+    from tacos.atomic import write_text
+    from tacos.errors import TacosError
+
+    text = json.dumps(value, separators=(",", ":"))
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(value, fh, separators=(",", ":"))
-        os.replace(tmp, path)
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, text)
+    except (OSError, TacosError):
+        pass
