@@ -88,14 +88,16 @@ def lowering_of(schedule: Schedule, options: Any = None) -> Any:
     got = _LOWERED.get(key)
     if got is not None and all(a is b for a, b in zip(
             got[0], (schedule.transfers, schedule.collective, schedule.topology), strict=True)):
-        return got[1]
-    why = unloadable(schedule, options)
-    if why:
-        raise TacosError(f"no MSCCL program of this plan can load: {why}")
-    program = lower(schedule, options=options)
-    if not isinstance(schedule.transfers, list):  # a list may change: not kept
-        _remember(_LOWERED, key, (schedule.transfers, schedule.collective, schedule.topology),
-                  program)
+        program = got[1]
+    else:  # a refusal is kept as its text: the floor, the ranking and the report ask again
+        why = unloadable(schedule, options)
+        program = f"no MSCCL program of this plan can load: {why}" if why else \
+            lower(schedule, options=options)
+        if not isinstance(schedule.transfers, list):  # a list may change: not kept
+            _remember(_LOWERED, key, (schedule.transfers, schedule.collective,
+                                      schedule.topology), program)
+    if isinstance(program, str):
+        raise TacosError(program)
     return program
 
 
