@@ -38,7 +38,12 @@ by parts that are each as small as a template or an axis's embedding:
     reduce-scatter of its scatter parts along the same axis, each by the rules above; its
     template's collective is exactly :func:`~tacos.model.symmetric_plan.mixed_collective` of
     the two sizes (so a copy where a reduction is due, or the other way round, fails the
-    template's own check).
+    template's own check).  A ``reduce`` along a (all-reduce plans; templates that reduce in
+    the switches, :mod:`tacos.scale.sharp`) needs a unpinned and not reduced, and leaves the
+    part reduced over a but held by member 0 of every group only (**rooted** at a): the
+    part's next phase must be the ``broadcast`` along a, which leaves it unpinned; the
+    templates are exactly the reduce and the broadcast of the held range with root member 0.
+    A part may not end rooted.
 
 A plan that passes stands for a schedule that :func:`verify_schedule` would accept
 (:func:`tacos.model.symmetric_plan.expand` writes it out; the tests check both agree on small
@@ -57,6 +62,7 @@ from tacos.check.verify import verify_schedule
 from tacos.model.patterns import build
 from tacos.model.symmetric_plan import (
     PLAN_KINDS,
+    ROOTED,
     SymmetricPlan,
     initial_fixed,
     mixed_collective,
@@ -206,6 +212,7 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
     reduced = [set(range(n_axes)) if plan.kind == "allgather" else set()
                for _ in range(n_parts)]
     region = [p // n if plan.kind == "allgather" else p for p in plan.parts]
+    rooted: list[int | None] = [None] * n_parts   # the axis a part is reduced into member 0 of
     prev_end = [0.0] * n_parts
     for ph in sorted(plan.phases, key=lambda p: (p.start, p.part)):
         moved, every = ph.moved, ph.every_part
@@ -224,6 +231,14 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
                 add(("order", f"part {x}: the {ph.kind} along axis {a} starts at {ph.start} "
                               f"before the previous phase ends ({prev_end[x]})"))
             prev_end[x] = max(prev_end[x], ph.end)
+        for x in every:
+            if rooted[x] is not None and not (ph.kind == "broadcast" and a == rooted[x]):
+                add(("data", f"part {x}: a {ph.kind} along axis {a} while only member 0 of "
+                             f"axis {rooted[x]} holds the part (reduced into it, not yet "
+                             "broadcast)"))
+        if ph.kind in ROOTED and (ph.joint or ph.scatter or plan.kind != "allreduce"):
+            add(("data", f"part {q}: a {ph.kind} phase moves one part of an all-reduce plan"))
+            continue
         if ph.scatter and (ph.kind != "allgather" or plan.kind != "allreduce"):
             add(("data", f"part {q}: a mixed phase (parts {list(ph.scatter)} reduce-scattered "
                          f"in it) is a {ph.kind} in a {plan.kind} plan, not an all-gather in "
@@ -262,10 +277,24 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
             want = (sum(region[x] for x in moved), "allreduce")
             for x in moved:
                 reduced[x].add(a)
+        elif ph.kind == "reduce":
+            if a in fixed[q] or a in reduced[q]:
+                add(("data", f"part {q}: reduce along axis {a}, already reduced over it or "
+                             "pinned to it"))
+            want = (region[q], "reduce")
+            reduced[q].add(a)
+            rooted[q] = a
+        elif ph.kind == "broadcast":
+            if rooted[q] != a:
+                add(("data", f"part {q}: broadcast along axis {a}, whose range was not "
+                             "reduced into member 0"))
+            want = (region[q], "broadcast")
+            rooted[q] = None
         else:
             add(("data", f"part {q}: unknown phase kind {ph.kind!r}"))
             continue
-        if (want[0] % r or want[0] <= 0 or any(region[x] <= 0 for x in every)
+        split = want[0] % r if ph.kind not in ROOTED else 0   # rooted: one chunk
+        if (split or want[0] <= 0 or any(region[x] <= 0 for x in every)
                 or (ph.scatter and (scattered % r or scattered <= 0))):
             add(("data", f"part {q}: {want[0]} bytes do not split over {r} members"))
             continue
@@ -273,6 +302,9 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
             ref_chunks = mixed_collective(r, want[0], scattered).chunks
             what = (f"mixed all-gather of {want[0]} bytes and reduce-scatter of {scattered} "
                     "bytes")
+        elif ph.kind in ROOTED:
+            ref_chunks = build(want[1], range(r), size=want[0], root=0).chunks
+            what = f"{want[1]} of {want[0]} bytes (root: member 0)"
         else:
             ref_chunks = build(want[1], range(r), size=want[0]).chunks
             what = f"{want[1]} of {want[0]} bytes"
@@ -283,7 +315,10 @@ def verify_symmetric(plan: SymmetricPlan) -> SymmetricReport:
             "reducescatter": (set(range(n_axes)), set(range(n_axes))),
             "allgather": (set(), set(range(n_axes)))}[plan.kind]
     for q in range(n_parts):
-        if (fixed[q], reduced[q]) != done:
+        if rooted[q] is not None:
+            add(("data", f"part {q} ends reduced into member 0 of axis {rooted[q]}, never "
+                         "broadcast"))
+        elif (fixed[q], reduced[q]) != done:
             add(("data", f"part {q} ends pinned to axes {sorted(fixed[q])} and reduced over "
                          f"{sorted(reduced[q])}, not a finished {plan.kind}"))
     # link classes of phases that overlap in time

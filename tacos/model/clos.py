@@ -28,6 +28,14 @@ Link ids are arithmetic (:meth:`ClosFabric.link_table`): NVLinks ``2i``/``2i+1``
 up/down), NIC links ``2N + 2i + d``, leaf-to-tier-2 and tier-2-to-core links after them
 (``d`` = 0 up, 1 down).
 
+**In-network reduction** (``sharp=True``): every switch declares ``multicast`` and
+``reduce`` -- the Quantum-2 rail switches SHARP (NCCL's CollNet), the node's NVSwitch NVLink
+SHARP (NVLS, as ``tacos/presets/dgx_h100_node.tdl`` declares it).  Links, ids and axes are
+those of the plain fabric; only the capabilities differ (``sharp=False``, the default: no
+switch reduces, the fabric the composition bound is for).  :mod:`tacos.model.clos_rails`
+sees a ``sharp`` fabric as two axes (a node's GPUs, a whole rail) for plans that reduce in
+the rail switches.
+
 The groups (:mod:`tacos.model.symmetry`): the ``gpu`` axis (a node's GPUs on its NVSwitch), then
 the node index in mixed radix, split into prime digits: ``pos`` digits (nodes on one leaf),
 ``leaf`` digits (leaves of one pod, joined through tier-2 switch ``pos``) and, 3-tier, ``pod``
@@ -48,6 +56,9 @@ from tacos.model.topology import Link, Npu, Switch, Topology
 
 NVLINK4 = 450e9
 NDR = 50e9
+IN_NETWORK = ("multicast", "reduce")
+"""What every switch of a ``sharp`` fabric declares: the NVSwitch NVLink SHARP (NVLS), the
+rail switches SHARP (``tacos.check.in_switch``)."""
 
 
 def prime_digits(n: int) -> list[int]:
@@ -78,6 +89,7 @@ class ClosFabric(SymmetricSystem):
     fabric_alpha: float = 0.5e-6
     ports: int = 64
     name: str = field(default="")
+    sharp: bool = False
 
     def __post_init__(self) -> None:
         k, h = self.nodes, self.hosts_per_leaf
@@ -100,7 +112,9 @@ class ClosFabric(SymmetricSystem):
                 raise TacosError(f"a {what} switch would need {ports} ports, more than "
                                  f"{self.ports}", hint="use 3 tiers or fewer hosts per leaf")
         if not self.name:
-            object.__setattr__(self, "name", f"{k}x{self.gpus} multi-rail {self.tiers}-tier Clos")
+            tail = " with SHARP" if self.sharp else ""
+            object.__setattr__(self, "name",
+                               f"{k}x{self.gpus} multi-rail {self.tiers}-tier Clos{tail}")
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -235,8 +249,8 @@ class ClosFabric(SymmetricSystem):
         if self.tiers == 3:
             names += [f"core[{k}]" for k in
                       range(self.gpus * self.hosts_per_leaf * self.leaves_per_pod)]
-        switches = tuple(Switch(n + k, s, capabilities=frozenset())
-                         for k, s in enumerate(names))
+        caps = frozenset(IN_NETWORK) if self.sharp else frozenset()
+        switches = tuple(Switch(n + k, s, capabilities=caps) for k, s in enumerate(names))
         t = self.link_table(np.arange(self.n_links))
         tags = np.where(np.arange(self.n_links) < 2 * n, 0,
                         np.where(np.arange(self.n_links) < self._up0, 1, 2))
@@ -311,8 +325,9 @@ def clos_h100(nodes: int, tiers: int = 2, **options: float | int) -> ClosFabric:
 
 def recognize(topology: Topology) -> ClosFabric | None:
     """The :class:`ClosFabric` ``topology`` is (same ids, ends, α, bandwidths and lane counts,
-    as ``use clos_h100(...)`` builds it), or None.  Switch capabilities are not compared (the
-    symmetric plans use none)."""
+    as ``use clos_h100(...)`` builds it), or None.  It is a ``sharp`` fabric when every switch
+    declares ``multicast`` and ``reduce`` (``use clos_h100(..., sharp=1)``); otherwise the plain
+    one, whose plans use no switch capability."""
     import math
 
     names = [s.name.split("[")[0] for s in topology.switches]
@@ -335,7 +350,9 @@ def recognize(topology: Topology) -> ClosFabric | None:
         up = topology.links[out[nic.dst][-1]]
         fabric = ClosFabric(nodes, tiers, h, max(1, per_pod), gpus, nv.bandwidth, nv.alpha,
                             nic.bandwidth, nic.alpha, up.bandwidth, up.alpha,
-                            ports=max(64, 2 * h, leaves, 2 * per_pod))
+                            ports=max(64, 2 * h, leaves, 2 * per_pod),
+                            sharp=all(set(IN_NETWORK) <= s.capabilities
+                                      for s in topology.switches))
     except (TacosError, StopIteration, IndexError, ZeroDivisionError):
         return None
     if fabric.n_nodes != topology.n_nodes or fabric.n_links != len(topology.links):

@@ -26,6 +26,13 @@ chunks 0..r-1 are the all-gather's (chunk j: the pieces of the moved parts whose
 chunks r..2r-1 the reduce-scatter's (chunk r + j: the scatter parts' pieces whose digit a is j;
 :func:`mixed_collective`).  Its template sends both payloads to a partner as one joint transfer
 (a group of one route, ``docs/machine-model.md``), paying the route's α once.
+
+A **rooted** pair (all-reduce plans on systems whose switches reduce, :mod:`tacos.scale.sharp`):
+a ``reduce`` phase along a reduces every group's held range into its member 0 (template: the
+reduce of the held range, root 0, one chunk: the whole range), and the part's next phase is the
+``broadcast`` along a from member 0 (the broadcast of the same range), after which every member
+holds the range reduced over a.  Between the two only member 0 of each group holds the part, so
+no other phase of that part may run.
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ from tacos.model.symmetry import SymmetricSystem
 from tacos.model.transfer import transfers_from_columns
 
 PLAN_KINDS = ("allgather", "reducescatter", "allreduce")
-PHASE_KINDS = ("reducescatter", "allgather", "allreduce")
+ROOTED = ("reduce", "broadcast")
+PHASE_KINDS = ("reducescatter", "allgather", "allreduce", "reduce", "broadcast")
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,9 @@ def expand(plan: SymmetricPlan) -> Schedule:
                     continue
                 others = [a for a in sorted(fixed[qs[0]]) if a != ph.axis]
                 cand = np.flatnonzero(np.all(every[:, others] == own[others], axis=1))
+                if ph.kind in ROOTED:   # one chunk: the whole held range
+                    by_digit[0] = tuple(int(q * n + i) for q in qs for i in cand)
+                    continue
                 for j in range(r):
                     by_digit[off + j] = tuple(int(q * n + i) for q in qs for i in cand
                                               if every[i, ph.axis] == j)

@@ -31,6 +31,11 @@ joint parts, possibly empty).  Template topologies and collectives
 are not stored: they are rebuilt from the system
 (:meth:`~tacos.model.symmetry.SymmetricSystem.template`) and the template's kind and size, so a
 file cannot bring its own.  Floats are written with ``repr`` (they read back exactly).
+
+Version 3 (``tacos.symmetric-plan/3``, written only for plans that reduce in the switches,
+:mod:`tacos.scale.sharp`) adds the system type ``clos-rails`` (a ``sharp`` Clos seen as
+:class:`~tacos.model.clos_rails.RailAxes`: the fabric's fields) and the template kinds
+``reduce`` and ``broadcast`` (root member 0, one chunk of ``size`` bytes).
 """
 
 from __future__ import annotations
@@ -42,11 +47,13 @@ from typing import Any
 
 from tacos.errors import TacosError
 from tacos.model.clos import ClosFabric
+from tacos.model.clos_rails import RailAxes
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import (
     PHASE_KINDS,
     PLAN_KINDS,
+    ROOTED,
     Phase,
     SymmetricPlan,
     mixed_collective,
@@ -57,12 +64,15 @@ from tacos.model.transfer import Transfer
 
 SCHEMA = "tacos.symmetric-plan/1"
 SCHEMA_MIXED = "tacos.symmetric-plan/2"
-SCHEMAS = (SCHEMA, SCHEMA_MIXED)
+SCHEMA_ROOTED = "tacos.symmetric-plan/3"
+SCHEMAS = (SCHEMA, SCHEMA_MIXED, SCHEMA_ROOTED)
 SYSTEMS: dict[str, type] = {"clos": ClosFabric, "torus": TorusAxes}
 
 
 def system_doc(system: SymmetricSystem) -> dict[str, Any]:
     """The constructor arguments of ``system`` with its ``type``."""
+    if isinstance(system, RailAxes):
+        return {**system_doc(system.fabric), "type": "clos-rails"}
     for name, cls in SYSTEMS.items():
         if isinstance(system, cls):
             doc: dict[str, Any] = {"type": name}
@@ -75,9 +85,12 @@ def system_doc(system: SymmetricSystem) -> dict[str, Any]:
 
 def system_from_doc(doc: Any, source: str = "<string>") -> SymmetricSystem:
     """The system a ``system`` object describes (a :class:`TacosError` naming ``source``)."""
+    if isinstance(doc, dict) and doc.get("type") == "clos-rails":
+        fabric = system_from_doc({**doc, "type": "clos"}, source)
+        return RailAxes(fabric)  # type: ignore[arg-type]
     if not isinstance(doc, dict) or doc.get("type") not in SYSTEMS:
         raise TacosError(f"{source}: 'system' must be an object with type "
-                         f"{' or '.join(map(repr, SYSTEMS))}")
+                         f"{' or '.join(map(repr, SYSTEMS))} or 'clos-rails'")
     cls = SYSTEMS[doc["type"]]
     names = {f.name for f in fields(cls)}
     extra = sorted(set(doc) - names - {"type"})
@@ -129,7 +142,9 @@ def plan_doc(plan: SymmetricPlan) -> dict[str, Any]:
             if k not in ("synthesis_cpu", "tried") and isinstance(v, (int, float, str, bool))}
     n = plan.system.n_npus
     mixed = any(ph.scatter for ph in plan.phases)
-    return {"schema": SCHEMA_MIXED if mixed else SCHEMA, "system": system_doc(plan.system),
+    rooted = any(ph.kind in ROOTED for ph in plan.phases)
+    schema = SCHEMA_ROOTED if rooted else SCHEMA_MIXED if mixed else SCHEMA
+    return {"schema": schema, "system": system_doc(plan.system),
             "collective": {"kind": plan.kind, "size": plan.size, "npus": n},
             "parts": list(plan.parts), "templates": templates, "phases": phases,
             "makespan": plan.makespan, "meta": meta}
@@ -157,7 +172,7 @@ def _template(system: SymmetricSystem, doc: Any, source: str, k: int) -> Schedul
     _need(kind in kinds, source, f"{where}: kind {kind!r} is not "
           + ", ".join(kinds[:-1]) + f" or {kinds[-1]}")
     r = system.axes[axis].size
-    _need(isinstance(size, int) and size > 0 and size % r == 0, source,
+    _need(isinstance(size, int) and size > 0 and (size % r == 0 or kind in ROOTED), source,
           f"{where}: size {size!r} does not split over {r} members")
     topo = system.template(axis)
     if kind == "mixed":
@@ -165,6 +180,8 @@ def _template(system: SymmetricSystem, doc: Any, source: str, k: int) -> Schedul
         _need(isinstance(scatter, int) and scatter > 0 and scatter % r == 0, source,
               f"{where}: a mixed template needs a scatter size that splits over {r} members")
         coll = mixed_collective(r, size, scatter)
+    elif kind in ROOTED:
+        coll = build(kind, range(r), size=size, root=0)
     else:
         coll = build(kind, range(r), size=size)
     out = []
@@ -191,7 +208,7 @@ def plan_from_doc(doc: Any, source: str = "<string>") -> SymmetricPlan:
     (naming ``source``) when it is not one.  Whether the plan is right is
     :func:`~tacos.check.symmetric.verify_symmetric`'s to say."""
     _need(isinstance(doc, dict) and doc.get("schema") in SCHEMAS, source,
-          f"not a {SCHEMA} (or /2) file")
+          f"not a {SCHEMA} (or /2, /3) file")
     for key in ("system", "collective", "parts", "templates", "phases"):
         _need(key in doc, source, f"no {key!r}")
     system = system_from_doc(doc["system"], source)

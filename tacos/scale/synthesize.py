@@ -251,7 +251,8 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
                          parts: Sequence[int] | int | Any | None = None,
                          solvers: Sequence[str] = DEFAULT_SOLVERS, seed: int = 0,
                          symmetric: bool = True, fuse: bool = True,
-                         share: bool = True, mixed: bool = True) -> SymmetricPlan:
+                         share: bool = True, mixed: bool = True,
+                         in_network: bool = True) -> SymmetricPlan:
     """A plan for ``kind`` (all-gather, reduce-scatter, all-reduce) of ``size`` bytes (the
     nccl-tests convention) on ``system`` (a :class:`Topology` is first recognized by
     :func:`system_of`; the plan's ids are the topology's).
@@ -276,11 +277,23 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
     with the next group's early reduce-scatters as joint transfers, :mod:`tacos.scale.mixed`;
     a :class:`~tacos.scale.shared.SharedLayout` with ``mixed=True`` is built with them);
     False leaves them out.
+    ``in_network``: an all-reduce on a Clos whose switches reduce (``ClosFabric(sharp=True)``,
+    ``use clos_h100(..., sharp=1)``) reduces in them (:func:`tacos.scale.sharp.synthesize_sharp`:
+    NVLS in the node, SHARP in the rails; ``parts`` may give its weights); False builds the
+    plan of a fabric without in-network reduction on it.
     """
     if kind not in PLAN_KINDS:
         raise TacosError(f"symmetric synthesis does {', '.join(PLAN_KINDS)}, not {kind!r}")
     if isinstance(system, Topology):
         system = system_of(system)
+    from tacos.model.clos import ClosFabric
+
+    if in_network and kind == "allreduce" and isinstance(system, ClosFabric) and system.sharp:
+        from tacos.scale.sharp import synthesize_sharp
+
+        weights = None if parts is None else \
+            ((1,) * parts if isinstance(parts, int) else tuple(parts))
+        return synthesize_sharp(system, size, parts=weights, symmetric=symmetric)
     n_axes, n = len(system.axes), system.n_npus
     from tacos.scale import shared
 

@@ -1,0 +1,311 @@
+"""All-reduce on a multi-rail Clos whose switches reduce: NVLS in the node, SHARP in the rails.
+
+On a ``sharp`` :class:`~tacos.model.clos.ClosFabric` (every switch declares ``reduce`` and
+``multicast``) a part of the buffer goes, on the axes of :class:`~tacos.model.clos_rails.RailAxes`:
+
+1. **NVSwitch reduce-scatter** along ``gpu`` (one fan-in per GPU, chunk j into GPU j:
+   :func:`~tacos.scale.sharp_templates.nvls_reducescatter`): GPU j holds the node's sum of
+   the j-th eighth of the part;
+2. **rail reduce** along ``rail`` (:func:`~tacos.scale.sharp_templates.rail_reduce`): every
+   rail's GPUs send their eighth up the rail's switch tree once, the switches add, the sum
+   lands in the rail's member 0 (node 0);
+3. **rail broadcast** along ``rail`` (:func:`~tacos.scale.sharp_templates.rail_broadcast`):
+   member 0 multicasts it down the tree, every NIC receives it once;
+4. **NVSwitch all-gather** along ``gpu`` (one fan-out per GPU).
+
+So every NIC carries a part's eighth once each way (the node cut's minimum) and every NVLink
+the part once each way, with steps 1 and 4 of different parts in one **mixed** template
+(:func:`~tacos.scale.sharp_templates.nvls_mixed`: GPU j's fan-out of part q and fan-in of part
+q + ``lag`` at once, on disjoint links).  The rail reduce of part q + 1 runs while the rail
+broadcast of part q does (the fan-in uses only links toward member 0, the fan-out only links
+away from it), so the rails are busy for the parts' bytes plus one tree α per part, and the
+pipeline's fill and drain are the first part's reduce-scatter and the last part's broadcast and
+all-gather.
+
+Part sizes: ramps (small parts first and last, large ones in the middle) and the lag are chosen
+on an exact model of the phases (the rail templates are ``α + bytes / bandwidth``; the node
+templates are built), scheduled by :func:`tacos.scale.pipeline.schedule_tasks`, then refined one
+weight at a time; the best is built with the real templates.  :func:`synthesize_sharp` returns a
+:class:`~tacos.model.symmetric_plan.SymmetricPlan` on the ``RailAxes`` view that
+:func:`tacos.check.symmetric.verify_symmetric` checks unexpanded and
+:func:`tacos.model.symmetric_plan.expand` writes out for the full verifier.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tacos.errors import TacosError
+from tacos.model.clos import ClosFabric
+from tacos.model.clos_rails import RailAxes
+from tacos.model.schedule import Schedule
+from tacos.model.symmetric_plan import Phase, SymmetricPlan
+from tacos.scale.parts import split
+from tacos.scale.pipeline import schedule_tasks
+from tacos.scale.sharp_templates import (
+    direct,
+    nvls_allgather,
+    nvls_mixed,
+    nvls_reducescatter,
+    rail_broadcast,
+    rail_reduce,
+)
+
+LAGS = (2, 3, 4)
+RATIOS = (1.15, 1.25, 1.35, 1.5)
+RAMPS = (2, 4, 6, 8, 10, 12)
+FLAT = (2, 4, 8, 12, 16)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One phase to place: ``what`` ('rs', 'mix', 'ag', 'fi', 'fo'), its parts (the
+    all-gathered part first for 'mix'), resource and predecessors."""
+
+    what: str
+    parts: tuple[int, ...]
+    resource: str
+    preds: tuple[int, ...]
+
+
+def tasks(k: int, lag: int) -> list[Task]:
+    """The phases of ``k`` parts: reduce-scatters of parts < lag alone, then each part's
+    reduce-scatter mixed with the all-gather of the part ``lag`` before it, the all-gathers of
+    the last ``lag`` parts alone; rail reduce and broadcast of every part."""
+    out: list[Task] = []
+    rs_of: dict[int, int] = {}
+    fi_of: dict[int, int] = {}
+    fo_of: dict[int, int] = {}
+    mixed_of: dict[int, int] = {}      # all-gathered part -> its mixed task
+    for q in range(k):
+        if q < lag:
+            rs_of[q] = len(out)
+            out.append(Task("rs", (q,), "nv", ()))
+        else:
+            rs_of[q] = mixed_of[q - lag] = len(out)
+            out.append(Task("mix", (q - lag, q), "nv", ()))   # preds filled below
+        fi_of[q] = len(out)
+        out.append(Task("fi", (q,), "fi", (rs_of[q],)))
+        fo_of[q] = len(out)
+        out.append(Task("fo", (q,), "fo", (fi_of[q],)))
+    for p, i in mixed_of.items():
+        t = out[i]
+        out[i] = Task(t.what, t.parts, t.resource, (fo_of[p],))
+    for q in range(max(0, k - lag), k):
+        out.append(Task("ag", (q,), "nv", (fo_of[q],)))
+    # a mixed task is listed before the broadcast it waits for; order them by dependencies
+    return out
+
+
+class Templates:
+    """The node and rail templates of one fabric, each (kind, sizes) built once."""
+
+    def __init__(self, system: RailAxes) -> None:
+        self.system = system
+        self.node = system.template(0)
+        self.cache: dict[tuple, Schedule] = {}
+        r = system.fabric.gpus
+        self.r = r
+        unit = system.fabric.nodes      # the rail templates are α + bytes / bw: two points
+        one, two = self.rail(unit * r).makespan, self.rail(2 * unit * r).makespan
+        self.rail_beta = (two - one) / unit            # seconds per byte of a part's eighth
+        self.rail_alpha = one - self.rail_beta * unit
+        # a node fan-in of chunk size c lasts α + c β, every one of the r slots alike
+        one = nvls_reducescatter(self.node, r * r).makespan
+        two = nvls_reducescatter(self.node, 2 * r * r).makespan
+        self.nv_beta = (two - one) / (r * r)           # seconds per byte of a part
+        self.nv_alpha = (one - self.nv_beta * r * r) / r
+        self.cache.clear()
+
+    def get(self, what: str, sizes: tuple[int, ...]) -> Schedule:
+        """The template of a task: ``sizes`` are the parts' bytes."""
+        key = (what, sizes)
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = self._build(what, sizes)
+        return hit
+
+    def rail(self, part: int) -> Schedule:
+        """The rail reduce of one part of ``part`` bytes (its eighth)."""
+        return self.get("fi", (part,))
+
+    def _build(self, what: str, sizes: tuple[int, ...]) -> Schedule:
+        rail = self.system.template(1)
+        if what in ("rs", "ag"):
+            kind = "reducescatter" if what == "rs" else "allgather"
+            nvls = nvls_reducescatter if what == "rs" else nvls_allgather
+            return min(nvls(self.node, sizes[0]), direct(self.node, kind, sizes[0]),
+                       key=lambda s: s.makespan)
+        if what == "mix":
+            return nvls_mixed(self.node, sizes[0], sizes[1])
+        if what == "fi":
+            return rail_reduce(rail, sizes[0] // self.r)
+        return rail_broadcast(rail, sizes[0] // self.r)
+
+    def duration(self, what: str, sizes: tuple[int, ...]) -> float:
+        """A task's time from the templates' α-β lines (what :meth:`get` builds lasts this
+        long, up to rounding: a test checks it)."""
+        r, a, b = self.r, self.nv_alpha, self.nv_beta
+        if what in ("fi", "fo"):
+            return self.rail_alpha + self.rail_beta * (sizes[0] // r)
+        if what == "mix":
+            return r * a + max(sizes) * b
+        return min(r * a + sizes[0] * b, (r - 1) * (a + sizes[0] * b / r))
+
+
+def _sizes_of(t: Task, parts: Sequence[int]) -> tuple[int, ...]:
+    return tuple(parts[q] for q in t.parts)
+
+
+def place(parts: Sequence[int], lag: int, tpl: Templates) -> tuple[float, list[Task], list[float]]:
+    """The end, tasks and start times of one layout."""
+    ts = tasks(len(parts), lag)
+    durs = [tpl.duration(t.what, _sizes_of(t, parts)) for t in ts]
+    ranks = [min(t.parts[-1:]) for t in ts]
+    starts = schedule_tasks([t.resource for t in ts], durs, [t.preds for t in ts], ranks)
+    end = max(s + d for s, d in zip(starts, durs, strict=True))
+    return end, ts, starts
+
+
+def ramp(up: int, ratio: float, flat: int, down: int) -> tuple[int, ...]:
+    """Weights (in thousandths): ``up`` parts growing by ``ratio``, ``flat`` at the top, then
+    ``down`` parts shrinking by it."""
+    w = [ratio**i for i in range(up)] + [ratio**up] * flat + \
+        [ratio**i for i in reversed(range(down))]
+    return tuple(max(1, round(1000 * x)) for x in w)
+
+
+def search(size: int, system: RailAxes, tpl: Templates) -> tuple[tuple[int, ...], int, float]:
+    """The best (part sizes, lag, end) on the model: a grid of ramps, then each weight moved
+    by ±25%, ±10%, ±4% while that helps."""
+    n = system.n_npus
+    best: tuple[float, tuple[int, ...], int] | None = None
+    seen: set[tuple] = set()
+
+    def score(weights: tuple[int, ...], lag: int) -> float:
+        nonlocal best
+        sizes = split(size, weights, n)
+        if min(sizes) < n or (tuple(sizes), lag) in seen:
+            return float("inf")
+        seen.add((tuple(sizes), lag))
+        end = place(sizes, lag, tpl)[0]
+        if best is None or end < best[0]:
+            best = (end, weights, lag)
+        return end
+
+    for lag in LAGS:
+        for ratio in RATIOS:
+            for up in RAMPS:
+                for down in RAMPS:
+                    for flat in FLAT:
+                        score(ramp(up, ratio, flat, down), lag)
+    assert best is not None
+    for step in (0.25, 0.1, 0.04):
+        improved = True
+        while improved:
+            improved = False
+            end0, w0, lag = best
+            for i in range(len(w0)):
+                for f in (1 + step, 1 - step):
+                    w = list(w0)
+                    w[i] = max(1, round(w[i] * f))
+                    if score(tuple(w), lag) < end0 * (1 - 1e-9):
+                        improved = True
+                        break
+                if improved:
+                    break
+    end, weights, lag = best
+    return split(size, weights, n), lag, end
+
+
+def build(system: RailAxes, size: int, parts: Sequence[int], lag: int,
+          tpl: Templates) -> SymmetricPlan:
+    """The plan of one layout with the real templates."""
+    ts = tasks(len(parts), lag)
+    tmpl = [tpl.get(t.what, _sizes_of(t, parts)) for t in ts]
+    ranks = [min(t.parts[-1:]) for t in ts]
+    starts = schedule_tasks([t.resource for t in ts], [s.makespan for s in tmpl],
+                            [t.preds for t in ts], ranks)
+    phases = []
+    for t, s, st in zip(ts, tmpl, starts, strict=True):
+        if t.what == "rs":
+            phases.append(Phase(t.parts[0], 0, "reducescatter", s, st))
+        elif t.what == "ag":
+            phases.append(Phase(t.parts[0], 0, "allgather", s, st))
+        elif t.what == "mix":
+            phases.append(Phase(t.parts[0], 0, "allgather", s, st, scatter=(t.parts[1],)))
+        else:
+            phases.append(Phase(t.parts[0], 1, "reduce" if t.what == "fi" else "broadcast",
+                                s, st))
+    return SymmetricPlan(system, "allreduce", sum(parts), tuple(parts), tuple(phases),
+                         {"parts": len(parts), "lag": lag, "in_network": "sharp+nvls"})
+
+
+def synthesize_sharp(fabric: ClosFabric | RailAxes, size: int, *,
+                     parts: Sequence[int] | None = None, lag: int | None = None,
+                     symmetric: bool = True) -> SymmetricPlan:
+    """An all-reduce of ``size`` bytes (rounded down to a multiple of the NPU count) on a
+    ``sharp`` fabric, as the module docstring builds it.  ``parts`` (weights) and ``lag`` fix
+    the layout instead of searching it; ``symmetric=False`` also builds every copy's templates
+    from the whole topology (cut out and renumbered) and raises
+    :class:`~tacos.errors.TacosError` unless each has the template's time."""
+    system = fabric if isinstance(fabric, RailAxes) else RailAxes(fabric)
+    if not system.sharp:
+        raise TacosError("the rail switches do not reduce: in-network all-reduce needs a "
+                         "fabric with SHARP", hint="ClosFabric(..., sharp=True), or "
+                         "use clos_h100(..., sharp=1)")
+    n = system.n_npus
+    if size < n:
+        raise TacosError(f"{size} bytes is less than one byte per NPU",
+                         hint=f"use at least {n} bytes")
+    t0 = time.process_time()
+    tpl = Templates(system)
+    if parts is None:
+        sizes, found_lag, _ = search(size, system, tpl)
+        lag = found_lag if lag is None else lag
+    else:
+        sizes = split(size, tuple(parts), n)
+        if min(sizes) < n:
+            raise TacosError("a part of this layout is less than one byte per NPU")
+        lag = 1 if lag is None else lag
+    plan = build(system, size, sizes, lag, tpl)
+    if not symmetric:
+        _every_copy(plan)
+    meta: dict[str, Any] = {"solver": "symmetric-sharp", "size_requested": size,
+                            "templates": len(tpl.cache),
+                            "synthesis_cpu": time.process_time() - t0, **plan.meta}
+    return SymmetricPlan(system, plan.kind, plan.size, plan.parts, plan.phases, meta)
+
+
+def _every_copy(plan: SymmetricPlan) -> None:
+    """Build every phase's template on every copy's own cut of the whole topology."""
+    from tacos.scale.synthesize import subtopology
+
+    system = plan.system
+    whole = system.topology()
+    seen: set[int] = set()
+    makers = {"reducescatter": lambda tp, t: nvls_reducescatter(tp, t.collective.size),
+              "reduce": lambda tp, t: rail_reduce(tp, t.collective.size),
+              "broadcast": lambda tp, t: rail_broadcast(tp, t.collective.size)}
+    for ph in plan.phases:
+        if id(ph.template) in seen:
+            continue
+        seen.add(id(ph.template))
+        emb = system.embed(ph.axis)
+        r = system.axes[ph.axis].size
+        for c in range(len(emb.nodes)):
+            sub = subtopology(whole, emb.nodes[c].tolist(), emb.links[c].tolist())
+            t = ph.template
+            if ph.kind == "allgather":
+                gather = sum(ch.size for ch in t.collective.chunks[:r])
+                rest = sum(ch.size for ch in t.collective.chunks[r:])
+                own = nvls_mixed(sub, gather, rest) if ph.scatter else \
+                    nvls_allgather(sub, gather)
+            else:
+                own = makers[ph.kind](sub, t)
+            if abs(own.makespan - t.makespan) > 1e-12 * t.makespan:
+                raise TacosError(f"copy {c} of axis {system.axes[ph.axis].name}: "
+                                 f"{own.makespan} s alone against {t.makespan} s")
