@@ -46,8 +46,7 @@ from tacos.model.symmetric_plan import Phase, SymmetricPlan
 from tacos.scale.parts import split
 from tacos.scale.pipeline import schedule_tasks
 from tacos.scale.sharp_templates import (
-    direct,
-    nvls_allgather,
+    node_alone,
     nvls_mixed,
     nvls_reducescatter,
     rail_broadcast,
@@ -135,10 +134,8 @@ class Templates:
     def _build(self, what: str, sizes: tuple[int, ...]) -> Schedule:
         rail = self.system.template(1)
         if what in ("rs", "ag"):
-            kind = "reducescatter" if what == "rs" else "allgather"
-            nvls = nvls_reducescatter if what == "rs" else nvls_allgather
-            return min(nvls(self.node, sizes[0]), direct(self.node, kind, sizes[0]),
-                       key=lambda s: s.makespan)
+            return node_alone(self.node, "reducescatter" if what == "rs" else "allgather",
+                              sizes[0])
         if what == "mix":
             return nvls_mixed(self.node, sizes[0], sizes[1])
         if what == "fi":
@@ -287,7 +284,7 @@ def _every_copy(plan: SymmetricPlan) -> None:
     system = plan.system
     whole = system.topology()
     seen: set[int] = set()
-    makers = {"reducescatter": lambda tp, t: nvls_reducescatter(tp, t.collective.size),
+    makers = {"reducescatter": lambda tp, t: node_alone(tp, "reducescatter", t.collective.size),
               "reduce": lambda tp, t: rail_reduce(tp, t.collective.size),
               "broadcast": lambda tp, t: rail_broadcast(tp, t.collective.size)}
     for ph in plan.phases:
@@ -303,7 +300,7 @@ def _every_copy(plan: SymmetricPlan) -> None:
                 gather = sum(ch.size for ch in t.collective.chunks[:r])
                 rest = sum(ch.size for ch in t.collective.chunks[r:])
                 own = nvls_mixed(sub, gather, rest) if ph.scatter else \
-                    nvls_allgather(sub, gather)
+                    node_alone(sub, "allgather", gather)
             else:
                 own = makers[ph.kind](sub, t)
             if abs(own.makespan - t.makespan) > 1e-12 * t.makespan:

@@ -149,6 +149,13 @@ def direct(topology: Topology, kind: str, size: int) -> Schedule:
     return _schedule(topology, coll, transfers, f"direct-{kind}")
 
 
+def node_alone(topology: Topology, kind: str, size: int) -> Schedule:
+    """A reduce-scatter or all-gather that has no partner to mix with: the faster of the
+    in-switch one (:func:`nvls_reducescatter`, :func:`nvls_allgather`) and :func:`direct`."""
+    nvls = nvls_reducescatter if kind == "reducescatter" else nvls_allgather
+    return min(nvls(topology, size), direct(topology, kind, size), key=lambda s: s.makespan)
+
+
 def nvls_reducescatter(topology: Topology, size: int) -> Schedule:
     """The reduce-scatter of ``size`` bytes as one fan-in per member."""
     coll = build("reducescatter", range(topology.n_npus), size=size)
