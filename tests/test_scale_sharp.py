@@ -53,9 +53,9 @@ def test_sharp_bound_of_dgx_h100_fabrics_is_the_node_cut():
 
 
 @pytest.mark.parametrize("fabric", [TWO_TIER, THREE_TIER], ids=["2tier", "3tier"])
-@pytest.mark.parametrize("lag", [1, 2])
-def test_plan_equals_full_synthesis_and_passes_both_verifiers(fabric, lag):
-    plan = synthesize_sharp(fabric, 4 * MiB, parts=(1, 2, 2, 1), lag=lag, symmetric=False)
+@pytest.mark.parametrize("lead", [1, 2])
+def test_plan_equals_full_synthesis_and_passes_both_verifiers(fabric, lead):
+    plan = synthesize_sharp(fabric, 4 * MiB, parts=(1, 2, 2, 1), lead=lead, symmetric=False)
     assert verify_symmetric(plan).ok
     schedule = expand(plan)
     assert verify_schedule(schedule).ok
@@ -66,7 +66,7 @@ def test_plan_equals_full_synthesis_and_passes_both_verifiers(fabric, lag):
 
 
 def test_rail_phases_of_consecutive_parts_overlap():
-    plan = synthesize_sharp(TWO_TIER, 64 * MiB, parts=(1, 1, 1, 1), lag=3)
+    plan = synthesize_sharp(TWO_TIER, 64 * MiB, parts=(1, 1, 1, 1), lead=3)
     assert verify_symmetric(plan).ok
     red = {ph.part: ph for ph in plan.phases if ph.kind == "reduce"}
     bc = {ph.part: ph for ph in plan.phases if ph.kind == "broadcast"}
@@ -84,7 +84,7 @@ def _move(plan, pred, dt):
 
 
 def test_broken_plans_are_rejected_by_both_verifiers():
-    plan = synthesize_sharp(TWO_TIER, 4 * MiB, parts=(1, 1), lag=1)
+    plan = synthesize_sharp(TWO_TIER, 4 * MiB, parts=(1, 1), lead=1)
     first_bc = next(ph for ph in plan.phases if ph.kind == "broadcast" and ph.part == 0)
     early = _move(plan, lambda ph: ph is first_bc, -first_bc.template.makespan / 2)
     no_bc = _drop(plan, lambda ph: ph is first_bc)
@@ -99,7 +99,7 @@ def test_broken_plans_are_rejected_by_both_verifiers():
 
 
 def test_a_phase_of_a_rooted_part_is_rejected():
-    plan = synthesize_sharp(TWO_TIER, 4 * MiB, parts=(1,), lag=1)
+    plan = synthesize_sharp(TWO_TIER, 4 * MiB, parts=(1,), lead=1)
     bc = next(ph for ph in plan.phases if ph.kind == "broadcast")
     ag = next(ph for ph in plan.phases if ph.kind == "allgather")
     # the all-gather run between the reduce and the broadcast: the part is held by member 0
@@ -131,7 +131,7 @@ def test_search_model_is_the_templates_time():
 
 
 def test_plan_file_round_trip():
-    plan = synthesize_sharp(THREE_TIER, 4 * MiB, parts=(1, 2, 1), lag=1)
+    plan = synthesize_sharp(THREE_TIER, 4 * MiB, parts=(1, 2, 1), lead=1)
     text = dumps(plan)
     assert SCHEMA_ROOTED in text
     back = loads(text)
@@ -167,6 +167,6 @@ def test_searched_layout_is_verified_and_no_slower_than_equal_parts():
     fabric = ClosFabric(64, 2, sharp=True)
     plan = synthesize_sharp(fabric, 1 << 30)
     assert verify_symmetric(plan).ok
-    equal = synthesize_sharp(fabric, 1 << 30, parts=(1,) * 8, lag=3)
+    equal = synthesize_sharp(fabric, 1 << 30, parts=(1,) * 8, lead=3)
     assert plan.makespan <= equal.makespan
     assert plan.makespan / symmetric_bound(fabric, "allreduce", plan.size) < 1.2

@@ -16,13 +16,13 @@ On a ``sharp`` :class:`~tacos.model.clos.ClosFabric` (every switch declares ``re
 So every NIC carries a part's eighth once each way (the node cut's minimum) and every NVLink
 the part once each way, with steps 1 and 4 of different parts in one **mixed** template
 (:func:`~tacos.scale.sharp_templates.nvls_mixed`: GPU j's fan-out of part q and fan-in of part
-q + ``lag`` at once, on disjoint links).  The rail reduce of part q + 1 runs while the rail
+q + ``lead`` at once, on disjoint links).  The rail reduce of part q + 1 runs while the rail
 broadcast of part q does (the fan-in uses only links toward member 0, the fan-out only links
 away from it), so the rails are busy for the parts' bytes plus one tree α per part, and the
 pipeline's fill and drain are the first part's reduce-scatter and the last part's broadcast and
 all-gather.
 
-Part sizes: ramps (small parts first and last, large ones in the middle) and the lag are chosen
+Part sizes: ramps (small parts first and last, large ones in the middle) and the lead are chosen
 on an exact model of the phases (the rail templates are ``α + bytes / bandwidth``; the node
 templates are built), scheduled by :func:`tacos.scale.pipeline.schedule_tasks`, then refined one
 weight at a time; the best is built with the real templates.  :func:`synthesize_sharp` returns a
@@ -44,7 +44,6 @@ from tacos.model.clos_rails import RailAxes
 from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import Phase, SymmetricPlan
 from tacos.scale.parts import split
-from tacos.scale.pipeline import schedule_tasks
 from tacos.scale.sharp_templates import (
     node_alone,
     nvls_mixed,
@@ -53,50 +52,83 @@ from tacos.scale.sharp_templates import (
     rail_reduce,
 )
 
-LAGS = (2, 3, 4)
-RATIOS = (1.15, 1.25, 1.35, 1.5)
-RAMPS = (2, 4, 6, 8, 10, 12)
-FLAT = (2, 4, 8, 12, 16)
+LEADS = (2, 3, 4)
+UP = ((1.15, 6), (1.25, 4), (1.25, 8), (1.4, 4), (1.4, 6))      # (ratio, parts) of the ramp-up
+DOWN = ((1.25, 4), (1.5, 3), (1.5, 5), (2.0, 3), (2.0, 5), (2.5, 4))
+FLAT = (4, 8, 12, 16, 20)
 
 
 @dataclass(frozen=True)
 class Task:
-    """One phase to place: ``what`` ('rs', 'mix', 'ag', 'fi', 'fo'), its parts (the
-    all-gathered part first for 'mix'), resource and predecessors."""
+    """One phase to place: ``what`` ('rs', 'mix', 'ag' on the NVSwitch, 'fi', 'fo' on the
+    rails) and its parts (for 'mix': the all-gathered part, then the reduce-scattered one)."""
 
     what: str
     parts: tuple[int, ...]
-    resource: str
-    preds: tuple[int, ...]
 
 
-def tasks(k: int, lag: int) -> list[Task]:
-    """The phases of ``k`` parts: reduce-scatters of parts < lag alone, then each part's
-    reduce-scatter mixed with the all-gather of the part ``lag`` before it, the all-gathers of
-    the last ``lag`` parts alone; rail reduce and broadcast of every part."""
-    out: list[Task] = []
-    rs_of: dict[int, int] = {}
-    fi_of: dict[int, int] = {}
-    fo_of: dict[int, int] = {}
-    mixed_of: dict[int, int] = {}      # all-gathered part -> its mixed task
-    for q in range(k):
-        if q < lag:
-            rs_of[q] = len(out)
-            out.append(Task("rs", (q,), "nv", ()))
+def run(parts: Sequence[int], lead: int, dur, seq: Sequence[Task] | None = None
+        ) -> tuple[float, list[Task], list[tuple[Task, float]]]:
+    """Place a layout's phases; ``dur(task)`` gives a phase's time.
+
+    The rails take each part's reduce then broadcast as early as they can (a part's reduce
+    after its node reduce-scatter and the previous part's reduce; its broadcast after its
+    reduce and the previous broadcast).  The NVSwitch follows ``seq`` if given; otherwise, each
+    time it is free, it mixes the oldest all-gather that is ready with the next reduce-scatter,
+    but reduce-scatters alone first when the rails would otherwise wait for it, runs a
+    reduce-scatter alone while fewer than ``lead`` parts wait for the rails, and otherwise
+    waits for the next all-gather.  Returns the end, the NVSwitch's sequence and every phase
+    with its start."""
+    k = len(parts)
+    fi_end = [0.0] * k
+    fo_end = [0.0] * k
+    placed: list[tuple[Task, float]] = []
+    order: list[Task] = []
+    state = {"rs": 0, "fi_free": 0.0, "fo_free": 0.0}
+
+    def rs_done(q: int, t: float) -> None:   # the rails take part q from t
+        st = max(t, state["fi_free"])
+        fi = Task("fi", (q,))
+        fi_end[q] = state["fi_free"] = st + dur(fi)
+        placed.append((fi, st))
+        fo = Task("fo", (q,))
+        st2 = max(fi_end[q], state["fo_free"])
+        fo_end[q] = state["fo_free"] = st2 + dur(fo)
+        placed.append((fo, st2))
+
+    nv, ag, end = 0.0, 0, 0.0
+    it = iter(seq) if seq is not None else None
+    while ag < k:
+        r = state["rs"]
+        if it is not None:
+            task = next(it)
         else:
-            rs_of[q] = mixed_of[q - lag] = len(out)
-            out.append(Task("mix", (q - lag, q), "nv", ()))   # preds filled below
-        fi_of[q] = len(out)
-        out.append(Task("fi", (q,), "fi", (rs_of[q],)))
-        fo_of[q] = len(out)
-        out.append(Task("fo", (q,), "fo", (fi_of[q],)))
-    for p, i in mixed_of.items():
-        t = out[i]
-        out[i] = Task(t.what, t.parts, t.resource, (fo_of[p],))
-    for q in range(max(0, k - lag), k):
-        out.append(Task("ag", (q,), "nv", (fo_of[q],)))
-    # a mixed task is listed before the broadcast it waits for; order them by dependencies
-    return out
+            ready = ag < r and fo_end[ag] <= nv
+            waiting = sum(1 for q in range(r) if fi_end[q] - dur(Task("fi", (q,))) > nv)
+            starving = r < k and state["fi_free"] <= nv + (dur(Task("rs", (r,))) if r < k
+                                                           else 0.0)
+            if ready and r < k and not (starving and waiting == 0):
+                task = Task("mix", (ag, r))
+            elif ready:
+                task = Task("ag", (ag,)) if r == k or waiting else Task("rs", (r,))
+            elif r < k and (waiting < lead or ag >= r):
+                task = Task("rs", (r,))
+            else:
+                nv = max(nv, fo_end[ag])
+                continue
+        if task.what in ("mix", "ag"):
+            start = max(nv, fo_end[task.parts[0]])
+            ag += 1
+        else:
+            start = nv
+        nv = start + dur(task)
+        end = max(end, nv)
+        order.append(task)
+        placed.append((task, start))
+        if task.what in ("mix", "rs"):
+            state["rs"] += 1
+            rs_done(task.parts[-1], nv)
+    return max(end, max(fo_end, default=0.0)), order, placed
 
 
 class Templates:
@@ -157,77 +189,78 @@ def _sizes_of(t: Task, parts: Sequence[int]) -> tuple[int, ...]:
     return tuple(parts[q] for q in t.parts)
 
 
-def place(parts: Sequence[int], lag: int, tpl: Templates) -> tuple[float, list[Task], list[float]]:
-    """The end, tasks and start times of one layout."""
-    ts = tasks(len(parts), lag)
-    durs = [tpl.duration(t.what, _sizes_of(t, parts)) for t in ts]
-    ranks = [min(t.parts[-1:]) for t in ts]
-    starts = schedule_tasks([t.resource for t in ts], durs, [t.preds for t in ts], ranks)
-    end = max(s + d for s, d in zip(starts, durs, strict=True))
-    return end, ts, starts
+def place(parts: Sequence[int], lead: int, tpl: Templates) -> float:  # noqa: D103
+    """The end of one layout on the model."""
+    return run(parts, lead, lambda t: tpl.duration(t.what, _sizes_of(t, parts)))[0]
 
 
-def ramp(up: int, ratio: float, flat: int, down: int) -> tuple[int, ...]:
-    """Weights (in thousandths): ``up`` parts growing by ``ratio``, ``flat`` at the top, then
-    ``down`` parts shrinking by it."""
-    w = [ratio**i for i in range(up)] + [ratio**up] * flat + \
-        [ratio**i for i in reversed(range(down))]
+def ramp(up: tuple[float, int], flat: int, down: tuple[float, int]) -> tuple[int, ...]:
+    """Weights (thousandths of the flat parts'): ``up = (ratio, count)`` parts growing by
+    ratio to the top, ``flat`` parts at the top, ``down`` parts shrinking by its ratio."""
+    (ru, nu), (rd, nd) = up, down
+    w = [ru**-i for i in range(nu, 0, -1)] + [1.0] * flat + [rd**-i for i in range(1, nd + 1)]
     return tuple(max(1, round(1000 * x)) for x in w)
 
 
 def search(size: int, system: RailAxes, tpl: Templates) -> tuple[tuple[int, ...], int, float]:
-    """The best (part sizes, lag, end) on the model: a grid of ramps, then each weight moved
+    """The best (part sizes, lead, end) on the model: a grid of ramps, then each weight moved
     by ±25%, ±10%, ±4% while that helps."""
     n = system.n_npus
     best: tuple[float, tuple[int, ...], int] | None = None
     seen: set[tuple] = set()
 
-    def score(weights: tuple[int, ...], lag: int) -> float:
+    def score(weights: tuple[int, ...], lead: int) -> float:
         nonlocal best
         sizes = split(size, weights, n)
-        if min(sizes) < n or (tuple(sizes), lag) in seen:
+        if min(sizes) < n or (tuple(sizes), lead) in seen:
             return float("inf")
-        seen.add((tuple(sizes), lag))
-        end = place(sizes, lag, tpl)[0]
+        seen.add((tuple(sizes), lead))
+        end = place(sizes, lead, tpl)
         if best is None or end < best[0]:
-            best = (end, weights, lag)
+            best = (end, weights, lead)
         return end
 
-    for lag in LAGS:
-        for ratio in RATIOS:
-            for up in RAMPS:
-                for down in RAMPS:
-                    for flat in FLAT:
-                        score(ramp(up, ratio, flat, down), lag)
+    for lead in LEADS:
+        for up in UP:
+            for down in DOWN:
+                for flat in FLAT:
+                    score(ramp(up, flat, down), lead)
     assert best is not None
-    for step in (0.25, 0.1, 0.04):
+    for step in (0.5, 0.25, 0.1, 0.04):
         improved = True
         while improved:
             improved = False
-            end0, w0, lag = best
+            end0, w0, lead = best
             for i in range(len(w0)):
                 for f in (1 + step, 1 - step):
                     w = list(w0)
                     w[i] = max(1, round(w[i] * f))
-                    if score(tuple(w), lag) < end0 * (1 - 1e-9):
+                    if score(tuple(w), lead) < end0 * (1 - 1e-9):
                         improved = True
                         break
                 if improved:
                     break
-    end, weights, lag = best
-    return split(size, weights, n), lag, end
+    end, weights, lead = best
+    return split(size, weights, n), lead, end
 
 
-def build(system: RailAxes, size: int, parts: Sequence[int], lag: int,
+def build(system: RailAxes, size: int, parts: Sequence[int], lead: int,
           tpl: Templates) -> SymmetricPlan:
-    """The plan of one layout with the real templates."""
-    ts = tasks(len(parts), lag)
-    tmpl = [tpl.get(t.what, _sizes_of(t, parts)) for t in ts]
-    ranks = [min(t.parts[-1:]) for t in ts]
-    starts = schedule_tasks([t.resource for t in ts], [s.makespan for s in tmpl],
-                            [t.preds for t in ts], ranks)
+    """The plan of one layout: the NVSwitch's sequence decided on the model, then every phase
+    placed with the real templates' times."""
+    _, seq, _ = run(parts, lead, lambda t: tpl.duration(t.what, _sizes_of(t, parts)))
+    made = {}
+
+    def real(t: Task) -> float:
+        key = (t.what, _sizes_of(t, parts))
+        if key not in made:
+            made[key] = tpl.get(*key)
+        return made[key].makespan
+
+    _, _, placed = run(parts, lead, real, seq)
     phases = []
-    for t, s, st in zip(ts, tmpl, starts, strict=True):
+    for t, st in placed:
+        s = made[(t.what, _sizes_of(t, parts))]
         if t.what == "rs":
             phases.append(Phase(t.parts[0], 0, "reducescatter", s, st))
         elif t.what == "ag":
@@ -237,15 +270,17 @@ def build(system: RailAxes, size: int, parts: Sequence[int], lag: int,
         else:
             phases.append(Phase(t.parts[0], 1, "reduce" if t.what == "fi" else "broadcast",
                                 s, st))
+    mixed = sum(t.what == "mix" for t in seq)
     return SymmetricPlan(system, "allreduce", sum(parts), tuple(parts), tuple(phases),
-                         {"parts": len(parts), "lag": lag, "in_network": "sharp+nvls"})
+                         {"parts": len(parts), "lead": lead, "mixed_phases": mixed,
+                          "in_network": "sharp+nvls"})
 
 
 def synthesize_sharp(fabric: ClosFabric | RailAxes, size: int, *,
-                     parts: Sequence[int] | None = None, lag: int | None = None,
+                     parts: Sequence[int] | None = None, lead: int | None = None,
                      symmetric: bool = True) -> SymmetricPlan:
     """An all-reduce of ``size`` bytes (rounded down to a multiple of the NPU count) on a
-    ``sharp`` fabric, as the module docstring builds it.  ``parts`` (weights) and ``lag`` fix
+    ``sharp`` fabric, as the module docstring builds it.  ``parts`` (weights) and ``lead`` fix
     the layout instead of searching it; ``symmetric=False`` also builds every copy's templates
     from the whole topology (cut out and renumbered) and raises
     :class:`~tacos.errors.TacosError` unless each has the template's time."""
@@ -261,14 +296,14 @@ def synthesize_sharp(fabric: ClosFabric | RailAxes, size: int, *,
     t0 = time.process_time()
     tpl = Templates(system)
     if parts is None:
-        sizes, found_lag, _ = search(size, system, tpl)
-        lag = found_lag if lag is None else lag
+        sizes, found_lead, _ = search(size, system, tpl)
+        lead = found_lead if lead is None else lead
     else:
         sizes = split(size, tuple(parts), n)
         if min(sizes) < n:
             raise TacosError("a part of this layout is less than one byte per NPU")
-        lag = 1 if lag is None else lag
-    plan = build(system, size, sizes, lag, tpl)
+        lead = 1 if lead is None else lead
+    plan = build(system, size, sizes, lead, tpl)
     if not symmetric:
         _every_copy(plan)
     meta: dict[str, Any] = {"solver": "symmetric-sharp", "size_requested": size,
