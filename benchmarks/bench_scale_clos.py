@@ -4,13 +4,16 @@ Each case runs in a fresh process (its peak RSS is its own ``ru_maxrss``): it bu
 (:class:`tacos.model.clos.ClosFabric` or :class:`tacos.model.torus_axes.TorusAxes`), runs
 :func:`tacos.scale.synthesize.synthesize_symmetric` (CPU seconds of the process), then
 :func:`tacos.check.symmetric.verify_symmetric` (CPU seconds), and compares the plan's time with
-the closed-form physical bound (:func:`tacos.check.bounds_symmetric.symmetric_bound`).  The
+the closed-form physical bound (:func:`tacos.check.bounds_symmetric.symmetric_bound`: on the
+``-sharp`` fabrics, whose switches reduce, the in-network bound, otherwise the composition
+bound).  The
 growth exponent of a series is the least-squares slope of log(CPU) against log(NPUs).
 
 Usage::
 
     nice python -m benchmarks.bench_scale_clos                 # every case, one after another
     nice python -m benchmarks.bench_scale_clos --only clos-1024
+    nice python -m benchmarks.bench_scale_clos --only clos-1024-sharp clos-5000-sharp
     nice python -m benchmarks.bench_scale_clos --json out.json
     nice python -m benchmarks.bench_scale_clos --expanded       # unexpanded vs expanded check
     nice python -m benchmarks.bench_scale_clos --cli            # tacosc -o plan.json; verify
@@ -38,6 +41,11 @@ CASES: dict[str, tuple[str, dict, str, tuple[float, ...]]] = {
     "clos-1024": ("clos", {"nodes": 1024, "tiers": 2}, "allreduce", (1, 4, 16)),
     "clos-5000": ("clos", {"nodes": 5000, "tiers": 3, "hosts_per_leaf": 25,
                            "leaves_per_pod": 25}, "allreduce", (1, 4, 16)),
+    "clos-1024-sharp": ("clos", {"nodes": 1024, "tiers": 2, "sharp": True}, "allreduce",
+                        (1 / 16, 1, 16)),
+    "clos-5000-sharp": ("clos", {"nodes": 5000, "tiers": 3, "hosts_per_leaf": 25,
+                                 "leaves_per_pod": 25, "sharp": True}, "allreduce",
+                        (1 / 16, 1, 16)),
     "clos-1024-ag": ("clos", {"nodes": 1024, "tiers": 2}, "allgather", (1,)),
     "clos-1024-rs": ("clos", {"nodes": 1024, "tiers": 2}, "reducescatter", (1,)),
     "clos-5000-ag": ("clos", {"nodes": 5000, "tiers": 3, "hosts_per_leaf": 25,
@@ -49,6 +57,7 @@ CASES: dict[str, tuple[str, dict, str, tuple[float, ...]]] = {
     "torus-34": ("torus", {"shape": (34, 34, 34)}, "allgather", (1,)),
 }
 SERIES = {"clos 2-tier/3-tier all-reduce": ("clos-64", "clos-256", "clos-1024", "clos-5000"),
+          "clos with SHARP all-reduce": ("clos-1024-sharp", "clos-5000-sharp"),
           "torus all-gather": ("torus-8", "torus-16", "torus-34")}
 
 CHILD = r"""
@@ -75,6 +84,7 @@ print(json.dumps({"npus": system.n_npus, "links": system.n_links, "synth_cpu": c
                   "fused": plan.meta.get("fused_digits", ""),
                   "shared": plan.meta.get("shared", ""),
                   "mixed": plan.meta.get("mixed_phases", 0),
+                  "lead": plan.meta.get("lead", 0),
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -270,6 +280,8 @@ def main(argv: list[str] | None = None) -> None:
             r = run(name, size)
             rows.append(r)
             mixed = f" + {r['mixed']} mixed phases" if r.get("mixed") else ""
+            if r.get("lead"):
+                mixed = f"SHARP+NVLS, lead {r['lead']}, {r['mixed']} mixed node phases"
             print(f"| {name} | {r['npus']:,} | {r['collective']} | {size:g} GiB | "
                   f"{r['synth_cpu']:.1f} | {r['verify_cpu']:.2f} | {r['rss_mib']:.0f} | "
                   f"{r['makespan'] * 1e3:.3f} | {r['bound'] * 1e3:.3f} | {r['ratio']:.4f} | "

@@ -55,7 +55,7 @@ from tacos.scale.sharp_templates import (
 LEADS = (2, 3, 4)
 UP = ((1.15, 6), (1.25, 4), (1.25, 8), (1.4, 4), (1.4, 6))      # (ratio, parts) of the ramp-up
 DOWN = ((1.25, 4), (1.5, 3), (1.5, 5), (2.0, 3), (2.0, 5), (2.5, 4))
-FLAT = (4, 8, 12, 16, 20)
+FLAT = (4, 8, 12, 16, 20, 32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -84,11 +84,13 @@ def run(parts: Sequence[int], lead: int, dur, seq: Sequence[Task] | None = None
     fo_end = [0.0] * k
     placed: list[tuple[Task, float]] = []
     order: list[Task] = []
-    state = {"rs": 0, "fi_free": 0.0, "fo_free": 0.0}
+    fi_start = [0.0] * k
+    state = {"rs": 0, "fi_free": 0.0, "fo_free": 0.0, "first": 0}
 
     def rs_done(q: int, t: float) -> None:   # the rails take part q from t
         st = max(t, state["fi_free"])
         fi = Task("fi", (q,))
+        fi_start[q] = st
         fi_end[q] = state["fi_free"] = st + dur(fi)
         placed.append((fi, st))
         fo = Task("fo", (q,))
@@ -104,7 +106,9 @@ def run(parts: Sequence[int], lead: int, dur, seq: Sequence[Task] | None = None
             task = next(it)
         else:
             ready = ag < r and fo_end[ag] <= nv
-            waiting = sum(1 for q in range(r) if fi_end[q] - dur(Task("fi", (q,))) > nv)
+            while state["first"] < r and fi_start[state["first"]] <= nv:
+                state["first"] += 1            # parts whose rail reduce has started by now
+            waiting = r - state["first"]
             starving = r < k and state["fi_free"] <= nv + (dur(Task("rs", (r,))) if r < k
                                                            else 0.0)
             if ready and r < k and not (starving and waiting == 0):
