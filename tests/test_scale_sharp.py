@@ -65,6 +65,13 @@ def test_plan_equals_full_synthesis_and_passes_both_verifiers(fabric, lead):
     assert {(1, "reduce", False), (1, "broadcast", False), (0, "allgather", True)} <= kinds
 
 
+def test_joint_node_phases_pass_both_verifiers():
+    plan = synthesize_sharp(THREE_TIER, 16 * MiB, parts=(1, 2, 2, 2, 2, 1), lead=2, batch=2)
+    assert any(ph.joint for ph in plan.phases if ph.axis == 0)
+    assert verify_symmetric(plan).ok
+    assert verify_schedule(expand(plan)).ok
+
+
 def test_rail_phases_of_consecutive_parts_overlap():
     plan = synthesize_sharp(TWO_TIER, 64 * MiB, parts=(1, 1, 1, 1), lead=3)
     assert verify_symmetric(plan).ok

@@ -53,6 +53,7 @@ from tacos.scale.sharp_templates import (
 )
 
 LEADS = (2, 3, 4)
+BATCHES = (1, 2)
 UP = ((1.15, 6), (1.25, 4), (1.25, 8), (1.4, 4), (1.4, 6))      # (ratio, parts) of the ramp-up
 DOWN = ((1.25, 4), (1.5, 3), (1.5, 5), (2.0, 3), (2.0, 5), (2.5, 4))
 FLAT = (4, 8, 12, 16, 20, 32, 64, 128)
@@ -61,39 +62,40 @@ FLAT = (4, 8, 12, 16, 20, 32, 64, 128)
 @dataclass(frozen=True)
 class Task:
     """One phase to place: ``what`` ('rs', 'mix', 'ag' on the NVSwitch, 'fi', 'fo' on the
-    rails) and its parts (for 'mix': the all-gathered part, then the reduce-scattered one)."""
+    rails), the parts it all-gathers (``ag``) and the parts it reduce-scatters, or reduces and
+    broadcasts in the rails (``rs``); several parts in one node phase ride one template."""
 
     what: str
-    parts: tuple[int, ...]
+    ag: tuple[int, ...] = ()
+    rs: tuple[int, ...] = ()
 
 
-def run(parts: Sequence[int], lead: int, dur, seq: Sequence[Task] | None = None
-        ) -> tuple[float, list[Task], list[tuple[Task, float]]]:
+def run(parts: Sequence[int], lead: int, dur, seq: Sequence[Task] | None = None,
+        batch: int = 1) -> tuple[float, list[Task], list[tuple[Task, float]]]:
     """Place a layout's phases; ``dur(task)`` gives a phase's time.
 
     The rails take each part's reduce then broadcast as early as they can (a part's reduce
     after its node reduce-scatter and the previous part's reduce; its broadcast after its
     reduce and the previous broadcast).  The NVSwitch follows ``seq`` if given; otherwise, each
-    time it is free, it mixes the oldest all-gather that is ready with the next reduce-scatter,
-    but reduce-scatters alone first when the rails would otherwise wait for it, runs a
-    reduce-scatter alone while fewer than ``lead`` parts wait for the rails, and otherwise
-    waits for the next all-gather.  Returns the end, the NVSwitch's sequence and every phase
-    with its start."""
+    time it is free, it mixes the oldest all-gathers that are ready (up to ``batch`` parts)
+    with the next reduce-scatters (as many), but reduce-scatters one part alone first when the
+    rails would otherwise wait for it, reduce-scatters alone while fewer than ``lead`` parts
+    wait for the rails, and otherwise waits for the next all-gather.  Returns the end, the
+    NVSwitch's sequence and every phase with its start."""
     k = len(parts)
+    fi_start = [0.0] * k
     fi_end = [0.0] * k
     fo_end = [0.0] * k
     placed: list[tuple[Task, float]] = []
     order: list[Task] = []
-    fi_start = [0.0] * k
     state = {"rs": 0, "fi_free": 0.0, "fo_free": 0.0, "first": 0}
 
     def rs_done(q: int, t: float) -> None:   # the rails take part q from t
-        st = max(t, state["fi_free"])
-        fi = Task("fi", (q,))
-        fi_start[q] = st
+        fi = Task("fi", rs=(q,))
+        st = fi_start[q] = max(t, state["fi_free"])
         fi_end[q] = state["fi_free"] = st + dur(fi)
         placed.append((fi, st))
-        fo = Task("fo", (q,))
+        fo = Task("fo", rs=(q,))
         st2 = max(fi_end[q], state["fo_free"])
         fo_end[q] = state["fo_free"] = st2 + dur(fo)
         placed.append((fo, st2))
@@ -105,33 +107,32 @@ def run(parts: Sequence[int], lead: int, dur, seq: Sequence[Task] | None = None
         if it is not None:
             task = next(it)
         else:
-            ready = ag < r and fo_end[ag] <= nv
+            ready = tuple(q for q in range(ag, min(ag + batch, r)) if fo_end[q] <= nv)
+            ready = ready[:next((i for i, q in enumerate(ready) if q != ag + i), len(ready))]
             while state["first"] < r and fi_start[state["first"]] <= nv:
                 state["first"] += 1            # parts whose rail reduce has started by now
             waiting = r - state["first"]
-            starving = r < k and state["fi_free"] <= nv + (dur(Task("rs", (r,))) if r < k
-                                                           else 0.0)
+            one = (r,) if r < k else ()
+            starving = r < k and state["fi_free"] <= nv + dur(Task("rs", rs=one))
+            nxt = tuple(range(r, min(r + batch, k)))
             if ready and r < k and not (starving and waiting == 0):
-                task = Task("mix", (ag, r))
+                task = Task("mix", ready, nxt)
             elif ready:
-                task = Task("ag", (ag,)) if r == k or waiting else Task("rs", (r,))
+                task = Task("ag", ready) if r == k or waiting else Task("rs", rs=one)
             elif r < k and (waiting < lead or ag >= r):
-                task = Task("rs", (r,))
+                task = Task("rs", rs=one if starving else nxt)
             else:
                 nv = max(nv, fo_end[ag])
                 continue
-        if task.what in ("mix", "ag"):
-            start = max(nv, fo_end[task.parts[0]])
-            ag += 1
-        else:
-            start = nv
+        start = max([nv] + [fo_end[q] for q in task.ag])
+        ag += len(task.ag)
         nv = start + dur(task)
         end = max(end, nv)
         order.append(task)
         placed.append((task, start))
-        if task.what in ("mix", "rs"):
+        for q in task.rs:
             state["rs"] += 1
-            rs_done(task.parts[-1], nv)
+            rs_done(q, nv)
     return max(end, max(fo_end, default=0.0)), order, placed
 
 
@@ -190,12 +191,16 @@ class Templates:
 
 
 def _sizes_of(t: Task, parts: Sequence[int]) -> tuple[int, ...]:
-    return tuple(parts[q] for q in t.parts)
+    """The template sizes of a task: (all-gathered bytes, reduce-scattered bytes) of a mix,
+    the bytes its parts hold together otherwise."""
+    g, s = sum(parts[q] for q in t.ag), sum(parts[q] for q in t.rs)
+    return (g, s) if t.what == "mix" else (g + s,)
 
 
-def place(parts: Sequence[int], lead: int, tpl: Templates) -> float:  # noqa: D103
+def place(parts: Sequence[int], lead: int, tpl: Templates, batch: int = 1) -> float:
     """The end of one layout on the model."""
-    return run(parts, lead, lambda t: tpl.duration(t.what, _sizes_of(t, parts)))[0]
+    return run(parts, lead, lambda t: tpl.duration(t.what, _sizes_of(t, parts)),
+               batch=batch)[0]
 
 
 def ramp(up: tuple[float, int], flat: int, down: tuple[float, int]) -> tuple[int, ...]:
@@ -206,54 +211,57 @@ def ramp(up: tuple[float, int], flat: int, down: tuple[float, int]) -> tuple[int
     return tuple(max(1, round(1000 * x)) for x in w)
 
 
-def search(size: int, system: RailAxes, tpl: Templates) -> tuple[tuple[int, ...], int, float]:
-    """The best (part sizes, lead, end) on the model: a grid of ramps, then each weight moved
-    by ±25%, ±10%, ±4% while that helps."""
+def search(size: int, system: RailAxes, tpl: Templates
+           ) -> tuple[tuple[int, ...], int, int, float]:
+    """The best (part sizes, lead, batch, end) on the model: a grid of ramps, then each
+    weight moved by ±50%, ±25%, ±10%, ±4% while that helps."""
     n = system.n_npus
-    best: tuple[float, tuple[int, ...], int] | None = None
+    best: tuple[float, tuple[int, ...], int, int] | None = None
     seen: set[tuple] = set()
 
-    def score(weights: tuple[int, ...], lead: int) -> float:
+    def score(weights: tuple[int, ...], lead: int, batch: int) -> float:
         nonlocal best
         sizes = split(size, weights, n)
-        if min(sizes) < n or (tuple(sizes), lead) in seen:
+        if min(sizes) < n or (tuple(sizes), lead, batch) in seen:
             return float("inf")
-        seen.add((tuple(sizes), lead))
-        end = place(sizes, lead, tpl)
+        seen.add((tuple(sizes), lead, batch))
+        end = place(sizes, lead, tpl, batch)
         if best is None or end < best[0]:
-            best = (end, weights, lead)
+            best = (end, weights, lead, batch)
         return end
 
-    for lead in LEADS:
-        for up in UP:
-            for down in DOWN:
-                for flat in FLAT:
-                    score(ramp(up, flat, down), lead)
+    for batch in BATCHES:
+        for lead in LEADS:
+            for up in UP:
+                for down in DOWN:
+                    for flat in FLAT:
+                        score(ramp(up, flat, down), lead, batch)
     assert best is not None
     for step in (0.5, 0.25, 0.1, 0.04):
         improved = True
         while improved:
             improved = False
-            end0, w0, lead = best
+            end0, w0, lead, batch = best
             for i in range(len(w0)):
                 for f in (1 + step, 1 - step):
                     w = list(w0)
                     w[i] = max(1, round(w[i] * f))
-                    if score(tuple(w), lead) < end0 * (1 - 1e-9):
+                    if score(tuple(w), lead, batch) < end0 * (1 - 1e-9):
                         improved = True
                         break
                 if improved:
                     break
-    end, weights, lead = best
-    return split(size, weights, n), lead, end
+    end, weights, lead, batch = best
+    return split(size, weights, n), lead, batch, end
 
 
 def build(system: RailAxes, size: int, parts: Sequence[int], lead: int,
-          tpl: Templates) -> SymmetricPlan:
+          tpl: Templates, batch: int = 1) -> SymmetricPlan:
     """The plan of one layout: the NVSwitch's sequence decided on the model, then every phase
     placed with the real templates' times."""
-    _, seq, _ = run(parts, lead, lambda t: tpl.duration(t.what, _sizes_of(t, parts)))
-    made = {}
+    _, seq, _ = run(parts, lead, lambda t: tpl.duration(t.what, _sizes_of(t, parts)),
+                    batch=batch)
+    made: dict[tuple, Schedule] = {}
 
     def real(t: Task) -> float:
         key = (t.what, _sizes_of(t, parts))
@@ -266,23 +274,24 @@ def build(system: RailAxes, size: int, parts: Sequence[int], lead: int,
     for t, st in placed:
         s = made[(t.what, _sizes_of(t, parts))]
         if t.what == "rs":
-            phases.append(Phase(t.parts[0], 0, "reducescatter", s, st))
+            phases.append(Phase(t.rs[0], 0, "reducescatter", s, st, joint=t.rs[1:]))
         elif t.what == "ag":
-            phases.append(Phase(t.parts[0], 0, "allgather", s, st))
+            phases.append(Phase(t.ag[0], 0, "allgather", s, st, joint=t.ag[1:]))
         elif t.what == "mix":
-            phases.append(Phase(t.parts[0], 0, "allgather", s, st, scatter=(t.parts[1],)))
+            phases.append(Phase(t.ag[0], 0, "allgather", s, st, joint=t.ag[1:], scatter=t.rs))
         else:
-            phases.append(Phase(t.parts[0], 1, "reduce" if t.what == "fi" else "broadcast",
+            phases.append(Phase(t.rs[0], 1, "reduce" if t.what == "fi" else "broadcast",
                                 s, st))
     mixed = sum(t.what == "mix" for t in seq)
     return SymmetricPlan(system, "allreduce", sum(parts), tuple(parts), tuple(phases),
-                         {"parts": len(parts), "lead": lead, "mixed_phases": mixed,
+                         {"parts": len(parts), "lead": lead, "batch": batch,
+                          "mixed_phases": mixed, "node_phases": len(seq),
                           "in_network": "sharp+nvls"})
 
 
 def synthesize_sharp(fabric: ClosFabric | RailAxes, size: int, *,
                      parts: Sequence[int] | None = None, lead: int | None = None,
-                     symmetric: bool = True) -> SymmetricPlan:
+                     batch: int | None = None, symmetric: bool = True) -> SymmetricPlan:
     """An all-reduce of ``size`` bytes (rounded down to a multiple of the NPU count) on a
     ``sharp`` fabric, as the module docstring builds it.  ``parts`` (weights) and ``lead`` fix
     the layout instead of searching it; ``symmetric=False`` also builds every copy's templates
@@ -300,14 +309,16 @@ def synthesize_sharp(fabric: ClosFabric | RailAxes, size: int, *,
     t0 = time.process_time()
     tpl = Templates(system)
     if parts is None:
-        sizes, found_lead, _ = search(size, system, tpl)
+        sizes, found_lead, found_batch, _ = search(size, system, tpl)
         lead = found_lead if lead is None else lead
+        batch = found_batch if batch is None else batch
     else:
         sizes = split(size, tuple(parts), n)
         if min(sizes) < n:
             raise TacosError("a part of this layout is less than one byte per NPU")
         lead = 1 if lead is None else lead
-    plan = build(system, size, sizes, lead, tpl)
+        batch = 1 if batch is None else batch
+    plan = build(system, size, sizes, lead, tpl, batch)
     if not symmetric:
         _every_copy(plan)
     meta: dict[str, Any] = {"solver": "symmetric-sharp", "size_requested": size,
