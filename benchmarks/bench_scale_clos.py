@@ -149,7 +149,10 @@ sys.exit(rc)
 
 CLI_CASES = {"clos-1024": "use clos_h100(nodes=1024, tiers=2)\n",
              "clos-5000": "use clos_h100(nodes=5000, tiers=3, hosts_per_leaf=25, "
-                          "leaves_per_pod=25)\n"}
+                          "leaves_per_pod=25)\n",
+             "clos-1024-sharp": "use clos_h100(nodes=1024, tiers=2, sharp=1)\n",
+             "clos-5000-sharp": "use clos_h100(nodes=5000, tiers=3, hosts_per_leaf=25, "
+                                "leaves_per_pod=25, sharp=1)\n"}
 
 
 def run_cli(size: str = "1GiB", only: list[str] | None = None) -> None:
