@@ -14,18 +14,22 @@ On a ``sharp`` :class:`~tacos.model.clos.ClosFabric` (every switch declares ``re
 4. **NVSwitch all-gather** along ``gpu`` (one fan-out per GPU).
 
 So every NIC carries a part's eighth once each way (the node cut's minimum) and every NVLink
-the part once each way, with steps 1 and 4 of different parts in one **mixed** template
-(:func:`~tacos.scale.sharp_templates.nvls_mixed`: GPU j's fan-out of part q and fan-in of part
-q + ``lead`` at once, on disjoint links).  The rail reduce of part q + 1 runs while the rail
-broadcast of part q does (the fan-in uses only links toward member 0, the fan-out only links
-away from it), so the rails are busy for the parts' bytes plus one tree α per part, and the
-pipeline's fill and drain are the first part's reduce-scatter and the last part's broadcast and
-all-gather.
+the part once each way, with step 4 of one part and step 1 of a later one in one **mixed**
+template (:func:`~tacos.scale.sharp_templates.nvls_mixed`: GPU j's fan-out and fan-in at once,
+on disjoint ports).  The rail reduce of part q + 1 runs while the rail broadcast of part q
+does (the fan-in uses only links toward member 0, the fan-out only links away from it), so the
+rails are busy for the parts' bytes plus one tree α per part, and the pipeline's fill and drain
+are the first part's reduce-scatter and the last part's broadcast and all-gather.  Parts whose
+node phase has no partner (the first reduce-scatters, the last all-gathers) take the faster of
+NVLS and direct rounds (:func:`~tacos.scale.sharp_templates.node_alone`).
 
-Part sizes: ramps (small parts first and last, large ones in the middle) and the lead are chosen
-on an exact model of the phases (the rail templates are ``α + bytes / bandwidth``; the node
-templates are built), scheduled by :func:`tacos.scale.pipeline.schedule_tasks`, then refined one
-weight at a time; the best is built with the real templates.  :func:`synthesize_sharp` returns a
+The NVSwitch is the critical resource: per byte it is 89% as busy as the NICs, but each node
+phase pays 8 slots of α against the rail tree's one.  :func:`run` places a layout, deciding
+the NVSwitch's sequence as it goes (the ``lead``: how many parts it may reduce-scatter ahead of
+the rails; ``batch``: how many parts one node phase may move).  :func:`search` tries ramps
+(small parts first and last, large ones in the middle), leads and batches on the templates'
+exact α-β lines, then refines one weight at a time; :func:`build` builds the best with the real
+templates.  :func:`synthesize_sharp` returns a
 :class:`~tacos.model.symmetric_plan.SymmetricPlan` on the ``RailAxes`` view that
 :func:`tacos.check.symmetric.verify_symmetric` checks unexpanded and
 :func:`tacos.model.symmetric_plan.expand` writes out for the full verifier.
