@@ -16,7 +16,8 @@ topology), so plans and checks on 40,000 NPUs never hold a per-NPU object;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from math import prod
 
 import numpy as np
@@ -146,3 +147,17 @@ class SymmetricSystem:
     def topology(self) -> Topology:  # pragma: no cover - abstract
         """The whole system as a :class:`Topology`, links in global id order."""
         raise NotImplementedError
+
+
+def subtopology(topology: Topology, nodes: Sequence[int], links: Sequence[int]) -> Topology:
+    """The part of ``topology`` made of ``nodes`` (NPUs first, renumbered 0..) and ``links``:
+    one copy of a group cut out of the whole system (the reference the tests compare the
+    templates with)."""
+    local = {g: k for k, g in enumerate(nodes)}
+    n_npus = sum(1 for g in nodes if not topology.is_switch(g))
+    npus = tuple(replace(topology.npus[g], id=local[g]) for g in nodes[:n_npus])
+    switches = tuple(replace(topology.switches[g - topology.n_npus], id=local[g])
+                     for g in nodes[n_npus:])
+    kept = tuple(replace(topology.links[i], src=local[topology.links[i].src],
+                         dst=local[topology.links[i].dst]) for i in links)
+    return Topology(npus, switches, kept, topology.name)

@@ -47,6 +47,7 @@ from tacos.model.clos import ClosFabric
 from tacos.model.clos_rails import RailAxes
 from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import Phase, SymmetricPlan
+from tacos.model.symmetry import subtopology
 from tacos.scale.parts import split
 from tacos.scale.sharp_templates import (
     node_alone,
@@ -333,8 +334,6 @@ def synthesize_sharp(fabric: ClosFabric | RailAxes, size: int, *,
 
 def _every_copy(plan: SymmetricPlan) -> None:
     """Build every phase's template on every copy's own cut of the whole topology."""
-    from tacos.scale.synthesize import subtopology
-
     system = plan.system
     whole = system.topology()
     seen: set[int] = set()

@@ -34,7 +34,7 @@ from tacos.errors import TacosError
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
 from tacos.model.symmetric_plan import PLAN_KINDS, Phase, SymmetricPlan
-from tacos.model.symmetry import SymmetricSystem
+from tacos.model.symmetry import SymmetricSystem, subtopology
 from tacos.model.topology import Topology
 from tacos.scale.mixed import mixed_template
 from tacos.scale.parts import axis_order, least_busy, rotates, split
@@ -352,20 +352,6 @@ def synthesize_symmetric(system: SymmetricSystem | Topology, kind: str, size: in
                             "synthesis_cpu": time.process_time() - t0, "seed": seed,
                             **best.meta}
     return SymmetricPlan(best.system, best.kind, best.size, best.parts, best.phases, meta)
-
-
-def subtopology(topology: Topology, nodes: Sequence[int], links: Sequence[int]) -> Topology:
-    """The part of ``topology`` made of ``nodes`` (NPUs first, renumbered 0..) and ``links``."""
-    from dataclasses import replace
-
-    local = {g: k for k, g in enumerate(nodes)}
-    n_npus = sum(1 for g in nodes if not topology.is_switch(g))
-    npus = tuple(replace(topology.npus[g], id=local[g]) for g in nodes[:n_npus])
-    switches = tuple(replace(topology.switches[g - topology.n_npus], id=local[g])
-                     for g in nodes[n_npus:])
-    kept = tuple(replace(topology.links[i], src=local[topology.links[i].src],
-                         dst=local[topology.links[i].dst]) for i in links)
-    return Topology(npus, switches, kept, topology.name)
 
 
 def _solve_every_copy(plan: SymmetricPlan, solve: TemplateSolver) -> None:
