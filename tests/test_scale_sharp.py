@@ -19,7 +19,7 @@ from tacos.model.clos import ClosFabric, recognize
 from tacos.model.clos_rails import RailAxes
 from tacos.model.patterns import build
 from tacos.model.symmetric_plan import expand
-from tacos.scale.plan_json import SCHEMA_ROOTED, dumps, loads
+from tacos.scale.plan_json import SCHEMA_ROOTED, dumps, loads, system_doc
 from tacos.scale.sharp import Templates, synthesize_sharp
 from tacos.scale.sharp_templates import direct, nvls_mixed, rail_reduce
 from tacos.scale.synthesize import synthesize_symmetric
@@ -146,6 +146,8 @@ def test_plan_file_round_trip():
     assert verify_symmetric(back).ok
     assert back.makespan == plan.makespan
     assert dumps(back) == text
+    # a plain fabric's file has no 'sharp' field: its bytes are what they were before SHARP
+    assert "sharp" not in system_doc(ClosFabric(4, 2, hosts_per_leaf=2))
 
 
 def test_tdl_sharp_fabric_is_recognized_and_planned(tmp_path: Path):

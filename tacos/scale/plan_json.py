@@ -79,6 +79,8 @@ def system_doc(system: SymmetricSystem) -> dict[str, Any]:
             for f in fields(cls):
                 value = getattr(system, f.name)
                 doc[f.name] = list(value) if isinstance(value, tuple) else value
+            if doc.get("sharp") is False:
+                del doc["sharp"]     # a plain fabric's file stays what it was before SHARP
             return doc
     raise TacosError(f"no plan file format for a {type(system).__name__}")
 
