@@ -31,7 +31,7 @@ def _plans(full: bool):
     few of them unless ``full``)."""
     kinds = ("allreduce", "allgather", "reducescatter")
     runs = (("greedy", 0), ("greedy", 1), ("forest", 0))
-    for name, text in list(TOPOLOGIES.items())[:None if full else 2]:
+    for name, text in list(TOPOLOGIES.items())[:None if full else 1]:
         for kind in kinds if full else kinds[:1]:
             spec = tacos.parse(f'topology "{name}"\n{text}\ncollective {kind} size 3MiB '
                                "chunks 2\n")
@@ -79,7 +79,7 @@ def test_the_early_floors_are_under_the_runtime_floor_on_many_plans(full: bool) 
             assert floor <= est * (1 + 1e-12)
             checked += 1
     # every topology and collective gave plans
-    assert checked >= (4 * 24 if full else 2 * 2)
+    assert checked >= (4 * 24 if full else 2)
 
 
 def test_the_early_floor_sees_thread_block_order() -> None:
