@@ -14,6 +14,7 @@ import datetime as dt
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -79,13 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default="",
                         help="a checkout (e.g. `git archive` of an earlier commit) whose tacos "
                              "runs each command first, in the same run")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each command (with --before: paired, alternating "
+                             "checkouts); the table shows their median and each run")
     parser.add_argument("--save", default="",
                         help="a folder: each command's full output is written to "
                              "SAVE/after/LABEL.txt (and SAVE/before/LABEL.txt), to be diffed")
     args = parser.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
     print(f"machine: {platform.machine()} {os.cpu_count()} cores (shared), "
-          f"python {platform.python_version()}, date {dt.date.today()}")
+          f"python {platform.python_version()}, date {dt.date.today()}, "
+          f"load average {_load()}")
     if args.before:
         print("| command | before CPU s | CPU s | wall s | verdict |\n|---|---:|---:|---:|---|")
     else:
@@ -95,11 +100,34 @@ def main(argv: list[str] | None = None) -> int:
             continue
         save = Path(args.save) if args.save else None
         name = label.split(" (")[0].replace(" ", "_") + ".txt"
-        first = f" {_run(cmd, Path(args.before), save and save / 'before' / name)[0]:.1f} |" \
-            if args.before else ""
-        cpu, wall, last = _run(cmd, ROOT, save and save / "after" / name)
-        print(f"| {label} |{first} {cpu:.1f} | {wall:.1f} | {last[:110]} |", flush=True)
+        before: list[float] = []
+        after: list[tuple[float, float, str]] = []
+        for _ in range(max(1, args.repeat)):
+            if args.before:
+                before.append(_run(cmd, Path(args.before), save and save / "before" / name)[0])
+            after.append(_run(cmd, ROOT, save and save / "after" / name))
+        first = f" {_cell(before)} |" if args.before else ""
+        cpu = _cell([a[0] for a in after])
+        wall = statistics.median(a[1] for a in after)
+        print(f"| {label} |{first} {cpu} | {wall:.1f} | {after[-1][2][:110]} |", flush=True)
+    print(f"load average at the end: {_load()}")
     return 0
+
+
+def _cell(values: list[float]) -> str:
+    """One value, or the median of several followed by each of them."""
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    runs = " / ".join(f"{v:.2f}" for v in values)
+    return f"**{statistics.median(values):.2f}** ({runs})"
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:  # pragma: no cover - not on every platform
+        return "unknown"
 
 
 if __name__ == "__main__":

@@ -921,6 +921,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+        if argv is None:  # the console entry point: the process exits next
+            from tacos.nogc import freeze_for_exit
+
+            freeze_for_exit()
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -30,3 +30,14 @@ def paused_gc(*, aged: bool = False) -> Iterator[None]:
             gc.unfreeze()  # ... and back, into the oldest one: no walk
         if was:
             gc.enable()
+
+
+def freeze_for_exit() -> None:
+    """Put every object the process holds in the collector's permanent generation, for a
+    process that exits next: the interpreter's shutdown then frees what reference counting
+    frees without one more full collection over the whole heap.  After a default compile of
+    the 64-NPU TPU-v4-like cube (about two million objects: plans, lowerings, their timing
+    models) that last collection took 1.5 s of CPU; frozen, the shutdown takes 0.2 s.  What
+    is frozen is never collected, so only an entry point that returns to the interpreter's
+    exit calls this (never a library function, nor a test calling the CLI in-process)."""
+    gc.freeze()

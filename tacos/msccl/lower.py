@@ -122,14 +122,17 @@ def check_name(name: str) -> None:
 
 
 def lower(schedule: Schedule, *, options: MscclOptions | None = None,
-          progress: Any = None) -> Program:
+          progress: Any = None, check: Any = None) -> Program:
     """Lower a (verified) schedule to an MSCCL program.
 
     The schedule must be one the runtime can run: a standard allgather, reducescatter,
     allreduce, alltoall, broadcast or reduce whose transfers only use ranks of the collective's
     group.  Raises :class:`~tacos.errors.TacosError` otherwise, or when the limits in
     ``options`` cannot be met.  Never mutates its input.  ``progress`` (a
-    :class:`tacos.progress.Reporter`) is told each stage as a phase.
+    :class:`tacos.progress.Reporter`) is told each stage as a phase.  ``check(flow, chan,
+    plan, tbs)`` is called once the runs, channels, thread blocks and steps are final, before
+    the program is built; it may raise to stop the lowering (a program already kept is
+    returned without it).
     """
     opts = options or MscclOptions()
     opts.validate()
@@ -147,7 +150,7 @@ def lower(schedule: Schedule, *, options: MscclOptions | None = None,
         if not isinstance(schedule.transfers, tuple):  # columns: the lowering indexes objects
             schedule = Schedule(schedule.topology, schedule.collective,
                                 tuple(schedule.transfers), schedule.meta)
-        return _lower(schedule, opts, as_reporter(progress))
+        return _lower(schedule, opts, as_reporter(progress), check)
 
 
 def _fifo_count(opts: MscclOptions, nchunksperloop: int) -> int:
@@ -203,13 +206,15 @@ def _keep(schedule: Schedule, key: tuple, program: Program, pairing_matters: boo
             total -= held[id(p)]
 
 
-def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Program:
+def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter,
+           check: Any = None) -> Program:
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
     max_count = _fifo_count(opts, layout.nchunksperloop)
     key = _body_key(opts, max_count)
     program = _kept(schedule, key)
     if program is None:
-        program, pairing_matters = _lower_body(schedule, layout, opts, max_count, progress)
+        program, pairing_matters = _lower_body(schedule, layout, opts, max_count, progress,
+                                               check)
         _keep(schedule, key, program, pairing_matters)
     name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
     combining = layout.coll in ("allreduce", "reducescatter", "reduce")
@@ -219,7 +224,7 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter) -> Progra
 
 
 def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_count: int,
-                progress: Reporter) -> tuple[Program, bool]:
+                progress: Reporter, check: Any = None) -> tuple[Program, bool]:
     """The program without its header, and whether pairing single peers mattered."""
     hints = schedule.meta.get("channel_of_transfer")
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
@@ -254,6 +259,8 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
             continue
         tbs, nchannels = built.tbs, max([1] + [c + 1 for c in chan])
         assert tbs is not None
+        if check is not None:
+            check(flow, chan, plan, tbs)
         del flow, plan, built, chan  # only the thread blocks are needed from here on
         with progress.phase("program"):
             return finish_program(layout, tbs, nchannels), pairing_matters

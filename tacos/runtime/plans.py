@@ -77,11 +77,12 @@ def runtime_of(schedule: Schedule, topology: Topology | None = None, *,
         return None, f"runtime model: {exc.message}"
 
 
-def lowering_of(schedule: Schedule, options: Any = None) -> Any:
+def lowering_of(schedule: Schedule, options: Any = None, check: Any = None) -> Any:
     """The MSCCL XML lowering of ``schedule`` (:func:`tacos.msccl.lower.lower` with
     ``options``), lowered once per process for a schedule whose transfers cannot change (a
     portfolio's plan is lowered for its runtime floor, timed, then timed again by the report
-    and by sweeps: the same program each time)."""
+    and by sweeps: the same program each time).  ``check``: the lowering's hook
+    (:func:`~tacos.msccl.lower.lower`), which may stop it: nothing is kept then."""
     from tacos.msccl.lower import lower
 
     key = (id(schedule.transfers), id(schedule.collective), id(schedule.topology), options)
@@ -92,7 +93,7 @@ def lowering_of(schedule: Schedule, options: Any = None) -> Any:
     else:  # a refusal is kept as its text: the floor, the ranking and the report ask again
         why = unloadable(schedule, options)
         program = f"no MSCCL program of this plan can load: {why}" if why else \
-            lower(schedule, options=options)
+            lower(schedule, options=options, check=check)
         if not isinstance(schedule.transfers, list):  # a list may change: not kept
             _remember(_LOWERED, key, (schedule.transfers, schedule.collective,
                                       schedule.topology), program)

@@ -354,19 +354,25 @@ def _floor_prune(schedule: Schedule, topology: Topology, times: dict[str, float]
     """``(floor, why)``: why ``schedule`` cannot win, when the runtime floor of its MSCCL XML
     lowering is above the best of ``times`` ('' otherwise, and when it has no lowering: its
     timing says why).
-    The lowering is kept for the timing that follows (:func:`~tacos.runtime.plans.lowering_of`)."""
+    The lowering is kept for the timing that follows (:func:`~tacos.runtime.plans.lowering_of`),
+    unless its floor taken before the program is built already exceeds the best time
+    (:func:`~tacos.solvers.auto_floor_early.lowered_or_floor`: the lowering stops there)."""
     from tacos.model.units import format_time
-    from tacos.runtime.plans import lowering_of
     from tacos.solvers.auto_floor import runtime_floor
+    from tacos.solvers.auto_floor_early import lowered_or_floor
 
     if any(t.group is not None for t in schedule.transfers):
         return 0.0, ""
     coll = schedule.collective
     best = min(times, key=lambda k: (times[k], k))
     try:
-        floor = floor_of(schedule, topology) if floor_of else \
-            runtime_floor(lowering_of(schedule), topology, int(coll.size), coll.group,
-                          above=times[best])
+        if floor_of:
+            floor = floor_of(schedule, topology)
+        else:
+            program, floor = lowered_or_floor(schedule, topology, times[best])
+            if program is not None:
+                floor = runtime_floor(program, topology, int(coll.size), coll.group,
+                                      above=times[best])
     except TacosError:
         return 0.0, ""
     if not floor > times[best]:

@@ -1,0 +1,25 @@
+"""The console entry point leaves the heap frozen for the interpreter's exit (no last full
+collection), and a CLI call made in-process (argv given) does not."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+
+
+def test_the_entry_point_freezes_the_heap_before_the_process_exits() -> None:
+    code = ("import gc, sys; from tacos.cli import main; sys.argv = ['tacosc', '--version']; "
+            "rc = main(); print(rc, gc.get_freeze_count() > 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["0", "True"]
+
+
+def test_an_in_process_call_does_not_freeze_the_heap() -> None:
+    from tacos.cli import main
+
+    before = gc.get_freeze_count()
+    assert main(["--version"]) == 0
+    assert gc.get_freeze_count() == before
