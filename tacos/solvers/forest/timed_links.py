@@ -52,10 +52,10 @@ packing found (94.0% / 82.5% at 1 GiB / 64 MiB), 8 s a worse one at 64 MiB (81.9
 ROUND_STEPS = True
 """Round an arc's duration (fastest / its bandwidth) to the nearest step instead of up."""
 BUILD = True
-"""At the first step count, build the packing by a list construction and a small repair
+"""At every step count, build the packing by a list construction and a small repair
 (:func:`~tacos.solvers.forest.timed_build.built_packing`) before solving the whole program
 (2x MI250: about 0.5 s of CPU instead of 4-5 s); off, or when it builds nothing: the whole
-program, as before."""
+program at that step count, as before."""
 
 
 Arc = tuple[int, int]
@@ -347,7 +347,7 @@ def timed_link_trees(topology: Topology, group: tuple[int, ...], roots: tuple[in
         if size > MAX_BINARIES:
             return None
         found = None
-        if BUILD and steps == low:
+        if BUILD:
             from tacos.solvers.forest.timed_build import built_packing
 
             found = built_packing(group, reps, k, arcs, caps, lanes, list(images.values()),
