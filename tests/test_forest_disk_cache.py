@@ -76,6 +76,7 @@ def test_a_program_answer_is_read_back_and_other_inputs_miss(tmp_path, monkeypat
 @needs_cp_sat
 def test_the_step_timed_trees_are_read_back_without_cp_sat(tmp_path, monkeypatch):
     monkeypatch.setenv("TACOS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(timed_links, "BUILD", False)  # the whole program (what is stored)
     topo, group = _boxes()
     solved = _timed(topo, group)  # solved and stored (one step count short, the next found)
     assert solved is not None
