@@ -192,6 +192,10 @@ class ScaleGate:
         model is known, a floor above it may be the cheaper thread-block bound
         (``runtime_floor(..., above=)``)."""
         key = id(schedule)
+        if key not in self._floors and len(schedule.transfers) \
+                and no_plan_loads(topology, schedule.collective):
+            self._floors[key] = 0.0  # every lowering is refused: no floor (not a pass over
+            # a million transfers to learn it)
         if key not in self._floors:
             from tacos.runtime.plans import lowering_of
             from tacos.solvers.auto_floor import runtime_floor

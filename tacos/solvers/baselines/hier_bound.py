@@ -51,7 +51,6 @@ from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.topology import Topology
 
-
 ROUNDING = 1e-9
 """Relative margin taken off the sum: the lowering adds the same hop times in another order,
 and on a torus of equal links the bound is the plan's time (up to the last bit)."""
