@@ -15,7 +15,7 @@ Usage::
     nice python -m benchmarks.bench_scale_default --nodes 8,32,128
     nice python -m benchmarks.bench_scale_default --xml --before /tmp/before
     nice python -m benchmarks.bench_scale_default --xml --xml-k 8x8x4,8 --report
-    nice python -m benchmarks.bench_scale_default --torus --torus-k 8,12
+    nice python -m benchmarks.bench_scale_default --torus --torus-k 8,16 --cold
 """
 
 from __future__ import annotations
@@ -49,10 +49,13 @@ def dims(spec: str) -> tuple[int, int, int]:
 
 
 def torus_file(k: int | tuple[int, int, int], kind: str) -> str:
-    """A k x k x k torus (or a, b, c; 50 GiB/s, 0.5 µs links) running ``kind`` on 64 MiB."""
+    """A k x k x k torus (or a, b, c; 50 GiB/s, 0.5 µs links) running ``kind`` on 64 MiB
+    (rounded down to a multiple of the NPU count: 12x12x12 runs 67,108,608 B)."""
     a, b, c = (k, k, k) if isinstance(k, int) else k
+    size = 64 << 20
+    size = "64MiB" if size % (a * b * c) == 0 else f"{size - size % (a * b * c)}B"
     return (f'topology "torus {a}x{b}x{c}"\ntorus t[{a}, {b}, {c}] 50GiB/s 0.5us\n'
-            f"collective {kind} size 64MiB\n")
+            f"collective {kind} size {size}\n")
 
 
 def tree_rss_mib(pid: int) -> float:
@@ -77,13 +80,21 @@ def tree_rss_mib(pid: int) -> float:
     return total
 
 
-def run(tree: Path, args: list[str], timeout: float, rss_limit_mib: float = 6144.0) -> dict:
-    """One ``tacosc`` process: ``{"cpu", "rss_mib", "wall", "finished", "plan", "rc"}``;
-    killed past ``timeout`` wall seconds or ``rss_limit_mib`` resident (with its workers)."""
+def run(tree: Path, args: list[str], timeout: float, rss_limit_mib: float = 6144.0,
+        cold: bool = False) -> dict:
+    """One ``tacosc`` process: ``{"cpu", "rss_mib", "wall", "finished", "plan", "rc",
+    "load"}``; killed past ``timeout`` wall seconds or ``rss_limit_mib`` resident (with its
+    workers).  ``cold``: with an empty ``TACOS_CACHE_DIR`` of its own (a first compile: NCCL's
+    ring search and the forest's trees not remembered); ``load``: the 1-minute load average
+    at its start and end."""
     t0 = time.perf_counter()
+    env = dict(os.environ)
+    if cold:
+        env["TACOS_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-scale-cache-")
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen([sys.executable, "-c", MAIN, *args], cwd=tree, stdout=out,
-                                stderr=subprocess.STDOUT, text=True)
+                                stderr=subprocess.STDOUT, text=True, env=env)
         finished = True
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -105,7 +116,7 @@ def run(tree: Path, args: list[str], timeout: float, rss_limit_mib: float = 6144
                       if line.startswith("runtime ")), "")
     return {"cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024,
             "wall": time.perf_counter() - t0, "finished": finished, "rc": proc.returncode,
-            "plan": plan, "runtime": time_line,
+            "plan": plan, "runtime": time_line, "load": [load0, os.getloadavg()[0]],
             "tail": "" if finished and proc.returncode == 0 else text[-600:]}
 
 
@@ -127,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="of --torus: the torus sides k (k x k x k), e.g. 8,12,16")
     ap.add_argument("--xml-k", default="8", help="of --xml: the torus shapes, e.g. 8,8x8x4")
     ap.add_argument("--report", action="store_true", help="of --xml: pass --report")
+    ap.add_argument("--cold", action="store_true",
+                    help="every run with an empty TACOS_CACHE_DIR of its own (first compiles)")
     args = ap.parse_args(argv)
     trees = [("after", HERE)] + ([("before", args.before)] if args.before else [])
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-default-"))
@@ -158,20 +171,22 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for name, npus, solver, cargs in cases:
         for label, tree in trees:
-            r = run(tree, cargs, args.timeout, args.rss_limit)
+            r = run(tree, cargs, args.timeout, args.rss_limit, args.cold)
             print(json.dumps({"case": name, "npus": npus, "solver": solver, "tree": label,
                               **r}), file=sys.stderr, flush=True)
             done = "yes" if r["finished"] and r["rc"] == 0 else \
                 ("no (stopped)" if not r["finished"] else f"error {r['rc']}")
             print(f"| {name} | {npus} | {solver} | {label} | {r['cpu']:.1f} | "
                   f"{r['rss_mib']:.0f} | {done} | {r['plan']} |", flush=True)
-            if r["finished"] and "DGX" in name:
-                results.setdefault((solver, label), []).append((npus, r["cpu"]))
-    for (solver, label), pts in results.items():
+            family = "DGX-A100 nodes" if "DGX" in name else \
+                "torus all-gathers" if "all-gather" in name else ""
+            if r["finished"] and r["rc"] == 0 and family:
+                results.setdefault((family, solver, label), []).append((npus, r["cpu"]))
+    for (family, solver, label), pts in results.items():
         e = exponent([p[0] for p in pts], [p[1] for p in pts])
         if e is not None:
-            print(f"\n{solver} ({label}) on DGX-A100 nodes: CPU ~ N^{e:.2f} "
-                  f"over {', '.join(str(p[0]) for p in pts)} GPUs")
+            print(f"\n{solver} ({label}) on {family}: CPU ~ N^{e:.2f} "
+                  f"over {', '.join(str(p[0]) for p in pts)} NPUs")
 
 
 if __name__ == "__main__":

@@ -536,9 +536,27 @@ def chunk_granular_bound(topology: Topology, collective: Collective, *,
 
 
 # -- combined --------------------------------------------------------------------------------
+_KEPT: list[tuple[Topology, Collective, Bound]] = []
+"""The last few bounds with the (immutable) topology and collective they are of: one compile
+asks three times (the portfolio's pruning, the synthesis result, the report), and on a
+4,096-NPU torus each computation took 10-20 s of CPU (its min-cuts and farthest pairs)."""
+
+
 def lower_bound(topology: Topology, collective: Collective) -> Bound:
     """All bounds together: ``value = max(hop latency, max(ingress_egress, cut))`` (physical);
-    the model-specific ones in ``model``."""
+    the model-specific ones in ``model``.  Computed once for the same topology and collective
+    objects (of the last few asked)."""
+    for topo, coll, got in _KEPT:
+        if topo is topology and coll is collective:
+            return got
+    got = _lower_bound(topology, collective)
+    _KEPT.append((topology, collective, got))
+    del _KEPT[:-2]
+    return got
+
+
+def _lower_bound(topology: Topology, collective: Collective) -> Bound:
+    """:func:`lower_bound`, computed."""
     cache: dict = {}
     lat = _latency(topology, collective, hops=False, cache=cache, zero_size=True)
     chunk_lat = _latency(topology, collective, hops=False, cache=cache)

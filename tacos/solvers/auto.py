@@ -173,6 +173,11 @@ def _run_portfolio(topology: Topology, collective: Collective, *,
                              f"{FOREST_MAX_GROUP}): its tree packing would take minutes; "
                              "--solver forest runs it")
             continue
+        why = gate.skip(name, topology, collective, plans, options.get("relays") or "members") \
+            if gate else ""  # large groups: a plan that cannot win is not built
+        if why:
+            skipped[name] = why
+            continue
         left = None if limit is None else limit - (time.perf_counter() - start)
         if left is not None and left <= 0 and plans:  # keep the best plan found so far
             skipped[name] = f"not tried: the time limit of {limit:g} s was reached"
@@ -275,6 +280,8 @@ def _run_portfolio(topology: Topology, collective: Collective, *,
                                  key=floors.__getitem__)  # ties: the candidates' order
         facts["margin"] = floors[facts["runner_up"]] / times[winner]
         facts["margin_at_least"] = True
+    if gate:
+        gate.runner_up(facts, times)  # a plan not built may be the runner-up: how far at least
     ref_label, ref = _nccl_reference(topology, collective, nccl_best, times, nccl_ref,
                                      ranked_by)
     if ref_label is not None and ref is not None:

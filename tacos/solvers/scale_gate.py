@@ -24,6 +24,15 @@ seconds to minutes.  There the portfolio goes through a :class:`ScaleGate`:
 * **A plan already verified or ranked is not verified or ranked again**: the command line's
   verification and report reuse the winner's verification (:func:`verified_report`) and its
   runtime-model time (:func:`ranked_runtime`).
+* **The hierarchical plan is not built where it cannot win** (:meth:`ScaleGate.skip`): on a
+  group so large that no MSCCL program of any plan loads (:func:`no_plan_loads`: the gpu
+  elements alone fill the runtime parser's nodes), no synthesized plan has a runtime-model
+  time, so the portfolio ranks them at the link level (or leaves them out of a ranking by
+  NCCL's models).  There :func:`tacos.solvers.baselines.hier_bound.hierarchical_floor`, a
+  lower bound on the hierarchical plan's link-model time computed from the topology's
+  dimensions before the plan exists, is compared with the verified plans built so far: when
+  it is above one of them (or equal, that plan's label sorting first, as ties go), the
+  hierarchical plan cannot win and is listed in ``skipped`` with both times.
 * **Written as MSCCL XML** (``tacosc -o plan.xml``), NCCL's algorithms are ranked by their own
   XML lowering, so all are built, the ring within the transfer budget; the runtime-shaped
   ranking is :mod:`tacos.solvers.scale_shaped`.
@@ -64,6 +73,19 @@ def scale_gate(topology: Topology, collective: Collective, *,
     return ScaleGate(n, emit)
 
 
+def no_plan_loads(topology: Topology, collective: Collective) -> bool:
+    """Whether no MSCCL XML lowering of any plan with a transfer can load on this group:
+    a rank with a peer needs at least 1 + the GPU count + a thread block and a step parsed
+    nodes (:func:`tacos.msccl.shape_refuse.refusal`), over the parser's limit.  Every such
+    plan is then refused before lowering (:func:`tacos.runtime.plans.unloadable`) and has no
+    runtime-model time."""
+    from tacos.msccl.lower import MscclOptions
+    from tacos.msccl.shape_choose import limits_for
+
+    limits = limits_for(topology, MscclOptions().max_steps_per_tb)
+    return 1 + len(collective.group) + 2 > limits.max_nodes
+
+
 def verified_report(schedule: Schedule) -> VerifyReport | None:
     """The verification the last gate made of ``schedule``'s plan (None when it was not the
     winner of a gated portfolio run): the same transfers, so the same report."""
@@ -91,6 +113,50 @@ class ScaleGate:
     _floors: dict[int, float] = field(default_factory=dict)
     #: NCCL's fastest modelled time, once known: a floor only needs to be known above it
     _above: float | None = None
+    #: synthesizers not run (:meth:`skip`): their link-model lower bound (s)
+    skipped_floors: dict[str, float] = field(default_factory=dict)
+
+    def skip(self, name: str, topology: Topology, collective: Collective,
+             plans: dict[str, Schedule], relays: str = "members") -> str:
+        """Why synthesizer ``name`` is not run (its ``skipped`` entry), or '' (see module
+        doc): the hierarchical plan, when the plan is not written as MSCCL XML, no plan can
+        have a runtime-model time (:func:`no_plan_loads`) and its link-model lower bound
+        (:func:`~tacos.solvers.baselines.hier_bound.hierarchical_floor`) is not under a
+        verified plan of ``plans`` that wins a tie against it."""
+        if name != "hierarchical" or self.emit or not plans \
+                or not no_plan_loads(topology, collective):
+            return ""
+        from tacos.solvers.baselines.hier_bound import hierarchical_floor
+
+        floor = hierarchical_floor(topology, collective, relays)
+        if floor is None:
+            return ""
+        beaten = [(plans[k].makespan, k) for k in sorted(plans)
+                  if plans[k].makespan < floor.time
+                  or (plans[k].makespan == floor.time and k < name)]
+        best = next(((t, k) for t, k in sorted(beaten) if self.verify(plans[k]).ok), None)
+        if best is None:
+            return ""
+        from tacos.model.units import format_time
+
+        self.skipped_floors[name] = floor.time
+        return (f"cannot win: its plan takes at least {format_time(floor.time)} in the link "
+                f"model ({floor.describe()}, one hop per message at the fastest link), "
+                f"{best[1]}'s {format_time(best[0])}; no MSCCL program loads on "
+                f"{self.npus} NPUs, so the link model ranks (not built)")
+
+    def runner_up(self, facts: dict[str, Any], times: dict[str, float]) -> None:
+        """Name a plan :meth:`skip` left out as the runner-up in ``facts``, at least its bound
+        behind the winner, when that bound is under every other candidate's time."""
+        winner = facts["winner"]
+        others = [t for k, t in times.items() if k != winner]
+        if not self.skipped_floors or not times[winner] > 0:
+            return
+        label, floor = min(self.skipped_floors.items(), key=lambda kv: (kv[1], kv[0]))
+        if others and not floor < min(others) or facts.get("margin_at_least") \
+                and not floor < facts["margin"] * times[winner]:
+            return
+        facts.update(runner_up=label, margin=floor / times[winner], margin_at_least=True)
 
     def verify(self, schedule: Schedule) -> VerifyReport:
         """:func:`~tacos.check.verify_once.verified`, kept for the winner's report."""
@@ -126,6 +192,10 @@ class ScaleGate:
         model is known, a floor above it may be the cheaper thread-block bound
         (``runtime_floor(..., above=)``)."""
         key = id(schedule)
+        if key not in self._floors and len(schedule.transfers) \
+                and no_plan_loads(topology, schedule.collective):
+            self._floors[key] = 0.0  # every lowering is refused: no floor (not a pass over
+            # a million transfers to learn it)
         if key not in self._floors:
             from tacos.runtime.plans import lowering_of
             from tacos.solvers.auto_floor import runtime_floor

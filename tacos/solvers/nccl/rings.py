@@ -194,8 +194,12 @@ def _searched(members: list[int], lanes: dict[tuple[int, int], int],
               switched: set[tuple[int, int]], *, seed: int, limit: int) -> list[list[int]]:
     """:func:`_intra_rings` over the direct ``lanes`` between ``members`` (sorted, more than
     two), by search."""
-    cap = min(min(sum(c for (u, _), c in lanes.items() if u == v),
-                  sum(c for (_, w), c in lanes.items() if w == v)) for v in members)
+    out_lanes: dict[int, int] = defaultdict(int)  # lanes out of and into each member,
+    in_lanes: dict[int, int] = defaultdict(int)  # summed in one pass over the lanes
+    for (u, w), c in lanes.items():
+        out_lanes[u] += c
+        in_lanes[w] += c
+    cap = min(min(out_lanes[v], in_lanes[v]) for v in members)
     best: list[list[int]] = []
     peers: dict[int, list[int]] = defaultdict(list)  # lane neighbours, in member order
     for u, w in sorted(lanes):
