@@ -235,8 +235,11 @@ def _searched(members: list[int], lanes: dict[tuple[int, int], int],
     if not best:
         if switched:
             return [members]
-        raise TacosError("no ring through every NPU of the group",
-                         hint="the NCCL ring baseline needs a Hamiltonian cycle of hops")
+        raise TacosError(f"NCCL's ring search found no ring through every NPU of the group "
+                         f"within {BUDGET:,} steps per try",
+                         hint="the NCCL ring baseline needs a Hamiltonian cycle of hops; like "
+                              "NCCL's own search, this one gives up after a bounded number of "
+                              "steps, so a ring may exist that it did not find")
     return best[:limit]
 
 
