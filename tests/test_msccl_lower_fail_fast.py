@@ -33,10 +33,12 @@ def _outcome(schedule, opts: MscclOptions) -> str:
 
 
 @pytest.mark.parametrize("name,max_steps,max_channels,skips", [
-    ("mesh4x4_allreduce_greedy", 2, 8, True),   # fails before pairing matters
+    pytest.param("mesh4x4_allreduce_greedy", 2, 8, True,  # fails before pairing matters
+                 marks=pytest.mark.slow),
     ("mesh4x4_allreduce_greedy", 8, 4, True),
-    ("mesh4x4_allreduce_greedy", 8, 8, False),  # fits
-    ("dgx_a100_group4_allreduce_greedy", 2, 1, False),  # pairing mattered: lowered again
+    pytest.param("mesh4x4_allreduce_greedy", 8, 8, False, marks=pytest.mark.slow),  # fits
+    pytest.param("dgx_a100_group4_allreduce_greedy", 2, 1, False,  # pairing mattered
+                 marks=pytest.mark.slow),
     ("dgx_a100_group4_allreduce_greedy", 2, 4, False),  # unpaired fits, paired cannot
     ("group_noncontiguous_allgather_forest", 2, 1, False),
 ])
