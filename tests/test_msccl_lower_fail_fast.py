@@ -32,21 +32,24 @@ def _outcome(schedule, opts: MscclOptions) -> str:
         return f"error: {exc.message} / {exc.hint}"
 
 
-@pytest.mark.parametrize("name,max_steps,max_channels,skips", [
+@pytest.mark.parametrize("name,max_steps,max_channels,skips,instances", [
     pytest.param("mesh4x4_allreduce_greedy", 2, 8, True,  # fails before pairing matters
+                 1, marks=pytest.mark.slow),
+    ("mesh4x4_allreduce_greedy", 8, 4, True, 1),
+    pytest.param("mesh4x4_allreduce_greedy", 8, 8, False, 1, marks=pytest.mark.slow),  # fits
+    ("mesh4x4_allreduce_greedy", 8, 8, True, 2),  # 2 x 7 channels
+    pytest.param("mesh4x4_allreduce_greedy", 8, 16, False, 2, marks=pytest.mark.slow),
+    pytest.param("dgx_a100_group4_allreduce_greedy", 2, 1, False, 1,  # pairing mattered
                  marks=pytest.mark.slow),
-    ("mesh4x4_allreduce_greedy", 8, 4, True),
-    pytest.param("mesh4x4_allreduce_greedy", 8, 8, False, marks=pytest.mark.slow),  # fits
-    pytest.param("dgx_a100_group4_allreduce_greedy", 2, 1, False,  # pairing mattered
-                 marks=pytest.mark.slow),
-    ("dgx_a100_group4_allreduce_greedy", 2, 4, False),  # unpaired fits, paired cannot
-    ("group_noncontiguous_allgather_forest", 2, 1, False),
+    ("dgx_a100_group4_allreduce_greedy", 2, 4, False, 1),  # unpaired fits, paired cannot
+    ("group_noncontiguous_allgather_forest", 2, 1, False, 1),
 ])
 def test_a_remembered_failure_is_the_fresh_one(name, max_steps, max_channels, skips,
-                                               monkeypatch):
+                                               instances, monkeypatch):
     schedule = load(FIXTURES / f"{name}.json")
     single, paired = (MscclOptions(max_steps_per_tb=max_steps, max_channels=max_channels,
-                                   fit_fifo=False, pair_peers=p) for p in (False, True))
+                                   instances=instances, fit_fifo=False, pair_peers=p)
+                      for p in (False, True))
     fresh = {}
     for opts in (single, paired):
         _forget()
