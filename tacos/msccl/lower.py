@@ -20,6 +20,7 @@ is dropped.  Both repeat until the program fits.  See ``docs/msccl.md``.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -206,6 +207,35 @@ def _keep(schedule: Schedule, key: tuple, program: Program, pairing_matters: boo
             total -= held[id(p)]
 
 
+#: Failures of the last few lowerings, by schedule identity and body key (as :data:`_KEPT`):
+#: ``(weak reference to the schedule, message, hint)``.  A lowering that failed while pairing
+#: the single peers changed nothing in any round it ran fails the same way with the other
+#: pairing (every round takes the same path), so the shape search's second variant of a plan
+#: that cannot fit (e.g. "N channels > 32") is refused at once instead of lowered again.
+_FAILED: dict[tuple, tuple[Any, str, str | None]] = {}
+_FAILED_MAX = 16
+
+
+def _failed(schedule: Schedule, key: tuple) -> TacosError | None:
+    got = _FAILED.get((id(schedule), key))
+    if got is None or got[0]() is not schedule:
+        return None
+    return TacosError(got[1], hint=got[2])
+
+
+def _remember_failure(schedule: Schedule, key: tuple, exc: TacosError,
+                      pairing_matters: bool) -> None:
+    body, max_count = key
+    keys = [key] if pairing_matters else [(replace(body, pair_peers=p), max_count)
+                                          for p in (False, True)]
+    ref = weakref.ref(schedule)
+    for k in keys:
+        _FAILED.pop((id(schedule), k), None)
+        _FAILED[(id(schedule), k)] = (ref, exc.message, exc.hint)
+    while len(_FAILED) > _FAILED_MAX:
+        _FAILED.pop(next(iter(_FAILED)))
+
+
 def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter,
            check: Any = None) -> Program:
     layout = build_layout(schedule.collective, inplace=opts.inplace, instances=opts.instances)
@@ -213,8 +243,17 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter,
     key = _body_key(opts, max_count)
     program = _kept(schedule, key)
     if program is None:
-        program, pairing_matters = _lower_body(schedule, layout, opts, max_count, progress,
-                                               check)
+        known = _failed(schedule, key)
+        if known is not None:
+            raise known
+        seen = _Rounds()
+        try:
+            program, pairing_matters = _lower_body(schedule, layout, opts, max_count,
+                                                   progress, check, seen)
+        except TacosError as exc:
+            if type(exc) is TacosError:  # a subclass is raised anew each time
+                _remember_failure(schedule, key, exc, seen.pairing_matters)
+            raise
         _keep(schedule, key, program, pairing_matters)
     name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
     combining = layout.coll in ("allreduce", "reducescatter", "reduce")
@@ -223,9 +262,20 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter,
                    maxBytes=int(opts.max_bytes), redop=opts.redop if combining else None)
 
 
+@dataclass
+class _Rounds:
+    """What the rounds of one lowering have seen so far (kept when the lowering fails)."""
+
+    #: some round's plan had single peers in both directions on a rank and channel
+    pairing_matters: bool = False
+
+
 def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_count: int,
-                progress: Reporter, check: Any = None) -> tuple[Program, bool]:
-    """The program without its header, and whether pairing single peers mattered."""
+                progress: Reporter, check: Any = None,
+                seen: _Rounds | None = None) -> tuple[Program, bool]:
+    """The program without its header, and whether pairing single peers mattered (also
+    recorded in ``seen`` round by round, for a lowering that fails)."""
+    seen = seen if seen is not None else _Rounds()
     hints = schedule.meta.get("channel_of_transfer")
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
         hints = None
@@ -242,6 +292,7 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
             chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
             plan = plan_tbs(flow, chan, forbidden, pair=opts.pair_peers)
             pairing_matters = pairing_matters or plan.pairing_matters
+            seen.pairing_matters = pairing_matters
             long = _long_sequences(plan, opts.max_steps_per_tb)
         if _cut(flow, long, cuts, opts.max_steps_per_tb):
             continue  # cut lanes that certainly overflow before building any step
