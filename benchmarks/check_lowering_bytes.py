@@ -49,10 +49,10 @@ def check(name: str, root: Path) -> list[str]:
     seen: list = []
     original = plans.lowering_of
 
-    def recording(schedule, options=None):
+    def recording(schedule, options=None, **kwargs):
         if options is None and not any(s is schedule for s in seen):
             seen.append(schedule)
-        return original(schedule, options)
+        return original(schedule, options, **kwargs)
 
     plans.lowering_of = recording
     out = io.StringIO()
