@@ -568,7 +568,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         (verified_report(schedule) or verified(schedule)).raise_if_failed()
     program = runtime = choice = mchoice = None
     if args.output and fmt == "xml" and args.shape != "fixed":
-        from tacos.cli_shape import shaped_file
+        from tacos.cli_shape import shaped_file, shaped_runtime
 
         with reporter.phase(f"shaping and writing {args.output}"):
             choice = shaped_file(schedule, spec.topology, args)
@@ -577,6 +577,7 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
         program = choice.program  # the runtime time reported is the written program's
         if isinstance(choice.schedule, Schedule):
             schedule = choice.schedule
+        runtime = shaped_runtime(choice, schedule)  # the search timed that program already
     elif args.output and fmt == "xml":  # large plans: streamed, never held as one text
         from tacos.msccl.ranks import ranks_comment
         from tacos.msccl.xml_writer import iter_xml, lower_verified, write_xml
@@ -617,7 +618,8 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
 
         print(recipe(fmt or "json", args.output, nranks=len(schedule.collective.group),
                      kind=schedule.collective.kind), file=sys.stderr)
-        for line in _unused_at_own_size(args.output, fmt, schedule.collective.size):
+        written = choice.written if choice is not None else program
+        for line in _unused_at_own_size(args.output, fmt, schedule.collective.size, written):
             print(f"warning: {line}", file=sys.stderr)
     if args.plot:
         from tacos.backends.plot import plot_schedule
@@ -667,14 +669,17 @@ def _compile(args: argparse.Namespace, fmt: str | None) -> int:
     return 0
 
 
-def _unused_at_own_size(path: str, fmt: str | None, nbytes: int) -> list[str]:
+def _unused_at_own_size(path: str, fmt: str | None, nbytes: int,
+                        written: Any = None) -> list[str]:
     """Why the runtime would skip (MSCCL XML) or refuse (MSCCL++) the plan just written at
-    the very size it was made for; empty when it runs there."""
+    the very size it was made for; empty when it runs there.  ``written``: the MSCCL program
+    the file was written from (its header is what is checked), else the file is read."""
     if fmt == "xml":
         from tacos.msccl.size_fit import xml_size_problems
         from tacos.msccl.xml_reader import load_xml
 
-        return [v.message for v in xml_size_problems(load_xml(path), nbytes)
+        program = written if written is not None else load_xml(path)
+        return [v.message for v in xml_size_problems(program, nbytes)
                 if v.severity == "error"]
     if fmt == "mscclpp":
         from tacos.msccl.mscclpp_loader import size_problems

@@ -118,6 +118,18 @@ def shaped_file(schedule: Schedule, topology: Topology, args: argparse.Namespace
     choice = choose_shape(plans, topology, nbytes, base=_base(args), top=hi,
                           candidates=shapes(protos=protos, instances=instances))
     name = "tacos" if args.output == "-" else (Path(args.output).stem or "tacos")
-    write_output(args.output, named(choice, name, lo, hi).xml(
-        max_steps=values["max_steps_per_tb"]))
+    written = named(choice, name, lo, hi)
+    write_output(args.output, written.xml(max_steps=values["max_steps_per_tb"]))
+    choice.written = written.program  # its header is checked at the size, not read back
     return choice
+
+
+def shaped_runtime(choice: Choice, schedule: Schedule) -> tuple[Any, str] | None:
+    """What :func:`tacos.runtime.plans.runtime_of` gives for the program ``choice`` chose,
+    on the topology :func:`shaped_file` was given, at ``schedule``'s size and ranks: the
+    shape search's estimate of that program (it timed it already); None when it has none."""
+    coll = schedule.collective
+    if (choice.estimate is None or choice.nbytes != coll.size
+            or tuple(choice.schedule.collective.group) != tuple(coll.group)):
+        return None
+    return choice.estimate, "its MSCCL XML lowering"

@@ -106,6 +106,11 @@ class Choice:
     #: the runtime-model time of the default plan in the fixed lowering's shape (None: it
     #: did not fit or there was no default plan)
     default: float | None = None
+    #: the runtime model's estimate of the chosen program (a
+    #: :class:`tacos.runtime.RuntimeEstimate`; None with another estimator)
+    estimate: Any = None
+    #: the program as written to a file (renamed, with its size window), once written
+    written: Program | None = None
 
     def xml(self, *, max_steps: int = DEFAULT_MAX_STEPS, sms: int = DEFAULT_SMS) -> str:
         """The chosen program's XML, verified first (every rule ``tacosc verify`` applies);
@@ -187,12 +192,13 @@ class ShapeCache:
     """Lowered programs per ``(schedule structure, instances, port order)``; failures are
     remembered as their message.  With ``max_programs``, the oldest programs are dropped
     beyond that many.  :meth:`time` remembers the runtime model's time of each program per
-    protocol, topology, ranks and size."""
+    protocol, topology, ranks and size, and :meth:`runtime` its whole estimate."""
 
     def __init__(self, max_programs: int | None = None, max_steps: int | None = None) -> None:
         self._programs: dict[tuple, Program | str] = {}
         self._structures: dict[int, tuple[Any, tuple]] = {}
         self._times: dict[tuple, float] = {}
+        self._runs: dict[tuple, Any] = {}
         self._topologies: dict[int, Topology] = {}
         self.max_programs = max_programs
         #: with ``max_steps``, the oldest programs are dropped while the programs kept hold
@@ -208,6 +214,21 @@ class ShapeCache:
         got = self._times.get(key)
         if got is None:
             got = self._times[key] = estimate(program, topology, nbytes)
+            self._topologies[id(topology)] = topology  # its id stays its own while cached
+        return got
+
+    def runtime(self, program: Program, topology: Topology, group: Sequence[int],
+                nbytes: int) -> Any:
+        """The runtime model's estimate (:func:`tacos.runtime.estimate_program`) of a program
+        of this cache (the same object) under its protocol, remembered: the shape search
+        times it, then names what bounds the winner, and the report times the file written."""
+        key = (id(program.gpus), program.proto, id(topology), tuple(group), nbytes)
+        got = self._runs.get(key)
+        if got is None:
+            from tacos.runtime import estimate_program
+
+            got = self._runs[key] = estimate_program(program, topology, nbytes,
+                                                     ranks=list(group))
             self._topologies[id(topology)] = topology  # its id stays its own while cached
         return got
 
@@ -227,7 +248,8 @@ class ShapeCache:
     def _structure(schedule: Schedule) -> tuple:
         ts = sorted(range(len(schedule.transfers)),
                     key=lambda i: (schedule.transfers[i].start, schedule.transfers[i].end, i))
-        return (schedule.collective.kind, tuple(schedule.collective.group),
+        coll = schedule.collective
+        return (coll.kind, tuple(coll.group), len(coll.chunks), coll.chunks_per_npu, coll.root,
                 tuple((t.src, t.dst, t.chunks, t.op, t.route)
                       for t in (schedule.transfers[i] for i in ts)))
 
@@ -296,6 +318,7 @@ class ShapeCache:
         self._steps -= _program_steps(old)
         gone = id(old.gpus)
         self._times = {k: v for k, v in self._times.items() if k[0] != gone}
+        self._runs = {k: v for k, v in self._runs.items() if k[0] != gone}
         try:
             from tacos.runtime.msccl_exec import forget_analysis
         except ImportError:  # pragma: no cover - the runtime model ships with tacos
@@ -308,7 +331,7 @@ class ShapeCache:
         old = self._programs.pop(next(iter(self._programs)))
         if isinstance(old, Program):
             self._release(old)
-            used = {k[2] for k in self._times}
+            used = {k[2] for k in self._times} | {k[2] for k in self._runs}
             self._topologies = {i: t for i, t in self._topologies.items() if i in used}
 
 
@@ -508,7 +531,7 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
                     "pruned: its CTA bound is no faster than the best shape found"]))
                 return CTA_BOUND
         try:
-            t = (cache.time(program, topology, group, nbytes, estimator) if model
+            t = (float(cache.runtime(program, topology, group, nbytes).time) if model
                  else estimator(program, topology, nbytes))
         except TacosError as exc:  # e.g. a connection the topology cannot route
             considered.append(Candidate(plan, shape, None, [str(exc.args[0] if exc.args
@@ -565,13 +588,12 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     t, plan, shape, program = min(near, key=lambda x: (
         max(len(g.tbs) for g in x[3].gpus), x[0], x[1], x[2].proto, x[2].port_order,
         not x[2].paired))
-    bound = ""
+    bound, estimate = "", None
     if model:  # what limits the chosen program in the runtime model, for the report
-        from tacos.runtime import estimate_program
-
-        bound = str(estimate_program(program, topology, nbytes, ranks=list(group)).bound)
+        estimate = cache.runtime(program, topology, group, nbytes)  # timed above: kept
+        bound = str(estimate.bound)
     return Choice(plan, shape, program, schedules[plan], t, nbytes, considered, bound,
-                  default=floor)
+                  default=floor, estimate=estimate)
 
 
 def _by_bound(schedules: dict[str, Any], first: str | None, topology: Topology, nbytes: int,
