@@ -199,6 +199,7 @@ class ShapeCache:
         self._structures: dict[int, tuple[Any, tuple]] = {}
         self._times: dict[tuple, float] = {}
         self._runs: dict[tuple, Any] = {}
+        self._same: dict[tuple, bool] = {}  # whether pairing single peers changes a program
         self._topologies: dict[int, Topology] = {}
         self.max_programs = max_programs
         #: with ``max_steps``, the oldest programs are dropped while the programs kept hold
@@ -271,17 +272,20 @@ class ShapeCache:
             if not ordered:
                 return replace(shape, port_order=False).label()
         if not shape.paired:
-            a = self.program(schedule, Shape(1, "Simple", shape.port_order, True), base)
-            b = self.program(schedule, Shape(1, "Simple", shape.port_order, False), base)
-            if not isinstance(a, str) and a == b:
+            key = ("pairs", self.structure(schedule), shape.port_order, _lowering_base(base))
+            same = self._same.get(key)
+            if same is None:  # two lowerings compared step by step: once per plan and base
+                a = self.program(schedule, Shape(1, "Simple", shape.port_order, True), base)
+                b = self.program(schedule, Shape(1, "Simple", shape.port_order, False), base)
+                same = self._same[key] = not isinstance(a, str) and a == b
+            if same:
                 return replace(shape, paired=True).label()
         return None
 
     def program(self, schedule: Schedule, shape: Shape, base: MscclOptions) -> Program | str:
         """The lowered program (protocol ``Simple``), or why it could not be lowered."""
         key = (self.structure(schedule), shape.instances, shape.port_order, shape.paired,
-               replace(base, proto="Simple", instances=1, port_order=False, pair_peers=False,
-                       fit_fifo=False))
+               _lowering_base(base))
         got = self._programs.get(key)
         if got is None:
             # steps stay merged: evaluate() rejects programs whose calls overflow the FIFO
@@ -307,6 +311,7 @@ class ShapeCache:
         struct = self.structure(schedule)
         for key in [k for k in self._programs if k[0] == struct or k == ("ports", struct)]:
             self._release(self._programs.pop(key))
+        self._same = {k: v for k, v in self._same.items() if k[1] != struct}
         self._structures.pop(id(schedule), None)
 
     def _release(self, old: Program | str | Any) -> None:
@@ -531,14 +536,14 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
                     "pruned: its CTA bound is no faster than the best shape found"]))
                 return CTA_BOUND
         try:
-            t = (float(cache.runtime(program, topology, group, nbytes).time) if model
-                 else estimator(program, topology, nbytes))
+            est = cache.runtime(program, topology, group, nbytes) if model else None
+            t = float(est.time) if model else estimator(program, topology, nbytes)
         except TacosError as exc:  # e.g. a connection the topology cannot route
             considered.append(Candidate(plan, shape, None, [str(exc.args[0] if exc.args
                                                                 else exc)]))
             return None
         considered.append(Candidate(plan, shape, t))
-        timed.append((t, plan, shape, program))
+        timed.append((t, plan, shape, program, est))
         seen[(plan, shape)] = t
         best[0] = min(best[0], t)
         return t
@@ -585,13 +590,11 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     if floor is not None:
         cap = min(cap, floor)  # never slower than the fixed lowering
     near = [x for x in timed if x[0] <= cap]
-    t, plan, shape, program = min(near, key=lambda x: (
+    t, plan, shape, program, estimate = min(near, key=lambda x: (
         max(len(g.tbs) for g in x[3].gpus), x[0], x[1], x[2].proto, x[2].port_order,
         not x[2].paired))
-    bound, estimate = "", None
-    if model:  # what limits the chosen program in the runtime model, for the report
-        estimate = cache.runtime(program, topology, group, nbytes)  # timed above: kept
-        bound = str(estimate.bound)
+    # what limits the chosen program in the runtime model, for the report (timed above)
+    bound = str(estimate.bound) if estimate is not None else ""
     return Choice(plan, shape, program, schedules[plan], t, nbytes, considered, bound,
                   default=floor, estimate=estimate)
 
@@ -706,6 +709,13 @@ def _climb(plan: str, group: list[Shape], i: int,
                 misses += 1
             j += step
     return best
+
+
+def _lowering_base(base: MscclOptions) -> MscclOptions:
+    """The options a lowered program depends on besides its shape (every field of ``base``
+    but those the shape sets): part of every cache key."""
+    return replace(base, proto="Simple", instances=1, port_order=False, pair_peers=False,
+                   fit_fifo=False)
 
 
 def _program_steps(program: Program | str) -> int:
