@@ -1,5 +1,5 @@
-"""FlowNetwork's kept C++ network (only arcs that were ever positive, built again when most are
-back at 0) answers every question as a fresh max-flow on the current capacities does."""
+"""FlowNetwork keeps one C++ network and changes capacities between solves (the packer's and the
+splitter's many questions): every answer equals a fresh max-flow on the current capacities."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import random
 import networkx as nx
 import pytest
 
-from tacos.solvers.forest import flow
 from tacos.solvers.forest.flow import FlowNetwork
 
 
@@ -37,8 +36,7 @@ def _fresh(net: FlowNetwork, s: int, t: int) -> tuple[int, frozenset[int]]:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_changing_capacities_give_fresh_answers(seed, monkeypatch):
-    monkeypatch.setattr(flow, "REBUILD_MIN", 4)  # rebuild often on these small networks
+def test_changing_capacities_give_fresh_answers(seed):
     rng = random.Random(seed)
     n = 9
     net = FlowNetwork(n)
@@ -46,7 +44,6 @@ def test_changing_capacities_give_fresh_answers(seed, monkeypatch):
         pytest.skip("OR-Tools does not load here")
     arcs = [net.add_arc(rng.randrange(n), rng.randrange(n), rng.randrange(0, 6))
             for _ in range(30)]
-    rebuilt = 0
     for _ in range(120):
         for _ in range(rng.randrange(1, 6)):
             net.set_cap(rng.choice(arcs), rng.choice([0, 0, 0, rng.randrange(1, 8)]))
@@ -54,11 +51,8 @@ def test_changing_capacities_give_fresh_answers(seed, monkeypatch):
             v = net.add_node()  # a node no arc touches until later
             arcs.append(net.add_arc(rng.randrange(net.n), v, rng.randrange(0, 4)))
         s, t = rng.sample(range(net.n), 2)
-        smf = net._smf
         value, side = net.max_flow(s, t, min_cut=True)
-        rebuilt += net._smf is not smf
         assert (value, side) == _fresh(net, s, t)
-    assert rebuilt > 0  # the rebuild path was taken
 
 
 def test_multi_source_sink_after_zeroing():

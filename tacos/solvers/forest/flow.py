@@ -20,7 +20,6 @@ from networkx.algorithms.flow import preflow_push
 from tacos.check.bounds import _has_ortools
 
 INF = 1 << 50  # "infinite" capacity: larger than any flow the callers can push
-REBUILD_MIN = 64  # fewest zero-capacity arcs worth building the C++ network again for
 
 
 class FlowNetwork:
@@ -32,10 +31,7 @@ class FlowNetwork:
         self.head: list[int] = []
         self.cap: list[int] = []
         self._smf = None
-        self._synced = 0  # arcs looked at by the C++ network (the first ones of ours)
-        self._ids: list[int] = []  # per arc of ours: its arc in the C++ network, or -1
-        self._owner: list[int] = []  # per arc of the C++ network: ours
-        self._zeros = 0  # arcs of the C++ network whose capacity is 0
+        self._synced = 0  # arcs the C++ network holds (the first ones of ours)
         self._supers: dict[str, int] = {}
         self._super_arcs: dict[tuple[str, int], int] = {}
         if _has_ortools():
@@ -62,51 +58,15 @@ class FlowNetwork:
     def set_cap(self, arc: int, cap: int) -> None:
         """Change an arc's capacity."""
         cap = int(cap)
-        old = self.cap[arc]
         self.cap[arc] = cap
         if arc < self._synced:  # (later arcs take their capacity when they are synced)
-            i = self._ids[arc]
-            if i >= 0:
-                self._smf.set_arc_capacity(i, cap)
-                self._zeros += (cap <= 0) - (old <= 0)
-            elif cap > 0:
-                self._push(arc)
+            self._smf.set_arc_capacity(arc, cap)
 
-    def _push(self, arc: int) -> None:
-        """Give arc ``arc`` (positive capacity) an arc of the C++ network."""
-        self._ids[arc] = len(self._owner)
-        self._owner.append(arc)
-        self._smf.add_arc_with_capacity(self.tail[arc], self.head[arc], self.cap[arc])
-
-    def _sync(self, s: int, t: int) -> None:
-        """Bring the C++ network up to date.  It holds only arcs that had a positive capacity
-        once; when most of them are back at 0 it is built again from the positive ones
-        (OR-Tools rebuilds its graph from every arc it holds on each solve, so dead arcs cost
-        every later solve).  Zero-capacity arcs carry no flow, so the max-flow value and the
-        source side of the minimum cut (the nodes the residual graph reaches, the same for
-        every maximum flow) do not depend on which of them the network holds."""
-        new = range(self._synced, len(self.cap))
-        self._ids.extend(-1 for _ in new)
+    def _sync(self) -> None:
+        smf = self._smf
+        for a in range(self._synced, len(self.cap)):
+            smf.add_arc_with_capacity(self.tail[a], self.head[a], self.cap[a])
         self._synced = len(self.cap)
-        if self._zeros > max(len(self._owner) - self._zeros, REBUILD_MIN):
-            from ortools.graph.python import max_flow
-
-            self._smf = max_flow.SimpleMaxFlow()
-            for a in self._owner:
-                if a >= 0:
-                    self._ids[a] = -1
-            self._owner = []
-            self._zeros = 0
-            new = range(self._synced)
-        cap = self.cap
-        for a in new:
-            if cap[a] > 0:
-                self._push(a)
-        top = max(s, t)
-        if self._smf.num_nodes() <= top:  # an end no arc touches yet: a 0 arc makes it a node
-            self._owner.append(-1)
-            self._zeros += 1
-            self._smf.add_arc_with_capacity(top, 0 if top else 1, 0)
 
     # -- queries ---------------------------------------------------------------------------
     def max_flow(self, sources: int | list[int], sinks: int | list[int],
@@ -153,7 +113,7 @@ class FlowNetwork:
 
     def _solve(self, s: int, t: int, min_cut: bool) -> tuple[int, frozenset[int] | None]:
         if self._smf is not None:
-            self._sync(s, t)
+            self._sync()
             status = self._smf.solve(s, t)
             if status == self._smf.OPTIMAL:
                 side = frozenset(self._smf.get_source_side_min_cut()) if min_cut else None

@@ -109,10 +109,9 @@ class _Packer:
         s = self.net.add_node()
         t = {"tree": Tree(root, mult, list(edges)), "nodes": set(nodes), "s": s,
              "hub": self.net.add_arc(self.hub, s, mult), "depth": {root: 0}, "bfs": deque(),
-             "rank": 0, "islands": {i for v in nodes for i in self.island_of.get(v, ())},
-             "arcs": []}
+             "rank": 0, "islands": {i for v in nodes for i in self.island_of.get(v, ())}}
         for v in nodes:
-            t["arcs"].append(self.net.add_arc(s, v, INF))
+            self.net.add_arc(s, v, INF)
             self.cover[v] += mult
         self.live += mult
         return t
@@ -169,7 +168,7 @@ class _Packer:
             t["depth"][y] = t["depth"][x] + 1
             if t["depth"][y] < t["limit"]:
                 t["bfs"].append(y)
-            t["arcs"].append(self.net.add_arc(t["s"], y, INF))
+            self.net.add_arc(t["s"], y, INF)
             self.caps[(x, y)] -= units
             self.net.set_cap(self.arc[(x, y)], self.caps[(x, y)])
             grew = True
@@ -177,8 +176,6 @@ class _Packer:
 
     def finish(self, t: dict) -> None:
         self.net.set_cap(t["hub"], 0)
-        for a in t["arcs"]:  # unreachable now (the hub arc is closed): let the network drop them
-            self.net.set_cap(a, 0)
         self.live -= t["tree"].mult
         for v in t["nodes"]:
             self.cover[v] -= t["tree"].mult
