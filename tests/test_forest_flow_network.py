@@ -54,6 +54,7 @@ def test_changing_capacities_give_fresh_answers(seed):
         s, t = rng.sample(range(net.n), 2)
         value, side = net.max_flow(s, t, min_cut=True)
         assert (value, side) == _fresh(net, s, t)
+        assert net.max_flow(s, t)[0] == value and net.last_cut() == side
 
 
 def test_multi_source_sink_after_zeroing():

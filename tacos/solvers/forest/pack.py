@@ -144,13 +144,13 @@ class _Packer:
         self.net.set_cap(self.to_hub[x], INF)
         self.net.set_cap(t["hub"], 0)
         self.net.set_cap(self.from_limit[x], enough)
-        value, side = self.net.max_flow(self.limit, y, min_cut=True)
+        value, _ = self.net.max_flow(self.limit, y)
+        units = max(0, min(mult, cap, value - (self.live - mult)))
+        if units == 0:  # remember the cut that blocked it: it often blocks later questions
+            self._remember(sum(self.bit.get(v, 0) for v in self.net.last_cut()))
         self.net.set_cap(self.from_limit[x], 0)
         self.net.set_cap(self.to_hub[x], 0)
         self.net.set_cap(t["hub"], mult)
-        units = max(0, min(mult, cap, value - (self.live - mult)))
-        if units == 0:  # remember the cut that blocked it: it often blocks later questions
-            self._remember(sum(self.bit.get(v, 0) for v in side))
         return units
 
     def _remember(self, cut: int) -> None:
