@@ -32,6 +32,7 @@ class FlowNetwork:
         self.cap: list[int] = []
         self._smf = None
         self._synced = 0  # arcs the C++ network holds (the first ones of ours)
+        self._last = (0, 0, False)  # the last solve's source, sink, and whether OR-Tools did it
         self._supers: dict[str, int] = {}
         self._super_arcs: dict[tuple[str, int], int] = {}
         if _has_ortools():
@@ -111,11 +112,21 @@ class FlowNetwork:
             self._super_arcs[key] = arc
         return arc
 
+    def last_cut(self) -> frozenset[int]:
+        """The source side of a minimum cut of the last single-source :meth:`max_flow` call
+        (the nodes its residual graph reaches), capacities unchanged since."""
+        s, t, solved = self._last
+        if solved:
+            return frozenset(self._smf.get_source_side_min_cut())
+        return self._solve(s, t, True)[1]
+
     def _solve(self, s: int, t: int, min_cut: bool) -> tuple[int, frozenset[int] | None]:
+        self._last = (s, t, False)
         if self._smf is not None:
             self._sync()
             status = self._smf.solve(s, t)
             if status == self._smf.OPTIMAL:
+                self._last = (s, t, True)
                 side = frozenset(self._smf.get_source_side_min_cut()) if min_cut else None
                 return int(self._smf.optimal_flow()), side
         g = nx.DiGraph()

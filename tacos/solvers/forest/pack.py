@@ -19,6 +19,11 @@ grows with depth).  The limit only orders the additions; every addition passes t
 the packing is still complete.  A finished tree spans every group NPU, and the edge loads never
 exceed the capacities; both are checked again by :func:`check_packing`.
 
+Most tests that fail are failed by a cut that failed an earlier test too: the packer keeps the
+minimum cuts of its last :data:`CUTS_KEPT` failed tests and answers 0 without a max-flow when
+one of them, evaluated on the current capacities and trees, is small enough
+(:meth:`_Packer._cut_blocks`); the answers are the max-flow's.
+
 Written here, not taken from a library: networkx has single arborescences (Edmonds' optimum
 branching) but no packing; the max-flows come from OR-Tools or networkx through
 :class:`~tacos.solvers.forest.flow.FlowNetwork` (the x → s_{T'} arcs go through one hub node so a
@@ -34,6 +39,9 @@ from itertools import repeat
 from tacos.solvers.forest.flow import INF, FlowNetwork
 from tacos.solvers.forest.rate import Edge
 from tacos.solvers.forest.split import Path, SplitGraph, hop_distances, successors
+
+CUTS_KEPT = 16
+"""Zero answers' cuts the packer keeps to answer later questions without a max-flow."""
 
 
 @dataclass
@@ -104,6 +112,9 @@ class _Packer:
             for v in members:
                 self.island_of[v].append(i)
         self.ranks = 2 if islands else 0  # highest arc rank (see pack_trees)
+        self.open: dict[int, dict] = {}  # unfinished trees by their s node
+        self.cuts: list[int] = []  # recent zero answers' cuts (NPU bit masks), latest first
+        self.bit = {v: 1 << i for i, v in enumerate(compute)}
 
     def new(self, root: int, mult: int, edges: list[Edge], nodes: set[int]) -> dict:
         s = self.net.add_node()
@@ -114,6 +125,8 @@ class _Packer:
             self.net.add_arc(s, v, INF)
             self.cover[v] += mult
         self.live += mult
+        t["mask"] = sum(self.bit[v] for v in nodes)
+        self.open[s] = t
         return t
 
     def test(self, t: dict, x: int, y: int) -> int:
@@ -126,14 +139,60 @@ class _Packer:
             # that much flows anyway: x → y directly, and x → hub → every other unfinished
             # tree that holds y → y (disjoint paths); no need to solve
             return min(mult, cap)
+        if self._cut_blocks(t, x, y, self.live - mult):
+            return 0
         self.net.set_cap(self.to_hub[x], INF)
         self.net.set_cap(t["hub"], 0)
         self.net.set_cap(self.from_limit[x], enough)
         value, _ = self.net.max_flow(self.limit, y)
+        units = max(0, min(mult, cap, value - (self.live - mult)))
+        if units == 0:  # remember the cut that blocked it: it often blocks later questions
+            self._remember(sum(self.bit.get(v, 0) for v in self.net.last_cut()))
         self.net.set_cap(self.from_limit[x], 0)
         self.net.set_cap(self.to_hub[x], 0)
         self.net.set_cap(t["hub"], mult)
-        return max(0, min(mult, cap, value - (self.live - mult)))
+        return units
+
+    def _remember(self, cut: int) -> None:
+        cuts = self.cuts
+        if cut in cuts:
+            cuts.remove(cut)
+        cuts.insert(0, cut)
+        del cuts[CUTS_KEPT:]
+
+    def _cut_blocks(self, t: dict, x: int, y: int, others: int) -> bool:
+        """Whether a remembered cut proves the test's answer 0 without a max-flow.
+
+        A set S of NPUs with x in S and y not in S gives the auxiliary network's cut
+        {limit, hub, S, s_T for every unfinished T ≠ t whose nodes lie in S}; its capacity is
+        the capacities of the arcs leaving S plus C_T for every other unfinished T with a node
+        outside S (its hub arc; the INF arcs s_T → v force s_T to the sink side), and the
+        arcs x → hub, limit → x and t's closed hub arc add nothing.  A max-flow is at most any
+        cut, so a cut of capacity ≤ ``others`` (Σ C_T over T ≠ t) makes the answer
+        max(0, min(mult, cap, flow − others)) 0, as the max-flow would.
+        """
+        bx, by = self.bit[x], self.bit[y]
+        for i, cut in enumerate(self.cuts):
+            if not cut & bx or cut & by:
+                continue
+            out = ~cut
+            total = 0
+            for other in self.open.values():
+                if other["mask"] & out and other is not t:
+                    total += other["tree"].mult
+                    if total > others:
+                        break
+            else:
+                bit = self.bit
+                for (u, v), c in self.caps.items():
+                    if c > 0 and bit.get(u, 0) & cut and not bit.get(v, 0) & cut:
+                        total += c
+                        if total > others:
+                            break
+                else:
+                    self.cuts.insert(0, self.cuts.pop(i))
+                    return True
+        return False
 
     def expand(self, t: dict, x: int, trees: deque) -> bool:
         """Try every arc out of ``x`` for tree ``t``; True when some arc joined it."""
@@ -163,6 +222,7 @@ class _Packer:
                 self.net.set_cap(t["hub"], units)
             tree.edges.append((x, y))
             t["nodes"].add(y)
+            t["mask"] |= self.bit[y]
             self.cover[y] += tree.mult
             t["islands"].update(self.island_of.get(y, ()))
             t["depth"][y] = t["depth"][x] + 1
@@ -176,6 +236,7 @@ class _Packer:
 
     def finish(self, t: dict) -> None:
         self.net.set_cap(t["hub"], 0)
+        del self.open[t["s"]]
         self.live -= t["tree"].mult
         for v in t["nodes"]:
             self.cover[v] -= t["tree"].mult
