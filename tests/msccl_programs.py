@@ -1,11 +1,15 @@
-"""Helpers the MSCCL program tests share: a preset node's topology and a program checked by
-the verifier on its way into a test."""
+"""Helpers the MSCCL program tests share: a preset node's topology, a program checked by
+the verifier on its way into a test, and a synthesized plan to lower, verified likewise."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import tacos
+from tacos.check.verify import verify_schedule
+from tacos.model.collective import Collective
+from tacos.model.patterns import build
+from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
 from tacos.msccl.program import Program
 from tacos.msccl.xml_writer import emit_xml
@@ -23,3 +27,17 @@ def verified(program: Program) -> Program:
     report = tacos.verify(emit_xml(program))
     assert report.ok, report.text()
     return program
+
+
+def synthesized(text: str, kind: str, solver: str, chunks: int
+                ) -> tuple[Topology, Collective, Schedule]:
+    """The topology of the TDL ``text``, a ``kind`` collective of ``chunks`` 64 KiB chunks per
+    NPU over its live NPUs, and ``solver``'s schedule of it (one trial, one worker), after
+    the verifier accepts the schedule (the test fails otherwise)."""
+    topo = tacos.parse(text, source="test").topology
+    npus = topo.live_npus
+    coll = build(kind, npus, size=len(npus) * chunks * 65536, chunks_per_npu=chunks)
+    sched = tacos.synthesize(topo, coll, solver=solver, trials=1, workers=1)
+    report = verify_schedule(sched)
+    assert report.ok, report.text()
+    return topo, coll, sched

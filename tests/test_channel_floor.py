@@ -5,11 +5,9 @@ choice and never lowers a refused instance count."""
 from __future__ import annotations
 
 import pytest
+from msccl_programs import synthesized
 
-import tacos
-from tacos.check.verify import verify_schedule
 from tacos.errors import TacosError
-from tacos.model.patterns import build
 from tacos.msccl import shape_choose
 from tacos.msccl.channel_floor import busiest_pair, channel_floor, channels_refusal
 from tacos.msccl.lower import MscclOptions, lower
@@ -19,15 +17,6 @@ from tacos.msccl.shape_choose import ShapeCache, choose_shape
 RING = 'topology "r"\nbiring r[6] 100GB/s 1us\n'
 TORUS = 'topology "t"\ntorus t[3, 2] 50GiB/s 0.5us\n'
 MESH = 'topology "m"\nmesh m[4] 50GiB/s 0.5us\n'
-
-
-def _plan(text: str, kind: str, solver: str, chunks: int):
-    topo = tacos.parse(text, source="test").topology
-    npus = topo.live_npus
-    coll = build(kind, npus, size=len(npus) * chunks * 65536, chunks_per_npu=chunks)
-    sched = tacos.synthesize(topo, coll, solver=solver, trials=1, workers=1)
-    assert verify_schedule(sched).ok
-    return topo, coll, sched
 
 
 CASES = [
@@ -42,7 +31,7 @@ CASES = [
 @pytest.mark.parametrize("text,kind,solver,chunks", CASES)
 def test_floor_never_above_the_lowering_and_refusal_only_where_it_fails(text, kind, solver,
                                                                          chunks):
-    _, _, sched = _plan(text, kind, solver, chunks)
+    _, _, sched = synthesized(text, kind, solver, chunks)
     inplace = kind in ("allreduce", "allgather")
     refused = fitted = 0
     for max_steps in (2, 3, 5, 8, 64):
@@ -73,7 +62,7 @@ def test_floor_never_above_the_lowering_and_refusal_only_where_it_fails(text, ki
 
 @pytest.mark.parametrize("chunks", [4])
 def test_from_two_instances_a_kept_chunk_is_a_run_of_its_own(chunks):
-    _, _, sched = _plan(RING, "allreduce", "nccl-tree", chunks)
+    _, _, sched = synthesized(RING, "allreduce", "nccl-tree", chunks)
     plain = busiest_pair(sched, 4)
     split = busiest_pair(sched, 4, kept_runs=True)
     assert sum(split.per_lane) > sum(plain.per_lane)  # tree transfers carry several chunks
@@ -93,7 +82,7 @@ def test_from_two_instances_a_kept_chunk_is_a_run_of_its_own(chunks):
 
 
 def test_floor_counts_the_cuts_of_a_long_lane():
-    _, _, sched = _plan(RING, "allreduce", "nccl-ring", 2)
+    _, _, sched = synthesized(RING, "allreduce", "nccl-ring", 2)
     got = busiest_pair(sched, 4)
     # the ring's transfers to a neighbour never overlap in time: one lane
     assert len(got.per_lane) == 1
@@ -110,8 +99,8 @@ def test_floor_counts_the_cuts_of_a_long_lane():
 
 @pytest.mark.slow
 def test_the_search_keeps_its_choice_and_lowers_no_refused_shape(monkeypatch):
-    topo, coll, sched = _plan(RING, "allreduce", "nccl-ring", 2)
-    plans = {"ring": sched, "greedy": _plan(RING, "allreduce", "greedy", 2)[2]}
+    topo, coll, sched = synthesized(RING, "allreduce", "nccl-ring", 2)
+    plans = {"ring": sched, "greedy": synthesized(RING, "allreduce", "greedy", 2)[2]}
     base = MscclOptions(inplace=True, max_steps_per_tb=4, max_channels=8)
     cands = shapes(protos=("Simple",), instances=(1, 2, 4), port_orders=(False,))
 

@@ -5,6 +5,7 @@ the bound holds rank by rank on lowered programs, and the search keeps its choic
 from __future__ import annotations
 
 import pytest
+from msccl_programs import synthesized
 
 import tacos
 from tacos.errors import TacosError
@@ -24,13 +25,6 @@ RING = 'topology "r"\nbiring r[8] 100GB/s 1us\n'
 TORUS = 'topology "t"\ntorus t[3, 3, 2] 50GiB/s 0.5us\n'
 
 
-def _plan(text: str, kind: str, solver: str, chunks: int):
-    topo = tacos.parse(text, source="test").topology
-    npus = topo.live_npus
-    coll = build(kind, npus, size=len(npus) * chunks * 65536, chunks_per_npu=chunks)
-    return topo, coll, tacos.synthesize(topo, coll, solver=solver, trials=1, workers=1)
-
-
 @pytest.mark.parametrize("text,kind,solver,chunks,inplace", [
     (RING, "allreduce", "nccl-tree", 4, True),
     pytest.param(RING, "allreduce", "greedy", 2, False, marks=pytest.mark.slow),
@@ -40,7 +34,7 @@ def _plan(text: str, kind: str, solver: str, chunks: int):
 ])
 def test_every_rank_has_at_least_the_nodes_the_refusal_counts(text, kind, solver, chunks,
                                                                inplace):
-    _, coll, sched = _plan(text, kind, solver, chunks)
+    _, coll, sched = synthesized(text, kind, solver, chunks)
     every = receipts_per_rank(sched, inplace=inplace)
     assert every and any(r.kept for r in every.values())
     group = list(coll.group)
@@ -55,7 +49,7 @@ def test_every_rank_has_at_least_the_nodes_the_refusal_counts(text, kind, solver
 
 
 def test_no_bound_where_output_slots_can_hold_another_chunk():
-    _, _, sched = _plan(RING, "allreduce", "greedy", 1)
+    _, _, sched = synthesized(RING, "allreduce", "greedy", 1)
     assert kept_receipts(sched, inplace=True) is not None
     topo = tacos.parse(RING, source="test").topology
     a2a = build("alltoall", topo.live_npus, size=8 * 8 * 4096)
@@ -68,8 +62,8 @@ def test_no_bound_where_output_slots_can_hold_another_chunk():
 
 
 def test_the_search_keeps_its_choice_and_lowers_no_refused_count(monkeypatch):
-    topo, coll, tree = _plan(RING, "allreduce", "nccl-tree", 4)
-    plans = {"tree": tree, "greedy": _plan(RING, "allreduce", "greedy", 4)[2]}
+    topo, coll, tree = synthesized(RING, "allreduce", "nccl-tree", 4)
+    plans = {"tree": tree, "greedy": synthesized(RING, "allreduce", "greedy", 4)[2]}
     lim = RuntimeLimits(max_nodes=200)  # 4 and 8 instances of either plan do not fit
     cands = shapes(protos=("Simple",), instances=(1, 2, 4, 8), port_orders=(False,),
                    paired=(True,))
@@ -100,7 +94,7 @@ def test_the_search_keeps_its_choice_and_lowers_no_refused_count(monkeypatch):
 
 
 def test_a_chunk_count_that_does_not_divide_the_message_is_refused_before_lowering():
-    topo, _, tree = _plan(RING, "allreduce", "nccl-tree", 3)  # refined: 48 chunks
+    topo, _, tree = synthesized(RING, "allreduce", "nccl-tree", 3)  # refined: 48 chunks
     for instances in (1, 2):
         program = lower(tree, options=MscclOptions(instances=instances, fit_fifo=False))
         assert program.nchunksperloop == len(tree.collective.chunks) * instances
