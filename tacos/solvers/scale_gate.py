@@ -219,7 +219,26 @@ class ScaleGate:
         (:func:`tacos.solvers.scale_shaped.shaped_ranking`)."""
         from tacos.solvers.scale_shaped import shaped_ranking
 
-        return shaped_ranking(topology, collective, plans, link_times, skipped)
+        return shaped_ranking(topology, collective, plans, link_times, skipped,
+                              verify=self.verify)
+
+    def verified_times(self, plans: dict[str, Schedule], link_times: dict[str, float],
+                       skipped: dict[str, str], *, all_: bool) -> dict[str, float]:
+        """The entries of ``link_times`` (label -> link-model time) whose plan this gate
+        verified and found correct (:meth:`verify`); with ``all_`` every plan is verified
+        first (the ranking that follows times every one), and one that fails is in
+        ``skipped`` with its first violation."""
+        out: dict[str, float] = {}
+        for label, t in link_times.items():
+            key = id(plans[label])
+            if key not in self._reports and not all_:
+                continue
+            rep = self.verify(plans[label])
+            if rep.ok:
+                out[label] = t
+            elif all_:
+                skipped[label] = "did not verify: " + rep.violations[0].text()
+        return out
 
     def nccl(self, topology: Topology, collective: Collective, plans: dict[str, Schedule],
              skipped: dict[str, str], *, sys_: Any = None
