@@ -242,6 +242,8 @@ def _run_portfolio(topology: Topology, collective: Collective, *,
     shaped = (gate.shaped_times if gate else _shaped_times)(  # large groups: one at a time
         topology, collective, plans, link_times, skipped) if emit == "shaped" else None
     if lazy:  # only the plans verified so far (all of them when the shaped ranking failed)
+        if shaped is None:
+            gate.build_deferred(plans, skipped)
         link_times = gate.verified_times(plans, link_times, skipped, all_=shaped is None)
         if not link_times:
             raise _no_plan(skipped)
