@@ -128,3 +128,27 @@ def test_the_busiest_pair_is_computed_once_per_schedule(monkeypatch):
     assert len(calls) == 2
     copy = tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1)
     assert busiest_pair_once(copy, 7) == first and len(calls) == 3  # another schedule
+
+
+def test_the_portfolios_winner_reuses_its_busiest_pair(monkeypatch):
+    from tacos.msccl.busiest_memo import share
+    from tacos.model.schedule import Schedule
+
+    topo, coll = _problem(RING, 64 * KiB)
+    sched = tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1)
+    calls: list[int] = []
+
+    def spy(schedule, max_steps, *, kept_runs=False):
+        calls.append(id(schedule))
+        return busiest_pair(schedule, max_steps, kept_runs=kept_runs)
+
+    monkeypatch.setattr(busiest_memo, "busiest_pair", spy)
+    monkeypatch.setattr(busiest_memo, "_MEMO", {})
+    first = busiest_pair_once(sched, 7)
+    out = Schedule(sched.topology, sched.collective, sched.transfers,
+                   {**sched.meta, "auto": {}})
+    share(sched, out)
+    assert busiest_pair_once(out, 7) is first and len(calls) == 1
+    other = Schedule(sched.topology, sched.collective, sched.transfers[:-1], dict(sched.meta))
+    share(sched, other)  # other transfers: nothing shared
+    assert busiest_pair_once(other, 7) == busiest_pair(other, 7) and len(calls) == 2

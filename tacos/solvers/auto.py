@@ -590,5 +590,8 @@ class AutoSolver(SolverBase):
         meta["auto"] = facts
         meta["algorithm"] = f"{winner} ({meta.get('algorithm', winner)})"
         out = Schedule(sched.topology, sched.collective, sched.transfers, meta)
+        from tacos.msccl.busiest_memo import share
+
+        share(sched, out)  # the file written asks for its busiest pair again
         stats = {"synthesis_time": time.perf_counter() - t0, "winner": winner}
         return SolveResult("feasible", out, None, stats)

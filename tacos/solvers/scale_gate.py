@@ -35,7 +35,16 @@ seconds to minutes.  There the portfolio goes through a :class:`ScaleGate`:
   hierarchical plan cannot win and is listed in ``skipped`` with both times.
 * **Written as MSCCL XML** (``tacosc -o plan.xml``), NCCL's algorithms are ranked by their own
   XML lowering, so all are built, the ring within the transfer budget; the runtime-shaped
-  ranking is :mod:`tacos.solvers.scale_shaped`.
+  ranking is :mod:`tacos.solvers.scale_shaped`.  Two exceptions there:
+
+  - NCCL's tree is not built when its XML is provably refused for its chunk count
+    (:func:`tacos.solvers.nccl.tree_refuse.refused_unbuilt`: an upper bound on the makespan of
+    each of its tuned settings shows the tuner keeps one whose chunk count does not divide the
+    message); ``skipped`` gives the refusal the shaped ranking would give, and says it was
+    not built.  Should the shaped ranking fail, it is built then (:meth:`ScaleGate.build_deferred`).
+  - A plan is verified once it can be ranked: just before it is lowered, after the refusals
+    and floors that may leave it out; a ``skipped`` line that quotes the link-model time of a
+    plan not verified says so.  The winner is always verified.
 
 Everything the gate decides is in the portfolio's ``skipped`` entries; naming candidates
 (``-O candidates=...``) runs the full portfolio at any size.
