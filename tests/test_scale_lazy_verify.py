@@ -131,8 +131,8 @@ def test_the_busiest_pair_is_computed_once_per_schedule(monkeypatch):
 
 
 def test_the_portfolios_winner_reuses_its_busiest_pair(monkeypatch):
-    from tacos.msccl.busiest_memo import share
     from tacos.model.schedule import Schedule
+    from tacos.msccl.busiest_memo import share
 
     topo, coll = _problem(RING, 64 * KiB)
     sched = tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1)

@@ -167,7 +167,8 @@ def refused_unbuilt(system: System, collective: Collective, elements: int,
     top = min(ceilings, key=lambda c: c.makespan if c is not None else math.inf)
     assert top is not None
     built = []
-    for s in whole:  # as the tuner builds them
+    for s in sorted(whole, key=lambda x: (x["channels"] * x["slices"], x["channels"])):
+        # as the tuner builds them, the cheapest first: one at or under the ceiling ends it
         m = tree_schedule(system, collective, s["channels"], s["slices"]).makespan
         if not top.makespan < m * (1 - BEST_OF_RTOL) * (1 - MARGIN):
             return None
