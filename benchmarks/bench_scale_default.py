@@ -15,6 +15,8 @@ Usage::
     nice python -m benchmarks.bench_scale_default --nodes 8,32,128
     nice python -m benchmarks.bench_scale_default --xml --before /tmp/before
     nice python -m benchmarks.bench_scale_default --xml --xml-k 8x8x4,8 --report
+    nice python -m benchmarks.bench_scale_default --xml --report --before /tmp/before \
+        --before-solvers default --save /tmp/runs
     nice python -m benchmarks.bench_scale_default --torus --torus-k 8,16 --cold
 """
 
@@ -117,7 +119,20 @@ def run(tree: Path, args: list[str], timeout: float, rss_limit_mib: float = 6144
     return {"cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024,
             "wall": time.perf_counter() - t0, "finished": finished, "rc": proc.returncode,
             "plan": plan, "runtime": time_line, "load": [load0, os.getloadavg()[0]],
-            "tail": "" if finished and proc.returncode == 0 else text[-600:]}
+            "tail": "" if finished and proc.returncode == 0 else text[-600:], "text": text}
+
+
+def _save(folder: Path, stem: str, text: str, cargs: list[str]) -> None:
+    """Keep a run's output as ``folder/stem.txt`` and the plan it wrote (``-o``) as
+    ``folder/stem.xml``."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.txt").write_text(text)
+    if "-o" in cargs:
+        written = Path(cargs[cargs.index("-o") + 1])
+        if written.exists():
+            shutil.move(str(written), folder / f"{stem}.xml")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,6 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--solvers", default="default,greedy",
                     help="of --torus and --xml: which of default,greedy to run")
     ap.add_argument("--before", type=Path, help="also run the package exported in DIR")
+    ap.add_argument("--save", type=Path,
+                    help="keep every run's output (and of --xml its plan) in DIR, to diff")
+    ap.add_argument("--before-solvers", default="",
+                    help="of --before: only these solvers in DIR (default: every one), e.g. "
+                    "'default' to compare the greedy alone once")
     ap.add_argument("--timeout", type=float, default=1200.0, help="wall seconds per run")
     ap.add_argument("--rss-limit", type=float, default=6144.0,
                     help="MiB resident (a run and its workers) past which a run is stopped")
@@ -169,9 +189,15 @@ def main(argv: list[str] | None = None) -> None:
     print("| case | NPUs | solver | tree | CPU s | peak RSS MiB | finished | plan |")
     print("|---|---:|---|---|---:|---:|---|---|")
     results: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    before_only = {x for x in args.before_solvers.split(",") if x}
     for name, npus, solver, cargs in cases:
         for label, tree in trees:
+            if label == "before" and before_only and solver not in before_only:
+                continue
             r = run(tree, cargs, args.timeout, args.rss_limit, args.cold)
+            text = r.pop("text")
+            if args.save:
+                _save(args.save, f"{npus}-{solver}-{label}", text, cargs)
             print(json.dumps({"case": name, "npus": npus, "solver": solver, "tree": label,
                               **r}), file=sys.stderr, flush=True)
             done = "yes" if r["finished"] and r["rc"] == 0 else \

@@ -22,6 +22,7 @@ from typing import Any
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
+from tacos.msccl.busiest_memo import busiest_pair_once
 from tacos.msccl.channel_floor import (
     PairLanes,
     busiest_pair,
@@ -417,7 +418,7 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
     considered: list[Candidate] = []
     max_channels = min(base.max_channels, lim.max_channels)
     busiest: dict[str, PairLanes | None] = {
-        k: busiest_pair(v, base.max_steps_per_tb) if isinstance(v, Schedule) else None
+        k: busiest_pair_once(v, base.max_steps_per_tb) if isinstance(v, Schedule) else None
         for k, v in schedules.items()}
     refused = {k: why for k, v in schedules.items()
                if (why := refusal(v, lim) or chunks_refusal(v, nbytes // ELEMENT_BYTES)

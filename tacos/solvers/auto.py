@@ -232,20 +232,21 @@ def _run_portfolio(topology: Topology, collective: Collective, *,
         seconds["nccl"] = time.perf_counter() - t0
     if to_fuse:
         plans = _fuse_deferred(plans, to_fuse, skipped, ranked=timed is not None)
-    link_times: dict[str, float] = {}
-    for label, sched in plans.items():
-        rep = gate.verify(sched) if gate else verified(sched)
-        if rep.ok:
-            link_times[label] = sched.makespan
-        else:
-            skipped[label] = "did not verify: " + rep.violations[0].text()
+    # large groups ranked by shaped XML: each plan is verified once it can be ranked
+    lazy = gate is not None and emit == "shaped"
+    link_times = {k: v.makespan for k, v in plans.items()} if lazy else \
+        _verified_times(plans, skipped, gate.verify if gate else verified)
     if not link_times and timed is None:
-        raise TacosError("no candidate of the portfolio gave a verified plan: "
-                         + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
-                         hint="name a solver with --solver")
+        raise _no_plan(skipped)
     floors: dict[str, float] = {}  # candidates that cannot win: their runtime floor
     shaped = (gate.shaped_times if gate else _shaped_times)(  # large groups: one at a time
         topology, collective, plans, link_times, skipped) if emit == "shaped" else None
+    if lazy:  # only the plans verified so far (all of them when the shaped ranking failed)
+        if shaped is None:
+            gate.build_deferred(plans, skipped)
+        link_times = gate.verified_times(plans, link_times, skipped, all_=shaped is None)
+        if not link_times:
+            raise _no_plan(skipped)
     if shaped is not None:
         times, runtime, ranked_by = shaped
     else:
@@ -291,6 +292,27 @@ def _run_portfolio(topology: Topology, collective: Collective, *,
     if keep_plans:
         facts["plans"] = {k: plans[k] for k in times}
     return winner, plans[winner], facts
+
+
+def _verified_times(plans: dict[str, Schedule], skipped: dict[str, str], verify: Any
+                    ) -> dict[str, float]:
+    """The link-model time of every plan of ``plans`` that ``verify`` passes; the others are
+    in ``skipped`` with their first violation."""
+    out: dict[str, float] = {}
+    for label, sched in plans.items():
+        rep = verify(sched)
+        if rep.ok:
+            out[label] = sched.makespan
+        else:
+            skipped[label] = "did not verify: " + rep.violations[0].text()
+    return out
+
+
+def _no_plan(skipped: dict[str, str]) -> TacosError:
+    """The error when no candidate gave a verified plan."""
+    return TacosError("no candidate of the portfolio gave a verified plan: "
+                      + "; ".join(f"{k}: {v}" for k, v in skipped.items()),
+                      hint="name a solver with --solver")
 
 
 def _runtime_times(topology: Topology, collective: Collective, plans: dict[str, Schedule],
@@ -568,5 +590,8 @@ class AutoSolver(SolverBase):
         meta["auto"] = facts
         meta["algorithm"] = f"{winner} ({meta.get('algorithm', winner)})"
         out = Schedule(sched.topology, sched.collective, sched.transfers, meta)
+        from tacos.msccl.busiest_memo import share
+
+        share(sched, out)  # the file written asks for its busiest pair again
         stats = {"synthesis_time": time.perf_counter() - t0, "winner": winner}
         return SolveResult("feasible", out, None, stats)

@@ -35,7 +35,16 @@ seconds to minutes.  There the portfolio goes through a :class:`ScaleGate`:
   hierarchical plan cannot win and is listed in ``skipped`` with both times.
 * **Written as MSCCL XML** (``tacosc -o plan.xml``), NCCL's algorithms are ranked by their own
   XML lowering, so all are built, the ring within the transfer budget; the runtime-shaped
-  ranking is :mod:`tacos.solvers.scale_shaped`.
+  ranking is :mod:`tacos.solvers.scale_shaped`.  Two exceptions there:
+
+  - NCCL's tree is not built when its XML is provably refused for its chunk count
+    (:func:`tacos.solvers.nccl.tree_refuse.refused_unbuilt`: an upper bound on the makespan of
+    each of its tuned settings shows the tuner keeps one whose chunk count does not divide the
+    message); ``skipped`` gives the refusal the shaped ranking would give, and says it was
+    not built.  Should the shaped ranking fail, it is built then (:meth:`ScaleGate.build_deferred`).
+  - A plan is verified once it can be ranked: just before it is lowered, after the refusals
+    and floors that may leave it out; a ``skipped`` line that quotes the link-model time of a
+    plan not verified says so.  The winner is always verified.
 
 Everything the gate decides is in the portfolio's ``skipped`` entries; naming candidates
 (``-O candidates=...``) runs the full portfolio at any size.
@@ -115,6 +124,8 @@ class ScaleGate:
     _above: float | None = None
     #: synthesizers not run (:meth:`skip`): their link-model lower bound (s)
     skipped_floors: dict[str, float] = field(default_factory=dict)
+    #: plans refused unbuilt (:meth:`_tree_refused`): label -> their builder
+    _deferred: dict[str, Any] = field(default_factory=dict)
 
     def skip(self, name: str, topology: Topology, collective: Collective,
              plans: dict[str, Schedule], relays: str = "members") -> str:
@@ -219,7 +230,28 @@ class ScaleGate:
         (:func:`tacos.solvers.scale_shaped.shaped_ranking`)."""
         from tacos.solvers.scale_shaped import shaped_ranking
 
-        return shaped_ranking(topology, collective, plans, link_times, skipped)
+        return shaped_ranking(topology, collective, plans, link_times, skipped,
+                              verify=self.verify)
+
+    def verified_times(self, plans: dict[str, Schedule], link_times: dict[str, float],
+                       skipped: dict[str, str], *, all_: bool) -> dict[str, float]:
+        """The entries of ``link_times`` (label -> link-model time) whose plan this gate
+        verified and found correct (:meth:`verify`); with ``all_`` every plan is verified
+        first (the ranking that follows times every one), and one that fails is in
+        ``skipped`` with its first violation."""
+        out: dict[str, float] = {}
+        if all_:
+            link_times = {k: v.makespan for k, v in plans.items()}
+        for label, t in link_times.items():
+            key = id(plans[label])
+            if key not in self._reports and not all_:
+                continue
+            rep = self.verify(plans[label])
+            if rep.ok:
+                out[label] = t
+            elif all_:
+                skipped[label] = "did not verify: " + rep.violations[0].text()
+        return out
 
     def nccl(self, topology: Topology, collective: Collective, plans: dict[str, Schedule],
              skipped: dict[str, str], *, sys_: Any = None
@@ -242,8 +274,12 @@ class ScaleGate:
         if not names:
             raise TacosError(f"NCCL has no algorithm for {collective.label()}")
         if self.emit:  # ranked by their own XML lowering: every algorithm is built
+            if self.emit == "shaped" and "tree" in names:  # unless refused unbuilt
+                names = self._tree_refused(topology, collective, sys_, names, skipped)
             built = {name: self._build(name, topology, collective, sys_, skipped,
                                        nccl_schedule) for name in names}
+            if not built:
+                return "tree", None, {}
             first = min(names, key=lambda a: (built[a].makespan, a))  # as nccl_best chooses
             return first, built[first], built
         times: dict[str, float] = {}
@@ -292,6 +328,39 @@ class ScaleGate:
                                     or est.time < out[1]):
                 out = (label, est.time)
         return out
+
+    def _tree_refused(self, topology: Topology, collective: Collective, sys_: Any,
+                      names: list[str], skipped: dict[str, str]) -> list[str]:
+        """``names`` without NCCL's tree when the shaped ranking would refuse its XML before
+        lowering for its chunk count, proved without building it
+        (:func:`tacos.solvers.nccl.tree_refuse.refused_unbuilt`; ``skipped`` says so).  Its
+        builder is kept for :meth:`build_deferred`."""
+        from tacos.msccl.lower import MscclOptions
+        from tacos.msccl.shape_choose import ELEMENT_BYTES, limits_for
+        from tacos.solvers.nccl.tree_refuse import refused_unbuilt
+
+        elements = max(1, int(collective.size)) // ELEMENT_BYTES
+        got = refused_unbuilt(sys_, collective, elements,
+                              limits_for(topology, MscclOptions().max_steps_per_tb))
+        if got is None:
+            return names
+        from tacos.solvers.nccl.solver import nccl_schedule
+
+        skipped["nccl-tree"] = f"not ranked: runtime-shaped XML {got[0]} ({got[1]})"
+        self._deferred["nccl-tree"] = lambda: nccl_schedule("tree", topology, collective,
+                                                            sys_=sys_)
+        return [n for n in names if n != "tree"]
+
+    def build_deferred(self, plans: dict[str, Schedule], skipped: dict[str, str]) -> None:
+        """Build into ``plans`` what :meth:`_tree_refused` left unbuilt (the shaped ranking
+        failed, and the ranking that replaces it times every plan)."""
+        for label, build in self._deferred.items():
+            skipped.pop(label, None)
+            try:
+                plans[label] = build()
+            except TacosError as exc:
+                skipped[label] = exc.message
+        self._deferred.clear()
 
     def _build(self, name: str, topology: Topology, collective: Collective, sys_: Any,
                skipped: dict[str, str], build: Any) -> Schedule:

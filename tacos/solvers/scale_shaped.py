@@ -28,8 +28,10 @@ time another plan reaches (a tie goes to the plan timed first).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from tacos.check.verify import VerifyReport
 from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.schedule import Schedule
@@ -76,13 +78,20 @@ def port_floor(schedule: Schedule, topology: Topology) -> float:
 
 def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, Schedule],
                    link_times: dict[str, float], skipped: dict[str, str], *,
-                   instances: tuple[int, ...] = RANK_INSTANCES
+                   instances: tuple[int, ...] = RANK_INSTANCES,
+                   verify: Callable[[Schedule], VerifyReport] | None = None
                    ) -> tuple[dict[str, float], dict[str, Any], str] | None:
     """``(times, runtime, ranked_by)`` as :func:`tacos.solvers.auto._shaped_times` returns
     them, ranked one plan at a time (see module doc; ``instances``: the counts tried, as the
     portfolio's ranking).  Plans left out are in ``skipped`` with the reason.  None when no
-    plan can be shaped (the caller then ranks the fixed lowering)."""
+    plan can be shaped (the caller then ranks the fixed lowering).
+
+    ``verify``: the plans of ``link_times`` are not verified yet; each is verified by it once
+    it can be ranked (no refusal or floor leaves it out), before it is lowered, and leaves the
+    ranking when it fails (``did not verify``).  A line of ``skipped`` that quotes the
+    link-model time of a plan not verified says so."""
     from tacos.model.units import format_time
+    from tacos.msccl.busiest_memo import busiest_pair_once
     from tacos.msccl.channel_floor import channels_refusal
     from tacos.msccl.lower import IN_PLACE_KINDS, MscclOptions
     from tacos.msccl.shape import shapes
@@ -97,12 +106,20 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
 
     inplace = collective.kind in IN_PLACE_KINDS  # as the file is written: programs reused
     base = MscclOptions(inplace=inplace, outofplace=not inplace)
+    checked: set[str] = set()  # plans verified here
+
+    def link_time(label: str) -> str:
+        """The link-model figure a line of ``skipped`` quotes, and of what plan."""
+        unverified = ", plan not verified" if verify is not None and label not in checked \
+            else ""
+        return f"link-model time {link_times[label]:.4g} s{unverified}"
+
     plain = {k: plans[k] for k in link_times
              if not any(t.group is not None for t in plans[k].transfers)}
     for label in link_times:
         if label not in plain:
             skipped[label] = ("not ranked: runtime-shaped XML in-switch groups: MSCCL XML "
-                              f"cannot express them (link-model time {link_times[label]:.4g} s)")
+                              f"cannot express them ({link_time(label)})")
     if not plain:
         return None
     lim = limits_for(topology, base.max_steps_per_tb)
@@ -113,10 +130,11 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
                or chunks_refusal(plain[label], nbytes // ELEMENT_BYTES)
                or channels_refusal(plain[label], 1, base.max_steps_per_tb,
                                    min(base.max_channels, lim.max_channels),
-                                   inplace=inplace))
+                                   inplace=inplace,  # the shape search asks for it again
+                                   busiest=busiest_pair_once(plain[label],
+                                                             base.max_steps_per_tb)))
         if why:
-            skipped[label] = (f"not ranked: runtime-shaped XML {why} (link-model time "
-                              f"{link_times[label]:.4g} s)")
+            skipped[label] = f"not ranked: runtime-shaped XML {why} ({link_time(label)})"
             del plain[label]
             continue
         try:
@@ -135,6 +153,12 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
                               f"bytes at their full rate), no faster than {best[1]}'s "
                               f"{format_time(best[0])} (not lowered)")
             continue
+        if verify is not None:  # it can be ranked: verified before it is lowered
+            checked.add(label)
+            rep = verify(plain[label])
+            if not rep.ok:
+                skipped[label] = "did not verify: " + rep.violations[0].text()
+                continue
         try:
             choice = choose_shape({label: plain[label]}, topology, nbytes, quick=True,
                                   base=base, candidates=cands, cache=cache,
@@ -147,8 +171,7 @@ def shaped_ranking(topology: Topology, collective: Collective, plans: dict[str, 
             cache.forget(plain[label])
             continue
         except (TacosError, ImportError) as exc:
-            skipped[label] = (f"not ranked: runtime-shaped XML {exc} (link-model time "
-                              f"{link_times[label]:.4g} s)")
+            skipped[label] = f"not ranked: runtime-shaped XML {exc} ({link_time(label)})"
             cache.forget(plain[label])
             continue
         times[label] = choice.time

@@ -135,10 +135,9 @@ def tree_schedule(system: System, collective: Collective, channels: int, slices:
                               "channels": channels, "slices": slices})
 
 
-def nccl_tree(system: System, collective: Collective, *,
-              channels: Sequence[int] | None = None) -> Schedule:
-    """NCCL's tree all-reduce at the channel count and pipeline depth the model finds fastest
-    for the size (see module doc)."""
+def tree_settings(system: System, collective: Collective, *,
+                  channels: Sequence[int] | None = None) -> list[dict]:
+    """The ``{"channels", "slices"}`` settings :func:`nccl_tree` builds, in its order."""
     rails = max(2, system.rails)
     cands = list(channels) if channels else sorted({2, rails})
     n = len(system.group)
@@ -150,6 +149,14 @@ def nccl_tree(system: System, collective: Collective, *,
         cap = min(MAX_SLICES, max(1, MAX_TRANSFERS // max(1, 2 * n * c)))
         settings += [{"channels": c, "slices": s}
                      for s in pipeline_depths(collective.size / c, 2 * height, hop, cap)]
+    return settings
+
+
+def nccl_tree(system: System, collective: Collective, *,
+              channels: Sequence[int] | None = None) -> Schedule:
+    """NCCL's tree all-reduce at the channel count and pipeline depth the model finds fastest
+    for the size (see module doc)."""
+    settings = tree_settings(system, collective, channels=channels)
     best = best_of(settings, lambda s: tree_schedule(system, collective, s["channels"],
                                                      s["slices"]))
     best.schedule.meta["tuned"] = best.setting
