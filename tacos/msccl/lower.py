@@ -27,8 +27,9 @@ from typing import Any
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
-from tacos.msccl.lower_flow import Flow, shared_flow
+from tacos.msccl.lower_flow import Flow, kept_flow, shared_flow
 from tacos.msccl.lower_layout import Layout, build_layout
+from tacos.msccl.lower_skeleton import likely_over, one_chunk_transfers, skeleton_flow
 from tacos.msccl.lower_steps import build_steps, finish_program
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
 from tacos.msccl.rounds import first_round
@@ -291,7 +292,8 @@ class _Rounds:
     #: some round built steps (what fails after that may depend on them)
     built: bool = False
     #: every run of the flow carries one chunk, though runs could hold two (the largest run
-    #: allowed is 2 chunks or more): no two chunks a transfer carries were contiguous
+    #: allowed is 2 chunks or more) or every transfer carries one: no two chunks a transfer
+    #: carries were contiguous
     single_runs: bool = False
 
 
@@ -304,10 +306,23 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
     hints = schedule.meta.get("channel_of_transfer")
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
         hints = None
+    one_chunk = one_chunk_transfers(schedule)
+    if (one_chunk and kept_flow(schedule, layout, max_count) is None
+            and likely_over(schedule, layout, opts.max_steps_per_tb, opts.max_channels)):
+        # the rounds before the first build need no locations: their channel error, if any,
+        # comes without placing the flow (tacos.msccl.lower_skeleton: the proof)
+        with progress.phase("channels of the first rounds (runs without locations)"):
+            skeleton = skeleton_flow(schedule, layout)
+            if skeleton is not None:
+                seen.single_runs = True
+                _rounds_before_build(skeleton, opts, hints, seen)
+                del skeleton
+        seen.channels.clear()  # they fit: the full lowering runs them again
+        seen.pairing_matters = False
     with progress.phase(f"ordering {len(schedule.transfers)} transfers"):
         flow = shared_flow(schedule, layout, max_count=max_count)
-    seen.single_runs = max_count >= 2 and len(flow.runs) == layout.instances * sum(
-        len(t.chunks) for t in schedule.transfers)
+    seen.single_runs = (max_count >= 2 or one_chunk) and len(flow.runs) == (
+        layout.instances * sum(len(t.chunks) for t in schedule.transfers))
     ports = _port_slots(schedule, flow) if opts.port_order else None
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
@@ -346,6 +361,22 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
             return finish_program(layout, tbs, nchannels), pairing_matters
     raise TacosError("could not fit the plan into the MSCCL limits",
                      hint="raise max_steps_per_tb or max_channels")
+
+
+def _rounds_before_build(flow: Flow, opts: MscclOptions, hints: list[int] | None,
+                         seen: _Rounds) -> None:
+    """The rounds of :func:`_lower_body` up to its first step build, on ``flow``: numbering
+    channels (raising when over the limit) and cutting the lanes of thread blocks too long
+    for their events alone; returns when a round cuts nothing (the next would build)."""
+    cuts: dict[tuple[int, int, int, int], list[int]] = {}
+    for _ in range(MAX_ROUNDS):
+        chan, _n = assign_channels(flow, cuts, opts.max_channels, hints, counts=seen.channels)
+        plan = plan_tbs(flow, chan, set(), pair=opts.pair_peers)
+        seen.pairing_matters = seen.pairing_matters or plan.pairing_matters
+        long = _long_sequences(plan, opts.max_steps_per_tb)
+        del plan, chan
+        if not _cut(flow, long, cuts, opts.max_steps_per_tb):
+            return
 
 
 def _port_slots(schedule: Schedule, flow: Flow) -> dict[int, tuple[int, ...]]:

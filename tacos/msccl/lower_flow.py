@@ -163,6 +163,14 @@ _FLOWS: dict[int, tuple[Schedule, dict[tuple, Flow]]] = {}
 _FLOWS_MAX_RUNS = 200_000
 
 
+def kept_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow | None:
+    """The flow :func:`shared_flow` keeps for these arguments, if any (nothing is built)."""
+    got = _FLOWS.get(id(schedule))
+    if got is None or got[0] is not schedule:
+        return None
+    return got[1].get((len(schedule.transfers), layout, max_count))
+
+
 def shared_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow:
     """:func:`build_flow`, remembered for the schedule (by identity) while the kept flows are
     small (see :data:`_FLOWS`)."""

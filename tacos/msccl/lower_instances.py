@@ -6,9 +6,10 @@ schedule with options ``O`` (one instance) have failed at round ``R``'s channel 
 (:func:`tacos.msccl.lower_channels.assign_channels`, "the plan needs K_R channels") with no
 step built in any round (every earlier round only cut lanes), after numbering ``K_1 .. K_R``
 distinct channel keys in its rounds, and let every run of its flow carry one chunk although a
-run could carry two or more (``max_count >= 2``).  Then the lowering with ``O`` but ``I >= 2``
-instances raises "the plan needs ``I·K_r`` channels" (same hint) at the first round ``r``
-with ``I·K_r`` over ``max_channels`` (one exists: ``K_R`` is over it).  Why:
+run could carry two or more (``max_count >= 2``), or every transfer carry one chunk.  Then
+the lowering with ``O`` but ``I >= 2`` instances raises "the plan needs ``I·K_r``
+channels" (same hint) at the first round ``r`` with ``I·K_r`` over ``max_channels`` (one
+exists: ``K_R`` is over it).  Why:
 
 1. *Locations.*  Piece ``p`` of input/output slot ``y`` is MSCCL chunk ``y·I + p``
    (:mod:`tacos.msccl.lower_layout`; the in-place alias adds ``rank·k·I``, a multiple of
@@ -29,7 +30,8 @@ with ``I·K_r`` over ``max_channels`` (one exists: ``K_R`` is over it).  Why:
 2. *Runs.*  ``_split`` joins two chunks of a transfer only when their sending, reduced and
    landing locations are all adjacent.  At one instance no two were joined although runs
    could hold two, so for every consecutive pair one location was not adjacent; by 1 it is
-   not adjacent at ``I`` instances either (an input/output slot never is).  So piece ``p``
+   not adjacent at ``I`` instances either (an input/output slot never is).  (A transfer of
+   one chunk has no pair to join.)  So piece ``p``
    has one run per chunk of every transfer, as the one-instance flow: the same transfer,
    part, chunk, versions (read, created, reduced into), lane, and keys ``(pos, 0, p, part,
    0)`` instead of ``(pos, 0, 0, part, 0)``.  Runs of one piece are therefore in the
