@@ -105,3 +105,19 @@ def test_the_skeleton_rounds_change_nothing(text, kind, solver, monkeypatch) -> 
     _, _, sched = synthesized(text, kind, solver, 1)
     assert _same_rounds(sched, kind in ("allreduce", "allgather"), (2, 4, 8), (1, 3, 6, 32),
                         monkeypatch)
+
+
+def test_a_transfer_outside_the_group_is_refused_as_before(monkeypatch) -> None:
+    from test_msccl_lower import line, make
+
+    from tacos.model import patterns
+
+    coll = patterns.build("broadcast", [0, 2], size=1024, root=0)
+    sched = make(line(3), coll, [(0, 0, 1, (0,), "copy"), (1, 1, 2, (0,), "copy")])
+    layout = build_layout(coll, inplace=False, instances=1)
+    assert not lower_mod.likely_over(sched, layout, 64, 32)
+    assert skeleton_flow(sched, layout) is None
+    monkeypatch.setattr(lower_mod, "likely_over", lambda *a: True)
+    _forget()
+    with pytest.raises(TacosError, match="NPU 1, which is not a rank"):
+        lower(sched)

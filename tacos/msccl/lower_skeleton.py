@@ -26,10 +26,11 @@ locations.  Why they are equal, when every transfer carries one chunk:
   a build uses); ``_long_sequences`` and ``_cut`` the plan's sequences and fusions and the
   runs' conns and ``conn_index``.  So every round up to the first build numbers the same
   channel keys and makes the same cuts as the full lowering.
-* ``build_flow`` raises before any round when a transfer leaves the group, when the replay or
-  the order fails (shared: raised here too), when a later part of a run can be overwritten (a
-  one-chunk transfer has no later part) or when a rank never receives a chunk it must hold:
-  the first and the last return None here, and the full lowering raises them itself.
+* ``build_flow`` raises before any round when a transfer leaves the group (checked first
+  here too), when the replay or the order fails (shared: raised here too, as it would be),
+  when a later part of a run can be overwritten (a one-chunk transfer has no later part) or
+  when a rank never receives a chunk it must hold: the first and the last return None here
+  (and :func:`likely_over` False for the first), and the full lowering raises them itself.
 
 So when these rounds raise "the plan needs N channels", the full lowering raises that same
 error (its port order, computed between the flow and the rounds, raises nothing).
@@ -53,12 +54,20 @@ def one_chunk_transfers(schedule: Schedule) -> bool:
     return all(len(t.chunks) == 1 for t in schedule.transfers)
 
 
+def _members_only(schedule: Schedule, layout: Layout) -> bool:
+    """Whether every transfer runs between ranks of the collective's group."""
+    ranks = layout.ranks
+    return all(t.src in ranks and t.dst in ranks for t in schedule.transfers)
+
+
 def likely_over(schedule: Schedule, layout: Layout, max_steps: int, max_channels: int) -> bool:
     """Whether the skeleton's rounds are worth running: the one-sided channel floor of
     :mod:`tacos.msccl.channel_floor` (per pair, the segments its lanes need on one side),
     doubled for the cuts the receivers add, is over ``max_channels``.  A guess only: the
     skeleton is exact either way, this just keeps it off lowerings likely to fit."""
     ts = schedule.transfers
+    if not _members_only(schedule, layout):
+        return False  # build_flow refuses it before ordering anything
     tol = TIME_RTOL * max((abs(t.end) for t in ts), default=0.0)
     lane = _ordered(schedule, layout, tol)[0]
     per_lane: dict[tuple[int, int, int], int] = defaultdict(int)
@@ -79,7 +88,7 @@ def skeleton_flow(schedule: Schedule, layout: Layout) -> Flow | None:
     if not one_chunk_transfers(schedule):
         return None
     ranks = layout.ranks
-    if any(t.src not in ranks or t.dst not in ranks for t in ts):
+    if not _members_only(schedule, layout):
         return None  # build_flow raises: leave it to the full lowering
     tol = TIME_RTOL * max((abs(t.end) for t in ts), default=0.0)
     lane, versions, read, created, cur, pos_s, pos_r = _ordered(schedule, layout, tol)
