@@ -121,3 +121,15 @@ def test_a_transfer_outside_the_group_is_refused_as_before(monkeypatch) -> None:
     _forget()
     with pytest.raises(TacosError, match="NPU 1, which is not a rank"):
         lower(sched)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["group_noncontiguous_allgather_forest",  # channel hints
+                                  "dgx1_broadcast_reducescatter_greedy"])
+def test_the_skeleton_rounds_change_nothing_on_stored_plans(name, monkeypatch) -> None:
+    from pathlib import Path
+
+    from tacos.frontends.json_schedule import load
+
+    sched = load(Path(__file__).parent / "fixtures" / "lowering" / f"{name}.json")
+    _same_rounds(sched, False, (2, 4), (1, 2, 4, 32), monkeypatch)
