@@ -15,6 +15,12 @@ The pipeline (each stage in its own module):
 If a tb would exceed the step limit, the FIFO lanes it owns are cut and the later part moves to
 another channel; if a fused step could deadlock (see :mod:`~tacos.msccl.lower_steps`) the fusion
 is dropped.  Both repeat until the program fits.  See ``docs/msccl.md``.
+
+A plan whose transfers carry one chunk each, and whose channel floor is near the limit, first
+runs the rounds before the first step build on runs without buffer locations
+(:mod:`tacos.msccl.lower_skeleton`), so that their "N channels" error comes before the flow
+is placed.  A failure is remembered with what its rounds saw, from which
+:mod:`tacos.msccl.lower_instances` derives the error of the same plan at more instances.
 """
 
 from __future__ import annotations
