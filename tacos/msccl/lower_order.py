@@ -53,12 +53,15 @@ def lanes(schedule: Schedule, tol: float) -> tuple[list[int], list[int | None]]:
         by_pair[(t.src, t.dst)].append(i)
     lane = [0] * len(ts)
     prev: list[int | None] = [None] * len(ts)
+    starts = [t.start for t in ts]
+    ends = [t.end for t in ts]
     for idxs in by_pair.values():
-        idxs.sort(key=lambda i: (ts[i].start, ts[i].end, i))
+        idxs.sort(key=lambda i: (starts[i], ends[i], i))
         last: list[int] = []
         for i in idxs:
+            free = starts[i] + tol
             for ln, j in enumerate(last):
-                if ts[j].end <= ts[i].start + tol:
+                if ends[j] <= free:
                     lane[i], prev[i], last[ln] = ln, j, i
                     break
             else:
