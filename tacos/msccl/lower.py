@@ -16,7 +16,8 @@ If a tb would exceed the step limit, the FIFO lanes it owns are cut and the late
 another channel; if a fused step could deadlock (see :mod:`~tacos.msccl.lower_steps`) the fusion
 is dropped.  Both repeat until the program fits.  See ``docs/msccl.md``.
 
-A plan whose transfers carry one chunk each, and whose channel floor is near the limit, first
+A plan whose transfers carry one chunk each (or an all-reduce whose transfers carry no two
+chunks of adjacent slots), and whose channel floor is near the limit, first
 runs the rounds before the first step build on runs without buffer locations
 (:mod:`tacos.msccl.lower_skeleton`), so that their "N channels" error comes before the flow
 is placed.  A failure is remembered with what its rounds saw, from which
@@ -35,7 +36,12 @@ from tacos.model.schedule import Schedule
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
 from tacos.msccl.lower_flow import Flow, kept_flow, shared_flow
 from tacos.msccl.lower_layout import Layout, build_layout
-from tacos.msccl.lower_skeleton import likely_over, one_chunk_transfers, skeleton_flow
+from tacos.msccl.lower_skeleton import (
+    likely_over,
+    one_chunk_transfers,
+    skeleton_applies,
+    skeleton_flow,
+)
 from tacos.msccl.lower_steps import build_steps, finish_program
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
 from tacos.msccl.rounds import first_round
@@ -313,14 +319,14 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
         hints = None
     one_chunk = one_chunk_transfers(schedule)
-    if (one_chunk and kept_flow(schedule, layout, max_count) is None
+    if (kept_flow(schedule, layout, max_count) is None and skeleton_applies(schedule, layout)
             and likely_over(schedule, layout, opts.max_steps_per_tb, opts.max_channels)):
         # the rounds before the first build need no locations: their channel error, if any,
         # comes without placing the flow (tacos.msccl.lower_skeleton: the proof)
         with progress.phase("channels of the first rounds (runs without locations)"):
             skeleton = skeleton_flow(schedule, layout)
-            if skeleton is not None:
-                seen.single_runs = True
+            if skeleton is not None:  # every run is one chunk
+                seen.single_runs = max_count >= 2 or one_chunk
                 _rounds_before_build(skeleton, opts, hints, seen)
                 del skeleton
         seen.channels.clear()  # they fit: the full lowering runs them again
