@@ -15,20 +15,33 @@ The pipeline (each stage in its own module):
 If a tb would exceed the step limit, the FIFO lanes it owns are cut and the later part moves to
 another channel; if a fused step could deadlock (see :mod:`~tacos.msccl.lower_steps`) the fusion
 is dropped.  Both repeat until the program fits.  See ``docs/msccl.md``.
+
+A plan whose transfers carry one chunk each (or an all-reduce whose transfers carry no two
+chunks of adjacent slots), and whose channel floor is near the limit, first
+runs the rounds before the first step build on runs without buffer locations
+(:mod:`tacos.msccl.lower_skeleton`), so that their "N channels" error comes before the flow
+is placed.  A failure is remembered with what its rounds saw, from which
+:mod:`tacos.msccl.lower_instances` derives the error of the same plan at more instances.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
 from tacos.msccl.lower_channels import TbPlan, assign_channels, plan_tbs
-from tacos.msccl.lower_flow import Flow, shared_flow
+from tacos.msccl.lower_flow import Flow, kept_flow, shared_flow
 from tacos.msccl.lower_layout import Layout, build_layout
+from tacos.msccl.lower_skeleton import (
+    likely_over,
+    one_chunk_transfers,
+    skeleton_applies,
+    skeleton_flow,
+)
 from tacos.msccl.lower_steps import build_steps, finish_program
 from tacos.msccl.program import DEFAULT_MAX_STEPS, MAX_CHANNELS, MAX_STR_LEN, PROTOS, Program
 from tacos.msccl.rounds import first_round
@@ -208,11 +221,12 @@ def _keep(schedule: Schedule, key: tuple, program: Program, pairing_matters: boo
 
 
 #: Failures of the last few lowerings, by schedule identity and body key (as :data:`_KEPT`):
-#: ``(weak reference to the schedule, message, hint)``.  A lowering that failed while pairing
-#: the single peers changed nothing in any round it ran fails the same way with the other
-#: pairing (every round takes the same path), so the shape search's second variant of a plan
-#: that cannot fit (e.g. "N channels > 32") is refused at once instead of lowered again.
-_FAILED: dict[tuple, tuple[Any, str, str | None]] = {}
+#: ``(weak reference to the schedule, message, hint, what its rounds saw)``.  A lowering
+#: that failed while pairing the single peers changed nothing in any round it ran fails the
+#: same way with the other pairing (every round takes the same path), so the shape search's
+#: second variant of a plan that cannot fit (e.g. "N channels > 32") is refused at once
+#: instead of lowered again (:mod:`tacos.msccl.lower_instances` derives more from it).
+_FAILED: dict[tuple, tuple[Any, str, str | None, _Rounds]] = {}
 _FAILED_MAX = 16
 
 
@@ -224,14 +238,14 @@ def _failed(schedule: Schedule, key: tuple) -> TacosError | None:
 
 
 def _remember_failure(schedule: Schedule, key: tuple, exc: TacosError,
-                      pairing_matters: bool) -> None:
+                      seen: _Rounds) -> None:
     body, max_count = key
-    keys = [key] if pairing_matters else [(replace(body, pair_peers=p), max_count)
-                                          for p in (False, True)]
+    keys = [key] if seen.pairing_matters else [(replace(body, pair_peers=p), max_count)
+                                               for p in (False, True)]
     ref = weakref.ref(schedule)
     for k in keys:
         _FAILED.pop((id(schedule), k), None)
-        _FAILED[(id(schedule), k)] = (ref, exc.message, exc.hint)
+        _FAILED[(id(schedule), k)] = (ref, exc.message, exc.hint, seen)
     while len(_FAILED) > _FAILED_MAX:
         _FAILED.pop(next(iter(_FAILED)))
 
@@ -252,7 +266,7 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter,
                                                    progress, check, seen)
         except TacosError as exc:
             if type(exc) is TacosError:  # a subclass is raised anew each time
-                _remember_failure(schedule, key, exc, seen.pairing_matters)
+                _remember_failure(schedule, key, exc, seen)
             raise
         _keep(schedule, key, program, pairing_matters)
     name = opts.name or f"tacos_{layout.coll}_{layout.ngpus}gpus"
@@ -262,12 +276,37 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter,
                    maxBytes=int(opts.max_bytes), redop=opts.redop if combining else None)
 
 
+def remembered_failure(schedule: Schedule, options: MscclOptions
+                       ) -> tuple[TacosError, _Rounds] | None:
+    """The error the last lowering of ``schedule`` (the same object, not pipelined) with
+    ``options`` raised and what its rounds saw, if it failed and is still remembered."""
+    if (int((schedule.meta.get("pipeline") or {}).get("slices", 1)) > 1
+            or not isinstance(schedule.transfers, tuple)):
+        return None  # lowered as another object (its first round, or its transfers' tuple)
+    layout = build_layout(schedule.collective, inplace=options.inplace,
+                          instances=options.instances)
+    key = (id(schedule), _body_key(options, _fifo_count(options, layout.nchunksperloop)))
+    got = _FAILED.get(key)
+    if got is None or got[0]() is not schedule:
+        return None
+    return TacosError(got[1], hint=got[2]), got[3]
+
+
 @dataclass
 class _Rounds:
     """What the rounds of one lowering have seen so far (kept when the lowering fails)."""
 
     #: some round's plan had single peers in both directions on a rank and channel
     pairing_matters: bool = False
+    #: the distinct channel keys of each round numbered so far (the last one is over the
+    #: limit when the lowering failed there)
+    channels: list[int] = field(default_factory=list)
+    #: some round built steps (what fails after that may depend on them)
+    built: bool = False
+    #: every run of the flow carries one chunk, though runs could hold two (the largest run
+    #: allowed is 2 chunks or more) or every transfer carries one: no two chunks a transfer
+    #: carries were contiguous
+    single_runs: bool = False
 
 
 def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_count: int,
@@ -279,8 +318,23 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
     hints = schedule.meta.get("channel_of_transfer")
     if not isinstance(hints, list) or len(hints) != len(schedule.transfers):
         hints = None
+    one_chunk = one_chunk_transfers(schedule)
+    if (kept_flow(schedule, layout, max_count) is None and skeleton_applies(schedule, layout)
+            and likely_over(schedule, layout, opts.max_steps_per_tb, opts.max_channels)):
+        # the rounds before the first build need no locations: their channel error, if any,
+        # comes without placing the flow (tacos.msccl.lower_skeleton: the proof)
+        with progress.phase("channels of the first rounds (runs without locations)"):
+            skeleton = skeleton_flow(schedule, layout)
+            if skeleton is not None:  # every run is one chunk
+                seen.single_runs = max_count >= 2 or one_chunk
+                _rounds_before_build(skeleton, opts, hints, seen)
+                del skeleton
+        seen.channels.clear()  # they fit: the full lowering runs them again
+        seen.pairing_matters = False
     with progress.phase(f"ordering {len(schedule.transfers)} transfers"):
         flow = shared_flow(schedule, layout, max_count=max_count)
+    seen.single_runs = (max_count >= 2 or one_chunk) and len(flow.runs) == (
+        layout.instances * sum(len(t.chunks) for t in schedule.transfers))
     ports = _port_slots(schedule, flow) if opts.port_order else None
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
@@ -289,13 +343,15 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
     for round_ in range(MAX_ROUNDS):
         plan = built = None  # free the last round's plan before building the next one
         with progress.phase(f"channels and thread blocks (round {round_ + 1})"):
-            chan, _n = assign_channels(flow, cuts, opts.max_channels, hints)
+            chan, _n = assign_channels(flow, cuts, opts.max_channels, hints,
+                                       counts=seen.channels)
             plan = plan_tbs(flow, chan, forbidden, pair=opts.pair_peers)
             pairing_matters = pairing_matters or plan.pairing_matters
             seen.pairing_matters = pairing_matters
             long = _long_sequences(plan, opts.max_steps_per_tb)
         if _cut(flow, long, cuts, opts.max_steps_per_tb):
             continue  # cut lanes that certainly overflow before building any step
+        seen.built = True
         with progress.phase(f"steps and dependencies (round {round_ + 1})"):
             built = build_steps(flow, chan, plan, max_steps=opts.max_steps_per_tb, ports=ports)
         if built.unsafe:
@@ -317,6 +373,22 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
             return finish_program(layout, tbs, nchannels), pairing_matters
     raise TacosError("could not fit the plan into the MSCCL limits",
                      hint="raise max_steps_per_tb or max_channels")
+
+
+def _rounds_before_build(flow: Flow, opts: MscclOptions, hints: list[int] | None,
+                         seen: _Rounds) -> None:
+    """The rounds of :func:`_lower_body` up to its first step build, on ``flow``: numbering
+    channels (raising when over the limit) and cutting the lanes of thread blocks too long
+    for their events alone; returns when a round cuts nothing (the next would build)."""
+    cuts: dict[tuple[int, int, int, int], list[int]] = {}
+    for _ in range(MAX_ROUNDS):
+        chan, _n = assign_channels(flow, cuts, opts.max_channels, hints, counts=seen.channels)
+        plan = plan_tbs(flow, chan, set(), pair=opts.pair_peers)
+        seen.pairing_matters = seen.pairing_matters or plan.pairing_matters
+        long = _long_sequences(plan, opts.max_steps_per_tb)
+        del plan, chan
+        if not _cut(flow, long, cuts, opts.max_steps_per_tb):
+            return
 
 
 def _port_slots(schedule: Schedule, flow: Flow) -> dict[int, tuple[int, ...]]:

@@ -54,16 +54,26 @@ def channel_keys(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]],
     return keys
 
 
+def channels_error(needed: int, max_channels: int) -> TacosError:
+    """The error of a round whose runs need ``needed`` channels, more than ``max_channels``."""
+    return TacosError(
+        f"the plan needs {needed} channels but at most {max_channels} are allowed",
+        hint="raise the step limit (max_steps_per_tb) if your MSCCL build allows it, use "
+             "fewer chunks per NPU or instances, or raise max_channels (hard limit 32)")
+
+
 def assign_channels(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]],
-                    max_channels: int, hints: list[int] | None = None) -> tuple[list[int], int]:
-    """Channel of every run and the channel count; raises if more than ``max_channels``."""
+                    max_channels: int, hints: list[int] | None = None, *,
+                    counts: list[int] | None = None) -> tuple[list[int], int]:
+    """Channel of every run and the channel count; raises if more than ``max_channels``.
+    ``counts``, when given, gets the number of distinct channel keys appended (also when it
+    raises)."""
     keys = channel_keys(flow, cuts, hints)
     dense = {k: n for n, k in enumerate(sorted(set(keys)))}
+    if counts is not None:
+        counts.append(len(dense))
     if len(dense) > max_channels:
-        raise TacosError(
-            f"the plan needs {len(dense)} channels but at most {max_channels} are allowed",
-            hint="raise the step limit (max_steps_per_tb) if your MSCCL build allows it, use "
-                 "fewer chunks per NPU or instances, or raise max_channels (hard limit 32)")
+        raise channels_error(len(dense), max_channels)
     return [dense[k] for k in keys], max(1, len(dense))
 
 

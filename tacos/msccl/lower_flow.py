@@ -163,6 +163,14 @@ _FLOWS: dict[int, tuple[Schedule, dict[tuple, Flow]]] = {}
 _FLOWS_MAX_RUNS = 200_000
 
 
+def kept_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow | None:
+    """The flow :func:`shared_flow` keeps for these arguments, if any (nothing is built)."""
+    got = _FLOWS.get(id(schedule))
+    if got is None or got[0] is not schedule:
+        return None
+    return got[1].get((len(schedule.transfers), layout, max_count))
+
+
 def shared_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -> Flow:
     """:func:`build_flow`, remembered for the schedule (by identity) while the kept flows are
     small (see :data:`_FLOWS`)."""
@@ -321,17 +329,7 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
             readers[vid * pieces + p].append(3 * run.id + PREV)
         for vid in run.creates:
             made_by[vid * pieces + p] = run.id
-    for run in runs:
-        if run.part == 0:
-            continue
-        for vid in run.reads:
-            nxt = versions[vid].next
-            if (nxt is not None
-                    and runs[made_by[nxt * pieces + run.piece]].recv_key < run.send_key):
-                raise TacosError(
-                    f"transfer {run.transfer} carries chunks that are not contiguous in the "
-                    f"MSCCL buffers and rank {run.src} overwrites one of them before the last "
-                    "piece can leave; split the transfer in the schedule")
+    check_later_parts(runs, versions, made_by, pieces)
 
     copies = _final_copies(layout, versions, cur, loc, hist, runs, readers, made_by)
     del hist, made_by
@@ -365,6 +363,24 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
     final = frozenset(cur[r * nchunks + c] for c, ranks_c in enumerate(layout.post)
                       for r in ranks_c if cur[r * nchunks + c] >= 0)
     return Flow(layout, runs, copies, order, dict(readers), final)
+
+
+def check_later_parts(runs: list[Run], versions: list[Version], made_by: list[int],
+                      pieces: int) -> None:
+    """Raise when a run after the first of its transfer sends a value its rank overwrites
+    before that run leaves (``made_by[vid * pieces + p]``: the run creating version ``vid``'s
+    piece ``p``)."""
+    for run in runs:
+        if run.part == 0:
+            continue
+        for vid in run.reads:
+            nxt = versions[vid].next
+            if (nxt is not None
+                    and runs[made_by[nxt * pieces + run.piece]].recv_key < run.send_key):
+                raise TacosError(
+                    f"transfer {run.transfer} carries chunks that are not contiguous in the "
+                    f"MSCCL buffers and rank {run.src} overwrites one of them before the last "
+                    "piece can leave; split the transfer in the schedule")
 
 
 def _final_copies(layout: Layout, versions: list[Version], cur: list[int],

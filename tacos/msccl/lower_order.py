@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tacos.errors import TacosError
 from tacos.model.schedule import Schedule
+from tacos.model.transfer import Transfer
 from tacos.msccl.lower_layout import Layout
 
 
@@ -49,12 +53,15 @@ def lanes(schedule: Schedule, tol: float) -> tuple[list[int], list[int | None]]:
         by_pair[(t.src, t.dst)].append(i)
     lane = [0] * len(ts)
     prev: list[int | None] = [None] * len(ts)
+    starts = [t.start for t in ts]
+    ends = [t.end for t in ts]
     for idxs in by_pair.values():
-        idxs.sort(key=lambda i: (ts[i].start, ts[i].end, i))
+        idxs.sort(key=lambda i: (starts[i], ends[i], i))
         last: list[int] = []
         for i in idxs:
+            free = starts[i] + tol
             for ln, j in enumerate(last):
-                if ts[j].end <= ts[i].start + tol:
+                if ends[j] <= free:
                     lane[i], prev[i], last[ln] = ln, j, i
                     break
             else:
@@ -115,6 +122,21 @@ def replay_versions(schedule: Schedule, layout: Layout, tol: float):
     return versions, read, created, cur
 
 
+def node_priority_order(transfers: Sequence[Transfer], tol: float) -> list[int]:
+    """The send (``2i``) and receive (``2i+1``) nodes of ``transfers`` sorted by their
+    priority ``(start, 1, start, i)`` for a send and ``(end - tol, 0, start, i)`` for a
+    receive (unique: ``i`` and the kind tell the nodes apart), as the tuples would sort."""
+    m = len(transfers)
+    starts = np.fromiter((t.start for t in transfers), dtype=np.float64, count=m)
+    ends = np.fromiter((t.end - tol for t in transfers), dtype=np.float64, count=m)
+    when = np.empty(2 * m, dtype=np.float64)
+    when[0::2] = starts
+    when[1::2] = ends
+    kind = np.tile(np.array([1, 0], dtype=np.int8), m)
+    index = np.repeat(np.arange(m, dtype=np.int64), 2)
+    return np.lexsort((index, np.repeat(starts, 2), kind, when)).tolist()
+
+
 def order_transfers(schedule: Schedule, versions: list[Version], prev_on_lane: list[int | None],
            tol: float) -> tuple[list[int], list[int]]:
     """Topological order of send (2i) / receive (2i+1) nodes, ties broken by time."""
@@ -141,25 +163,24 @@ def order_transfers(schedule: Schedule, versions: list[Version], prev_on_lane: l
     for s in succ:
         for b in s:
             indeg[b] += 1
-    starts = [t.start for t in ts]
-    ends = [t.end - tol for t in ts]
-
-    def prio(a: int) -> tuple[float, int, float, int]:
-        i = a >> 1
-        return (starts[i], 1, starts[i], i) if a & 1 == 0 else (ends[i], 0, starts[i], i)
-
-    heap = [(prio(a), a) for a in range(n) if indeg[a] == 0]
+    # the heap holds each node's rank in the order of its priority, unique per node
+    node = node_priority_order(ts, tol)
+    rank = [0] * n
+    for r, a in enumerate(node):
+        rank[a] = r
+    heap = [rank[a] for a in range(n) if indeg[a] == 0]
     heapq.heapify(heap)
     pos = [-1] * n
     k = 0
+    pop, push = heapq.heappop, heapq.heappush
     while heap:
-        _, a = heapq.heappop(heap)
+        a = node[pop(heap)]
         pos[a] = k
         k += 1
         for b in succ[a]:
             indeg[b] -= 1
             if indeg[b] == 0:
-                heapq.heappush(heap, (prio(b), b))
+                push(heap, rank[b])
     if k != n:
         raise TacosError("the schedule's data dependencies form a cycle; it cannot be lowered",
                          hint="verify the schedule first (tacos.verify.verify_schedule)")

@@ -31,6 +31,7 @@ from tacos.msccl.channel_floor import (
 )
 from tacos.msccl.fifo_calls import widest_size
 from tacos.msccl.lower import MscclOptions, lower
+from tacos.msccl.lower_instances import failure_at_instances
 from tacos.msccl.program import DEFAULT_MAX_STEPS, DEFAULT_SMS, Program
 from tacos.msccl.shape import RuntimeLimits, Shape, describe, shape_problems, shapes
 from tacos.msccl.shape_refuse import (
@@ -507,6 +508,15 @@ def _choose_shape(schedules: dict[str, Schedule | Any], topology: Topology, nbyt
         if why:  # the lowering would fail at "N channels > max_channels": not built
             considered.append(Candidate(plan, shape, None, [why]))
             return None
+        if isinstance(one, str) and shape.instances > 1 and isinstance(schedule, Schedule):
+            # the one-instance lowering failed: its error may fix this one's (the proof is in
+            # tacos.msccl.lower_instances), which is then not lowered
+            why = failure_at_instances(schedule, Shape(1, "Simple", shape.port_order,
+                                                       shape.paired).options(
+                replace(base, fit_fifo=False)), shape.instances)
+            if why:
+                considered.append(Candidate(plan, shape, None, [why]))
+                return None
         got = cache.program(schedule, shape, base)
         if isinstance(got, str):
             considered.append(Candidate(plan, shape, None, [got]))
