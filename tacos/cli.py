@@ -921,6 +921,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    if argv is None:  # the console entry point owns its process
+        from tacos.nogc import batch_thresholds
+
+        batch_thresholds()
     try:
         return _main(argv)
     finally:
