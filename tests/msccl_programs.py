@@ -1,16 +1,21 @@
 """Helpers the MSCCL program tests share: a preset node's topology, a program checked by
-the verifier on its way into a test, and a synthesized plan to lower, verified likewise."""
+the verifier on its way into a test, a synthesized plan to lower, verified likewise, and a
+lowering's outcome with nothing remembered from earlier lowerings."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import tacos
+import tacos.msccl.lower as lower_mod
+import tacos.msccl.lower_flow as flow_mod
 from tacos.check.verify import verify_schedule
+from tacos.errors import TacosError
 from tacos.model.collective import Collective
 from tacos.model.patterns import build
 from tacos.model.schedule import Schedule
 from tacos.model.topology import Topology
+from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.program import Program
 from tacos.msccl.xml_writer import emit_xml
 
@@ -41,3 +46,23 @@ def synthesized(text: str, kind: str, solver: str, chunks: int
     report = verify_schedule(sched)
     assert report.ok, report.text()
     return topo, coll, sched
+
+
+def forget_lowerings() -> None:
+    """Drop what the lowering remembers between calls (kept and failed lowerings, flows and
+    their orders), so the next lowering starts from nothing."""
+    lower_mod._KEPT.clear()
+    lower_mod._FAILED.clear()
+    flow_mod._FLOWS.clear()
+    flow_mod._ORDERED.clear()
+
+
+def lowering_outcome(schedule: Schedule, opts: MscclOptions, *, fresh: bool = False) -> str:
+    """The XML ``schedule`` lowers to with ``opts``, or its error's message and hint
+    (``fresh``: after :func:`forget_lowerings`)."""
+    if fresh:
+        forget_lowerings()
+    try:
+        return emit_xml(lower(schedule, options=opts))
+    except TacosError as exc:
+        return f"error: {exc.message} / {exc.hint}"

@@ -7,29 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from msccl_programs import forget_lowerings, lowering_outcome
 from tacos.frontends.json_schedule import load
 
 import tacos.msccl.lower as lower_mod
 import tacos.msccl.lower_flow as flow_mod
 from tacos.errors import TacosError
 from tacos.msccl.lower import MscclOptions, lower
-from tacos.msccl.xml_writer import emit_xml
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lowering"
 
 
-def _forget() -> None:
-    lower_mod._KEPT.clear()
-    lower_mod._FAILED.clear()
-    flow_mod._FLOWS.clear()
-    flow_mod._ORDERED.clear()
-
-
-def _outcome(schedule, opts: MscclOptions) -> str:
-    try:
-        return emit_xml(lower(schedule, options=opts))
-    except TacosError as exc:
-        return f"error: {exc.message} / {exc.hint}"
 
 
 @pytest.mark.parametrize("name,max_steps,max_channels,skips,instances", [
@@ -52,12 +40,12 @@ def test_a_remembered_failure_is_the_fresh_one(name, max_steps, max_channels, sk
                       for p in (False, True))
     fresh = {}
     for opts in (single, paired):
-        _forget()
-        fresh[opts] = _outcome(schedule, opts)
+        forget_lowerings()
+        fresh[opts] = lowering_outcome(schedule, opts)
     skipped = []
     for first, second in ((single, paired), (paired, single)):
-        _forget()
-        assert _outcome(schedule, first) == fresh[first]
+        forget_lowerings()
+        assert lowering_outcome(schedule, first) == fresh[first]
         failed = fresh[first].startswith("error")
         kept = len(lower_mod._FAILED)
         assert kept in ((1, 2) if failed else (0,))
@@ -65,7 +53,7 @@ def test_a_remembered_failure_is_the_fresh_one(name, max_steps, max_channels, sk
         body = lower_mod._lower_body
         monkeypatch.setattr(lower_mod, "_lower_body",
                             lambda *a, _c=calls, _b=body, **k: _c.append(1) or _b(*a, **k))
-        assert _outcome(schedule, second) == fresh[second]
+        assert lowering_outcome(schedule, second) == fresh[second]
         monkeypatch.setattr(lower_mod, "_lower_body", body)
         # lowered again unless the first one's failure stands for both pairings
         assert calls == ([] if kept == 2 else [1])
@@ -74,7 +62,7 @@ def test_a_remembered_failure_is_the_fresh_one(name, max_steps, max_channels, sk
 
 
 def test_a_failure_is_kept_only_while_its_schedule_lives() -> None:
-    _forget()
+    forget_lowerings()
     schedule = load(FIXTURES / "mesh4x4_allreduce_greedy.json")
     opts = MscclOptions(max_steps_per_tb=2, max_channels=4, fit_fifo=False)
     with pytest.raises(TacosError):

@@ -8,11 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from msccl_programs import synthesized
+from msccl_programs import forget_lowerings, synthesized
 from tacos.frontends.json_schedule import load
 
-import tacos.msccl.lower as lower_mod
-import tacos.msccl.lower_flow as flow_mod
 from tacos.errors import TacosError
 from tacos.msccl import shape_choose
 from tacos.msccl.lower import MscclOptions, lower, remembered_failure
@@ -26,12 +24,6 @@ TORUS44 = 'topology "t"\ntorus t[4, 4] 50GiB/s 0.5us\n'
 MESH = 'topology "m"\nmesh m[4] 50GiB/s 0.5us\n'
 FIXTURES = Path(__file__).parent / "fixtures" / "lowering"
 
-
-def _forget() -> None:
-    lower_mod._KEPT.clear()
-    lower_mod._FAILED.clear()
-    flow_mod._FLOWS.clear()
-    flow_mod._ORDERED.clear()
 
 
 def _error(schedule, opts: MscclOptions) -> str | None:
@@ -53,7 +45,7 @@ def _check(schedule, inplace: bool, steps: tuple[int, ...], caps: tuple[int, ...
         for cap in caps:
             for pair in (False, True):
                 for order in orders:
-                    _forget()
+                    forget_lowerings()
                     one = MscclOptions(inplace=inplace, outofplace=not inplace,
                                        max_steps_per_tb=max_steps, max_channels=cap,
                                        pair_peers=pair, port_order=order, fit_fifo=False)
@@ -98,7 +90,7 @@ def test_the_derived_error_is_the_real_one(text, kind, solver, chunks) -> None:
 
 def test_nothing_is_derived_from_a_success_or_another_failure() -> None:
     _, _, sched = synthesized(RING, "allreduce", "nccl-ring", 1)
-    _forget()
+    forget_lowerings()
     fits = MscclOptions(inplace=True, fit_fifo=False)
     assert _error(sched, fits) is None
     assert failure_at_instances(sched, fits, 2) == ""
@@ -107,7 +99,7 @@ def test_nothing_is_derived_from_a_success_or_another_failure() -> None:
     assert failure_at_instances(sched, fails, 2) == (
         "the plan needs 14 channels but at most 4 are allowed")
     assert failure_at_instances(sched, fails, 33) == ""  # over 32 the options are refused
-    _forget()  # nothing remembered: nothing derived
+    forget_lowerings()  # nothing remembered: nothing derived
     assert failure_at_instances(sched, fails, 2) == ""
     # a plan whose transfers' chunks join into runs at one instance: the proof does not cover
     # it (from two instances on they cannot join)
@@ -136,7 +128,7 @@ def test_the_shape_search_refuses_the_instances_without_lowering_them(monkeypatc
         return got
 
     def search():
-        _forget()
+        forget_lowerings()
         choice = choose_shape(plans, topo, nbytes, base=base, candidates=cands,
                               cache=ShapeCache())
         return (choice.plan, choice.shape, choice.time, [

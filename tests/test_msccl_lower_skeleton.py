@@ -5,7 +5,7 @@ runs them first gives exactly what it gives without them (the program, or the er
 from __future__ import annotations
 
 import pytest
-from msccl_programs import synthesized
+from msccl_programs import forget_lowerings, lowering_outcome, synthesized
 
 import tacos.msccl.lower as lower_mod
 import tacos.msccl.lower_flow as flow_mod
@@ -14,7 +14,6 @@ from tacos.msccl.lower import MscclOptions, lower
 from tacos.msccl.lower_flow import build_flow
 from tacos.msccl.lower_layout import build_layout
 from tacos.msccl.lower_skeleton import skeleton_flow
-from tacos.msccl.xml_writer import emit_xml
 
 RING = 'topology "r"\nbiring r[6] 100GB/s 1us\n'
 TORUS = 'topology "t"\ntorus t[3, 2] 50GiB/s 0.5us\n'
@@ -25,19 +24,6 @@ READ = ("id", "transfer", "piece", "part", "src", "dst", "lane", "chunks", "read
         "conn", "cnt", "send_key", "recv_key", "conn_index")
 
 
-def _forget() -> None:
-    lower_mod._KEPT.clear()
-    lower_mod._FAILED.clear()
-    flow_mod._FLOWS.clear()
-    flow_mod._ORDERED.clear()
-
-
-def _outcome(schedule, opts: MscclOptions) -> str:
-    _forget()
-    try:
-        return emit_xml(lower(schedule, options=opts))
-    except TacosError as exc:
-        return f"error: {exc.message} / {exc.hint}"
 
 
 def _same_rounds(schedule, inplace: bool, steps, caps, monkeypatch) -> int:
@@ -53,13 +39,13 @@ def _same_rounds(schedule, inplace: bool, steps, caps, monkeypatch) -> int:
                                         max_steps_per_tb=max_steps, max_channels=cap,
                                         pair_peers=pair, instances=instances, fit_fifo=False)
                     monkeypatch.setattr(lower_mod, "likely_over", lambda *a: False)
-                    off = _outcome(schedule, opts)
+                    off = lowering_outcome(schedule, opts, fresh=True)
                     monkeypatch.setattr(lower_mod, "likely_over", lambda *a: True)
                     built: list[int] = []
                     real = flow_mod.build_flow
                     monkeypatch.setattr(flow_mod, "build_flow",
                                         lambda *a, _b=built, _r=real: _b.append(1) or _r(*a))
-                    assert _outcome(schedule, opts) == off
+                    assert lowering_outcome(schedule, opts, fresh=True) == off
                     monkeypatch.setattr(flow_mod, "build_flow", real)
                     if not built:
                         assert off.startswith("error: the plan needs")
@@ -133,7 +119,7 @@ def test_a_transfer_outside_the_group_is_refused_as_before(monkeypatch) -> None:
     assert not lower_mod.likely_over(sched, layout, 64, 32)
     assert skeleton_flow(sched, layout) is None
     monkeypatch.setattr(lower_mod, "likely_over", lambda *a: True)
-    _forget()
+    forget_lowerings()
     with pytest.raises(TacosError, match="NPU 1, which is not a rank"):
         lower(sched)
 

@@ -110,9 +110,9 @@ def test_a_plan_refused_before_lowering_is_not_verified(monkeypatch):
     assert seen == [id(sched)] and set(times) == {"greedy"}
 
 
-def test_the_busiest_pair_is_computed_once_per_schedule(monkeypatch):
-    topo, coll = _problem(RING, 64 * KiB)
-    sched = tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1)
+@pytest.fixture
+def busiest_calls(monkeypatch) -> list[int]:
+    """The schedules (ids) ``busiest_pair`` is computed for from now on, memo emptied."""
     calls: list[int] = []
 
     def spy(schedule, max_steps, *, kept_runs=False):
@@ -121,6 +121,13 @@ def test_the_busiest_pair_is_computed_once_per_schedule(monkeypatch):
 
     monkeypatch.setattr(busiest_memo, "busiest_pair", spy)
     monkeypatch.setattr(busiest_memo, "_MEMO", {})
+    return calls
+
+
+def test_the_busiest_pair_is_computed_once_per_schedule(busiest_calls):
+    calls = busiest_calls
+    topo, coll = _problem(RING, 64 * KiB)
+    sched = tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1)
     first = busiest_pair_once(sched, 7)
     assert first == busiest_pair(sched, 7) and first is not None
     assert busiest_pair_once(sched, 7) is first and len(calls) == 1
@@ -130,20 +137,13 @@ def test_the_busiest_pair_is_computed_once_per_schedule(monkeypatch):
     assert busiest_pair_once(copy, 7) == first and len(calls) == 3  # another schedule
 
 
-def test_the_portfolios_winner_reuses_its_busiest_pair(monkeypatch):
+def test_the_portfolios_winner_reuses_its_busiest_pair(busiest_calls):
+    calls = busiest_calls
     from tacos.model.schedule import Schedule
     from tacos.msccl.busiest_memo import share
 
     topo, coll = _problem(RING, 64 * KiB)
     sched = tacos.synthesize(topo, coll, solver="greedy", trials=1, workers=1)
-    calls: list[int] = []
-
-    def spy(schedule, max_steps, *, kept_runs=False):
-        calls.append(id(schedule))
-        return busiest_pair(schedule, max_steps, kept_runs=kept_runs)
-
-    monkeypatch.setattr(busiest_memo, "busiest_pair", spy)
-    monkeypatch.setattr(busiest_memo, "_MEMO", {})
     first = busiest_pair_once(sched, 7)
     out = Schedule(sched.topology, sched.collective, sched.transfers,
                    {**sched.meta, "auto": {}})
