@@ -43,6 +43,13 @@ def allpairs_schedule(topology: Topology, collective: Collective) -> Schedule:
     if kind not in KINDS:
         raise TacosError(f"all-pairs plans are built for {', '.join(KINDS)}, not {kind}",
                          hint="use --solver direct for other collectives")
+    from tacos.nogc import paused_gc
+
+    with paused_gc(aged=True):  # millions of messages and rows, no cycles (5 s of GC at 512)
+        return _built(topology, collective, kind)
+
+
+def _built(topology: Topology, collective: Collective, kind: str) -> Schedule:
     members = [v for v in collective.group if not topology.npus[v].failed]
     graph = NpuGraph(topology, members)
     lowering = Lowering(topology, collective, graph)
