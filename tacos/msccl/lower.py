@@ -230,11 +230,12 @@ _FAILED: dict[tuple, tuple[Any, str, str | None, _Rounds]] = {}
 _FAILED_MAX = 16
 
 
-def _failed(schedule: Schedule, key: tuple) -> TacosError | None:
+def _failed(schedule: Schedule, key: tuple) -> tuple[TacosError, _Rounds] | None:
+    """The remembered failure of lowering ``schedule`` (this object) with body ``key``."""
     got = _FAILED.get((id(schedule), key))
     if got is None or got[0]() is not schedule:
         return None
-    return TacosError(got[1], hint=got[2])
+    return TacosError(got[1], hint=got[2]), got[3]
 
 
 def _remember_failure(schedule: Schedule, key: tuple, exc: TacosError,
@@ -259,7 +260,7 @@ def _lower(schedule: Schedule, opts: MscclOptions, progress: Reporter,
     if program is None:
         known = _failed(schedule, key)
         if known is not None:
-            raise known
+            raise known[0]
         seen = _Rounds()
         try:
             program, pairing_matters = _lower_body(schedule, layout, opts, max_count,
@@ -285,11 +286,7 @@ def remembered_failure(schedule: Schedule, options: MscclOptions
         return None  # lowered as another object (its first round, or its transfers' tuple)
     layout = build_layout(schedule.collective, inplace=options.inplace,
                           instances=options.instances)
-    key = (id(schedule), _body_key(options, _fifo_count(options, layout.nchunksperloop)))
-    got = _FAILED.get(key)
-    if got is None or got[0]() is not schedule:
-        return None
-    return TacosError(got[1], hint=got[2]), got[3]
+    return _failed(schedule, _body_key(options, _fifo_count(options, layout.nchunksperloop)))
 
 
 @dataclass
@@ -339,16 +336,10 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     forbidden: set[tuple[int, int]] = set()
     plan = built = None
-    pairing_matters = False
     for round_ in range(MAX_ROUNDS):
         plan = built = None  # free the last round's plan before building the next one
         with progress.phase(f"channels and thread blocks (round {round_ + 1})"):
-            chan, _n = assign_channels(flow, cuts, opts.max_channels, hints,
-                                       counts=seen.channels)
-            plan = plan_tbs(flow, chan, forbidden, pair=opts.pair_peers)
-            pairing_matters = pairing_matters or plan.pairing_matters
-            seen.pairing_matters = pairing_matters
-            long = _long_sequences(plan, opts.max_steps_per_tb)
+            chan, plan, long = _tbs_round(flow, cuts, forbidden, opts, hints, seen)
         if _cut(flow, long, cuts, opts.max_steps_per_tb):
             continue  # cut lanes that certainly overflow before building any step
         seen.built = True
@@ -370,7 +361,7 @@ def _lower_body(schedule: Schedule, layout: Layout, opts: MscclOptions, max_coun
             check(flow, chan, plan, tbs)
         del flow, plan, built, chan  # only the thread blocks are needed from here on
         with progress.phase("program"):
-            return finish_program(layout, tbs, nchannels), pairing_matters
+            return finish_program(layout, tbs, nchannels), seen.pairing_matters
     raise TacosError("could not fit the plan into the MSCCL limits",
                      hint="raise max_steps_per_tb or max_channels")
 
@@ -382,13 +373,21 @@ def _rounds_before_build(flow: Flow, opts: MscclOptions, hints: list[int] | None
     for their events alone; returns when a round cuts nothing (the next would build)."""
     cuts: dict[tuple[int, int, int, int], list[int]] = {}
     for _ in range(MAX_ROUNDS):
-        chan, _n = assign_channels(flow, cuts, opts.max_channels, hints, counts=seen.channels)
-        plan = plan_tbs(flow, chan, set(), pair=opts.pair_peers)
-        seen.pairing_matters = seen.pairing_matters or plan.pairing_matters
-        long = _long_sequences(plan, opts.max_steps_per_tb)
-        del plan, chan
+        _chan, _plan, long = _tbs_round(flow, cuts, set(), opts, hints, seen)
+        del _chan, _plan
         if not _cut(flow, long, cuts, opts.max_steps_per_tb):
             return
+
+
+def _tbs_round(flow: Flow, cuts: dict[tuple[int, int, int, int], list[int]],
+               forbidden: set[tuple[int, int]], opts: MscclOptions, hints: list[int] | None,
+               seen: _Rounds) -> tuple[list[int], TbPlan, list]:
+    """One round's channels (raising when over the limit), its thread blocks and the units of
+    those too long for their events alone (:func:`_long_sequences`), recorded in ``seen``."""
+    chan, _n = assign_channels(flow, cuts, opts.max_channels, hints, counts=seen.channels)
+    plan = plan_tbs(flow, chan, forbidden, pair=opts.pair_peers)
+    seen.pairing_matters = seen.pairing_matters or plan.pairing_matters
+    return chan, plan, _long_sequences(plan, opts.max_steps_per_tb)
 
 
 def _port_slots(schedule: Schedule, flow: Flow) -> dict[int, tuple[int, ...]]:
