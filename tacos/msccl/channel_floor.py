@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tacos.model.schedule import Schedule
-from tacos.msccl.lower_flow import TIME_RTOL
+from tacos.msccl.lower_flow import time_tol
 from tacos.msccl.lower_order import lanes
 
 
@@ -100,8 +100,7 @@ def busiest_pair(schedule: Schedule, max_steps: int, *, kept_runs: bool = False
     if max(per_pair.values()) <= max_steps:  # every lane is at most one segment long
         (src, dst), _ = min(per_pair.items())
         return PairLanes(src, dst, (per_pair[(src, dst)],), 1)
-    makespan = max((abs(t.end) for t in schedule.transfers), default=0.0)
-    lane, _ = lanes(schedule, TIME_RTOL * makespan)
+    lane, _ = lanes(schedule, time_tol(schedule))
     counts: dict[tuple[int, int], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for i, t in enumerate(schedule.transfers):
         if per_pair[(t.src, t.dst)] > max_steps:

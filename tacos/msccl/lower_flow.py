@@ -26,6 +26,12 @@ from tacos.msccl.lower_order import Version, lanes, order_transfers, replay_vers
 from tacos.msccl.program import MAX_COUNT
 
 TIME_RTOL = 1e-12
+
+
+def time_tol(schedule: Schedule) -> float:
+    """The time tolerance of a schedule's lowering: :data:`TIME_RTOL` of its latest end."""
+    return TIME_RTOL * max((abs(t.end) for t in schedule.transfers), default=0.0)
+
 SEND, PREV, CPY = 0, 1, 2  #: kinds of the reader references in :attr:`Flow.readers`
 Key = tuple[int, int, int, int, int]
 
@@ -211,8 +217,7 @@ def build_flow(schedule: Schedule, layout: Layout, max_count: int = MAX_COUNT) -
                 raise TacosError(f"transfer {i} passes through NPU {end}, which is not a rank of "
                                  f"the {layout.coll} group; MSCCL can only use the ranks of "
                                  "the communicator")
-    makespan = max((abs(t.end) for t in ts), default=0.0)
-    tol = TIME_RTOL * makespan
+    tol = time_tol(schedule)
     lane, versions, read, created, cur, pos_s, pos_r = _ordered(schedule, layout, tol)
     pieces = layout.instances
     ngpus = layout.ngpus

@@ -54,7 +54,7 @@ import math
 from collections import defaultdict
 
 from tacos.model.schedule import Schedule
-from tacos.msccl.lower_flow import TIME_RTOL, Flow, Run, _ordered, check_later_parts
+from tacos.msccl.lower_flow import Flow, Run, _ordered, check_later_parts, time_tol
 from tacos.msccl.lower_layout import Layout, Loc
 from tacos.msccl.lower_order import Version
 
@@ -104,7 +104,7 @@ def likely_over(schedule: Schedule, layout: Layout, max_steps: int, max_channels
     ts = schedule.transfers
     if not _members_only(schedule, layout):
         return False  # build_flow refuses it before ordering anything
-    tol = TIME_RTOL * max((abs(t.end) for t in ts), default=0.0)
+    tol = time_tol(schedule)
     lane = _ordered(schedule, layout, tol)[0]
     per_lane: dict[tuple[int, int, int], int] = defaultdict(int)
     for t, ln in zip(ts, lane, strict=True):
@@ -121,10 +121,9 @@ def skeleton_flow(schedule: Schedule, layout: Layout) -> Flow | None:
     """The flow of ``schedule`` as the rounds before the first step build see it (module doc),
     or None when :func:`skeleton_applies` does not hold or the full flow would raise (one of
     its later parts excepted: raised here as there)."""
-    ts = schedule.transfers
     if not skeleton_applies(schedule, layout) or not _members_only(schedule, layout):
         return None  # build_flow raises for a transfer out of the group: leave it to it
-    tol = TIME_RTOL * max((abs(t.end) for t in ts), default=0.0)
+    tol = time_tol(schedule)
     lane, versions, read, created, cur, pos_s, pos_r = _ordered(schedule, layout, tol)
     nchunks = len(layout.post)
     if any(cur[r * nchunks + c] < 0 for c, owners in enumerate(layout.post) for r in owners):
