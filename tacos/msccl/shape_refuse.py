@@ -23,7 +23,7 @@ before it is lowered (the lowering itself would build millions of runs and gigab
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tacos.model.schedule import Schedule
@@ -59,22 +59,47 @@ def busiest_steps(plan: Schedule | Any) -> tuple[int, int, int] | None:
     a program family or a schedule without transfers."""
     if not isinstance(plan, Schedule) or not plan.transfers:
         return None
-    peers_out: dict[int, set[int]] = defaultdict(set)
-    peers_in: dict[int, set[int]] = defaultdict(set)
-    sends: dict[int, int] = defaultdict(int)
-    recvs: dict[int, int] = defaultdict(int)
+    loads = RankLoads()
     for t in plan.transfers:
-        peers_out[t.src].add(t.dst)
-        peers_in[t.dst].add(t.src)
-        sends[t.src] += 1
-        recvs[t.dst] += 1
+        loads.add(t.src, t.dst)
     head = 1 + len(plan.collective.group)
+    r = max(loads.ranks(), key=lambda x: (loads.nodes(x, head), -x))
+    return r, loads.nodes(r, head), loads.steps(r)
 
-    def nodes(r: int) -> int:
-        return head + max(len(peers_out[r]), len(peers_in[r])) + max(sends[r], recvs[r])
 
-    r = max(set(sends) | set(recvs), key=lambda x: (nodes(x), -x))
-    return r, nodes(r), max(sends[r], recvs[r])
+@dataclass
+class RankLoads:
+    """Per rank, the peers and transfers it sends to and receives from, as the parsed-node
+    refusals count them (:meth:`add` one transfer at a time)."""
+
+    peers_out: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
+    peers_in: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))
+    sends: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    recvs: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, src: int, dst: int) -> None:
+        """Count one transfer from ``src`` to ``dst``."""
+        self.peers_out[src].add(dst)
+        self.peers_in[dst].add(src)
+        self.sends[src] += 1
+        self.recvs[dst] += 1
+
+    def ranks(self) -> set[int]:
+        """The ranks that send or receive."""
+        return set(self.sends) | set(self.recvs)
+
+    def peers(self, r: int) -> int:
+        """Rank ``r``'s send or receive peers, the more of the two (a thread block each)."""
+        return max(len(self.peers_out[r]), len(self.peers_in[r]))
+
+    def steps(self, r: int) -> int:
+        """Rank ``r``'s send or receive transfers, the more of the two (a step each)."""
+        return max(self.sends[r], self.recvs[r])
+
+    def nodes(self, r: int, head: int) -> int:
+        """Rank ``r``'s parsed nodes at least: ``head`` (1 + the GPU count), a thread block
+        per peer and a step per transfer."""
+        return head + self.peers(r) + self.steps(r)
 
 
 def refusal(plan: Schedule | Any, limits: RuntimeLimits) -> str:

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from tacos.model.collective import Collective
 from tacos.msccl.shape import RuntimeLimits
+from tacos.msccl.shape_refuse import RankLoads
 from tacos.solvers.nccl.lower import BEST_OF_RTOL, refine_allreduce
 from tacos.solvers.nccl.system import System
 
@@ -91,10 +92,7 @@ def makespan_ceiling(system: System, collective: Collective, channels: int, slic
     graph = system.graph
     last: dict[int, float] = defaultdict(float)  # link -> latest end booked (a ceiling)
     avail: dict[tuple[int, int], float] = {}  # (NPU, piece) -> when it holds it (a ceiling)
-    out_peers: dict[int, set[int]] = defaultdict(set)
-    in_peers: dict[int, set[int]] = defaultdict(set)
-    sends: dict[int, int] = defaultdict(int)
-    recvs: dict[int, int] = defaultdict(int)
+    loads = RankLoads()
     routes: dict[tuple[int, int], list[int] | None] = {}
     end_all = 0.0
     for msg in program:
@@ -116,20 +114,16 @@ def makespan_ceiling(system: System, collective: Collective, channels: int, slic
             for h in cands:
                 for li in h.links:
                     last[li] = max(last[li], end)
-            out_peers[a].add(b)
-            in_peers[b].add(a)
-            sends[a] += 1
-            recvs[b] += 1
+            loads.add(a, b)
             t = end
         end_all = max(end_all, t)
         if avail.get((msg.dst, piece), 0.0) < t:
             avail[(msg.dst, piece)] = t
-    ranks = set(sends) | set(recvs)
+    ranks = loads.ranks()
     head = 1 + len(collective.group)
-    peers = max((max(len(out_peers[r]), len(in_peers[r])) for r in ranks), default=0)
-    steps = max((max(sends[r], recvs[r]) for r in ranks), default=0)
-    nodes = max((head + max(len(out_peers[r]), len(in_peers[r])) + max(sends[r], recvs[r])
-                 for r in ranks), default=head)
+    peers = max((loads.peers(r) for r in ranks), default=0)
+    steps = max((loads.steps(r) for r in ranks), default=0)
+    nodes = max((loads.nodes(r, head) for r in ranks), default=head)
     return Ceiling(end_all, len(coll.chunks), peers, steps, nodes)
 
 
